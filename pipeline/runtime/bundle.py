@@ -1,0 +1,131 @@
+"""A cooked platform folder (``build/<platform>/``): its manifest and the blobs it lists."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import onnxruntime
+
+from .blob import DEFAULT_MAX_MODEL_SIZE
+from .errors import BundleError, ChecksumMismatchError, ManifestError, UnknownModelError
+from .session import ProviderSpec, session_from_blob
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+MAX_MANIFEST_SIZE = 64 << 20
+_REQUIRED_ENTRY_FIELDS: dict[str, type] = {"file": str, "format": str, "blob_sha256": str, "blob_size": int}
+
+
+class Bundle:
+    """The models of one cooked platform folder; create it with ``open_bundle``."""
+
+    def __init__(self, root: Path, manifest: Mapping[str, Any]) -> None:
+        self.root = root
+        self.platform: str = manifest["platform"]
+        self._models: Mapping[str, Mapping[str, Any]] = manifest["models"]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._models))
+
+    def info(self, name: str) -> dict[str, Any]:
+        """The manifest entry of model ``name`` (a copy)."""
+        return json.loads(json.dumps(self._entry(name)))
+
+    def read_blob(self, name: str, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE) -> bytes:
+        """The blob bytes of model ``name``, checked against the manifest's size and sha256."""
+        entry = self._entry(name)
+        path = self.root / entry["file"]
+        if entry["blob_size"] > max_model_size + (1 << 20):
+            raise ManifestError(f"{self._where()}: model {name!r} declares an oversized blob")
+        try:
+            with path.open("rb") as stream:
+                data = stream.read(entry["blob_size"] + 1)
+        except OSError as exc:
+            raise ManifestError(
+                f"{self._where()}: cannot read blob of {name!r} at {path}: {exc.strerror or exc}; "
+                "re-run `doit cook` to rebuild the bundle"
+            ) from None
+        if len(data) != entry["blob_size"] or hashlib.sha256(data).hexdigest() != entry["blob_sha256"]:
+            raise ChecksumMismatchError(
+                f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
+                "damaged or replaced: re-run `doit cook`"
+            )
+        return data
+
+    def session(
+        self,
+        name: str,
+        providers: Sequence[ProviderSpec] | None = None,
+        *,
+        session_options: onnxruntime.SessionOptions | None = None,
+        max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
+    ) -> onnxruntime.InferenceSession:
+        """A session for model ``name``; see ``session_from_blob`` for ``providers``."""
+        data = self.read_blob(name, max_model_size=max_model_size)
+        return session_from_blob(
+            data, providers=providers, session_options=session_options, max_model_size=max_model_size
+        )
+
+    def _entry(self, name: str) -> Mapping[str, Any]:
+        try:
+            return self._models[name]
+        except (KeyError, TypeError):
+            close = difflib.get_close_matches(str(name), list(self._models), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; it has {', '.join(self.names) or 'none'}"
+            raise UnknownModelError(f"{self._where()} has no model {name!r}{hint}") from None
+
+    def _where(self) -> str:
+        return f"bundle {self.root} ({self.platform})"
+
+
+def open_bundle(path: str | Path) -> Bundle:
+    """Open ``build/<platform>/`` (or its manifest.json) and validate the manifest."""
+    root = Path(path)
+    manifest_path = root / MANIFEST_NAME if root.is_dir() else root
+    root = manifest_path.parent
+    try:
+        with manifest_path.open("rb") as stream:
+            raw = stream.read(MAX_MANIFEST_SIZE + 1)
+    except OSError as exc:
+        raise ManifestError(
+            f"cannot read {manifest_path}: {exc.strerror or exc}; point open_bundle at a folder written by "
+            "`doit cook` (build/<platform>/)"
+        ) from None
+    if len(raw) > MAX_MANIFEST_SIZE:
+        raise ManifestError(f"{manifest_path} is larger than {MAX_MANIFEST_SIZE >> 20} MiB; not a manifest")
+    try:
+        manifest = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); re-run `doit cook`") from None
+    _check_manifest(manifest, manifest_path)
+    return Bundle(root, manifest)
+
+
+def _check_manifest(manifest: Any, where: Path) -> None:
+    def fail(problem: str) -> BundleError:
+        return ManifestError(f"{where}: {problem}; re-run `doit cook` to rewrite it")
+
+    if not isinstance(manifest, dict):
+        raise fail("the top level is not a JSON object")
+    if manifest.get("manifest_version") != MANIFEST_VERSION:
+        raise fail(f"manifest_version is {manifest.get('manifest_version')!r}, this loader reads {MANIFEST_VERSION}")
+    if not isinstance(manifest.get("platform"), str) or not isinstance(manifest.get("models"), dict):
+        raise fail("'platform' (string) and 'models' (object) are required")
+    for name, entry in manifest["models"].items():
+        if not isinstance(entry, dict):
+            raise fail(f"entry {name!r} is not an object")
+        for key, expected in _REQUIRED_ENTRY_FIELDS.items():
+            value = entry.get(key)
+            if not isinstance(value, expected) or isinstance(value, bool):
+                raise fail(f"entry {name!r} lacks {key!r} ({expected.__name__})")
+        if entry["blob_size"] < 0:
+            raise fail(f"entry {name!r} has a negative blob_size")
+        file = PurePosixPath(entry["file"])
+        if file.is_absolute() or ".." in file.parts or "\\" in entry["file"] or not file.parts:
+            raise fail(f"entry {name!r} points outside its folder ({entry['file']!r})")

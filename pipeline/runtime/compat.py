@@ -1,0 +1,95 @@
+"""Which onnxruntime versions can load which models (DESIGN.md trap 6).
+
+Shared by the cooker (static check against a platform's ``runtime_version``) and the loader
+(check against the installed onnxruntime before handing it the bytes). Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+# onnxruntime release -> (newest default-domain opset, newest IR version) it loads.
+# Measured per release; a model needs the oldest release whose limits cover it.
+RUNTIME_LIMITS: tuple[tuple[tuple[int, int], int, int], ...] = (
+    ((1, 16), 19, 9),
+    ((1, 17), 20, 9),
+    ((1, 20), 21, 10),
+    ((1, 22), 22, 10),
+    ((1, 24), 25, 13),
+    ((1, 28), 26, 13),
+    ((1, 32), 28, 14),
+)
+
+# ORT format (flatbuffer) version -> oldest onnxruntime that reads it. Version 6 is written since 1.16,
+# which is also the oldest release in RUNTIME_LIMITS: older releases are outside what we support.
+ORT_FORMAT_MIN_RUNTIME: dict[str, tuple[int, int]] = {"6": (1, 16)}
+
+OLDEST_SUPPORTED: tuple[int, int] = RUNTIME_LIMITS[0][0]
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"1.24.4"`` -> ``(1, 24, 4)``; local suffixes such as ``+cu121`` or ``.dev`` are ignored."""
+    match = _VERSION.match(text.strip())
+    if match is None:
+        raise ValueError(f"not a version number: {text!r}")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def format_version(version: tuple[int, ...]) -> str:
+    return ".".join(str(part) for part in version)
+
+
+def min_runtime_for(*, opset: int, ir_version: int, ort_format_version: str | None) -> tuple[int, int]:
+    """Oldest onnxruntime (major, minor) that loads a model with these properties.
+
+    Raises ``ValueError`` when no known release does (opset or IR newer than any listed release,
+    or an ORT format version we have no record of).
+    """
+    needed = OLDEST_SUPPORTED
+    for release, max_opset, max_ir in RUNTIME_LIMITS:
+        if opset <= max_opset and ir_version <= max_ir:
+            needed = release
+            break
+    else:
+        newest = RUNTIME_LIMITS[-1]
+        raise ValueError(
+            f"opset {opset} / IR {ir_version} is newer than any onnxruntime this cooker knows "
+            f"(newest known: {format_version(newest[0])} with opset {newest[1]} / IR {newest[2]})"
+        )
+    if ort_format_version is not None:
+        if ort_format_version not in ORT_FORMAT_MIN_RUNTIME:
+            raise ValueError(f"ORT format version {ort_format_version!r} is unknown to this cooker")
+        needed = max(needed, ORT_FORMAT_MIN_RUNTIME[ort_format_version])
+    return needed
+
+
+def ort_format_version(model: bytes) -> str | None:
+    """The ``ort_version`` string of an ORT-format model, or None when ``model`` is not ORT format.
+
+    Reads the flatbuffer by hand (root table ``InferenceSession``, field 0 a string) so that the
+    loader needs no flatbuffers package. Bytes 4-7 of an ORT file are the identifier ``ORTM``.
+    """
+    if len(model) < 8 or model[4:8] != b"ORTM":
+        return None
+    try:
+        (root,) = struct.unpack_from("<I", model, 0)
+        (vtable_delta,) = struct.unpack_from("<i", model, root)
+        vtable = root - vtable_delta
+        (vtable_size,) = struct.unpack_from("<H", model, vtable)
+        if vtable_size < 6:
+            return ""
+        (field_offset,) = struct.unpack_from("<H", model, vtable + 4)
+        if field_offset == 0:
+            return ""
+        string_ref = root + field_offset
+        (string_delta,) = struct.unpack_from("<I", model, string_ref)
+        (length,) = struct.unpack_from("<I", model, string_ref + string_delta)
+        start = string_ref + string_delta + 4
+        if length > 64 or start + length > len(model):
+            return ""
+        return model[start : start + length].decode("ascii", errors="replace")
+    except struct.error:
+        return ""

@@ -1,0 +1,54 @@
+"""The loader's exception hierarchy: every failure a game can meet when loading a cooked bundle.
+
+Catch ``BundleError`` to handle them all; each subclass names one cause, and every message says
+what failed, where, and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class BundleError(Exception):
+    """Base of every error raised by ``pipeline.runtime``."""
+
+
+class NotABlobError(BundleError):
+    """The bytes are not an onnx-cooker blob (wrong magic)."""
+
+
+class TruncatedBlobError(BundleError):
+    """The blob ends before its header or model data does."""
+
+
+class ChecksumMismatchError(BundleError):
+    """A checksum (header CRC, zstd content checksum, sha256 of the model or blob) does not match."""
+
+
+class CorruptBlobError(BundleError):
+    """The blob is structurally invalid although its checksums may match (crafted or buggy writer)."""
+
+
+class UnsupportedBlobVersionError(BundleError):
+    """The blob was written in a blob-format version this loader does not read."""
+
+
+class IncompatibleRuntimeError(BundleError):
+    """The installed onnxruntime cannot load this model (too old, or wrong model format)."""
+
+
+class BlobTooLargeError(BundleError):
+    """The blob declares a model larger than the configured maximum (decompression-bomb guard)."""
+
+
+class UnknownModelError(BundleError, KeyError):
+    """A bundle has no model of the requested name."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ManifestError(BundleError):
+    """A bundle's manifest.json is missing, unreadable or malformed."""
+
+
+class SessionCreateError(BundleError):
+    """onnxruntime refused to create a session from an intact blob."""

@@ -1,0 +1,141 @@
+"""Build a correctly configured onnxruntime session from a cooked blob held in memory."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+import onnxruntime
+
+from .blob import DEFAULT_MAX_MODEL_SIZE, BlobHeader, decode_blob
+from .compat import format_version, parse_version
+from .errors import IncompatibleRuntimeError, SessionCreateError
+
+log = logging.getLogger("pipeline.runtime")
+
+CPU = "CPUExecutionProvider"
+# DirectML can only share a session with the CPU EP (DESIGN.md trap 5).
+EXCLUSIVE_WITH_CPU = frozenset({"DmlExecutionProvider"})
+ProviderSpec = Union[str, tuple[str, Mapping[str, Any]]]
+
+_EXECUTION_MODES = {
+    "sequential": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
+    "parallel": onnxruntime.ExecutionMode.ORT_PARALLEL,
+}
+_OPTIMIZATION_LEVELS = {
+    "disable": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def choose_providers(
+    preference: Sequence[str], available: Sequence[str]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The EPs to use, in order, and the (EP, reason) pairs that were skipped.
+
+    Every preferred EP that this onnxruntime build offers, then the CPU EP as the fallback; an EP that
+    must run alone with the CPU (DirectML) ends the list.
+    """
+    chosen: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for ep in preference:
+        if ep == CPU:
+            continue
+        if ep not in available:
+            skipped.append((ep, "not offered by this onnxruntime build"))
+        elif chosen and (ep in EXCLUSIVE_WITH_CPU or chosen[0] in EXCLUSIVE_WITH_CPU):
+            skipped.append((ep, f"cannot be combined with {chosen[0]}"))
+        else:
+            chosen.append(ep)
+    chosen.append(CPU)
+    return chosen, skipped
+
+
+def check_runtime(header: BlobHeader, installed: str = onnxruntime.__version__) -> None:
+    """Refuse a blob the installed onnxruntime is too old for, before it sees the bytes."""
+    needed = parse_version(header.min_runtime_version)
+    if parse_version(installed) < needed:
+        kind = f"ORT format v{header.ort_format_version}" if header.ort_format_version else "ONNX"
+        raise IncompatibleRuntimeError(
+            f"model {header.name!r} ({header.platform}, {kind}) needs onnxruntime {format_version(needed)} "
+            f"or newer, but {installed} is installed; upgrade onnxruntime to >= {format_version(needed)} "
+            "or re-cook for this version (set runtime_version in the platform profile)"
+        )
+
+
+def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[str, Any]) -> None:
+    for key, value in values.items():
+        if key == "enable_mem_pattern":
+            options.enable_mem_pattern = bool(value)
+        elif key == "execution_mode":
+            options.execution_mode = _EXECUTION_MODES[str(value)]
+        elif key == "graph_optimization_level":
+            options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(value)]
+        else:
+            options.add_session_config_entry(key, str(value))
+
+
+def session_options_for(
+    header: BlobHeader, providers: Sequence[str], base: onnxruntime.SessionOptions | None = None
+) -> onnxruntime.SessionOptions:
+    """Session options for this blob on these EPs: each EP's required options, saved optimizations.
+
+    ``session.use_ort_model_bytes_for_initializers`` is never set: from Python it reads freed memory
+    (DESIGN.md trap 4).
+    """
+    options = base if base is not None else onnxruntime.SessionOptions()
+    for ep in providers:
+        try:
+            _apply_session_options(options, header.ep_session_options.get(ep, {}))
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise SessionCreateError(f"model {header.name!r}: bad session option for {ep}: {exc}") from None
+    if header.saved_runtime_optimizations:
+        # Only reached after decode_blob proved the bytes are the ones the cooker wrote.
+        options.add_session_config_entry("session.enable_saved_runtime_optimizations", "1")
+    return options
+
+
+def _provider_names(providers: Sequence[ProviderSpec]) -> list[str]:
+    return [spec if isinstance(spec, str) else spec[0] for spec in providers]
+
+
+def _with_options(header: BlobHeader, names: Sequence[str]) -> list[ProviderSpec]:
+    return [(ep, {k: str(v) for k, v in header.provider_options.get(ep, {}).items()}) for ep in names]
+
+
+def session_from_blob(
+    data: bytes | bytearray | memoryview,
+    *,
+    providers: Sequence[ProviderSpec] | None = None,
+    session_options: onnxruntime.SessionOptions | None = None,
+    max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
+) -> onnxruntime.InferenceSession:
+    """An ``onnxruntime.InferenceSession`` for a cooked blob, created from memory.
+
+    ``providers`` (names, or ``(name, options)`` pairs as onnxruntime takes them) overrides the blob's
+    EP preference list; by default the preferred EPs this onnxruntime offers are used, then the CPU.
+    The blob's per-EP session options are applied onto ``session_options`` (or fresh options).
+    Raises only ``BundleError`` subclasses.
+    """
+    header, model = decode_blob(data, max_model_size=max_model_size)
+    check_runtime(header)
+    if providers is None:
+        names, skipped = choose_providers(header.execution_providers, onnxruntime.get_available_providers())
+        specs = _with_options(header, names)
+        why = "; ".join(f"skipped {ep} ({reason})" for ep, reason in skipped)
+        log.info("%s: using %s%s", header.name, ", ".join(names), f"; {why}" if why else "")
+    else:
+        specs = list(providers)
+        names = _provider_names(specs)
+        log.info("%s: using %s (given by the caller)", header.name, ", ".join(names))
+    options = session_options_for(header, names, session_options)
+    try:
+        return onnxruntime.InferenceSession(model, sess_options=options, providers=specs)
+    except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
+        raise SessionCreateError(
+            f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
+            f"({header.platform}, {header.model_format}): {exc}"
+        ) from None
