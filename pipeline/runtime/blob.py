@@ -81,7 +81,9 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 
 def encode_blob(model: bytes, *, level: int, **header_fields: Any) -> bytes:
     """Compress ``model`` and prefix the header; ``header_fields`` are BlobHeader's other fields."""
-    frame = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compress(model)
+    frame = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compress(
+        model
+    )
     header = BlobHeader(
         model_size=len(model),
         model_sha256=hashlib.sha256(model).hexdigest(),
@@ -154,7 +156,9 @@ def _header_from_json(payload: bytes) -> BlobHeader:
     return BlobHeader(**known)
 
 
-def decode_blob(data: bytes | memoryview, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE) -> tuple[BlobHeader, bytes]:
+def decode_blob(
+    data: bytes | memoryview, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE
+) -> tuple[BlobHeader, bytes]:
     """Check and decompress a blob; returns its header and the model bytes.
 
     Never allocates more than the header declares, and refuses declarations over ``max_model_size``.
@@ -172,7 +176,9 @@ def decode_blob(data: bytes | memoryview, *, max_model_size: int = DEFAULT_MAX_M
             f"{where} is cut off: {len(view):,} of {header.compressed_size:,} compressed bytes present"
         )
     if len(view) > header.compressed_size:
-        raise CorruptBlobError(f"{where} has {len(view) - header.compressed_size:,} unexpected trailing bytes")
+        raise CorruptBlobError(
+            f"{where} has {len(view) - header.compressed_size:,} unexpected trailing bytes"
+        )
     try:
         params = zstandard.get_frame_parameters(view)
     except zstandard.ZstdError as exc:

@@ -114,7 +114,9 @@ def _check_manifest(manifest: Any, where: Path) -> None:
     if not isinstance(manifest, dict):
         raise fail("the top level is not a JSON object")
     if manifest.get("manifest_version") != MANIFEST_VERSION:
-        raise fail(f"manifest_version is {manifest.get('manifest_version')!r}, this loader reads {MANIFEST_VERSION}")
+        raise fail(
+            f"manifest_version is {manifest.get('manifest_version')!r}, this loader reads {MANIFEST_VERSION}"
+        )
     if not isinstance(manifest.get("platform"), str) or not isinstance(manifest.get("models"), dict):
         raise fail("'platform' (string) and 'models' (object) are required")
     for name, entry in manifest["models"].items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import onnxruntime
 
@@ -17,7 +17,7 @@ log = logging.getLogger("pipeline.runtime")
 CPU = "CPUExecutionProvider"
 # DirectML can only share a session with the CPU EP (DESIGN.md trap 5).
 EXCLUSIVE_WITH_CPU = frozenset({"DmlExecutionProvider"})
-ProviderSpec = Union[str, tuple[str, Mapping[str, Any]]]
+ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
 _EXECUTION_MODES = {
     "sequential": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
