@@ -1,0 +1,164 @@
+"""The cook of one (platform, model): check, optimize, guard, compress, verify, write.
+
+Works without doit; ``pipeline.tasks`` wraps it in doit actions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from .cookkey import cook_key, file_sha256, tool_versions
+from .errors import CookError, ModelError, VerifyError
+from .facts import onnx_facts, ort_facts
+from .fsutil import atomic_write
+from .guard import guard
+from .job import CookJob
+from .layout import blob_path, entry_path
+from .optimize import optimize
+from .profile import CookSettings, ep_domains
+from .runtime.blob import encode_blob
+from .runtime.compat import format_version, min_runtime_for, ort_format_version
+from .source import load_source
+from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
+
+def signature(values: Any) -> list[dict[str, Any]]:
+    def dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
+        shape = value.type.tensor_type.shape
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in shape.dim]
+
+    return [
+        {
+            "name": value.name,
+            "type": onnx.helper.printable_type(value.type) if not value.type.HasField("tensor_type") else
+            f"tensor({onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name})",
+            "shape": dims(value) if value.type.HasField("tensor_type") else None,
+        }
+        for value in values
+    ]
+
+
+def _feeds(job: CookJob, model: onnx.ModelProto) -> tuple[dict, str]:
+    asset = job.asset
+    if asset.inputs_path is not None:
+        return load_inputs(asset.inputs_path, model), asset.inputs_path.name
+    settings_hint = str(asset.settings_path or asset.path.with_suffix(".cook.yaml"))
+    inputs_hint = str(asset.path.with_suffix(".inputs.npz"))
+    dims = dict(job.settings.verify_dims)
+    return synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint), "synthesized"
+
+
+def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> dict[str, Any]:
+    settings = job.settings
+    if not settings.verify:
+        return {"skipped": "verify is false in the settings"}
+    feeds, origin = _feeds(job, model)
+    try:
+        reference = reference_outputs(model, feeds)
+    except Exception as exc:  # onnxruntime errors on the source itself
+        raise ModelError(f"onnxruntime cannot run the source model on the verification inputs: {exc}") from None
+    results = verify(blob, reference, feeds, settings)
+    return {
+        "inputs": origin,
+        "rtol": settings.rtol,
+        "atol": settings.atol,
+        "outputs": [asdict(r) for r in results],
+    }
+
+
+def cook(job: CookJob) -> dict[str, Any]:
+    """Cook one model for one platform; writes its blob and manifest entry, returns the entry.
+
+    Raises a ``CookError`` whose message names the model file, the platform and the fix; nothing is
+    written unless every step passed.
+    """
+    asset, settings = job.asset, job.settings
+    where = f"{asset.path} (model {asset.name!r}, platform {settings.platform!r})"
+    try:
+        return _cook(job, where)
+    except CookError as exc:
+        message = str(exc)
+        raise type(exc)(message if message.startswith(str(asset.path)) else f"{where}: {message}") from None
+
+
+def _cook(job: CookJob, where: str) -> dict[str, Any]:
+    asset, settings = job.asset, job.settings
+    sources = {path.name: file_sha256(path) for path in asset.source_files}
+    key = cook_key(job.task_key, sources)
+    model = load_source(asset)
+    cooked = optimize(model, settings, where)
+    ort_version = ort_format_version(cooked)
+    cooked_facts = ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
+    guard(
+        source=onnx_facts(model),
+        cooked=cooked_facts,
+        model_size=len(cooked),
+        ort_format_version=ort_version,
+        settings=settings,
+        preferred_domains=ep_domains(settings.execution_providers[0]),
+        where=where,
+    )
+    min_runtime = format_version(
+        min_runtime_for(opset=cooked_facts.opset, ir_version=cooked_facts.ir_version, ort_format_version=ort_version)
+    )
+    options = settings.to_dict()
+    blob = encode_blob(
+        cooked,
+        level=settings.compression_level,
+        model_format=settings.format,
+        platform=settings.platform,
+        name=asset.name,
+        cook_key=key,
+        min_runtime_version=min_runtime,
+        ort_format_version=ort_version,
+        saved_runtime_optimizations=settings.optimization_style == "runtime",
+        execution_providers=settings.execution_providers,
+        provider_options=options["provider_options"],
+        ep_session_options=options["ep_session_options"],
+    )
+    try:
+        verification = _verification(job, model, blob)
+    except VerifyError as exc:
+        raise VerifyError(f"{where}: verification failed: {exc}") from None
+    target = blob_path(job.platform_dir, asset.name, settings.format)
+    entry = {
+        "name": asset.name,
+        "format": settings.format,
+        "file": target.relative_to(job.platform_dir).as_posix(),
+        "source_size": sum(path.stat().st_size for path in asset.source_files if path != asset.inputs_path),
+        "model_size": len(cooked),
+        "blob_size": len(blob),
+        "source_sha256": sources[asset.path.name],
+        "sources": sources,
+        "model_sha256": _sha256(cooked),
+        "blob_sha256": _sha256(blob),
+        "cook_key": key,
+        "inputs": signature(v for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}),
+        "outputs": signature(model.graph.output),
+        "execution_providers": list(settings.execution_providers),
+        "provider_options": options["provider_options"],
+        "ep_session_options": options["ep_session_options"],
+        "saved_runtime_optimizations": settings.optimization_style == "runtime",
+        "ort_format_version": ort_version,
+        "min_runtime_version": min_runtime,
+        "cooked_with": dict(tool_versions()),
+        "settings": options,
+        "verification": verification,
+    }
+    atomic_write(target, blob)
+    atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
+    return entry
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _json(value: Mapping[str, Any]) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()

@@ -1,0 +1,19 @@
+"""One unit of cooking work, built at task-loading time. Standard library only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .assets import AssetModel
+from .profile import CookSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class CookJob:
+    """Everything one (platform, model) cook needs; picklable for ``doit -n``."""
+
+    asset: AssetModel
+    settings: CookSettings
+    task_key: str
+    platform_dir: Path

@@ -1,0 +1,20 @@
+"""Where cooked files go under the build folder. Standard library only (used at task-loading time)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ENTRIES_DIR = ".entries"
+# Same values as pipeline.runtime.bundle (kept in step by a test; importing the runtime here would
+# load onnxruntime when doit loads tasks).
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:
+    return platform_dir / f"{name}.{model_format}.zst"
+
+
+def entry_path(platform_dir: Path, name: str) -> Path:
+    """Each cook writes its manifest entry alone, so parallel cooks never share a file."""
+    return platform_dir / ENTRIES_DIR / f"{name}.json"

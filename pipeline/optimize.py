@@ -1,0 +1,79 @@
+"""Step 2 of a cook: optimize and serialize with the CPU execution provider only.
+
+The one place where a platform's settings become onnxruntime session options for cooking.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnxruntime
+
+from .errors import ModelError
+from .facts import onnx_graphs
+from .profile import CookSettings
+
+# Never a GPU EP: with DirectML registered, partitioning steals initializers and the saved file has
+# no weights (DESIGN.md trap 1, the seed thread).
+COOK_PROVIDERS = ["CPUExecutionProvider"]
+LEVELS = {
+    "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def disabled_optimizers(settings: CookSettings) -> list[str]:
+    """NCHWc layouts depend on the build machine's vector width: only for x86_64 targets that ask."""
+    if settings.arch == "x86_64" and settings.allow_nchwc:
+        return []
+    return ["NchwcTransformer"]
+
+
+def session_options(settings: CookSettings, output: Path) -> onnxruntime.SessionOptions:
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = LEVELS[settings.optimization_level]
+    options.optimized_model_filepath = str(output)
+    options.log_severity_level = 3  # the NCHWc warning is handled by disabled_optimizers
+    # As onnxruntime's own converter does: int8 QDQ kernels are a win on arm only.
+    options.add_session_config_entry("session.qdqisint8allowed", "1" if settings.arch == "arm64" else "0")
+    if settings.format == "ort":
+        options.add_session_config_entry("session.save_model_format", "ORT")
+        if settings.optimization_style == "runtime":
+            options.add_session_config_entry("optimization.minimal_build_optimizations", "save")
+    return options
+
+
+def optimize(model: onnx.ModelProto, settings: CookSettings, where: str) -> bytes:
+    """The optimized model in the platform's format, as bytes."""
+    with tempfile.TemporaryDirectory(prefix="onnx-cooker-") as tmp:
+        output = Path(tmp) / f"model.{settings.format}"
+        try:
+            onnxruntime.InferenceSession(
+                model.SerializeToString(),
+                sess_options=session_options(settings, output),
+                providers=COOK_PROVIDERS,
+                disabled_optimizers=disabled_optimizers(settings),
+            )
+        except Exception as exc:  # onnxruntime raises Fail, InvalidGraph, NotImplemented, RuntimeError...
+            raise ModelError(
+                f"{where}: onnxruntime {onnxruntime.__version__} cannot load the model to optimize it: {exc}"
+            ) from None
+        data = output.read_bytes()
+    return data if settings.format == "ort" else tidy_onnx(data)
+
+
+def tidy_onnx(data: bytes) -> bytes:
+    """Drop the opset imports onnxruntime adds for every domain it knows but the model does not use.
+
+    Unused imports such as ``ai.onnx.preview`` would otherwise make older runtimes refuse the model.
+    """
+    model = onnx.load_model_from_string(data)
+    used = {node.domain for graph in onnx_graphs(model.graph) for node in graph.node}
+    kept = [o for o in model.opset_import if o.domain in ("", "ai.onnx") or o.domain in used]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+    return model.SerializeToString()
+

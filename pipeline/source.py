@@ -1,0 +1,93 @@
+"""Step 1 of a cook: load the source model, check it, normalize what onnxruntime mishandles."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from onnx import external_data_helper
+
+from .assets import AssetModel
+from .errors import ModelError
+
+# Initializers listed as graph inputs became optional with IR 4; below that, onnxruntime's
+# basic-level ConstantSharing leaves required inputs with no data behind (DESIGN.md trap 3).
+FIRST_IR_WITHOUT_INITIALIZER_INPUTS = 4
+MAX_PROTO_SIZE = 2 << 30
+
+
+def load_source(asset: AssetModel) -> onnx.ModelProto:
+    """Load, check and normalize ``asset``; external data is loaded into the returned proto."""
+    where = f"{asset.path} (model {asset.name!r})"
+    try:
+        model = onnx.load_model(str(asset.path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError, OSError, ValueError... all mean the same here
+        raise ModelError(
+            f"{where} is not a readable ONNX model ({type(exc).__name__}: {exc}); re-export it from its "
+            "training framework or restore it from source control"
+        ) from None
+    _check_external_data(model, asset, where)
+    try:
+        external_data_helper.load_external_data_for_model(model, str(asset.path.parent))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{where}: cannot read its external data ({exc})") from None
+    _check(model, where)
+    normalize(model)
+    return model
+
+
+def _check_external_data(model: onnx.ModelProto, asset: AssetModel, where: str) -> None:
+    """External data must be one of the model's tracked sidecar files, inside the assets folder."""
+    allowed = {path.name for path in asset.external_data}
+    for tensor in external_data_helper._get_all_tensors(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        location = external_data_helper.ExternalDataInfo(tensor).location
+        if os.path.isabs(location) or os.path.normpath(location) != os.path.basename(location):
+            raise ModelError(
+                f"{where}: tensor {tensor.name!r} points at external data {location!r} outside the model's "
+                "folder; re-save the model with its data beside it"
+            )
+        if location not in allowed:
+            expected = asset.path.with_suffix(".onnx.data").name
+            raise ModelError(
+                f"{where}: tensor {tensor.name!r} keeps its weights in {location!r}, which is not tracked; "
+                f"re-save the model with location={expected!r} so that edits to the data re-cook it"
+            )
+        if (asset.path.parent / location).resolve().parent != asset.path.parent.resolve():
+            raise ModelError(f"{where}: external data {location!r} is a link out of the model's folder")
+
+
+def _check(model: onnx.ModelProto, where: str) -> None:
+    size = model.ByteSize()
+    if size >= MAX_PROTO_SIZE:
+        raise ModelError(
+            f"{where} is {size:,} bytes with its weights; models over 2 GB are not supported by this cooker yet"
+        )
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(
+            f"{where} fails the ONNX checker: {first_line}; fix the model at its source (exporter) "
+            "before cooking"
+        ) from None
+
+
+def normalize(model: onnx.ModelProto) -> bool:
+    """Drop initializers from the graph inputs of an IR<4 model (raising it to IR 4). True if changed.
+
+    onnxruntime.tools.remove_initializer_from_input does the same but refuses IR<4 models, which are
+    exactly the ones that need it.
+    """
+    if model.ir_version >= FIRST_IR_WITHOUT_INITIALIZER_INPUTS:
+        return False
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    kept = [value for value in model.graph.input if value.name not in initializers]
+    model.ir_version = FIRST_IR_WITHOUT_INITIALIZER_INPUTS
+    if len(kept) == len(model.graph.input):
+        return True
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return True

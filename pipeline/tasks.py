@@ -1,0 +1,170 @@
+"""The doit tasks of ``dodo.py``: one cook per (platform, model), one manifest per platform.
+
+Runs at task-loading time for every doit command, so it imports only the standard library, yaml
+and doit; the cooking code is imported inside the actions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from doit.exceptions import InvalidDodoFile, TaskFailed
+from doit.tools import config_changed
+
+from .assets import AssetModel, discover
+from .cookkey import BUNDLE_FORMAT, canonical_json, task_key
+from .errors import CookError, ProfileError
+from .job import CookJob
+from .layout import MANIFEST_NAME, blob_path, entry_path
+from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
+
+
+@dataclass(frozen=True, kw_only=True)
+class Folders:
+    assets: Path
+    platforms: Path
+    build: Path
+
+
+def folders(env: Mapping[str, str], root: Path) -> Folders:
+    """The assets, platforms and build folders; ``COOK_ASSETS_DIR`` etc. override them."""
+
+    def pick(variable: str, default: str) -> Path:
+        return (root / env.get(variable, default)).resolve()
+
+    return Folders(
+        assets=pick("COOK_ASSETS_DIR", "assets"),
+        platforms=pick("COOK_PLATFORMS_DIR", "platforms"),
+        build=pick("COOK_BUILD_DIR", "build"),
+    )
+
+
+def run_cook(job: CookJob) -> TaskFailed | None:
+    from .cook import cook  # heavy: onnx and onnxruntime
+
+    try:
+        entry = cook(job)
+    except CookError as exc:
+        return TaskFailed(str(exc))
+    print(_summary(entry))
+    return None
+
+
+def _summary(entry: Mapping[str, Any]) -> str:
+    verification = entry["verification"]
+    if "outputs" in verification:
+        worst = max((o["max_abs"] for o in verification["outputs"]), default=0.0)
+        checked = f"verified ({verification['inputs']} inputs), max abs error {worst:.2g}"
+    else:
+        checked = "NOT verified (verify: false)"
+    ratio = entry["source_size"] / max(entry["blob_size"], 1)
+    return f"{entry['file']}: {entry['blob_size']:,} B ({ratio:.1f}x smaller than source), {checked}"
+
+
+def run_manifest(platform_dir: Path, platform: str, names: list[str]) -> TaskFailed | None:
+    from .manifest import write_manifest
+
+    try:
+        path = write_manifest(platform_dir, platform, names)
+    except CookError as exc:
+        return TaskFailed(str(exc))
+    print(f"{path}: {len(names)} model(s)")
+    return None
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _model_settings(assets: tuple[AssetModel, ...], platform_names: list[str]) -> dict[str, dict]:
+    """Every model's settings file, validated together so that one run reports every problem."""
+    settings, problems = {}, []
+    for asset in assets:
+        try:
+            settings[asset.name] = load_model_settings(asset.settings_path, platform_names)
+        except ProfileError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ProfileError(problems)
+    return settings
+
+
+def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
+    """Sub-tasks ``<platform>:<model>`` (one cook) and ``<platform>`` (its manifest)."""
+    where = folders(env, root)
+    try:
+        platforms = load_platforms(where.platforms, env)
+        assets = discover(where.assets)
+        model_settings = _model_settings(assets, [p.name for p in platforms])
+        plans = [(p, _platform_jobs(p, assets, model_settings, where.build, env)) for p in platforms]
+    except CookError as exc:
+        raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
+    for platform, jobs in plans:
+        for job in jobs:
+            yield _cook_task(job)
+        yield _manifest_task(platform, jobs, where.build / platform.name)
+
+
+def _platform_jobs(
+    platform: Platform,
+    assets: tuple[AssetModel, ...],
+    model_settings: Mapping[str, Mapping[str, Any]],
+    build: Path,
+    env: Mapping[str, str],
+) -> list[CookJob]:
+    jobs = []
+    for asset in assets:
+        overrides = model_settings[asset.name]
+        if not platform.selects(asset.name) or is_skipped(overrides, platform.name):
+            continue
+        settings = resolve(platform, overrides, env)
+        jobs.append(
+            CookJob(
+                asset=asset,
+                settings=settings,
+                task_key=task_key(settings.to_dict()),
+                platform_dir=build / platform.name,
+            )
+        )
+    return jobs
+
+
+def _cook_task(job: CookJob) -> dict[str, Any]:
+    settings = job.settings
+    return {
+        "name": f"{settings.platform}:{job.asset.name}",
+        "doc": f"cook {job.asset.name} for {settings.platform} ({settings.format}, {settings.optimization_level})",
+        "actions": [(run_cook, [job])],
+        "file_dep": [str(path) for path in job.asset.source_files],
+        "targets": [
+            str(blob_path(job.platform_dir, job.asset.name, settings.format)),
+            str(entry_path(job.platform_dir, job.asset.name)),
+        ],
+        "uptodate": [config_changed(_digest(job.task_key))],
+        "clean": True,
+        "verbosity": 2,
+    }
+
+
+def _manifest_task(platform: Platform, jobs: list[CookJob], platform_dir: Path) -> dict[str, Any]:
+    names = [job.asset.name for job in jobs]
+    return {
+        "name": platform.name,
+        "doc": platform.description or f"cook every model for {platform.name} and write its manifest",
+        "actions": [(run_manifest, [platform_dir, platform.name, names])],
+        "file_dep": [str(entry_path(platform_dir, name)) for name in names],
+        "targets": [str(platform_dir / MANIFEST_NAME)],
+        "uptodate": [config_changed(_digest(canonical_json({"models": names, "format": BUNDLE_FORMAT})))],
+        "clean": True,
+        "verbosity": 2,
+    }
+
+
+def environment() -> dict[str, str]:
+    """The process environment, read once at the edge (dodo.py) and passed in everywhere else."""
+    return dict(os.environ)

@@ -1,0 +1,155 @@
+"""Step 4 of a cook: prove the cooked blob computes what the source computes.
+
+The blob is loaded through ``pipeline.runtime``, the loader games ship, so what is verified is what
+ships. The reference is the source model run by onnxruntime with optimizations off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+
+from .errors import VerifyError
+from .profile import CookSettings
+from .runtime import BundleError, session_from_blob
+
+SEED = 20240531
+CPU_ONLY = ["CPUExecutionProvider"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputError:
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+def _fix_hint(where: str, settings_path: str) -> str:
+    return f"add `verify_dims: {{<dim>: <size>}}` to {settings_path} or ship sample inputs as {where}"
+
+
+def synthesize_inputs(
+    model: onnx.ModelProto, dims: Mapping[str, int], *, settings_hint: str, inputs_hint: str
+) -> dict[str, np.ndarray]:
+    """Seeded inputs that match the model's input signature; symbolic dims come from ``dims``."""
+    rng = np.random.default_rng(SEED)
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise VerifyError(
+                f"input {value.name!r} is not a tensor; ship sample inputs as {inputs_hint} (keys = input names)"
+            )
+        shape = []
+        for dim in tensor_type.shape.dim:
+            if dim.HasField("dim_value"):
+                shape.append(dim.dim_value)
+            elif dim.dim_param and dim.dim_param in dims:
+                shape.append(dims[dim.dim_param])
+            else:
+                label = dim.dim_param or "(unnamed)"
+                raise VerifyError(
+                    f"input {value.name!r} has symbolic dimension {label!r} with no size to verify with; "
+                    + _fix_hint(inputs_hint, settings_hint)
+                )
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+        feeds[value.name] = _random(rng, dtype, tuple(shape))
+    return feeds
+
+
+def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        # Small non-negative values stay valid as indices, counts and lengths in most models.
+        return rng.integers(0, 4, size=shape).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    raise VerifyError(f"cannot synthesize inputs of type {dtype}; ship sample inputs as an .inputs.npz file")
+
+
+def load_inputs(path: Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Sample inputs from ``<model>.inputs.npz``; keys must be exactly the model's input names."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    expected = {value.name for value in model.graph.input if value.name not in initializers}
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            feeds = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as exc:
+        raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
+    missing, extra = sorted(expected - set(feeds)), sorted(set(feeds) - expected)
+    if missing or extra:
+        raise VerifyError(
+            f"{path}: keys must be the model's input names {sorted(expected)}; "
+            + (f"missing {missing}" if missing else "")
+            + ("; " if missing and extra else "")
+            + (f"unknown {extra}" if extra else "")
+        )
+    return feeds
+
+
+def reference_outputs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=CPU_ONLY)
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+
+
+def compare(
+    expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray], rtol: float, atol: float
+) -> list[OutputError]:
+    results = []
+    for name, want in expected.items():
+        got = actual[name]
+        if got.shape != want.shape or got.dtype != want.dtype:
+            results.append(OutputError(name=name, max_abs=float("inf"), max_rel=float("inf"), ok=False))
+            continue
+        if not np.issubdtype(want.dtype, np.number) or want.size == 0:
+            same = bool(np.array_equal(want, got))
+            results.append(OutputError(name=name, max_abs=0.0 if same else float("inf"), max_rel=0.0, ok=same))
+            continue
+        want64, got64 = want.astype(np.float64), got.astype(np.float64)
+        finite = np.isfinite(want64) & np.isfinite(got64)
+        nonfinite_same = bool(np.array_equal(want64[~finite], got64[~finite], equal_nan=True))
+        diff = np.abs(want64[finite] - got64[finite])
+        max_abs = float(diff.max(initial=0.0))
+        max_rel = float((diff / np.maximum(np.abs(want64[finite]), np.finfo(np.float64).tiny)).max(initial=0.0))
+        ok = nonfinite_same and bool(np.all(diff <= atol + rtol * np.abs(want64[finite])))
+        results.append(OutputError(name=name, max_abs=max_abs, max_rel=max_rel, ok=ok))
+    return results
+
+
+def verify(
+    blob: bytes, reference: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], settings: CookSettings
+) -> list[OutputError]:
+    """Run the cooked blob through the runtime loader on the CPU and compare every output."""
+    try:
+        session = session_from_blob(blob, providers=CPU_ONLY)
+        names = [output.name for output in session.get_outputs()]
+        actual = dict(zip(names, session.run(names, dict(feeds)), strict=True))
+    except BundleError as exc:
+        raise VerifyError(f"the runtime loader cannot load the cooked blob: {exc}") from None
+    except Exception as exc:  # onnxruntime's run errors
+        raise VerifyError(f"the cooked model fails to run on the verification inputs: {exc}") from None
+    missing = sorted(set(reference) - set(actual))
+    if missing:
+        raise VerifyError(f"the cooked model lacks output(s) {missing}")
+    results = compare(reference, actual, settings.rtol, settings.atol)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}, max rel {r.max_rel:.3g}" for r in failed)
+        raise VerifyError(
+            f"outputs differ from the source beyond rtol={settings.rtol:g}, atol={settings.atol:g} ({details}); "
+            "if the difference is expected from fused kernels, raise rtol/atol in the model's .cook.yaml"
+        )
+    return results
