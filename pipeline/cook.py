@@ -9,7 +9,6 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import onnx
@@ -22,11 +21,12 @@ from .guard import guard
 from .job import CookJob
 from .layout import blob_path, entry_path
 from .optimize import optimize
-from .profile import CookSettings, ep_domains
+from .profile import ep_domains
 from .runtime.blob import encode_blob
 from .runtime.compat import format_version, min_runtime_for, ort_format_version
 from .source import load_source
 from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
+
 
 def signature(values: Any) -> list[dict[str, Any]]:
     def dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
@@ -36,8 +36,9 @@ def signature(values: Any) -> list[dict[str, Any]]:
     return [
         {
             "name": value.name,
-            "type": onnx.helper.printable_type(value.type) if not value.type.HasField("tensor_type") else
-            f"tensor({onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name})",
+            "type": onnx.helper.printable_type(value.type)
+            if not value.type.HasField("tensor_type")
+            else f"tensor({onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name})",
             "shape": dims(value) if value.type.HasField("tensor_type") else None,
         }
         for value in values
@@ -62,7 +63,9 @@ def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> dict[str
     try:
         reference = reference_outputs(model, feeds)
     except Exception as exc:  # onnxruntime errors on the source itself
-        raise ModelError(f"onnxruntime cannot run the source model on the verification inputs: {exc}") from None
+        raise ModelError(
+            f"onnxruntime cannot run the source model on the verification inputs: {exc}"
+        ) from None
     results = verify(blob, reference, feeds, settings)
     return {
         "inputs": origin,
@@ -94,7 +97,9 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     model = load_source(asset)
     cooked = optimize(model, settings, where)
     ort_version = ort_format_version(cooked)
-    cooked_facts = ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
+    cooked_facts = (
+        ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
+    )
     guard(
         source=onnx_facts(model),
         cooked=cooked_facts,
@@ -105,7 +110,9 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         where=where,
     )
     min_runtime = format_version(
-        min_runtime_for(opset=cooked_facts.opset, ir_version=cooked_facts.ir_version, ort_format_version=ort_version)
+        min_runtime_for(
+            opset=cooked_facts.opset, ir_version=cooked_facts.ir_version, ort_format_version=ort_version
+        )
     )
     options = settings.to_dict()
     blob = encode_blob(
@@ -139,7 +146,9 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "model_sha256": _sha256(cooked),
         "blob_sha256": _sha256(blob),
         "cook_key": key,
-        "inputs": signature(v for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}),
+        "inputs": signature(
+            v for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}
+        ),
         "outputs": signature(model.graph.output),
         "execution_providers": list(settings.execution_providers),
         "provider_options": options["provider_options"],

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-
 import onnxruntime.tools.ort_format_model  # noqa: F401  (puts ort_flatbuffers_py on sys.path)
+
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -138,10 +138,14 @@ def ort_facts(data: bytes) -> ModelFacts:
     return ModelFacts(
         ir_version=model.IrVersion(),
         opset=next((o.Version() for o in opsets if _domain((o.Domain() or b"").decode()) == ""), 0),
-        domains_used=frozenset(_domain((node.Domain() or b"").decode()) for g in graphs for node in _nodes(g)),
+        domains_used=frozenset(
+            _domain((node.Domain() or b"").decode()) for g in graphs for node in _nodes(g)
+        ),
         inputs=tuple(name for name in inputs if name not in initializers),
         outputs=tuple(graph.Outputs(i).decode() for i in range(graph.OutputsLength())),
         initializer_count=sum(g.InitializersLength() for g in graphs),
-        initializer_bytes=sum(_fbs_tensor_bytes(g.Initializers(i)) for g in graphs for i in range(g.InitializersLength())),
+        initializer_bytes=sum(
+            _fbs_tensor_bytes(g.Initializers(i)) for g in graphs for i in range(g.InitializersLength())
+        ),
         missing_values=_missing(node_inputs, available),
     )

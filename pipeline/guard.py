@@ -35,7 +35,10 @@ def check_inputs(source: ModelFacts, cooked: ModelFacts) -> list[str]:
 
 
 def check_weights(source: ModelFacts, cooked: ModelFacts) -> list[str]:
-    if source.initializer_bytes == 0 or cooked.initializer_bytes >= MIN_WEIGHT_RATIO * source.initializer_bytes:
+    if (
+        source.initializer_bytes == 0
+        or cooked.initializer_bytes >= MIN_WEIGHT_RATIO * source.initializer_bytes
+    ):
         return []
     return [
         f"the cooked model keeps {cooked.initializer_bytes:,} of the source's {source.initializer_bytes:,} "
@@ -67,7 +70,9 @@ def check_domains(
     return problems
 
 
-def check_runtime_version(cooked: ModelFacts, ort_format_version: str | None, settings: CookSettings) -> list[str]:
+def check_runtime_version(
+    cooked: ModelFacts, ort_format_version: str | None, settings: CookSettings
+) -> list[str]:
     """The target's onnxruntime must load the cooked opset, IR and ORT format (trap 6)."""
     target = parse_version(settings.runtime_version)
     try:
@@ -89,7 +94,9 @@ def check_runtime_version(cooked: ModelFacts, ort_format_version: str | None, se
 
 def check_size(model_size: int, settings: CookSettings) -> list[str]:
     if settings.format == "ort" and model_size >= ORT_FORMAT_LIMIT:
-        return [f"the ORT-format model is {model_size:,} bytes, over the 2 GB flatbuffer limit; use format: onnx"]
+        return [
+            f"the ORT-format model is {model_size:,} bytes, over the 2 GB flatbuffer limit; use format: onnx"
+        ]
     return []
 
 

@@ -11,6 +11,7 @@ from .errors import CookError
 from .fsutil import atomic_write
 from .layout import MANIFEST_NAME, MANIFEST_VERSION, entry_path
 
+
 def write_manifest(platform_dir: Path, platform: str, names: Sequence[str]) -> Path:
     """Merge the entries of ``names`` into ``platform_dir/manifest.json`` (atomically)."""
     models = {}
@@ -19,7 +20,9 @@ def write_manifest(platform_dir: Path, platform: str, names: Sequence[str]) -> P
         try:
             models[name] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise CookError(f"{path}: cannot read the cooked entry of {name!r} ({exc}); re-run `doit cook`") from None
+            raise CookError(
+                f"{path}: cannot read the cooked entry of {name!r} ({exc}); re-run `doit cook`"
+            ) from None
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "platform": platform,

@@ -76,4 +76,3 @@ def tidy_onnx(data: bytes) -> bytes:
     del model.opset_import[:]
     model.opset_import.extend(kept)
     return model.SerializeToString()
-

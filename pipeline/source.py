@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import onnx
 from onnx import external_data_helper
@@ -63,7 +62,8 @@ def _check(model: onnx.ModelProto, where: str) -> None:
     size = model.ByteSize()
     if size >= MAX_PROTO_SIZE:
         raise ModelError(
-            f"{where} is {size:,} bytes with its weights; models over 2 GB are not supported by this cooker yet"
+            f"{where} is {size:,} bytes with its weights; models over 2 GB are not supported "
+            "by this cooker yet"
         )
     try:
         onnx.checker.check_model(model, full_check=True)

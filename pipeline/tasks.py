@@ -122,7 +122,7 @@ def _platform_jobs(
         overrides = model_settings[asset.name]
         if not platform.selects(asset.name) or is_skipped(overrides, platform.name):
             continue
-        settings = resolve(platform, overrides, env)
+        settings = resolve(platform, overrides, env, model_source=str(asset.settings_path or asset.path))
         jobs.append(
             CookJob(
                 asset=asset,
@@ -138,7 +138,8 @@ def _cook_task(job: CookJob) -> dict[str, Any]:
     settings = job.settings
     return {
         "name": f"{settings.platform}:{job.asset.name}",
-        "doc": f"cook {job.asset.name} for {settings.platform} ({settings.format}, {settings.optimization_level})",
+        "doc": f"cook {job.asset.name} for {settings.platform} "
+        f"({settings.format}, {settings.optimization_level})",
         "actions": [(run_cook, [job])],
         "file_dep": [str(path) for path in job.asset.source_files],
         "targets": [

@@ -47,7 +47,8 @@ def synthesize_inputs(
         tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
             raise VerifyError(
-                f"input {value.name!r} is not a tensor; ship sample inputs as {inputs_hint} (keys = input names)"
+                f"input {value.name!r} is not a tensor; ship sample inputs as {inputs_hint} "
+                "(keys = input names)"
             )
         shape = []
         for dim in tensor_type.shape.dim:
@@ -116,14 +117,18 @@ def compare(
             continue
         if not np.issubdtype(want.dtype, np.number) or want.size == 0:
             same = bool(np.array_equal(want, got))
-            results.append(OutputError(name=name, max_abs=0.0 if same else float("inf"), max_rel=0.0, ok=same))
+            results.append(
+                OutputError(name=name, max_abs=0.0 if same else float("inf"), max_rel=0.0, ok=same)
+            )
             continue
         want64, got64 = want.astype(np.float64), got.astype(np.float64)
         finite = np.isfinite(want64) & np.isfinite(got64)
         nonfinite_same = bool(np.array_equal(want64[~finite], got64[~finite], equal_nan=True))
         diff = np.abs(want64[finite] - got64[finite])
         max_abs = float(diff.max(initial=0.0))
-        max_rel = float((diff / np.maximum(np.abs(want64[finite]), np.finfo(np.float64).tiny)).max(initial=0.0))
+        max_rel = float(
+            (diff / np.maximum(np.abs(want64[finite]), np.finfo(np.float64).tiny)).max(initial=0.0)
+        )
         ok = nonfinite_same and bool(np.all(diff <= atol + rtol * np.abs(want64[finite])))
         results.append(OutputError(name=name, max_abs=max_abs, max_rel=max_rel, ok=ok))
     return results
@@ -149,7 +154,8 @@ def verify(
     if failed:
         details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}, max rel {r.max_rel:.3g}" for r in failed)
         raise VerifyError(
-            f"outputs differ from the source beyond rtol={settings.rtol:g}, atol={settings.atol:g} ({details}); "
+            f"outputs differ from the source beyond rtol={settings.rtol:g}, atol={settings.atol:g} "
+            f"({details}); "
             "if the difference is expected from fused kernels, raise rtol/atol in the model's .cook.yaml"
         )
     return results

@@ -1,0 +1,323 @@
+"""The cook of one (platform, model), run without doit on purpose-built models: each DESIGN.md trap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline import guard as guard_module
+from pipeline.assets import discover
+from pipeline.cook import cook
+from pipeline.cookkey import task_key
+from pipeline.errors import GuardError, ModelError, VerifyError
+from pipeline.facts import onnx_facts, ort_facts
+from pipeline.job import CookJob
+from pipeline.layout import blob_path, entry_path
+from pipeline.optimize import optimize
+from pipeline.profile import CookSettings, load_platforms, resolve
+from pipeline.runtime import decode_blob, session_from_blob
+from pipeline.source import load_source, normalize
+
+REPO = Path(__file__).resolve().parents[1]
+RNG_SEED = 7
+
+
+def settings_for(tmp_path: Path, text: str, name: str = "target") -> CookSettings:
+    folder = tmp_path / "platforms"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.yaml").write_text(text)
+    platform = next(p for p in load_platforms(folder, {}) if p.name == name)
+    return resolve(platform, {}, {})
+
+
+def shipped_settings(platform_name: str, **overrides: object) -> CookSettings:
+    platform = next(p for p in load_platforms(REPO / "platforms", {}) if p.name == platform_name)
+    return resolve(platform, overrides, {})
+
+
+def job_for(assets: Path, name: str, settings: CookSettings, build: Path) -> CookJob:
+    asset = next(a for a in discover(assets) if a.name == name)
+    return CookJob(
+        asset=asset,
+        settings=settings,
+        task_key=task_key(settings.to_dict()),
+        platform_dir=build / settings.platform,
+    )
+
+
+def conv_bn_relu_model() -> onnx.ModelProto:
+    """Conv + BatchNormalization + Relu: the pattern CPU optimizers fuse into device-specific ops."""
+    rng = np.random.default_rng(RNG_SEED)
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "scale"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "mean"),
+        numpy_helper.from_array(rng.random(16).astype(np.float32) + 0.5, "var"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"]),
+        helper.make_node("Relu", ["b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_bn_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def save(model: onnx.ModelProto, folder: Path, name: str) -> Path:
+    path = folder / f"{name}.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("platform", ["windows-dml", "android", "ios", "console"])
+def test_cook_round_trip_every_shipped_platform(tmp_path: Path, platform: str) -> None:
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    settings = shipped_settings(platform)
+    entry = cook(job_for(assets, "net", settings, tmp_path / "build"))
+
+    blob = blob_path(tmp_path / "build" / platform, "net", settings.format).read_bytes()
+    header, model_bytes = decode_blob(blob)
+    assert header.model_format == settings.format == entry["format"]
+    assert entry_path(tmp_path / "build" / platform, "net").is_file()
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    # The cooked model computes what the source computes, loaded from memory through the loader.
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    source = onnxruntime.InferenceSession(
+        conv_bn_relu_model().SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    cooked = session_from_blob(blob, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(cooked.run(None, feed)[0], source.run(None, feed)[0], rtol=1e-4, atol=1e-5)
+    # Trap 1: the saved model keeps its weights (BatchNorm folded into the conv, nothing stolen).
+    facts = (
+        ort_facts(model_bytes) if settings.format == "ort" else onnx_facts(onnx.load_from_string(model_bytes))
+    )
+    assert facts.initializer_bytes >= 16 * 8 * 3 * 3 * 4
+
+
+def test_windows_dml_extended_level_would_ship_cpu_only_fused_ops(tmp_path: Path) -> None:
+    """Trap 2: `extended` fuses Conv+BN+Relu into com.microsoft FusedConv, which DirectML cannot take."""
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    settings = shipped_settings("windows-dml", optimization_level="extended")
+    with pytest.raises(GuardError, match=r"net\.onnx.*windows-dml.*com\.microsoft.*DmlExecutionProvider"):
+        cook(job_for(assets, "net", settings, tmp_path / "build"))
+    assert not (tmp_path / "build" / "windows-dml" / "net.onnx.zst").exists()
+    assert not entry_path(tmp_path / "build" / "windows-dml", "net").exists()
+
+
+def test_nchwc_only_for_x86_64_targets_that_ask(tmp_path: Path) -> None:
+    """Trap 2: level `all` adds machine-specific nchwc ops unless the transformer is excluded."""
+    model = conv_bn_relu_model()
+    base = "format: onnx\noptimization_level: all\nexecution_providers: [CPUExecutionProvider]\n"
+    arm = settings_for(tmp_path, base + "arch: arm64\n", "arm")
+    x86_opt_in = settings_for(tmp_path, base + "arch: x86_64\nallow_nchwc: true\n", "x86")
+    arm_domains = onnx_facts(onnx.load_from_string(optimize(model, arm, "net"))).domains_used
+    x86_domains = onnx_facts(onnx.load_from_string(optimize(model, x86_opt_in, "net"))).domains_used
+    assert "com.microsoft.nchwc" not in arm_domains
+    assert "com.microsoft.nchwc" in x86_domains
+
+
+def test_guard_names_nchwc_ops_on_a_target_that_did_not_ask(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path, "arch: arm64\nexecution_providers: [CPUExecutionProvider]\n")
+    source = onnx_facts(conv_bn_relu_model())
+    cooked = source.__class__(**{**source.__dict__, "domains_used": frozenset({"com.microsoft.nchwc"})})
+    problems = guard_module.check_domains(source, cooked, settings, ("", "com.microsoft.nchwc"))
+    assert len(problems) == 1 and "com.microsoft.nchwc" in problems[0] and "allow_nchwc" in problems[0]
+
+
+def test_guard_catches_a_model_whose_weights_were_stolen(tmp_path: Path) -> None:
+    """Trap 1 as the seed thread saw it: a saved model with no initializers (the few-KB file)."""
+    source_model = conv_bn_relu_model()
+    broken = onnx.ModelProto()
+    broken.CopyFrom(source_model)
+    del broken.graph.initializer[:]
+    settings = shipped_settings("windows-dml")
+    with pytest.raises(GuardError) as failure:
+        guard_module.guard(
+            source=onnx_facts(source_model),
+            cooked=onnx_facts(broken),
+            model_size=broken.ByteSize(),
+            ort_format_version=None,
+            settings=settings,
+            preferred_domains=("",),
+            where="net.onnx (model 'net', platform 'windows-dml')",
+        )
+    message = str(failure.value)
+    assert "weights were dropped" in message and "nothing produces" in message and "net.onnx" in message
+
+
+def legacy_ir3_model() -> onnx.ModelProto:
+    """IR 3: initializers are also graph inputs; two equal constants invite ConstantSharing."""
+    rng = np.random.default_rng(RNG_SEED)
+    weight = rng.standard_normal((4, 4)).astype(np.float32)
+    tensors = [
+        numpy_helper.from_array(weight, "w"),
+        numpy_helper.from_array(np.array([0.5], np.float32), "k1"),
+        numpy_helper.from_array(np.array([0.5], np.float32), "k2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Mul", ["m", "k1"], ["a"]),
+        helper.make_node("Mul", ["a", "k2"], ["y"]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])]
+    inputs += [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)) for t in tensors]
+    graph = helper.make_graph(
+        nodes, "legacy", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], tensors
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)])
+    model.ir_version = 3
+    return model
+
+
+def test_ir3_initializer_inputs_are_normalized_before_basic_optimization(tmp_path: Path) -> None:
+    """Trap 3: unnormalized, `basic` leaves a required input with no data; normalized, it cooks."""
+    settings = settings_for(tmp_path, "format: onnx\nexecution_providers: [CPUExecutionProvider]\n")
+    raw = legacy_ir3_model()
+    broken = onnx_facts(onnx.load_from_string(optimize(raw, settings, "legacy")))
+    assert set(broken.inputs) - set(onnx_facts(raw).inputs), "onnxruntime no longer shows trap 3"
+    with pytest.raises(GuardError, match="requires input"):
+        guard_module.guard(
+            source=onnx_facts(raw),
+            cooked=broken,
+            model_size=0,
+            ort_format_version=None,
+            settings=settings,
+            preferred_domains=("",),
+            where="legacy",
+        )
+
+    normalized = legacy_ir3_model()
+    assert normalize(normalized) is True
+    assert normalized.ir_version == 4 and [v.name for v in normalized.graph.input] == ["x"]
+    cooked = onnx_facts(onnx.load_from_string(optimize(normalized, settings, "legacy")))
+    assert cooked.inputs == ("x",) and cooked.missing_values == ()
+
+
+def test_shipped_legacy_asset_cooks_for_every_platform(tmp_path: Path) -> None:
+    for platform in ("windows-dml", "android"):
+        entry = cook(job_for(REPO / "assets", "legacy_ir3", shipped_settings(platform), tmp_path / "build"))
+        assert [i["name"] for i in entry["inputs"]] == ["data"]
+
+
+def opset_model(opset: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+def test_too_new_opset_rejected_for_old_runtime_accepted_for_new(tmp_path: Path) -> None:
+    """Trap 6: opset 26 needs onnxruntime 1.28; windows-dml ships 1.24.4."""
+    assets = tmp_path / "assets"
+    save(opset_model(26), assets, "relu26")
+    with pytest.raises(GuardError, match=r"needs onnxruntime 1\.28 or newer.*runtime_version is 1\.24\.4"):
+        cook(job_for(assets, "relu26", shipped_settings("windows-dml"), tmp_path / "build"))
+    entry = cook(job_for(assets, "relu26", shipped_settings("android"), tmp_path / "build"))
+    assert entry["min_runtime_version"] == "1.28"
+
+
+def test_garbage_model_fails_with_its_path_and_nothing_written(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "broken.onnx").write_bytes(np.random.default_rng(3).bytes(512))
+    with pytest.raises(ModelError, match=r"broken\.onnx.*not a readable ONNX model"):
+        cook(job_for(assets, "broken", shipped_settings("android"), tmp_path / "build"))
+    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").rglob("*.zst"))
+
+
+def test_model_failing_the_checker_is_refused(tmp_path: Path) -> None:
+    model = opset_model(17)
+    model.graph.node[0].input[0] = "nowhere"
+    assets = tmp_path / "assets"
+    save(model, assets, "bad")
+    with pytest.raises(ModelError, match=r"bad\.onnx.*fails the ONNX checker"):
+        cook(job_for(assets, "bad", shipped_settings("android"), tmp_path / "build"))
+
+
+def test_symbolic_dim_without_a_size_says_how_to_fix(tmp_path: Path) -> None:
+    model = opset_model(17)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    assets = tmp_path / "assets"
+    save(model, assets, "dyn")
+    with pytest.raises(
+        VerifyError, match=r"symbolic dimension 'batch'.*verify_dims.*dyn\.cook\.yaml.*dyn\.inputs\.npz"
+    ):
+        cook(job_for(assets, "dyn", shipped_settings("ios"), tmp_path / "build"))
+    entry = cook(
+        job_for(assets, "dyn", shipped_settings("ios", verify_dims={"batch": 3}), tmp_path / "build")
+    )
+    assert entry["inputs"][0]["shape"] == ["batch", 3]
+
+
+def test_sample_inputs_with_wrong_keys_are_refused(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(opset_model(17), assets, "relu")
+    np.savez(assets / "relu.inputs.npz", wrong=np.zeros((2, 3), np.float32))
+    with pytest.raises(VerifyError, match=r"relu\.inputs\.npz.*missing \['x'\].*unknown \['wrong'\]"):
+        cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))
+
+
+def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    model = conv_bn_relu_model()
+    save(model, tmp_path, "elsewhere")  # a copy whose weights we move out of the assets folder
+    onnx.save_model(
+        model,
+        tmp_path / "outside.onnx",
+        save_as_external_data=True,
+        location="outside.onnx.data",
+        size_threshold=0,
+    )
+    assets.mkdir()
+    escaped = onnx.load(tmp_path / "outside.onnx", load_external_data=False)
+    for tensor in escaped.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../outside.onnx.data"
+    onnx.save(escaped, assets / "escaped.onnx")
+    with pytest.raises(ModelError, match=r"escaped\.onnx.*outside the model's folder"):
+        load_source(next(a for a in discover(assets) if a.name == "escaped"))
+
+
+def test_external_data_is_tracked_and_cooked(tmp_path: Path) -> None:
+    entry = cook(job_for(REPO / "assets", "big_weights", shipped_settings("console"), tmp_path / "build"))
+    assert set(entry["sources"]) == {"big_weights.onnx", "big_weights.onnx.data"}
+    assert entry["model_size"] > 1_000_000  # the weights are inside the cooked model
+
+
+def test_cook_key_changes_with_source_bytes_and_settings(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    path = save(opset_model(17), assets, "relu")
+    first = cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))["cook_key"]
+    again = cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))["cook_key"]
+    other_settings = cook(
+        job_for(assets, "relu", shipped_settings("android", compression_level=3), tmp_path / "build")
+    )["cook_key"]
+    model = opset_model(17)
+    model.doc_string = "changed"
+    onnx.save(model, path)
+    other_bytes = cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))["cook_key"]
+    assert first == again and len({first, other_settings, other_bytes}) == 3

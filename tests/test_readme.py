@@ -1,0 +1,35 @@
+"""The README's promises that code can check: the Quick start commands and CI running them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def quick_start_commands() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Quick start\n(.*?)^## ", text, re.S | re.M)
+    assert section, "README.md has no '## Quick start' section"
+    blocks = re.findall(r"```sh\n(.*?)```", section.group(1), re.S)
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_quick_start_has_exactly_two_commands_cook_then_tests() -> None:
+    install_and_cook, install_and_test = quick_start_commands()
+    assert "pip install -e ." in install_and_cook and install_and_cook.endswith("doit cook")
+    assert '".[test]"' in install_and_test and "pytest" in install_and_test
+
+
+def test_ci_runs_the_quick_start_test_command() -> None:
+    ci_lines = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert quick_start_commands()[1] in ci_lines
+
+
+def test_readme_links_point_at_files_that_exist() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#]+)\)", text)
+    assert targets
+    missing = [t for t in targets if not t.startswith("http") and not (REPO / t).exists()]
+    assert missing == []
