@@ -17,6 +17,7 @@ from typing import Any
 
 import zstandard
 
+from .compat import parse_version
 from .errors import (
     BlobTooLargeError,
     ChecksumMismatchError,
@@ -131,7 +132,7 @@ def read_header(data: bytes | memoryview) -> tuple[BlobHeader, int]:
 def _header_from_json(payload: bytes) -> BlobHeader:
     try:
         fields = json.loads(payload)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptBlobError(f"blob header is not valid JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise CorruptBlobError("blob header is not a JSON object")
@@ -151,6 +152,12 @@ def _header_from_json(payload: bytes) -> BlobHeader:
     for key in ("provider_options", "ep_session_options"):
         if not all(isinstance(v, dict) for v in fields[key].values()):
             raise CorruptBlobError(f"blob header field {key!r} must map provider names to objects")
+    try:
+        parse_version(fields["min_runtime_version"])
+    except ValueError:
+        raise CorruptBlobError(
+            f"blob header field 'min_runtime_version' is not a version: {fields['min_runtime_version']!r}"
+        ) from None
     known = {key: fields[key] for key in _FIELD_TYPES}
     known["execution_providers"] = tuple(known["execution_providers"])
     return BlobHeader(**known)
@@ -186,7 +193,9 @@ def decode_blob(
     if params.content_size != header.model_size or not params.has_checksum:
         raise ChecksumMismatchError(f"{where}: model frame does not match its header (damaged or modified)")
     try:
-        model = zstandard.ZstdDecompressor().decompress(view, max_output_size=header.model_size)
+        model = zstandard.ZstdDecompressor().decompress(
+            view, max_output_size=header.model_size, allow_extra_data=False
+        )
     except zstandard.ZstdError as exc:
         raise ChecksumMismatchError(f"{where}: model data is damaged ({exc})") from None
     if len(model) != header.model_size or hashlib.sha256(model).hexdigest() != header.model_sha256:

@@ -129,5 +129,6 @@ def _check_manifest(manifest: Any, where: Path) -> None:
         if entry["blob_size"] < 0:
             raise fail(f"entry {name!r} has a negative blob_size")
         file = PurePosixPath(entry["file"])
-        if file.is_absolute() or ".." in file.parts or "\\" in entry["file"] or not file.parts:
+        unsafe = any(char in entry["file"] for char in "\\:\0")  # Windows drives, NTFS streams, NUL
+        if file.is_absolute() or ".." in file.parts or unsafe or not file.parts:
             raise fail(f"entry {name!r} points outside its folder ({entry['file']!r})")

@@ -78,6 +78,8 @@ def ort_format_version(model: bytes) -> str | None:
         (root,) = struct.unpack_from("<I", model, 0)
         (vtable_delta,) = struct.unpack_from("<i", model, root)
         vtable = root - vtable_delta
+        if not 0 <= vtable < len(model) - 2:
+            return ""
         (vtable_size,) = struct.unpack_from("<H", model, vtable)
         if vtable_size < 6:
             return ""

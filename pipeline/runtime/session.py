@@ -19,6 +19,10 @@ CPU = "CPUExecutionProvider"
 EXCLUSIVE_WITH_CPU = frozenset({"DmlExecutionProvider"})
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
+# Zero-copy loading from Python reads freed memory (DESIGN.md trap 4): refused even if a blob asks.
+_UNSAFE_CONFIG_KEYS = frozenset(
+    {"session.use_ort_model_bytes_for_initializers", "session.use_ort_model_bytes_directly"}
+)
 _EXECUTION_MODES = {
     "sequential": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
     "parallel": onnxruntime.ExecutionMode.ORT_PARALLEL,
@@ -72,6 +76,8 @@ def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[
             options.enable_mem_pattern = bool(value)
         elif key == "execution_mode":
             options.execution_mode = _EXECUTION_MODES[str(value)]
+        elif key in _UNSAFE_CONFIG_KEYS:
+            raise ValueError(f"{key} is unsafe when loading from Python memory (DESIGN.md trap 4)")
         elif key == "graph_optimization_level":
             options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(value)]
         else:
@@ -92,9 +98,10 @@ def session_options_for(
             _apply_session_options(options, header.ep_session_options.get(ep, {}))
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise SessionCreateError(f"model {header.name!r}: bad session option for {ep}: {exc}") from None
-    if header.saved_runtime_optimizations:
-        # Only reached after decode_blob proved the bytes are the ones the cooker wrote.
-        options.add_session_config_entry("session.enable_saved_runtime_optimizations", "1")
+    # Only reached after decode_blob proved the bytes are the ones the cooker wrote. Set either way:
+    # a caller may reuse one SessionOptions object for several blobs.
+    replay = "1" if header.saved_runtime_optimizations else "0"
+    options.add_session_config_entry("session.enable_saved_runtime_optimizations", replay)
     return options
 
 

@@ -1,0 +1,102 @@
+"""The loader ships inside games: it must work with only onnxruntime, numpy, zstandard and the stdlib."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_helpers import REPO, make_blob, run_source, sample_input, tiny_model, to_ort_format
+
+COOKING_ONLY = ("onnx", "yaml", "doit", "flatbuffers")
+
+# Runs in a fresh interpreter. argv: blob path, npz path with the input and the expected output,
+# and "block" to make the cooking-side packages unimportable before anything else is imported.
+CHILD = textwrap.dedent(
+    """
+    import importlib.abc
+    import sys
+
+    COOKING_ONLY = {cooking_only!r}
+    blob_path, npz_path, mode = sys.argv[1:4]
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in COOKING_ONLY:
+                raise ImportError(f"{{name}} is not available in a game build")
+            return None
+
+    if mode == "block":
+        sys.meta_path.insert(0, Blocker())
+        try:
+            import yaml  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            raise SystemExit("the import blocker does not work")
+
+    import pipeline.runtime
+
+    def leaked():
+        return sorted(name for name in sys.modules if name.partition(".")[0] in COOKING_ONLY)
+
+    assert not leaked(), f"import pipeline.runtime imported {{leaked()}}"
+
+    import numpy as np
+
+    with open(blob_path, "rb") as stream:
+        session = pipeline.runtime.session_from_blob(stream.read(), providers=["CPUExecutionProvider"])
+    data = np.load(npz_path)
+    np.testing.assert_allclose(session.run(None, {{"x": data["x"]}})[0], data["y"], rtol=1e-6, atol=1e-6)
+    assert not leaked(), f"loading a blob imported {{leaked()}}"
+    print("OK")
+    """
+).format(cooking_only=COOKING_ONLY)
+
+
+@pytest.fixture(scope="module")
+def cooked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """Per format, a blob file and an npz of (input, expected output), made in this process."""
+    root = tmp_path_factory.mktemp("isolation")
+    source = tiny_model(seed=4).SerializeToString()
+    x = sample_input(seed=9)
+    np.savez(root / "expected.npz", x=x, y=run_source(source, x))
+    files = {}
+    for fmt, model in (("onnx", source), ("ort", to_ort_format(source, root))):
+        path = root / f"tiny.{fmt}.zst"
+        path.write_bytes(make_blob(model, fmt))
+        files[fmt] = (path, root / "expected.npz")
+    return files
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "ort"])
+@pytest.mark.parametrize("mode", ["block", "observe"])
+def test_loader_runs_without_the_cooking_packages(
+    fmt: str, mode: str, cooked: dict[str, tuple[Path, Path]], tmp_path: Path
+) -> None:
+    # "block": the packages cannot be imported at all. "observe": they are installed, and the loader
+    # still must not import them (a lazy import would only fail in a game build, not here).
+    blob, npz = cooked[fmt]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(blob), str(npz), mode],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "OK"
+
+
+def test_cooking_packages_are_importable_here() -> None:
+    # The "observe" runs above only prove something if these packages could have been imported.
+    for name in COOKING_ONLY:
+        __import__(name)
+        assert name in sys.modules

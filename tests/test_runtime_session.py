@@ -1,0 +1,559 @@
+"""Sessions from blobs (pipeline/runtime/session.py), bundles (bundle.py) and the inspect CLI."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+from runtime_helpers import (
+    CPU,
+    REPO,
+    make_blob,
+    numpy_reference,
+    run_source,
+    sample_input,
+    tiny_model,
+    to_ort_format,
+    write_bundle,
+)
+
+from pipeline.runtime import open_bundle
+from pipeline.runtime.blob import decode_blob, read_header
+from pipeline.runtime.errors import (
+    ChecksumMismatchError,
+    IncompatibleRuntimeError,
+    ManifestError,
+    SessionCreateError,
+    UnknownModelError,
+)
+from pipeline.runtime.session import check_runtime, choose_providers, session_from_blob, session_options_for
+
+DML = "DmlExecutionProvider"
+XNNPACK = "XnnpackExecutionProvider"
+NNAPI = "NnapiExecutionProvider"
+COREML = "CoreMLExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+FORMATS = ("onnx", "ort")
+ZERO_COPY = "session.use_ort_model_bytes_for_initializers"
+SAVED_OPTIMIZATIONS = "session.enable_saved_runtime_optimizations"
+
+
+def config_entry(options: onnxruntime.SessionOptions, key: str) -> str | None:
+    """A session config entry, or None when it was never set (onnxruntime raises for unknown keys)."""
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError as exc:
+        assert "does not have configuration with key" in str(exc)
+        return None
+
+
+@pytest.fixture(scope="module")
+def source() -> bytes:
+    return tiny_model(seed=0).SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def models(source: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    return {"onnx": source, "ort": to_ort_format(source, tmp_path_factory.mktemp("ort"))}
+
+
+# --- choose_providers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("preference", "available", "chosen", "skipped"),
+    [
+        pytest.param(
+            [COREML, CPU_EP],
+            [CPU_EP],
+            [CPU_EP],
+            [(COREML, "not offered by this onnxruntime build")],
+            id="unavailable-skipped-with-reason",
+        ),
+        pytest.param([XNNPACK], [XNNPACK, CPU_EP], [XNNPACK, CPU_EP], [], id="cpu-added-as-fallback"),
+        pytest.param([CPU_EP, XNNPACK], [XNNPACK, CPU_EP], [XNNPACK, CPU_EP], [], id="cpu-always-last"),
+        pytest.param(
+            [NNAPI, XNNPACK, CPU_EP],
+            [NNAPI, XNNPACK, CPU_EP],
+            [NNAPI, XNNPACK, CPU_EP],
+            [],
+            id="ordinary-eps-combine",
+        ),
+        pytest.param(
+            [DML, XNNPACK, CPU_EP],
+            [DML, XNNPACK, CPU_EP],
+            [DML, CPU_EP],
+            [(XNNPACK, f"cannot be combined with {DML}")],
+            id="dml-only-with-cpu",
+        ),
+        pytest.param(
+            [XNNPACK, DML],
+            [DML, XNNPACK, CPU_EP],
+            [XNNPACK, CPU_EP],
+            [(DML, f"cannot be combined with {XNNPACK}")],
+            id="dml-not-joined-to-others",
+        ),
+        pytest.param(
+            [DML, XNNPACK],
+            [XNNPACK, CPU_EP],
+            [XNNPACK, CPU_EP],
+            [(DML, "not offered by this onnxruntime build")],
+            id="missing-dml-does-not-block-others",
+        ),
+        pytest.param([], [CPU_EP], [CPU_EP], [], id="empty-preference"),
+    ],
+)
+def test_choose_providers(
+    preference: list[str], available: list[str], chosen: list[str], skipped: list[tuple[str, str]]
+) -> None:
+    assert choose_providers(preference, available) == (chosen, skipped)
+
+
+# --- session options ------------------------------------------------------------------------------
+
+
+def header_of(blob: bytes):
+    return read_header(blob)[0]
+
+
+def test_ep_session_options_reach_the_session(models: dict[str, bytes]) -> None:
+    blob = make_blob(
+        models["onnx"], "onnx", ep_session_options={CPU_EP: {"session.intra_op.allow_spinning": "0"}}
+    )
+    session = session_from_blob(blob)
+    assert config_entry(session.get_session_options(), "session.intra_op.allow_spinning") == "0"
+
+
+def test_dml_session_options_apply_only_when_dml_is_used(models: dict[str, bytes]) -> None:
+    header = header_of(
+        make_blob(
+            models["onnx"],
+            "onnx",
+            execution_providers=[DML, CPU_EP],
+            ep_session_options={DML: {"enable_mem_pattern": False, "execution_mode": "sequential"}},
+        )
+    )
+
+    def parallel_options() -> onnxruntime.SessionOptions:
+        options = onnxruntime.SessionOptions()
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_PARALLEL
+        return options
+
+    with_dml = session_options_for(header, [DML, CPU_EP], parallel_options())
+    cpu_only = session_options_for(header, [CPU_EP], parallel_options())
+
+    assert with_dml.enable_mem_pattern is False
+    assert with_dml.execution_mode == onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    assert cpu_only.enable_mem_pattern is True
+    assert cpu_only.execution_mode == onnxruntime.ExecutionMode.ORT_PARALLEL
+
+
+def test_graph_optimization_level_option(models: dict[str, bytes]) -> None:
+    header = header_of(
+        make_blob(models["ort"], "ort", ep_session_options={CPU_EP: {"graph_optimization_level": "basic"}})
+    )
+    options = session_options_for(header, [CPU_EP])
+    assert options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+
+
+def test_bad_session_option_value_is_a_session_create_error(models: dict[str, bytes]) -> None:
+    blob = make_blob(
+        models["onnx"],
+        "onnx",
+        execution_providers=[DML, CPU_EP],
+        ep_session_options={DML: {"execution_mode": "sideways"}},
+    )
+    with pytest.raises(SessionCreateError, match=f"model 'tiny': bad session option for {DML}: 'sideways'"):
+        session_options_for(header_of(blob), [DML, CPU_EP])
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_saved_runtime_optimizations_flag(saved: bool, models: dict[str, bytes]) -> None:
+    blob = make_blob(models["ort"], "ort", saved_runtime_optimizations=saved)
+    session = session_from_blob(blob)
+    value = config_entry(session.get_session_options(), SAVED_OPTIMIZATIONS)
+    # Unset and "0" both leave the saved optimizations unused.
+    assert (value == "1") if saved else (value in (None, "0"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("saved", [True, False])
+@pytest.mark.parametrize("providers", [None, [DML, CPU_EP]])
+def test_zero_copy_initializers_are_never_enabled(
+    fmt: str, saved: bool, providers: list[str] | None, models: dict[str, bytes]
+) -> None:
+    # DESIGN.md trap 4: from Python this option makes onnxruntime read freed memory.
+    header = header_of(
+        make_blob(
+            models[fmt],
+            fmt,
+            saved_runtime_optimizations=saved,
+            ep_session_options={
+                DML: {"enable_mem_pattern": False},
+                CPU_EP: {"session.intra_op.allow_spinning": "0"},
+            },
+        )
+    )
+    options = session_options_for(header, providers or [CPU_EP])
+    assert config_entry(options, ZERO_COPY) is None
+    assert config_entry(options, "session.intra_op.allow_spinning") == "0"
+
+
+def test_header_cannot_enable_zero_copy_initializers(models: dict[str, bytes]) -> None:
+    blob = make_blob(models["ort"], "ort", ep_session_options={CPU_EP: {ZERO_COPY: "1"}})
+    try:
+        session = session_from_blob(blob)
+    except SessionCreateError as exc:
+        assert ZERO_COPY in str(exc)
+        return
+    assert config_entry(session.get_session_options(), ZERO_COPY) != "1"
+
+
+def test_caller_session_options_do_not_leak_between_blobs(models: dict[str, bytes]) -> None:
+    shared = onnxruntime.SessionOptions()
+    session_from_blob(
+        make_blob(models["ort"], "ort", saved_runtime_optimizations=True), session_options=shared
+    )
+    second = session_from_blob(
+        make_blob(models["ort"], "ort", saved_runtime_optimizations=False), session_options=shared
+    )
+    assert config_entry(second.get_session_options(), SAVED_OPTIMIZATIONS) != "1"
+
+
+def test_caller_session_options_are_kept(models: dict[str, bytes]) -> None:
+    base = onnxruntime.SessionOptions()
+    base.intra_op_num_threads = 1
+    base.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    blob = make_blob(
+        models["onnx"], "onnx", ep_session_options={CPU_EP: {"session.intra_op.allow_spinning": "0"}}
+    )
+
+    options = session_from_blob(blob, session_options=base).get_session_options()
+
+    assert options.intra_op_num_threads == 1
+    assert config_entry(options, "session.inter_op.allow_spinning") == "0"
+    assert config_entry(options, "session.intra_op.allow_spinning") == "0"
+
+
+# --- provider choice and its log line -------------------------------------------------------------
+
+
+def test_default_providers_log_the_choice_and_every_skipped_ep(
+    models: dict[str, bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    blob = make_blob(models["onnx"], "onnx", name="upscaler", execution_providers=[DML, XNNPACK, CPU_EP])
+    expected, skipped = choose_providers([DML, XNNPACK, CPU_EP], onnxruntime.get_available_providers())
+
+    with caplog.at_level(logging.INFO, logger="pipeline.runtime"):
+        session = session_from_blob(blob)
+
+    assert session.get_providers() == expected
+    records = [r for r in caplog.records if r.name == "pipeline.runtime"]
+    assert len(records) == 1
+    message = records[0].getMessage()
+    assert message.startswith(f"upscaler: using {', '.join(expected)}")
+    assert skipped, "this machine should lack at least one of DirectML/XNNPACK"
+    for ep, reason in skipped:
+        assert f"skipped {ep} ({reason})" in message
+
+
+def test_explicit_providers_override_the_blob(
+    models: dict[str, bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    blob = make_blob(
+        models["onnx"],
+        "onnx",
+        execution_providers=[DML, CPU_EP],
+        ep_session_options={DML: {"enable_mem_pattern": False}},
+    )
+    with caplog.at_level(logging.INFO, logger="pipeline.runtime"):
+        session = session_from_blob(blob, providers=[(CPU_EP, {})])
+
+    assert session.get_providers() == [CPU_EP]
+    # DirectML is not used, so its session options are not applied either.
+    assert session.get_session_options().enable_mem_pattern is True
+    assert f"tiny: using {CPU_EP} (given by the caller)" in caplog.text
+    assert "skipped" not in caplog.text
+
+
+# --- outputs --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_outputs_match_the_source_after_the_blob_buffer_is_gone(
+    fmt: str, models: dict[str, bytes], source: bytes
+) -> None:
+    x = sample_input(rows=5)
+    expected = run_source(source, x)
+    blob = bytearray(make_blob(models[fmt], fmt))
+    size = len(blob)
+
+    session = session_from_blob(blob)
+    # Drop the blob and fill the heap with same-size buffers of garbage, so a session that still
+    # pointed into the blob (or into the decompressed copy) would read something else.
+    del blob
+    gc.collect()
+    garbage = [bytearray(b"\xa5") * n for n in (size, len(models[fmt])) for _ in range(16)]
+
+    actual = session.run(None, {"x": x})[0]
+    assert len(garbage) == 32
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(actual, numpy_reference(tiny_model(seed=0), x), rtol=1e-5, atol=1e-5)
+
+
+def test_intact_blob_of_a_broken_model_is_a_session_create_error() -> None:
+    blob = make_blob(b"\x08\x07definitely not a protobuf model", "onnx", name="broken")
+    with pytest.raises(
+        SessionCreateError,
+        match=rf"onnxruntime {onnxruntime.__version__} could not create a session for model 'broken' "
+        r"\(test-platform, onnx\)",
+    ):
+        session_from_blob(blob)
+
+
+def test_check_runtime_compares_against_the_given_version(models: dict[str, bytes]) -> None:
+    header = header_of(make_blob(models["ort"], "ort", min_runtime_version="1.16"))
+    check_runtime(header, installed="1.16.0")
+    check_runtime(header, installed="1.32.0+cpu")
+    with pytest.raises(
+        IncompatibleRuntimeError,
+        match=r"\(test-platform, ORT format v6\) needs onnxruntime 1\.16\.0 .* but 1\.15\.1",
+    ):
+        check_runtime(header, installed="1.15.1")
+
+
+# --- bundles --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bundle_dir(tmp_path: Path, models: dict[str, bytes]) -> Path:
+    return write_bundle(
+        tmp_path / "android",
+        {
+            "denoiser": ("onnx", make_blob(models["onnx"], "onnx", name="denoiser", platform="android")),
+            "upscaler": ("ort", make_blob(models["ort"], "ort", name="upscaler", platform="android")),
+        },
+        platform="android",
+        cooker="onnx-cooker test",
+    )
+
+
+def write_manifest(root: Path, manifest: object) -> None:
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def manifest_of(root: Path) -> dict:
+    return json.loads((root / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("via", ["folder", "manifest"])
+def test_open_bundle_by_folder_or_manifest(via: str, bundle_dir: Path) -> None:
+    bundle = open_bundle(bundle_dir if via == "folder" else bundle_dir / "manifest.json")
+    assert bundle.root == bundle_dir
+    assert bundle.platform == "android"
+    assert bundle.names == ("denoiser", "upscaler")
+
+
+def test_bundle_info_is_the_manifest_entry_and_a_copy(bundle_dir: Path) -> None:
+    bundle = open_bundle(str(bundle_dir))
+    info = bundle.info("upscaler")
+    assert info == manifest_of(bundle_dir)["models"]["upscaler"]
+    assert info["file"] == "upscaler.ort.zst"
+    info["file"] = "changed"
+    assert bundle.info("upscaler")["file"] == "upscaler.ort.zst"
+
+
+@pytest.mark.parametrize("name", ["denoiser", "upscaler"])
+def test_bundle_session_outputs(name: str, bundle_dir: Path, source: bytes) -> None:
+    bundle = open_bundle(bundle_dir)
+    x = sample_input(seed=3)
+    session = bundle.session(name, providers=CPU)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], run_source(source, x), rtol=1e-6, atol=1e-6)
+    header, _ = decode_blob(bundle.read_blob(name))
+    assert (header.name, header.model_format) == (name, bundle.info(name)["format"])
+
+
+def test_unknown_model_suggests_a_near_miss(bundle_dir: Path) -> None:
+    bundle = open_bundle(bundle_dir)
+    with pytest.raises(
+        UnknownModelError, match=r"has no model 'denoisr'; did you mean 'denoiser'\?"
+    ) as caught:
+        bundle.session("denoisr")
+    assert isinstance(caught.value, KeyError)
+    with pytest.raises(UnknownModelError, match=r"has no model 'zzz'; it has denoiser, upscaler"):
+        bundle.info("zzz")
+
+
+def test_missing_manifest(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match=r"cannot read .*manifest\.json: No such file or directory"):
+        open_bundle(tmp_path)
+    with pytest.raises(ManifestError, match="cannot read .*nowhere"):
+        open_bundle(tmp_path / "nowhere")
+
+
+def test_manifest_that_is_not_json(bundle_dir: Path) -> None:
+    (bundle_dir / "manifest.json").write_text("{not json")
+    with pytest.raises(ManifestError, match=r"manifest\.json is not valid JSON .*re-run `doit cook`"):
+        open_bundle(bundle_dir)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.update(manifest_version=2), "manifest_version is 2, this loader reads 1"),
+        (lambda m: m.pop("manifest_version"), "manifest_version is None, this loader reads 1"),
+        (lambda m: m.pop("platform"), r"'platform' \(string\) and 'models' \(object\) are required"),
+        (lambda m: m.update(models=[]), r"'platform' \(string\) and 'models' \(object\) are required"),
+        (lambda m: m["models"].update(extra="x.zst"), "entry 'extra' is not an object"),
+        (
+            lambda m: m["models"]["denoiser"].pop("blob_sha256"),
+            r"entry 'denoiser' lacks 'blob_sha256' \(str\)",
+        ),
+        (
+            lambda m: m["models"]["denoiser"].update(blob_size=True),
+            r"entry 'denoiser' lacks 'blob_size' \(int\)",
+        ),
+        (lambda m: m["models"]["denoiser"].update(blob_size=-1), "entry 'denoiser' has a negative blob_size"),
+    ],
+)
+def test_malformed_manifest(edit, message: str, bundle_dir: Path) -> None:
+    manifest = manifest_of(bundle_dir)
+    edit(manifest)
+    write_manifest(bundle_dir, manifest)
+    with pytest.raises(ManifestError, match=rf"manifest\.json: {message}; re-run `doit cook`"):
+        open_bundle(bundle_dir)
+
+
+def test_manifest_that_is_not_an_object(bundle_dir: Path) -> None:
+    write_manifest(bundle_dir, ["denoiser"])
+    with pytest.raises(ManifestError, match="the top level is not a JSON object"):
+        open_bundle(bundle_dir)
+
+
+@pytest.mark.parametrize("file", ["../x.zst", "/etc/passwd", "sub/../../x.zst", "sub\\x.zst", "", "."])
+def test_manifest_entry_pointing_outside_its_folder(file: str, bundle_dir: Path) -> None:
+    manifest = manifest_of(bundle_dir)
+    manifest["models"]["denoiser"]["file"] = file
+    write_manifest(bundle_dir, manifest)
+    with pytest.raises(
+        ManifestError, match=rf"entry 'denoiser' points outside its folder \({re.escape(repr(file))}\)"
+    ):
+        open_bundle(bundle_dir)
+
+
+@pytest.mark.parametrize("file", ["C:/Windows/win.ini", "C:x.zst"])
+def test_manifest_entry_with_a_windows_drive(file: str, bundle_dir: Path) -> None:
+    # On Windows, Path(root) / "C:/Windows/win.ini" is C:/Windows/win.ini: outside the bundle.
+    manifest = manifest_of(bundle_dir)
+    manifest["models"]["denoiser"]["file"] = file
+    write_manifest(bundle_dir, manifest)
+    with pytest.raises(ManifestError, match="points outside its folder"):
+        open_bundle(bundle_dir)
+
+
+def test_manifest_entry_with_a_nul_byte(bundle_dir: Path) -> None:
+    manifest = manifest_of(bundle_dir)
+    manifest["models"]["denoiser"]["file"] = "denoiser\0.onnx.zst"
+    write_manifest(bundle_dir, manifest)
+    with pytest.raises(ManifestError, match="denoiser"):
+        open_bundle(bundle_dir).session("denoiser")
+
+
+def test_missing_blob_file(bundle_dir: Path) -> None:
+    (bundle_dir / "denoiser.onnx.zst").unlink()
+    bundle = open_bundle(bundle_dir)
+    with pytest.raises(
+        ManifestError, match=r"cannot read blob of 'denoiser' at .*denoiser\.onnx\.zst: No such file"
+    ):
+        bundle.session("denoiser")
+
+
+@pytest.mark.parametrize("damage", ["flip", "append", "truncate"])
+def test_blob_changed_on_disk(damage: str, bundle_dir: Path) -> None:
+    path = bundle_dir / "upscaler.ort.zst"
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x10
+    elif damage == "append":
+        data += b"\0"
+    else:
+        del data[-1]
+    path.write_bytes(bytes(data))
+    bundle = open_bundle(bundle_dir)
+    with pytest.raises(
+        ChecksumMismatchError,
+        match=r"upscaler\.ort\.zst: blob does not match the sha256/size recorded in manifest",
+    ):
+        bundle.session("upscaler")
+
+
+def test_oversized_blob_declaration_is_refused_before_reading(bundle_dir: Path) -> None:
+    manifest = manifest_of(bundle_dir)
+    manifest["models"]["denoiser"]["blob_size"] = 1 << 40
+    write_manifest(bundle_dir, manifest)
+    with pytest.raises(ManifestError, match="model 'denoiser' declares an oversized blob"):
+        open_bundle(bundle_dir).session("denoiser")
+
+
+# --- python -m pipeline.runtime inspect -----------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_inspect_blob_prints_the_header(bundle_dir: Path) -> None:
+    path = bundle_dir / "upscaler.ort.zst"
+    result = run_cli("inspect", str(path))
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    header = read_header(path.read_bytes())[0]
+    assert printed == {"file": str(path), **header.to_dict()}
+
+
+def test_inspect_bundle_lists_its_models(bundle_dir: Path) -> None:
+    result = run_cli("inspect", str(bundle_dir))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"bundle {bundle_dir} (platform android): 2 model(s)"
+    manifest = manifest_of(bundle_dir)["models"]
+    for name, line in zip(("denoiser", "upscaler"), lines[1:], strict=True):
+        entry = manifest[name]
+        assert line == (
+            f"  {name}: {entry['format']}, {entry['file']}, {entry['blob_size']:,} B"
+            f" (model {entry['model_size']:,} B)"
+        )
+
+
+@pytest.mark.parametrize("target", ["garbage", "missing", "empty-dir"])
+def test_inspect_failure_is_one_error_line(target: str, tmp_path: Path) -> None:
+    path = tmp_path / target
+    if target == "garbage":
+        path.write_bytes(random.Random(5).randbytes(256))
+    elif target == "empty-dir":
+        path.mkdir()
+    result = run_cli("inspect", str(path))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ")
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
