@@ -95,7 +95,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     sources = {path.name: file_sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
     model = load_source(asset)
-    cooked = optimize(model, settings, where)
+    cooked = optimize(model, settings, where, work_dir=job.platform_dir)
     ort_version = ort_format_version(cooked)
     cooked_facts = (
         ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))

@@ -4,19 +4,43 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
+
+# A writer finishes its temp file in seconds; one untouched this long belongs to a killed process.
+STALE_TEMP_SECONDS = 3600
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def remove_stale_temps(path: Path, now: float | None = None) -> None:
+    """Delete temp files of ``path`` left behind by killed writers (never a live writer's)."""
+    cutoff = (now if now is not None else time.time()) - STALE_TEMP_SECONDS
+    for temp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if temp.stat().st_mtime < cutoff:
+                temp.unlink()
+        except OSError:
+            continue  # another process removed or replaced it first
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temp file in the same folder, fsync'd, then renamed.
 
     An interrupted or failed write leaves the previous file (if any) untouched and no file that
-    looks finished; the temp file is removed on failure.
+    looks finished; the temp file is removed on failure. The file gets the usual permissions
+    (0666 less the umask), not mkstemp's private 0600.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as stream:
+            os.fchmod(stream.fileno(), 0o666 & ~_umask())
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())

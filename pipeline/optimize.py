@@ -46,9 +46,17 @@ def session_options(settings: CookSettings, output: Path) -> onnxruntime.Session
     return options
 
 
-def optimize(model: onnx.ModelProto, settings: CookSettings, where: str) -> bytes:
-    """The optimized model in the platform's format, as bytes."""
-    with tempfile.TemporaryDirectory(prefix="onnx-cooker-") as tmp:
+def optimize(
+    model: onnx.ModelProto, settings: CookSettings, where: str, work_dir: Path | None = None
+) -> bytes:
+    """The optimized model in the platform's format, as bytes.
+
+    onnxruntime only writes optimized models to a file: a temp folder in ``work_dir`` (the build
+    folder, so a killed cook leaves its scraps where `doit clean` users look) holds it meanwhile.
+    """
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
         output = Path(tmp) / f"model.{settings.format}"
         try:
             onnxruntime.InferenceSession(

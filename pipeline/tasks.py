@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ def run_cook(job: CookJob) -> TaskFailed | None:
         entry = cook(job)
     except CookError as exc:
         return TaskFailed(str(exc))
-    print(_summary(entry))
+    sys.stdout.write(_summary(entry) + "\n")  # one write: lines stay whole under `doit -n`
     return None
 
 
@@ -62,8 +63,8 @@ def _summary(entry: Mapping[str, Any]) -> str:
         checked = f"verified ({verification['inputs']} inputs), max abs error {worst:.2g}"
     else:
         checked = "NOT verified (verify: false)"
-    ratio = entry["source_size"] / max(entry["blob_size"], 1)
-    return f"{entry['file']}: {entry['blob_size']:,} B ({ratio:.1f}x smaller than source), {checked}"
+    size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
+    return f"{entry['settings']['platform']}/{entry['file']}: {size}, {checked}"
 
 
 def run_manifest(platform_dir: Path, platform: str, names: list[str]) -> TaskFailed | None:
@@ -73,7 +74,7 @@ def run_manifest(platform_dir: Path, platform: str, names: list[str]) -> TaskFai
         path = write_manifest(platform_dir, platform, names)
     except CookError as exc:
         return TaskFailed(str(exc))
-    print(f"{path}: {len(names)} model(s)")
+    sys.stdout.write(f"{path}: {len(names)} model(s)\n")
     return None
 
 

@@ -1,0 +1,38 @@
+"""Shared fixtures: temporary copies of the project, for end-to-end tests that run the real doit."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# What `doit cook` reads; build/ is never copied, so a copy always starts from nothing cooked.
+PROJECT_PARTS = ("dodo.py", "pipeline", "platforms", "assets")
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+def copy_project(dest: Path) -> Path:
+    """Copy dodo.py, pipeline/, platforms/ and assets/ of this repository into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in PROJECT_PARTS:
+        source = REPO / part
+        if source.is_dir():
+            shutil.copytree(source, dest / part, ignore=_IGNORED)
+        else:
+            shutil.copy2(source, dest / part)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def project_copier() -> Callable[[Path], Path]:
+    """``copy_project`` for fixtures of a wider scope than ``project``."""
+    return copy_project
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A fresh copy of the project in ``tmp_path/project``, nothing cooked yet."""
+    return copy_project(tmp_path / "project")
