@@ -19,12 +19,14 @@ from .facts import onnx_facts, ort_facts
 from .fsutil import atomic_write
 from .guard import guard
 from .job import CookJob
-from .layout import blob_path, entry_path
+from .layout import applied_variant_path, blob_path, entry_path
 from .optimize import optimize
 from .profile import ep_domains
 from .runtime.blob import encode_blob
 from .runtime.compat import format_version, min_runtime_for, ort_format_version
+from .shapes import fix_shapes
 from .source import load_source
+from .usability import usability
 from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
 
 
@@ -95,6 +97,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     sources = {path.name: file_sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
     model = load_source(asset)
+    fix_shapes(model, settings)
     cooked = optimize(model, settings, where, work_dir=job.platform_dir)
     ort_version = ort_format_version(cooked)
     cooked_facts = (
@@ -133,6 +136,10 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         verification = _verification(job, model, blob)
     except VerifyError as exc:
         raise VerifyError(f"{where}: verification failed: {exc}") from None
+    applied = None
+    if settings.reduced_build and settings.optimization_style == "runtime":
+        applied = optimize(model, settings, where, work_dir=job.platform_dir, saved="apply")
+    report = usability(model, settings, work_dir=job.platform_dir)
     target = blob_path(job.platform_dir, asset.name, settings.format)
     entry = {
         "name": asset.name,
@@ -159,7 +166,10 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "cooked_with": dict(tool_versions()),
         "settings": options,
         "verification": verification,
+        "usability": report,
     }
+    if applied is not None:
+        atomic_write(applied_variant_path(job.platform_dir, asset.name), applied)
     atomic_write(target, blob)
     atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
     return entry

@@ -15,6 +15,11 @@ def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:
     return platform_dir / f"{name}.{model_format}.zst"
 
 
+def applied_variant_path(platform_dir: Path, name: str) -> Path:
+    """A runtime-style model with its saved optimizations applied: only its operators are needed."""
+    return platform_dir / ENTRIES_DIR / f"{name}.applied.ort"
+
+
 def entry_path(platform_dir: Path, name: str) -> Path:
     """Each cook writes its manifest entry alone, so parallel cooks never share a file."""
     return platform_dir / ENTRIES_DIR / f"{name}.json"

@@ -32,7 +32,7 @@ def disabled_optimizers(settings: CookSettings) -> list[str]:
     return ["NchwcTransformer"]
 
 
-def session_options(settings: CookSettings, output: Path) -> onnxruntime.SessionOptions:
+def session_options(settings: CookSettings, output: Path, saved: str = "save") -> onnxruntime.SessionOptions:
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = LEVELS[settings.optimization_level]
     options.optimized_model_filepath = str(output)
@@ -42,14 +42,22 @@ def session_options(settings: CookSettings, output: Path) -> onnxruntime.Session
     if settings.format == "ort":
         options.add_session_config_entry("session.save_model_format", "ORT")
         if settings.optimization_style == "runtime":
-            options.add_session_config_entry("optimization.minimal_build_optimizations", "save")
+            options.add_session_config_entry("optimization.minimal_build_optimizations", saved)
     return options
 
 
 def optimize(
-    model: onnx.ModelProto, settings: CookSettings, where: str, work_dir: Path | None = None
+    model: onnx.ModelProto,
+    settings: CookSettings,
+    where: str,
+    work_dir: Path | None = None,
+    *,
+    saved: str = "save",
 ) -> bytes:
     """The optimized model in the platform's format, as bytes.
+
+    For the runtime style, ``saved="save"`` records the optimizations beyond basic for replay (what
+    ships) and ``saved="apply"`` applies them (used only to list the operators a replay needs).
 
     onnxruntime only writes optimized models to a file: a temp folder in ``work_dir`` (the build
     folder, so a killed cook leaves its scraps where `doit clean` users look) holds it meanwhile.
@@ -61,7 +69,7 @@ def optimize(
         try:
             onnxruntime.InferenceSession(
                 model.SerializeToString(),
-                sess_options=session_options(settings, output),
+                sess_options=session_options(settings, output, saved),
                 providers=COOK_PROVIDERS,
                 disabled_optimizers=disabled_optimizers(settings),
             )

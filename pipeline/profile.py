@@ -121,6 +121,10 @@ class CookSettings:
     atol: float
     verify: bool
     verify_dims: tuple[tuple[str, int], ...]  # sorted by dim name
+    fixed_dims: tuple[tuple[str, int], ...]  # sorted by dim name
+    fixed_shapes: tuple[tuple[str, tuple[int, ...]], ...]  # sorted by input name
+    reduced_build: bool
+    type_reduction: bool
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (mappings as dicts, tuples as lists) for the manifest and the cook key."""
@@ -129,6 +133,8 @@ class CookSettings:
         data["provider_options"] = {ep: dict(options) for ep, options in self.provider_options}
         data["ep_session_options"] = {ep: dict(options) for ep, options in self.ep_session_options}
         data["verify_dims"] = dict(self.verify_dims)
+        data["fixed_dims"] = dict(self.fixed_dims)
+        data["fixed_shapes"] = {name: list(shape) for name, shape in self.fixed_shapes}
         return data
 
     def key(self) -> str:
@@ -250,6 +256,11 @@ def ep_domains(execution_provider: str) -> tuple[str, ...]:
     return tuple(_ep_rule(execution_provider)["domains"])
 
 
+def ep_usability_check(execution_provider: str) -> str | None:
+    """The mobile usability check that applies to an EP ("nnapi", "coreml"), if any."""
+    return _ep_rule(execution_provider).get("usability")
+
+
 def _ep_rule(execution_provider: str) -> Mapping[str, Any]:
     return _EP_RULES.get(execution_provider, _UNKNOWN_EP_RULE)
 
@@ -285,6 +296,10 @@ def _cook_settings(platform_name: str, values: Mapping[str, Any]) -> CookSetting
         atol=float(values["atol"]),
         verify=values["verify"],
         verify_dims=tuple(sorted(values["verify_dims"].items())),
+        fixed_dims=tuple(sorted(values["fixed_dims"].items())),
+        fixed_shapes=tuple(sorted((name, tuple(shape)) for name, shape in values["fixed_shapes"].items())),
+        reduced_build=values["reduced_build"],
+        type_reduction=values["type_reduction"],
     )
 
 
@@ -699,6 +714,18 @@ def _check_verify_dims(name: str, value: dict[Any, Any]) -> list[str]:
     return problems
 
 
+def _check_fixed_shapes(name: str, value: dict[Any, Any]) -> list[str]:
+    problems = []
+    for input_name, shape in value.items():
+        if not _is_name(input_name):
+            problems.append(f"{name!r} keys must be input names; got {_describe(input_name)}")
+        elif not isinstance(shape, list) or not all(
+            isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in shape
+        ):
+            problems.append(f"'{name}.{input_name}' must be a list of integers >= 1; got {_describe(shape)}")
+    return problems
+
+
 def _check_globs(name: str, value: list[Any]) -> list[str]:
     return _check_names(name, value)
 
@@ -710,6 +737,8 @@ _VALUE_CHECKS: dict[str, Callable[[str, Any], list[str]]] = {
     "provider_options": _check_provider_options,
     "ep_session_options": _check_ep_session_options,
     "verify_dims": _check_verify_dims,
+    "fixed_dims": _check_verify_dims,
+    "fixed_shapes": _check_fixed_shapes,
     "include": _check_globs,
     "exclude": _check_globs,
 }
@@ -731,10 +760,21 @@ def _check_ep_option_names(values: Mapping[str, Any], source: str, prefix: str =
 
 def _check_combination(values: Mapping[str, Any], origins: Mapping[str, str]) -> list[str]:
     """Rules between settings, checked on the merged values; each problem names where both came from."""
+    problems = []
     if values["optimization_style"] == "runtime" and values["format"] != "ort":
-        return [
+        problems.append(
             f"{origins['optimization_style']}: 'optimization_style' runtime requires 'format' ort (saved "
             f"runtime optimizations exist only in ORT format); got format {values['format']!r} from "
             f"{origins['format']}"
-        ]
-    return []
+        )
+    if values["reduced_build"] and values["format"] != "ort":
+        problems.append(
+            f"{origins['reduced_build']}: 'reduced_build' requires 'format' ort (reduced onnxruntime builds "
+            f"load only ORT-format models); got format {values['format']!r} from {origins['format']}"
+        )
+    if values["type_reduction"] and not values["reduced_build"]:
+        problems.append(
+            f"{origins['type_reduction']}: 'type_reduction' needs 'reduced_build' true; got false from "
+            f"{origins['reduced_build']}"
+        )
+    return problems

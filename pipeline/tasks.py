@@ -7,6 +7,7 @@ and doit; the cooking code is imported inside the actions.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -21,8 +22,14 @@ from .assets import AssetModel, discover
 from .cookkey import BUNDLE_FORMAT, canonical_json, task_key
 from .errors import CookError, ProfileError
 from .job import CookJob
-from .layout import MANIFEST_NAME, blob_path, entry_path
+from .layout import MANIFEST_NAME, applied_variant_path, blob_path, entry_path
 from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
+
+# Same names as pipeline.opconfig, which imports onnxruntime (a test keeps them in step).
+OPS_CONFIGS = {
+    False: ("required_operators.config",),
+    True: ("required_operators.config", "required_operators_and_types.config"),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,13 +76,33 @@ def _summary(entry: Mapping[str, Any]) -> str:
 
 def run_manifest(platform_dir: Path, platform: str, names: list[str]) -> TaskFailed | None:
     from .manifest import write_manifest
+    from .opconfig import write_operator_configs
 
     try:
         path = write_manifest(platform_dir, platform, names)
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        configs = write_operator_configs(platform_dir, manifest["models"])
     except CookError as exc:
         return TaskFailed(str(exc))
-    sys.stdout.write(f"{path}: {len(names)} model(s)\n")
+    lines = [f"{path}: {len(names)} model(s)", *(f"{config}: reduced-build operators" for config in configs)]
+    lines += usability_lines(platform, manifest["models"])
+    sys.stdout.write("\n".join(lines) + "\n")
     return None
+
+
+def usability_lines(platform: str, models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The end-of-cook summary: how much of each model the platform's NNAPI/CoreML EP would take."""
+    lines = []
+    for name, entry in sorted(models.items()):
+        for ep, report in entry.get("usability", {}).items():
+            share = f"{report['supported_nodes']}/{report['nodes']} nodes"
+            line = f"  {platform}:{name}: {ep} takes {share} in {report['partitions']} partition(s): "
+            line += report["verdict"]
+            if report["verdict_if_shapes_fixed"] != report["verdict"]:
+                line += f" ({report['verdict_if_shapes_fixed']} with fixed_dims/fixed_shapes for "
+                line += f"{', '.join(report['dynamic_inputs'])})"
+            lines.append(line)
+    return lines
 
 
 def _digest(text: str) -> str:
@@ -135,18 +162,23 @@ def _platform_jobs(
     return jobs
 
 
+def cook_targets(job: CookJob) -> list[Path]:
+    settings, name = job.settings, job.asset.name
+    targets = [blob_path(job.platform_dir, name, settings.format), entry_path(job.platform_dir, name)]
+    if settings.reduced_build and settings.optimization_style == "runtime":
+        targets.append(applied_variant_path(job.platform_dir, name))
+    return targets
+
+
 def _cook_task(job: CookJob) -> dict[str, Any]:
     settings = job.settings
     return {
         "name": f"{settings.platform}:{job.asset.name}",
         "doc": f"cook {job.asset.name} for {settings.platform} "
-        f"({settings.format}, {settings.optimization_level})",
+        f"({settings.format}, {settings.optimization_level}, {settings.optimization_style})",
         "actions": [(run_cook, [job])],
         "file_dep": [str(path) for path in job.asset.source_files],
-        "targets": [
-            str(blob_path(job.platform_dir, job.asset.name, settings.format)),
-            str(entry_path(job.platform_dir, job.asset.name)),
-        ],
+        "targets": [str(path) for path in cook_targets(job)],
         "uptodate": [config_changed(_digest(job.task_key))],
         "clean": True,
         "verbosity": 2,
@@ -155,12 +187,14 @@ def _cook_task(job: CookJob) -> dict[str, Any]:
 
 def _manifest_task(platform: Platform, jobs: list[CookJob], platform_dir: Path) -> dict[str, Any]:
     names = [job.asset.name for job in jobs]
+    type_reduction = any(job.settings.type_reduction for job in jobs)
+    configs = OPS_CONFIGS[type_reduction] if any(job.settings.reduced_build for job in jobs) else ()
     return {
         "name": platform.name,
         "doc": platform.description or f"cook every model for {platform.name} and write its manifest",
         "actions": [(run_manifest, [platform_dir, platform.name, names])],
         "file_dep": [str(entry_path(platform_dir, name)) for name in names],
-        "targets": [str(platform_dir / MANIFEST_NAME)],
+        "targets": [str(platform_dir / name) for name in (MANIFEST_NAME, *configs)],
         "uptodate": [config_changed(_digest(canonical_json({"models": names, "format": BUNDLE_FORMAT})))],
         "clean": True,
         "verbosity": 2,

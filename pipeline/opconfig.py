@@ -1,0 +1,62 @@
+"""Reduced-operator build configurations: what a minimal onnxruntime build must contain.
+
+Written per platform over all of its cooked models, by onnxruntime's own config writer, in the
+format its build reads with ``--include_ops_by_config``.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from onnxruntime.tools.ort_format_model.utils import create_config_from_models
+
+from .fsutil import atomic_write
+from .layout import applied_variant_path
+from .runtime.blob import decode_blob
+
+# onnxruntime's writer logs every file at INFO on its own handler; the task prints its own line.
+logging.getLogger("ort_format_model.utils").setLevel(logging.WARNING)
+
+OPS_CONFIG = "required_operators.config"
+OPS_AND_TYPES_CONFIG = "required_operators_and_types.config"
+
+
+def config_names(type_reduction: bool) -> tuple[str, ...]:
+    return (OPS_CONFIG, OPS_AND_TYPES_CONFIG) if type_reduction else (OPS_CONFIG,)
+
+
+def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str, Any]]) -> list[Path]:
+    """Write the configs for the entries cooked with ``reduced_build``; returns the files written.
+
+    The operators are those of the cooked models (after optimization). For runtime-style models the
+    variant with the saved optimizations applied is included too: replaying them needs its kernels.
+    """
+    reduced = {name: e for name, e in entries.items() if e["settings"]["reduced_build"]}
+    if not reduced:
+        return []
+    type_reduction = any(e["settings"]["type_reduction"] for e in reduced.values())
+    written = []
+    with tempfile.TemporaryDirectory(prefix=".opconfig-", dir=platform_dir) as tmp:
+        root = Path(tmp)
+        models = []
+        for name, entry in sorted(reduced.items()):
+            model_path = root / f"{name}.ort"
+            model_path.parent.mkdir(parents=True, exist_ok=True)
+            model_path.write_bytes(decode_blob((platform_dir / entry["file"]).read_bytes())[1])
+            models.append(model_path)
+            applied = applied_variant_path(platform_dir, name)
+            if entry.get("saved_runtime_optimizations") and applied.is_file():
+                models.append(root / f"{name}.applied.ort")
+                models[-1].write_bytes(applied.read_bytes())
+        for config in config_names(type_reduction):
+            output = root / config
+            create_config_from_models(models, output, enable_type_reduction=config == OPS_AND_TYPES_CONFIG)
+            # Name models by their bundle name, not by this temporary folder.
+            text = output.read_text(encoding="utf-8").replace(f"{root}/", "")
+            atomic_write(platform_dir / config, text.encode())
+            written.append(platform_dir / config)
+    return written

@@ -1,0 +1,179 @@
+"""Mobile and console targets: runtime-style ORT, reduced-operator configs, usability, fixed shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime.tools.ort_format_model  # noqa: F401  (puts ort_flatbuffers_py on sys.path)
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.tools import reduced_build_config_parser
+
+import ort_flatbuffers_py.fbs as fbs  # isort: skip
+from pipeline import opconfig, tasks
+from pipeline.cook import cook
+from pipeline.errors import ModelError
+from pipeline.layout import applied_variant_path, blob_path
+from pipeline.optimize import session_options
+from pipeline.runtime import decode_blob
+from pipeline.runtime.session import session_options_for
+from pipeline.usability import usability
+from tests.test_cook import conv_bn_relu_model, job_for, save, settings_for, shipped_settings
+
+
+def ort_operators(data: bytes) -> set[tuple[str, str]]:
+    """(domain, op type) of every node of an ORT-format model, read with onnxruntime's flatbuffers."""
+    graph = fbs.InferenceSession.InferenceSession.GetRootAs(data, 0).Model().Graph()
+    nodes = (graph.Nodes(i) for i in range(graph.NodesLength()))
+    return {((node.Domain() or b"").decode() or "ai.onnx", node.OpType().decode()) for node in nodes}
+
+
+def config_operators(path: Path, type_reduction: bool = False) -> set[tuple[str, str]]:
+    required, _ = reduced_build_config_parser.parse_config(str(path), type_reduction)
+    return {(domain, op) for domain, opsets in required.items() for ops in opsets.values() for op in ops}
+
+
+RUNTIME_REDUCED = """
+format: ort
+optimization_level: all
+optimization_style: runtime
+arch: arm64
+execution_providers: [NnapiExecutionProvider, CPUExecutionProvider]
+reduced_build: true
+"""
+
+
+def test_runtime_style_saves_optimizations_and_the_loader_replays_them(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    settings = settings_for(tmp_path, RUNTIME_REDUCED)
+    entry = cook(job_for(assets, "net", settings, tmp_path / "build"))
+    header, model = decode_blob(blob_path(tmp_path / "build" / "target", "net", "ort").read_bytes())
+    # Saved, not applied: the shipped model keeps standard ops for NNAPI to take...
+    assert header.saved_runtime_optimizations and entry["saved_runtime_optimizations"]
+    assert ort_operators(model) == {("ai.onnx", "Conv"), ("ai.onnx", "Relu")}
+    # ...and the loader turns on replay only for such blobs.
+    options = session_options_for(header, ["CPUExecutionProvider"])
+    assert options.get_session_config_entry("session.enable_saved_runtime_optimizations") == "1"
+    assert entry["verification"]["outputs"][0]["ok"]
+
+
+def test_qdq_int8_is_allowed_on_arm_only(tmp_path: Path) -> None:
+    arm = settings_for(tmp_path, "arch: arm64\n", "arm")
+    x86 = settings_for(tmp_path, "arch: x86_64\n", "x86")
+    key = "session.qdqisint8allowed"
+    assert session_options(arm, tmp_path / "o.ort").get_session_config_entry(key) == "1"
+    assert session_options(x86, tmp_path / "o.ort").get_session_config_entry(key) == "0"
+
+
+def test_operator_config_lists_exactly_the_cooked_operators_and_parses_back(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    save(multi_op_model(), assets, "extra/mlp")
+    settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
+    platform_dir = tmp_path / "build" / "target"
+    entries = {
+        name: cook(job_for(assets, name, settings, tmp_path / "build")) for name in ("net", "extra/mlp")
+    }
+
+    written = opconfig.write_operator_configs(platform_dir, entries)
+
+    assert [p.name for p in written] == [opconfig.OPS_CONFIG, opconfig.OPS_AND_TYPES_CONFIG]
+    cooked = set()
+    for name in entries:
+        cooked |= ort_operators(decode_blob(blob_path(platform_dir, name, "ort").read_bytes())[1])
+        cooked |= ort_operators(applied_variant_path(platform_dir, name).read_bytes())
+    # After optimization: the replayed FusedConv is required, BatchNormalization (folded away) is not.
+    assert ("com.microsoft", "FusedConv") in cooked and ("ai.onnx", "BatchNormalization") not in cooked
+    assert config_operators(platform_dir / opconfig.OPS_CONFIG) == cooked
+    assert config_operators(platform_dir / opconfig.OPS_AND_TYPES_CONFIG, type_reduction=True) == cooked
+    text = (platform_dir / opconfig.OPS_CONFIG).read_text()
+    assert "# - extra/mlp.ort" in text and str(tmp_path) not in text
+
+
+def test_no_config_without_reduced_build(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    settings = settings_for(tmp_path, "format: ort\n")
+    entries = {"net": cook(job_for(assets, "net", settings, tmp_path / "build"))}
+    assert opconfig.write_operator_configs(tmp_path / "build" / "target", entries) == []
+
+
+def test_task_graph_names_the_same_config_files() -> None:
+    assert tasks.OPS_CONFIGS[False] == opconfig.config_names(False)
+    assert tasks.OPS_CONFIGS[True] == opconfig.config_names(True)
+
+
+def multi_op_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(11)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Add", ["m", "b"], ["a"]),
+            helper.make_node("Sigmoid", ["a"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [
+            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def dynamic_batch_model() -> onnx.ModelProto:
+    """A conv net with a symbolic batch: NNAPI cannot take nodes whose input shapes are dynamic."""
+    model = conv_bn_relu_model()
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return model
+
+
+def test_fixing_the_batch_dim_changes_the_nnapi_verdict(tmp_path: Path) -> None:
+    dynamic = settings_for(tmp_path, RUNTIME_REDUCED + "verify_dims: {batch: 2}\n", "dynamic")
+    fixed = settings_for(tmp_path, RUNTIME_REDUCED + "fixed_dims: {batch: 1}\n", "fixed")
+
+    before = usability(dynamic_batch_model(), dynamic)["NnapiExecutionProvider"]
+    assert before["dynamic_inputs"] == ["x"] and before["supported_nodes"] == 0
+    assert before["verdict"] == "no" and before["verdict_if_shapes_fixed"] == "yes"
+
+    assets = tmp_path / "assets"
+    save(dynamic_batch_model(), assets, "net")
+    entry = cook(job_for(assets, "net", fixed, tmp_path / "build"))
+    after = entry["usability"]["NnapiExecutionProvider"]
+    assert after["verdict"] == "yes" and after["supported_nodes"] == after["nodes"] > 0
+    assert entry["inputs"][0]["shape"] == [1, 8, 16, 16] and entry["outputs"][0]["shape"] == [1, 16, 16, 16]
+
+
+def test_fixed_shapes_for_a_whole_input_and_a_wrong_input_name(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(dynamic_batch_model(), assets, "net")
+    good = shipped_settings("ios", fixed_shapes={"x": [3, 8, 16, 16]})
+    assert cook(job_for(assets, "net", good, tmp_path / "build"))["inputs"][0]["shape"] == [3, 8, 16, 16]
+    bad = shipped_settings("ios", fixed_shapes={"image": [1, 8, 16, 16]})
+    with pytest.raises(ModelError, match=r"net\.onnx.*fixed_shapes\.image.*not found.*x"):
+        cook(job_for(assets, "net", bad, tmp_path / "build"))
+
+
+def test_desktop_and_console_platforms_have_no_mobile_usability_report(tmp_path: Path) -> None:
+    assert usability(conv_bn_relu_model(), shipped_settings("console")) == {}
+    assert usability(conv_bn_relu_model(), shipped_settings("windows-dml")) == {}
+
+
+def test_console_passes_its_custom_ep_through_to_blob_and_manifest(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    settings = shipped_settings("console")
+    entry = cook(job_for(assets, "net", settings, tmp_path / "build"))
+    header, _ = decode_blob(blob_path(tmp_path / "build" / "console", "net", "ort").read_bytes())
+    assert (
+        entry["execution_providers"] == list(header.execution_providers) == list(settings.execution_providers)
+    )
+    assert settings.execution_providers[0] not in {"CPUExecutionProvider", "DmlExecutionProvider"}
+    assert settings.reduced_build and settings.type_reduction
