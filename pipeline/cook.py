@@ -6,11 +6,13 @@ Works without doit; ``pipeline.tasks`` wraps it in doit actions.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import onnx
 
 from .cookkey import cook_key, file_sha256, tool_versions
@@ -19,7 +21,7 @@ from .facts import onnx_facts, ort_facts
 from .fsutil import atomic_write
 from .guard import guard
 from .job import CookJob
-from .layout import applied_variant_path, blob_path, entry_path
+from .layout import applied_variant_path, blob_path, entry_path, verify_data_path
 from .optimize import optimize
 from .profile import ep_domains
 from .runtime.blob import encode_blob
@@ -57,10 +59,11 @@ def _feeds(job: CookJob, model: onnx.ModelProto) -> tuple[dict, str]:
     return synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint), "synthesized"
 
 
-def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> dict[str, Any]:
+def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> tuple[dict[str, Any], bytes | None]:
+    """The verification report, and its inputs with the source's outputs (an .npz) for the runtime check."""
     settings = job.settings
     if not settings.verify:
-        return {"skipped": "verify is false in the settings"}
+        return {"skipped": "verify is false in the settings"}, None
     feeds, origin = _feeds(job, model)
     try:
         reference = reference_outputs(model, feeds)
@@ -69,12 +72,16 @@ def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> dict[str
             f"onnxruntime cannot run the source model on the verification inputs: {exc}"
         ) from None
     results = verify(blob, reference, feeds, settings)
-    return {
+    arrays = {f"input/{k}": v for k, v in feeds.items()} | {f"output/{k}": v for k, v in reference.items()}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    report = {
         "inputs": origin,
         "rtol": settings.rtol,
         "atol": settings.atol,
         "outputs": [asdict(r) for r in results],
     }
+    return report, buffer.getvalue()
 
 
 def cook(job: CookJob) -> dict[str, Any]:
@@ -133,7 +140,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         ep_session_options=options["ep_session_options"],
     )
     try:
-        verification = _verification(job, model, blob)
+        verification, verify_data = _verification(job, model, blob)
     except VerifyError as exc:
         raise VerifyError(f"{where}: verification failed: {exc}") from None
     applied = None
@@ -170,6 +177,11 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     }
     if applied is not None:
         atomic_write(applied_variant_path(job.platform_dir, asset.name), applied)
+    data_path = verify_data_path(job.platform_dir, asset.name)
+    if verify_data is None:
+        data_path.unlink(missing_ok=True)
+    else:
+        atomic_write(data_path, verify_data)
     atomic_write(target, blob)
     atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
     return entry

@@ -10,6 +10,19 @@ from .profile import CookSettings
 
 
 @dataclass(frozen=True, kw_only=True)
+class RuntimeCheck:
+    """Run a platform's blobs in the exact onnxruntime version they were cooked for."""
+
+    platform: str
+    runtime_version: str
+    platform_dir: Path
+    names: tuple[str, ...]
+    runtimes_dir: Path
+    result_path: Path
+    profile: Path
+
+
+@dataclass(frozen=True, kw_only=True)
 class CookJob:
     """Everything one (platform, model) cook needs; picklable for ``doit -n``."""
 

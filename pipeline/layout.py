@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ENTRIES_DIR = ".entries"
+CHECKS_DIR = ".checks"
 # Same values as pipeline.runtime.bundle (kept in step by a test; importing the runtime here would
 # load onnxruntime when doit loads tasks).
 MANIFEST_NAME = "manifest.json"
@@ -18,6 +19,15 @@ def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:
 def applied_variant_path(platform_dir: Path, name: str) -> Path:
     """A runtime-style model with its saved optimizations applied: only its operators are needed."""
     return platform_dir / ENTRIES_DIR / f"{name}.applied.ort"
+
+
+def verify_data_path(platform_dir: Path, name: str) -> Path:
+    """The verification inputs and the source's outputs, kept for the runtime check."""
+    return platform_dir / ENTRIES_DIR / f"{name}.verify.npz"
+
+
+def runtime_check_path(platform_dir: Path, version: str) -> Path:
+    return platform_dir / CHECKS_DIR / f"onnxruntime-{version}.json"
 
 
 def entry_path(platform_dir: Path, name: str) -> Path:

@@ -10,10 +10,26 @@ from .cookkey import BUNDLE_FORMAT, tool_versions
 from .errors import CookError
 from .fsutil import atomic_write
 from .layout import MANIFEST_NAME, MANIFEST_VERSION, entry_path
+from .runtime.compat import parse_version
+from .runtimes import verified_versions
 
 
-def write_manifest(platform_dir: Path, platform: str, names: Sequence[str]) -> Path:
-    """Merge the entries of ``names`` into ``platform_dir/manifest.json`` (atomically)."""
+def write_manifest(
+    platform_dir: Path,
+    platform: str,
+    names: Sequence[str],
+    check_results: Sequence[Path] = (),
+    check_off_reason: str | None = None,
+) -> Path:
+    """Merge the entries of ``names`` into ``platform_dir/manifest.json`` (atomically).
+
+    Each entry's ``verified_on`` lists the onnxruntime versions its blob was run and compared on:
+    the cook's own, and the target's exact version from the runtime check (``check_results``).
+    """
+    checked: dict[str, set[str]] = {}
+    for result in check_results:
+        for name, version in verified_versions(result, names).items():
+            checked.setdefault(name, set()).add(version)
     models = {}
     for name in sorted(names):
         path = entry_path(platform_dir, name)
@@ -23,11 +39,15 @@ def write_manifest(platform_dir: Path, platform: str, names: Sequence[str]) -> P
             raise CookError(
                 f"{path}: cannot read the cooked entry of {name!r} ({exc}); re-run `doit cook`"
             ) from None
+        entry = models[name]
+        cooked = {entry["cooked_with"]["onnxruntime"]} if "outputs" in entry["verification"] else set()
+        entry["verified_on"] = sorted(cooked | checked.get(name, set()), key=parse_version)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "platform": platform,
         "bundle_format": BUNDLE_FORMAT,
         "cooked_with": dict(tool_versions()),
+        "runtime_check": {"off": check_off_reason} if check_off_reason is not None else "on",
         "models": models,
     }
     target = platform_dir / MANIFEST_NAME

@@ -57,7 +57,9 @@ _FORBIDDEN_CONFIG_ENTRIES = {
     "session.use_ort_model_bytes_for_initializers": "sessions are created from bytes in Python, where this "
     "reads freed memory: wrong outputs or a crash (DESIGN trap 4)",
 }
-_PLATFORM_ONLY_KEYS = frozenset({"include", "exclude", "description"})
+_PLATFORM_ONLY_KEYS = frozenset(
+    {"include", "exclude", "description", "runtime_check", "runtime_check_off_reason"}
+)
 _MODEL_ONLY_KEYS = frozenset({"skip_platforms", "platforms"})
 _UNKNOWN_EP_RULE: Mapping[str, Any] = {"session_options": {}, "domains": [""]}
 _TYPE_NAMES = {
@@ -152,6 +154,8 @@ class Platform:
     include: tuple[str, ...]
     exclude: tuple[str, ...]
     description: str
+    runtime_check: bool  # verify the blobs in an environment with exactly runtime_version installed
+    runtime_check_off_reason: str
     # Cook settings (all keys but include/exclude/description): defaults merged with the file, read-only.
     settings: Mapping[str, Any] = field(hash=False)
 
@@ -335,6 +339,11 @@ def _load_platform(path: Path, env_values: Mapping[str, Any]) -> tuple[Platform 
     merged = {**_DEFAULTS, **values}
     origins = {key: source if key in values else _DEFAULTS_SOURCE for key in merged}
     problems = _check_ep_option_names(merged, source) + _check_combination(merged, origins)
+    if not merged["runtime_check"] and not merged["runtime_check_off_reason"].strip():
+        problems.append(
+            f"{source}: 'runtime_check' is false without 'runtime_check_off_reason'; say why this platform "
+            "skips the check in its exact onnxruntime version (e.g. no wheel exists for it)"
+        )
     if problems:
         return None, problems
     selection = {**merged, **env_values}
@@ -344,6 +353,8 @@ def _load_platform(path: Path, env_values: Mapping[str, Any]) -> tuple[Platform 
         include=tuple(selection["include"]),
         exclude=tuple(selection["exclude"]),
         description=selection["description"],
+        runtime_check=selection["runtime_check"],
+        runtime_check_off_reason=selection["runtime_check_off_reason"],
         settings=_freeze({key: value for key, value in merged.items() if key in _COOK_KEYS}),
     ), []
 

@@ -21,8 +21,15 @@ from doit.tools import config_changed
 from .assets import AssetModel, discover
 from .cookkey import BUNDLE_FORMAT, canonical_json, task_key
 from .errors import CookError, ProfileError
-from .job import CookJob
-from .layout import MANIFEST_NAME, applied_variant_path, blob_path, entry_path
+from .job import CookJob, RuntimeCheck
+from .layout import (
+    MANIFEST_NAME,
+    applied_variant_path,
+    blob_path,
+    entry_path,
+    runtime_check_path,
+    verify_data_path,
+)
 from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
 
 # Same names as pipeline.opconfig, which imports onnxruntime (a test keeps them in step).
@@ -37,6 +44,7 @@ class Folders:
     assets: Path
     platforms: Path
     build: Path
+    runtimes: Path
 
 
 def folders(env: Mapping[str, str], root: Path) -> Folders:
@@ -49,6 +57,7 @@ def folders(env: Mapping[str, str], root: Path) -> Folders:
         assets=pick("COOK_ASSETS_DIR", "assets"),
         platforms=pick("COOK_PLATFORMS_DIR", "platforms"),
         build=pick("COOK_BUILD_DIR", "build"),
+        runtimes=pick("COOK_RUNTIMES_DIR", str(Path(env.get("COOK_BUILD_DIR", "build")) / ".runtimes")),
     )
 
 
@@ -74,12 +83,18 @@ def _summary(entry: Mapping[str, Any]) -> str:
     return f"{entry['settings']['platform']}/{entry['file']}: {size}, {checked}"
 
 
-def run_manifest(platform_dir: Path, platform: str, names: list[str]) -> TaskFailed | None:
+def run_manifest(
+    platform_dir: Path,
+    platform: str,
+    names: list[str],
+    check_results: list[Path],
+    check_off_reason: str | None,
+) -> TaskFailed | None:
     from .manifest import write_manifest
     from .opconfig import write_operator_configs
 
     try:
-        path = write_manifest(platform_dir, platform, names)
+        path = write_manifest(platform_dir, platform, names, check_results, check_off_reason)
         manifest = json.loads(path.read_text(encoding="utf-8"))
         configs = write_operator_configs(platform_dir, manifest["models"])
     except CookError as exc:
@@ -133,9 +148,67 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
     for platform, jobs in plans:
+        platform_dir = where.build / platform.name
         for job in jobs:
             yield _cook_task(job)
-        yield _manifest_task(platform, jobs, where.build / platform.name)
+        checks = _runtime_checks(platform, jobs, platform_dir, where.runtimes)
+        if checks:
+            yield _runtime_check_task(platform, jobs, checks)
+        yield _manifest_task(platform, jobs, platform_dir, checks)
+
+
+def _runtime_checks(
+    platform: Platform, jobs: list[CookJob], platform_dir: Path, runtimes: Path
+) -> list[RuntimeCheck]:
+    """One check per onnxruntime version the platform's models target (usually one)."""
+    if not platform.runtime_check or not jobs:
+        return []
+    versions = sorted({job.settings.runtime_version for job in jobs})
+    return [
+        RuntimeCheck(
+            platform=platform.name,
+            runtime_version=version,
+            platform_dir=platform_dir,
+            names=tuple(job.asset.name for job in jobs if job.settings.runtime_version == version),
+            runtimes_dir=runtimes,
+            result_path=runtime_check_path(platform_dir, version),
+            profile=platform.path,
+        )
+        for version in versions
+    ]
+
+
+def run_runtime_checks(checks: list[RuntimeCheck]) -> TaskFailed | None:
+    from .runtimes import run_check
+
+    for check in checks:
+        try:
+            report = run_check(check)
+        except CookError as exc:
+            return TaskFailed(str(exc))
+        sys.stdout.write(
+            f"{check.platform}: {len(report['models'])} model(s) load and match in onnxruntime "
+            f"{report['onnxruntime']}\n"
+        )
+    return None
+
+
+def _runtime_check_task(
+    platform: Platform, jobs: list[CookJob], checks: list[RuntimeCheck]
+) -> dict[str, Any]:
+    deps = [path for job in jobs for path in cook_targets(job) if path.suffix in (".zst", ".npz", ".json")]
+    versions = [check.runtime_version for check in checks]
+    return {
+        "basename": "runtime_check",
+        "name": platform.name,
+        "doc": f"run {platform.name}'s blobs in onnxruntime {', '.join(versions)}, the version it ships",
+        "actions": [(run_runtime_checks, [checks])],
+        "file_dep": [str(path) for path in deps],
+        "targets": [str(check.result_path) for check in checks],
+        "uptodate": [config_changed(_digest(canonical_json({"versions": versions, "python": sys.version})))],
+        "clean": True,
+        "verbosity": 2,
+    }
 
 
 def _platform_jobs(
@@ -167,6 +240,8 @@ def cook_targets(job: CookJob) -> list[Path]:
     targets = [blob_path(job.platform_dir, name, settings.format), entry_path(job.platform_dir, name)]
     if settings.reduced_build and settings.optimization_style == "runtime":
         targets.append(applied_variant_path(job.platform_dir, name))
+    if settings.verify:
+        targets.append(verify_data_path(job.platform_dir, name))
     return targets
 
 
@@ -185,15 +260,19 @@ def _cook_task(job: CookJob) -> dict[str, Any]:
     }
 
 
-def _manifest_task(platform: Platform, jobs: list[CookJob], platform_dir: Path) -> dict[str, Any]:
+def _manifest_task(
+    platform: Platform, jobs: list[CookJob], platform_dir: Path, checks: list[RuntimeCheck]
+) -> dict[str, Any]:
     names = [job.asset.name for job in jobs]
     type_reduction = any(job.settings.type_reduction for job in jobs)
     configs = OPS_CONFIGS[type_reduction] if any(job.settings.reduced_build for job in jobs) else ()
+    results = [check.result_path for check in checks]
+    off_reason = None if platform.runtime_check else platform.runtime_check_off_reason
     return {
         "name": platform.name,
         "doc": platform.description or f"cook every model for {platform.name} and write its manifest",
-        "actions": [(run_manifest, [platform_dir, platform.name, names])],
-        "file_dep": [str(entry_path(platform_dir, name)) for name in names],
+        "actions": [(run_manifest, [platform_dir, platform.name, names, results, off_reason])],
+        "file_dep": [str(entry_path(platform_dir, name)) for name in names] + [str(path) for path in results],
         "targets": [str(platform_dir / name) for name in (MANIFEST_NAME, *configs)],
         "uptodate": [config_changed(_digest(canonical_json({"models": names, "format": BUNDLE_FORMAT})))],
         "clean": True,

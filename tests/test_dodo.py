@@ -40,7 +40,7 @@ RTOL, ATOL = 1e-4, 1e-5
 SYMBOLIC_DIMS = {"batch": 2}
 INPUT_SEED = 12345
 DOIT_TIMEOUT = 600  # seconds; only guards against a hang, asserts nothing about speed
-TASK_LINE = re.compile(r"^(\.|--)\s+(cook:\S+)\s*$", re.MULTILINE)
+TASK_LINE = re.compile(r"^(\.|--)\s+((?:cook|runtime_check):\S+)\s*$", re.MULTILINE)
 TRACEBACK = "Traceback (most recent call last)"
 ORT_DTYPES = {
     "tensor(float)": np.float32,
@@ -74,9 +74,14 @@ class DoitRun:
         return {name for mark, name in TASK_LINE.findall(self.stdout) if mark == "--"}
 
 
+RUNTIMES_CACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "runtimes"
+
+
 def doit_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without anything that would point doit at another project."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COOK_") and k != "PYTHONPATH"}
+    # Every copy shares one cache of target onnxruntime environments (made once, by the first cook).
+    env["COOK_RUNTIMES_DIR"] = str(RUNTIMES_CACHE)
     env.update(extra or {})
     return env
 
@@ -103,7 +108,7 @@ def status(project: Path, env: Mapping[str, str] | None = None) -> dict[str, str
     """`doit list --all --status` as {task: "R" | "U"}, sub-tasks only (the group task `cook` is always R)."""
     run = doit(project, "list", "--all", "--status", env=env)
     assert run.returncode == 0, run.output
-    lines = re.findall(r"^([RU]) (cook:\S+)", run.stdout, re.MULTILINE)
+    lines = re.findall(r"^([RU]) ((?:cook|runtime_check):\S+)", run.stdout, re.MULTILINE)
     assert lines, f"no task lines in:\n{run.stdout}"
     return {name: state for state, name in lines}
 
@@ -129,7 +134,8 @@ def cook_tasks(
 
 
 def manifest_tasks(platforms: list[str]) -> set[str]:
-    return {f"cook:{p}" for p in platforms}
+    """The platform-level tasks: the manifest ``cook:<p>`` and the check in the target's onnxruntime."""
+    return {f"cook:{p}" for p in platforms} | {f"runtime_check:{p}" for p in platforms}
 
 
 def every_task(project: Path) -> set[str]:
@@ -250,6 +256,14 @@ def test_first_cook_runs_every_task_and_writes_a_manifest_per_platform(cooked: C
     assert platform_names(cooked.project) == sorted(PLATFORMS)
     assert cooked.first.ran == every_task(cooked.project)
     assert sorted(p.parent.name for p in cooked.build.glob("*/manifest.json")) == sorted(PLATFORMS)
+    # Every blob was run in the exact onnxruntime its platform ships, e.g. 1.24.4 for windows-dml.
+    for platform in PLATFORMS:
+        manifest = json.loads((cooked.build / platform / "manifest.json").read_text())
+        target = yaml.safe_load((cooked.project / "platforms" / f"{platform}.yaml").read_text())[
+            "runtime_version"
+        ]
+        assert manifest["runtime_check"] == "on"
+        assert all(target in entry["verified_on"] for entry in manifest["models"].values()), platform
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -325,7 +339,7 @@ def test_changed_platform_value_recooks_that_platform_only(project: Path) -> Non
 
     run = cook(project)
 
-    assert run.ran == cook_tasks(project, platforms=["ios"]) | {"cook:ios"}
+    assert run.ran == cook_tasks(project, platforms=["ios"]) | manifest_tasks(["ios"])
     assert rewritten(before, blob_files(project / "build")) == {
         blob_name("ios", m) for m in model_names(project)
     }
@@ -507,12 +521,15 @@ def test_list_shows_platforms_and_models_with_their_docs(cooked: Cooked) -> None
     run = doit(cooked.project, "list", "--all")
 
     assert run.returncode == 0, run.output
-    docs = dict(re.findall(r"^(cook:\S+)\s+(.+?)\s*$", run.stdout, re.MULTILINE))
+    docs = dict(re.findall(r"^((?:cook|runtime_check):\S+)\s+(.+?)\s*$", run.stdout, re.MULTILINE))
     assert set(docs) == every_task(cooked.project)
     for platform in PLATFORMS:
         profile = yaml.safe_load((cooked.project / "platforms" / f"{platform}.yaml").read_text())
         assert docs[f"cook:{platform}"] == profile["description"]
-    assert docs["cook:windows-dml:vision/detector"] == "cook vision/detector for windows-dml (onnx, basic, fixed)"
+    assert (
+        docs["cook:windows-dml:vision/detector"]
+        == "cook vision/detector for windows-dml (onnx, basic, fixed)"
+    )
     assert docs["cook:android:mnist"] == "cook mnist for android (ort, all, runtime)"
 
 
@@ -592,10 +609,13 @@ def assert_nothing_half_written(build: Path, when: str) -> None:
         elif name.endswith(".config"):  # reduced-build operator lists parse back completely
             text = path.read_text(encoding="utf-8")
             assert text.startswith("# Generated from model/s:") and text.endswith("\n"), f"{when}: {path}"
+        elif name.endswith(".npz"):  # verification data for the runtime check
+            np.load(path).close()
         elif name.endswith(".applied.ort"):  # operator-list input written whole or not at all
             assert fbs.InferenceSession.InferenceSession.GetRootAs(path.read_bytes(), 0).Model() is not None
         else:
-            scratch = any(part.startswith((".optimize-", ".usability-", ".opconfig-")) for part in path.parts)
+            scratch_dirs = (".optimize-", ".usability-", ".opconfig-", ".worker-")
+            scratch = any(part.startswith(scratch_dirs) for part in path.parts)
             temp = name.startswith(".") and name.endswith(".tmp")
             assert name.startswith(".doit.db") or temp or scratch, f"{when}: unexpected file {path}"
 

@@ -1,0 +1,64 @@
+"""Load and run cooked blobs in whatever onnxruntime this interpreter has; print a JSON report.
+
+Runs inside the isolated environment of a target's exact onnxruntime version, started by
+``pipeline.runtimes``; imports only the runtime loader, numpy and the standard library.
+
+    python -m pipeline.runtime_worker <platform dir> <name> [<name> ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime
+
+from pipeline.compare import compare
+from pipeline.layout import entry_path, verify_data_path
+from pipeline.runtime import BundleError, session_from_blob
+
+CPU_ONLY = ["CPUExecutionProvider"]
+
+
+def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
+    entry = json.loads(entry_path(platform_dir, name).read_text(encoding="utf-8"))
+    try:
+        session = session_from_blob((platform_dir / entry["file"]).read_bytes(), providers=CPU_ONLY)
+    except BundleError as exc:
+        return {"ok": False, "error": f"cannot load: {exc}"}
+    data_path = verify_data_path(platform_dir, name)
+    if not data_path.is_file():
+        return {"ok": True, "error": None, "outputs": "loaded only (verify is off)"}
+    with np.load(data_path, allow_pickle=False) as data:
+        feeds = {key.removeprefix("input/"): data[key] for key in data.files if key.startswith("input/")}
+        expected = {key.removeprefix("output/"): data[key] for key in data.files if key.startswith("output/")}
+    try:
+        names = list(expected)
+        actual = dict(zip(names, session.run(names, feeds), strict=True))
+    except Exception as exc:  # onnxruntime's run errors
+        return {"ok": False, "error": f"fails to run: {exc}"}
+    settings = entry["settings"]
+    results = compare(expected, actual, settings["rtol"], settings["atol"])
+    failed = [r for r in results if not r.ok]
+    error = None
+    if failed:
+        details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}" for r in failed)
+        error = f"outputs differ beyond rtol={settings['rtol']:g}, atol={settings['atol']:g} ({details})"
+    return {"ok": not failed, "error": error, "outputs": [r.__dict__ for r in results]}
+
+
+def main(argv: list[str]) -> int:
+    platform_dir, names = Path(argv[0]), argv[1:]
+    report = {
+        "onnxruntime": onnxruntime.__version__,
+        "models": {n: check_model(platform_dir, n) for n in names},
+    }
+    sys.stdout.write(json.dumps(report) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,137 @@
+"""The dynamic runtime check: run every blob of a platform in the target's exact onnxruntime.
+
+Each needed onnxruntime version gets an isolated virtual environment, made on first use with the
+stock ``venv`` and ``pip`` from the package registry and cached (``build/.runtimes`` or
+``COOK_RUNTIMES_DIR``). There is no DirectML wheel off Windows: the CPU wheel of the same version
+stands in for it, which loads the same model formats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import venv
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .cookkey import tool_versions
+from .errors import CookError
+from .fsutil import atomic_write
+from .job import RuntimeCheck
+from .runtime.compat import parse_version
+
+PIP_TIMEOUT = 900
+CHECK_TIMEOUT = 1800
+PACKAGE = Path(__file__).resolve().parent
+# What the worker needs of this package; copied beside it so the target environment imports nothing
+# of the cooking environment (a PYTHONPATH to our site-packages would bring its onnxruntime along).
+WORKER_FILES = ("__init__.py", "compare.py", "layout.py", "runtime_worker.py")
+WORKER_START = "import sys; sys.path.insert(0, sys.argv.pop(1)); from pipeline.runtime_worker import main; "
+WORKER_START += "sys.exit(main(sys.argv[1:]))"
+
+
+class RuntimeCheckError(CookError):
+    """A blob does not load or compute correctly in the target's onnxruntime, or no such runtime."""
+
+
+def environment_dir(runtimes_dir: Path, version: str) -> Path:
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return runtimes_dir / f"onnxruntime-{version}-{tag}"
+
+
+def _python(env_dir: Path) -> Path:
+    return env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_runtime(version: str, runtimes_dir: Path, profile: Path) -> Path:
+    """The interpreter of an environment holding exactly ``onnxruntime==version``; made if missing.
+
+    The environment is built in a temp folder and renamed into place, so a killed or concurrent
+    build never leaves a half-made one under the final name.
+    """
+    if parse_version(tool_versions()["onnxruntime"]) == parse_version(version):
+        return Path(sys.executable)  # the cook itself ran this exact version
+    final = environment_dir(runtimes_dir, version)
+    if _python(final).is_file():
+        return _python(final)
+    runtimes_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=runtimes_dir))
+    try:
+        venv.EnvBuilder(with_pip=True, clear=True).create(staging)
+        command = [str(_python(staging)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        command += [f"onnxruntime=={version}", "numpy", "zstandard"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT, check=False)
+        if done.returncode != 0:
+            tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            raise RuntimeCheckError(
+                f"{profile}: cannot install onnxruntime=={version} for the runtime check from the package "
+                f"registry ({tail}). If the registry cannot be reached from this machine, or no wheel of "
+                "that version exists for it, set `runtime_check: false` with a `runtime_check_off_reason` "
+                f"in {profile}"
+            )
+        try:
+            staging.rename(final)
+        except OSError:
+            if not _python(final).is_file():  # another cook won the race when the folder exists
+                raise
+    except subprocess.TimeoutExpired:
+        raise RuntimeCheckError(f"{profile}: installing onnxruntime=={version} timed out") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return _python(final)
+
+
+def run_check(check: RuntimeCheck) -> dict[str, Any]:
+    """Load and run every blob of the platform in the target onnxruntime; raise if any fails."""
+    python = ensure_runtime(check.runtime_version, check.runtimes_dir, check.profile)
+    with tempfile.TemporaryDirectory(prefix=".worker-", dir=check.platform_dir) as tmp:
+        package = Path(tmp) / "pipeline"
+        shutil.copytree(
+            PACKAGE / "runtime", package / "runtime", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        for name in WORKER_FILES:
+            shutil.copy2(PACKAGE / name, package / name)
+        # -I: no PYTHONPATH, no user site; only the target environment and the copied loader.
+        command = [str(python), "-I", "-c", WORKER_START, tmp, str(check.platform_dir), *check.names]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            raise RuntimeCheckError(f"{check.platform}: the runtime check timed out") from None
+    if done.returncode != 0:
+        tail = " ".join(done.stderr.strip().splitlines()[-3:])
+        raise RuntimeCheckError(
+            f"{check.platform}: the runtime check in onnxruntime {check.runtime_version} crashed: {tail}"
+        )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if parse_version(report["onnxruntime"]) != parse_version(check.runtime_version):
+        raise RuntimeCheckError(
+            f"{check.platform}: the runtime check ran onnxruntime {report['onnxruntime']}, not "
+            f"{check.runtime_version}; delete {environment_dir(check.runtimes_dir, check.runtime_version)}"
+        )
+    failures = _failures(report, check)
+    if failures:
+        raise RuntimeCheckError(
+            f"{check.platform}: {len(failures)} model(s) fail in onnxruntime {check.runtime_version}, the "
+            f"version the platform ships: {'; '.join(failures)}. Convert the source to an older opset or "
+            f"raise runtime_version in {check.profile} if the target ships a newer onnxruntime"
+        )
+    atomic_write(check.result_path, (json.dumps(report, indent=2, sort_keys=True) + "\n").encode())
+    return report
+
+
+def _failures(report: dict[str, Any], check: RuntimeCheck) -> list[str]:
+    models = report["models"]
+    return [f"{name}: {models[name]['error']}" for name in check.names if not models.get(name, {}).get("ok")]
+
+
+def verified_versions(result_path: Path, names: Sequence[str]) -> dict[str, str]:
+    """Model name -> the onnxruntime version a passed runtime check ran it on."""
+    if not result_path.is_file():
+        return {}
+    report = json.loads(result_path.read_text(encoding="utf-8"))
+    return {name: report["onnxruntime"] for name in names if report["models"].get(name, {}).get("ok")}

@@ -1,0 +1,94 @@
+"""The runtime check: cooked blobs run in the exact onnxruntime version their platform ships."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.cook import cook
+from pipeline.errors import ProfileError
+from pipeline.job import RuntimeCheck
+from pipeline.layout import runtime_check_path
+from pipeline.manifest import write_manifest
+from pipeline.profile import load_platforms
+from pipeline.runtimes import RuntimeCheckError, ensure_runtime, environment_dir, run_check
+from tests.test_cook import conv_bn_relu_model, job_for, opset_model, save, shipped_settings
+
+RUNTIMES_CACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "runtimes"
+OLD_RUNTIME = "1.24.4"  # windows-dml's: the newest onnxruntime-directml
+
+
+def cook_all(tmp_path: Path, platform: str, names: list[str], **overrides: object) -> Path:
+    settings = shipped_settings(platform, **overrides)
+    for name in names:
+        cook(job_for(tmp_path / "assets", name, settings, tmp_path / "build"))
+    return tmp_path / "build" / platform
+
+
+def check_for(platform_dir: Path, names: list[str], version: str, profile: Path) -> RuntimeCheck:
+    return RuntimeCheck(
+        platform=platform_dir.name,
+        runtime_version=version,
+        platform_dir=platform_dir,
+        names=tuple(names),
+        runtimes_dir=RUNTIMES_CACHE,
+        result_path=runtime_check_path(platform_dir, version),
+        profile=profile,
+    )
+
+
+def test_blobs_run_in_the_target_version_and_the_manifest_says_so(tmp_path: Path) -> None:
+    save(conv_bn_relu_model(), tmp_path / "assets", "net")
+    platform_dir = cook_all(tmp_path, "windows-dml", ["net"])
+    check = check_for(platform_dir, ["net"], OLD_RUNTIME, Path("platforms/windows-dml.yaml"))
+
+    report = run_check(check)
+
+    assert report["onnxruntime"] == OLD_RUNTIME and report["models"]["net"]["ok"]
+    assert report["models"]["net"]["outputs"][0]["ok"]
+    assert environment_dir(RUNTIMES_CACHE, OLD_RUNTIME).is_dir()
+    manifest = json.loads(
+        write_manifest(platform_dir, "windows-dml", ["net"], [check.result_path]).read_text()
+    )
+    assert manifest["models"]["net"]["verified_on"][0] == OLD_RUNTIME
+    assert len(manifest["models"]["net"]["verified_on"]) == 2  # and the cooking machine's own version
+
+
+def test_a_blob_the_target_version_cannot_load_fails_the_check(tmp_path: Path) -> None:
+    """Cooked for a 1.32 target, an opset-26 model must not pass a check in 1.24.4."""
+    save(opset_model(26), tmp_path / "assets", "relu26")
+    platform_dir = cook_all(tmp_path, "android", ["relu26"])
+    check = check_for(platform_dir, ["relu26"], OLD_RUNTIME, Path("platforms/android.yaml"))
+
+    with pytest.raises(
+        RuntimeCheckError, match=r"fail in onnxruntime 1\.24\.4.*relu26.*needs onnxruntime 1\.28"
+    ):
+        run_check(check)
+    assert not check.result_path.exists()
+
+
+def test_an_uninstallable_runtime_says_how_to_turn_the_check_off(tmp_path: Path) -> None:
+    profile = tmp_path / "platforms" / "retro.yaml"
+    with pytest.raises(RuntimeCheckError) as failure:
+        ensure_runtime("0.0.1", tmp_path / "runtimes", profile)
+    message = str(failure.value)
+    assert "cannot install onnxruntime==0.0.1" in message
+    assert (
+        "runtime_check: false" in message
+        and "runtime_check_off_reason" in message
+        and str(profile) in message
+    )
+    assert not any((tmp_path / "runtimes").iterdir())  # the half-made environment is gone
+
+
+def test_the_check_can_be_turned_off_only_with_a_reason(tmp_path: Path) -> None:
+    folder = tmp_path / "platforms"
+    folder.mkdir()
+    (folder / "retro.yaml").write_text("runtime_check: false\n")
+    with pytest.raises(ProfileError, match=r"retro\.yaml.*runtime_check.*runtime_check_off_reason"):
+        load_platforms(folder, {})
+    (folder / "retro.yaml").write_text('runtime_check: false\nruntime_check_off_reason: "no wheel for 1.9"\n')
+    (platform,) = load_platforms(folder, {})
+    assert not platform.runtime_check and platform.runtime_check_off_reason == "no wheel for 1.9"
