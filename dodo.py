@@ -6,12 +6,13 @@
 
 from pathlib import Path
 
+from pipeline.buildlock import hold_build_lock
 from pipeline.tasks import cook_tasks, environment, folders
 
 ENV = environment()
 ROOT = Path(__file__).resolve().parent
 BUILD = folders(ENV, ROOT).build
-BUILD.mkdir(parents=True, exist_ok=True)  # doit opens its state database there
+hold_build_lock(BUILD)  # a second doit on the same build folder waits; doit keeps its state there
 
 DOIT_CONFIG = {
     "default_tasks": ["cook"],

@@ -97,6 +97,11 @@ def cook(job: CookJob) -> dict[str, Any]:
     except CookError as exc:
         message = str(exc)
         raise type(exc)(message if message.startswith(str(asset.path)) else f"{where}: {message}") from None
+    except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
+        raise CookError(
+            f"{where}: cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
+            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)"
+        ) from None
 
 
 def _cook(job: CookJob, where: str) -> dict[str, Any]:

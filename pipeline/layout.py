@@ -10,6 +10,7 @@ CHECKS_DIR = ".checks"
 # load onnxruntime when doit loads tasks).
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
+SIGNATURE_NAME = "manifest.json.sig"
 
 
 def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:

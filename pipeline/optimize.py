@@ -5,6 +5,7 @@ The one place where a platform's settings become onnxruntime session options for
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -74,8 +75,15 @@ def optimize(
                 disabled_optimizers=disabled_optimizers(settings),
             )
         except Exception as exc:  # onnxruntime raises Fail, InvalidGraph, NotImplemented, RuntimeError...
+            free = shutil.disk_usage(output.parent).free
+            if free < 2 * model.ByteSize():  # onnxruntime's message does not say why it could not save
+                raise ModelError(
+                    f"{where}: cannot save the optimized model into {output.parent}: No space left on device "
+                    f"({free:,} bytes free); free disk space and run `doit cook` again"
+                ) from None
             raise ModelError(
-                f"{where}: onnxruntime {onnxruntime.__version__} cannot load the model to optimize it: {exc}"
+                f"{where}: onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
+                f"(into {output.parent}): {exc}"
             ) from None
         data = output.read_bytes()
     return data if settings.format == "ort" else tidy_onnx(data)

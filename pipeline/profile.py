@@ -73,7 +73,20 @@ _TYPE_NAMES = {
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (plain PyYAML keeps the last one)."""
+    """SafeLoader that refuses a key given twice in one mapping (plain PyYAML keeps the last one),
+    and anchors/aliases: settings never need them, and nested aliases ("billion laughs") expand
+    exponentially once the values are walked."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "aliases (*name) are not allowed in settings files; write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_lines: dict[Any, int] = {}

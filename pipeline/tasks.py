@@ -24,6 +24,7 @@ from .errors import CookError, ProfileError
 from .job import CookJob, RuntimeCheck
 from .layout import (
     MANIFEST_NAME,
+    SIGNATURE_NAME,
     applied_variant_path,
     blob_path,
     entry_path,
@@ -45,6 +46,7 @@ class Folders:
     platforms: Path
     build: Path
     runtimes: Path
+    signing_key: Path | None  # COOK_SIGNING_KEY: sign every manifest with this Ed25519 key
 
 
 def folders(env: Mapping[str, str], root: Path) -> Folders:
@@ -58,6 +60,7 @@ def folders(env: Mapping[str, str], root: Path) -> Folders:
         platforms=pick("COOK_PLATFORMS_DIR", "platforms"),
         build=pick("COOK_BUILD_DIR", "build"),
         runtimes=pick("COOK_RUNTIMES_DIR", str(Path(env.get("COOK_BUILD_DIR", "build")) / ".runtimes")),
+        signing_key=pick("COOK_SIGNING_KEY", "") if env.get("COOK_SIGNING_KEY") else None,
     )
 
 
@@ -89,6 +92,7 @@ def run_manifest(
     names: list[str],
     check_results: list[Path],
     check_off_reason: str | None,
+    signing_key: Path | None = None,
 ) -> TaskFailed | None:
     from .manifest import write_manifest
     from .opconfig import write_operator_configs
@@ -97,12 +101,29 @@ def run_manifest(
         path = write_manifest(platform_dir, platform, names, check_results, check_off_reason)
         manifest = json.loads(path.read_text(encoding="utf-8"))
         configs = write_operator_configs(platform_dir, manifest["models"])
+        _sign(path, signing_key)
     except CookError as exc:
         return TaskFailed(str(exc))
+    except OSError as exc:
+        return TaskFailed(
+            f"{platform_dir}: cannot write the manifest ({exc.strerror or exc}); free disk space"
+        )
     lines = [f"{path}: {len(names)} model(s)", *(f"{config}: reduced-build operators" for config in configs)]
     lines += usability_lines(platform, manifest["models"])
     sys.stdout.write("\n".join(lines) + "\n")
     return None
+
+
+def _sign(manifest: Path, signing_key: Path | None) -> None:
+    """Write manifest.json.sig, or remove a stale one when this cook does not sign."""
+    signature_path = manifest.with_name(SIGNATURE_NAME)
+    if signing_key is None:
+        signature_path.unlink(missing_ok=True)
+        return
+    from .fsutil import atomic_write
+    from .signing import sign
+
+    atomic_write(signature_path, sign(manifest.read_bytes(), signing_key))
 
 
 def usability_lines(platform: str, models: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -145,6 +166,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         assets = discover(where.assets)
         model_settings = _model_settings(assets, [p.name for p in platforms])
         plans = [(p, _platform_jobs(p, assets, model_settings, where.build, env)) for p in platforms]
+        key_digest = _key_digest(where.signing_key)
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
     for platform, jobs in plans:
@@ -154,7 +176,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         checks = _runtime_checks(platform, jobs, platform_dir, where.runtimes)
         if checks:
             yield _runtime_check_task(platform, jobs, checks)
-        yield _manifest_task(platform, jobs, platform_dir, checks)
+        yield _manifest_task(platform, jobs, platform_dir, checks, where.signing_key, key_digest)
 
 
 def _runtime_checks(
@@ -186,6 +208,10 @@ def run_runtime_checks(checks: list[RuntimeCheck]) -> TaskFailed | None:
             report = run_check(check)
         except CookError as exc:
             return TaskFailed(str(exc))
+        except OSError as exc:
+            return TaskFailed(
+                f"{check.platform}: runtime check failed ({exc.strerror or exc}); free disk space"
+            )
         sys.stdout.write(
             f"{check.platform}: {len(report['models'])} model(s) load and match in onnxruntime "
             f"{report['onnxruntime']}\n"
@@ -260,21 +286,37 @@ def _cook_task(job: CookJob) -> dict[str, Any]:
     }
 
 
+def _key_digest(signing_key: Path | None) -> str | None:
+    if signing_key is None:
+        return None
+    try:
+        return hashlib.sha256(signing_key.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise CookError(f"COOK_SIGNING_KEY={signing_key}: cannot read the key ({exc.strerror})") from None
+
+
 def _manifest_task(
-    platform: Platform, jobs: list[CookJob], platform_dir: Path, checks: list[RuntimeCheck]
+    platform: Platform,
+    jobs: list[CookJob],
+    platform_dir: Path,
+    checks: list[RuntimeCheck],
+    signing_key: Path | None,
+    key_digest: str | None,
 ) -> dict[str, Any]:
     names = [job.asset.name for job in jobs]
     type_reduction = any(job.settings.type_reduction for job in jobs)
     configs = OPS_CONFIGS[type_reduction] if any(job.settings.reduced_build for job in jobs) else ()
     results = [check.result_path for check in checks]
     off_reason = None if platform.runtime_check else platform.runtime_check_off_reason
+    signature = (SIGNATURE_NAME,) if signing_key is not None else ()
+    state = {"models": names, "format": BUNDLE_FORMAT, "signing_key": key_digest}
     return {
         "name": platform.name,
         "doc": platform.description or f"cook every model for {platform.name} and write its manifest",
-        "actions": [(run_manifest, [platform_dir, platform.name, names, results, off_reason])],
+        "actions": [(run_manifest, [platform_dir, platform.name, names, results, off_reason, signing_key])],
         "file_dep": [str(entry_path(platform_dir, name)) for name in names] + [str(path) for path in results],
-        "targets": [str(platform_dir / name) for name in (MANIFEST_NAME, *configs)],
-        "uptodate": [config_changed(_digest(canonical_json({"models": names, "format": BUNDLE_FORMAT})))],
+        "targets": [str(platform_dir / name) for name in (MANIFEST_NAME, *configs, *signature)],
+        "uptodate": [config_changed(_digest(canonical_json(state)))],
         "clean": True,
         "verbosity": 2,
     }

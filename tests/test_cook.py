@@ -162,6 +162,28 @@ def test_guard_catches_a_model_whose_weights_were_stolen(tmp_path: Path) -> None
     assert "weights were dropped" in message and "nothing produces" in message and "net.onnx" in message
 
 
+def multi_op_model_for_reliability() -> onnx.ModelProto:
+    """A small MLP (MatMul, Add, Sigmoid) beside the conv net in multi-model projects."""
+    rng = np.random.default_rng(RNG_SEED + 1)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Add", ["m", "b"], ["a"]),
+            helper.make_node("Sigmoid", ["a"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [
+            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def legacy_ir3_model() -> onnx.ModelProto:
     """IR 3: initializers are also graph inputs; two equal constants invite ConstantSharing."""
     rng = np.random.default_rng(RNG_SEED)

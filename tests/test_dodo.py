@@ -509,7 +509,7 @@ def test_clean_removes_blobs_entries_and_manifests(project: Path) -> None:
 
     assert run.returncode == 0, run.output
     files = sorted(p.relative_to(build).as_posix() for p in build.rglob("*") if p.is_file())
-    assert files == [".doit.db"], "doit clean left files behind"
+    assert files == [".cook.lock", ".doit.db"], "doit clean left files behind"  # doit state and its lock
     assert set(status(project).values()) == {"R"}
 
 
@@ -617,7 +617,7 @@ def assert_nothing_half_written(build: Path, when: str) -> None:
             scratch_dirs = (".optimize-", ".usability-", ".opconfig-", ".worker-")
             scratch = any(part.startswith(scratch_dirs) for part in path.parts)
             temp = name.startswith(".") and name.endswith(".tmp")
-            assert name.startswith(".doit.db") or temp or scratch, f"{when}: unexpected file {path}"
+            assert name.startswith((".doit.db", ".cook.lock")) or temp or scratch, f"{when}: unexpected file {path}"
 
 
 def test_killed_cooks_never_leave_a_half_written_blob(tmp_path: Path, project: Path) -> None:

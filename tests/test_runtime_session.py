@@ -471,11 +471,12 @@ def test_manifest_entry_with_a_nul_byte(bundle_dir: Path) -> None:
 
 def test_missing_blob_file(bundle_dir: Path) -> None:
     (bundle_dir / "denoiser.onnx.zst").unlink()
-    bundle = open_bundle(bundle_dir)
-    with pytest.raises(
-        ManifestError, match=r"cannot read blob of 'denoiser' at .*denoiser\.onnx\.zst: No such file"
-    ):
-        bundle.session("denoiser")
+    missing = r"cannot read blob of 'denoiser' at .*denoiser\.onnx\.zst: No such file"
+    with pytest.raises(ManifestError, match=missing):
+        open_bundle(bundle_dir)  # verified at start-up...
+    bundle = open_bundle(bundle_dir, verify=False)
+    with pytest.raises(ManifestError, match=missing):
+        bundle.session("denoiser")  # ...and again at first use
 
 
 @pytest.mark.parametrize("damage", ["flip", "append", "truncate"])
@@ -489,11 +490,11 @@ def test_blob_changed_on_disk(damage: str, bundle_dir: Path) -> None:
     else:
         del data[-1]
     path.write_bytes(bytes(data))
-    bundle = open_bundle(bundle_dir)
-    with pytest.raises(
-        ChecksumMismatchError,
-        match=r"upscaler\.ort\.zst: blob does not match the sha256/size recorded in manifest",
-    ):
+    changed = r"upscaler\.ort\.zst: blob does not match the sha256/size recorded in manifest"
+    with pytest.raises(ChecksumMismatchError, match=changed):
+        open_bundle(bundle_dir)
+    bundle = open_bundle(bundle_dir, verify=False)
+    with pytest.raises(ChecksumMismatchError, match=changed):
         bundle.session("upscaler")
 
 
@@ -502,7 +503,9 @@ def test_oversized_blob_declaration_is_refused_before_reading(bundle_dir: Path) 
     manifest["models"]["denoiser"]["blob_size"] = 1 << 40
     write_manifest(bundle_dir, manifest)
     with pytest.raises(ManifestError, match="model 'denoiser' declares an oversized blob"):
-        open_bundle(bundle_dir).session("denoiser")
+        open_bundle(bundle_dir, verify=False).session("denoiser")
+    with pytest.raises(ChecksumMismatchError, match="denoiser"):
+        open_bundle(bundle_dir)  # at start-up the file's real size already disagrees
 
 
 # --- python -m pipeline.runtime inspect -----------------------------------------------------------

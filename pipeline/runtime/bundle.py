@@ -14,6 +14,7 @@ import onnxruntime
 from .blob import DEFAULT_MAX_MODEL_SIZE
 from .errors import BundleError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .session import ProviderSpec, session_from_blob
+from .signature import SIGNATURE_NAME, SIGNATURE_SIZE, verify_signature
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -58,6 +59,27 @@ class Bundle:
             )
         return data
 
+    def verify_blob(self, name: str) -> None:
+        """Check model ``name``'s blob file against the manifest's size and sha256, streaming."""
+        entry = self._entry(name)
+        path = self.root / entry["file"]
+        digest, size = hashlib.sha256(), 0
+        try:
+            with path.open("rb") as stream:
+                while chunk := stream.read(min(1 << 20, entry["blob_size"] + 1 - size)):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            raise ManifestError(
+                f"{self._where()}: cannot read blob of {name!r} at {path}: {exc.strerror or exc}; "
+                "re-run `doit cook` to rebuild the bundle"
+            ) from None
+        if size != entry["blob_size"] or digest.hexdigest() != entry["blob_sha256"]:
+            raise ChecksumMismatchError(
+                f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
+                "damaged or replaced: re-run `doit cook`"
+            )
+
     def session(
         self,
         name: str,
@@ -84,8 +106,16 @@ class Bundle:
         return f"bundle {self.root} ({self.platform})"
 
 
-def open_bundle(path: str | Path) -> Bundle:
-    """Open ``build/<platform>/`` (or its manifest.json) and validate the manifest."""
+def open_bundle(
+    path: str | Path, *, verify: bool = True, public_keys: Sequence[bytes] | None = None
+) -> Bundle:
+    """Open ``build/<platform>/`` (or its manifest.json) and validate the manifest.
+
+    With ``public_keys`` (raw 32-byte or PEM Ed25519 keys), the manifest must carry a signature by
+    one of them. With ``verify`` (the default), every blob the manifest lists is checked now against
+    its recorded size and sha256, so a damaged or replaced file is refused at start-up rather than at
+    first use; ``read_blob``/``session`` check each blob again when they read it.
+    """
     root = Path(path)
     manifest_path = root / MANIFEST_NAME if root.is_dir() else root
     root = manifest_path.parent
@@ -99,12 +129,28 @@ def open_bundle(path: str | Path) -> Bundle:
         ) from None
     if len(raw) > MAX_MANIFEST_SIZE:
         raise ManifestError(f"{manifest_path} is larger than {MAX_MANIFEST_SIZE >> 20} MiB; not a manifest")
+    if public_keys is not None:
+        verify_signature(raw, _read_signature(root), public_keys, str(manifest_path))
     try:
         manifest = json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); re-run `doit cook`") from None
     _check_manifest(manifest, manifest_path)
-    return Bundle(root, manifest)
+    bundle = Bundle(root, manifest)
+    if verify:
+        for name in bundle.names:
+            bundle.verify_blob(name)
+    return bundle
+
+
+def _read_signature(root: Path) -> bytes | None:
+    try:
+        with (root / SIGNATURE_NAME).open("rb") as stream:
+            return stream.read(SIGNATURE_SIZE + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ManifestError(f"cannot read {root / SIGNATURE_NAME}: {exc.strerror or exc}") from None
 
 
 def _check_manifest(manifest: Any, where: Path) -> None:

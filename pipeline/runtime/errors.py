@@ -50,5 +50,9 @@ class ManifestError(BundleError):
     """A bundle's manifest.json is missing, unreadable or malformed."""
 
 
+class SignatureError(BundleError):
+    """A bundle's signature is missing, malformed or made by a key the game does not trust."""
+
+
 class SessionCreateError(BundleError):
     """onnxruntime refused to create a session from an intact blob."""

@@ -1,0 +1,195 @@
+"""Faults and tampering: concurrent cooks, a full disk, signed bundles (see docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.runtime import ChecksumMismatchError, SignatureError, decode_blob, open_bundle
+from pipeline.signing import keygen
+from tests.test_cook import conv_bn_relu_model, multi_op_model_for_reliability
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def small_project(root: Path) -> Path:
+    """The project's code with two tiny models and one platform: fast to cook, small on disk."""
+    root.mkdir(parents=True)
+    shutil.copy2(REPO / "dodo.py", root / "dodo.py")
+    shutil.copytree(REPO / "pipeline", root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "platforms").mkdir()
+    shutil.copy2(REPO / "platforms" / "android.yaml", root / "platforms" / "android.yaml")
+    (root / "assets").mkdir()
+    onnx.save(conv_bn_relu_model(), root / "assets" / "net.onnx")
+    onnx.save(multi_op_model_for_reliability(), root / "assets" / "mlp.onnx")
+    return root
+
+
+def large_model() -> onnx.ModelProto:
+    """A MatMul with 4 MiB of seeded random (incompressible) weights."""
+    weights = np.random.default_rng(5).standard_normal((1024, 1024)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "large",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+        [numpy_helper.from_array(weights, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("COOK_") and k != "PYTHONPATH"}
+    return {**base, "COOK_RUNTIMES_DIR": str(RUNTIMES_CACHE), **extra}
+
+
+def doit(project: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "doit", *args], cwd=project, env=env(**extra), capture_output=True, text=True
+    )
+
+
+def assert_bundle_intact(platform_dir: Path, names: set[str]) -> None:
+    bundle = open_bundle(platform_dir)  # checks every blob against the manifest
+    assert set(bundle.names) == names
+    for name in names:
+        decode_blob(bundle.read_blob(name))
+
+
+def test_two_cooks_on_one_build_folder_at_once_end_with_a_correct_bundle(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "project")
+    command = [sys.executable, "-m", "doit", "cook"]
+    first, second = (
+        subprocess.Popen(
+            command, cwd=project, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    )
+    outputs = [first.communicate(timeout=600)[0], second.communicate(timeout=600)[0]]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    assert all(TRACEBACK not in output for output in outputs)
+    # One cooked; the other waited for the build folder, then found everything up to date.
+    assert sum(".  cook:android:net" in output for output in outputs) == 1
+    assert any("waiting for it to finish" in output for output in outputs)
+    assert_bundle_intact(project / "build" / "android", {"net", "mlp"})
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 24 MiB tmpfs (we run as root on this machine kind); unmounted afterwards."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount_point)], capture_output=True
+    )
+    assert done.returncode == 0, f"cannot mount a tmpfs to fill up: {done.stderr!r}"
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_full_disk_fails_cleanly_and_keeps_the_previous_bundle(tmp_path: Path, small_disk: Path) -> None:
+    project = small_project(tmp_path / "project")
+    build = small_disk / "build"
+    assert doit(project, "cook", COOK_BUILD_DIR=str(build)).returncode == 0
+    platform_dir = build / "android"
+    before = {p: p.read_bytes() for p in platform_dir.rglob("*") if p.is_file()}
+
+    # The new version of the model needs ~4 MiB; leave 512 KiB: enough for doit's own small state
+    # writes, not for the blob. (With not one block left, doit's sqlite state database fails first
+    # and doit prints its own traceback: see docs/reliability.md.)
+    onnx.save(large_model(), project / "assets" / "net.onnx")
+    stats = os.statvfs(small_disk)
+    (small_disk / "filler").write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - (512 << 10)))
+
+    run = doit(project, "cook", COOK_BUILD_DIR=str(build))
+
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "No space left on device" in output and "net.onnx" in output, output
+    assert TRACEBACK not in output
+    after = {
+        p: p.read_bytes() for p in platform_dir.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
+    }
+    assert {p: after.get(p) for p in before} == before  # every previous file intact, byte for byte
+    (small_disk / "filler").unlink()
+    assert doit(project, "cook", COOK_BUILD_DIR=str(build)).returncode == 0  # space freed: it repairs
+    assert_bundle_intact(platform_dir, {"net", "mlp"})
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("signed")
+    project = small_project(root / "project")
+    private, public = keygen(root / "keys")
+    run = doit(project, "cook", COOK_SIGNING_KEY=str(private))
+    assert run.returncode == 0, run.stdout + run.stderr
+    return project / "build" / "android", private, public
+
+
+def copy_bundle(platform_dir: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(platform_dir, tmp_path / "bundle"))
+
+
+def test_signed_bundle_opens_with_the_studio_key(signed: tuple[Path, Path, Path]) -> None:
+    platform_dir, _, public = signed
+    bundle = open_bundle(platform_dir, public_keys=[public.read_bytes()])
+    assert set(bundle.names) == {"net", "mlp"}
+    assert (platform_dir / "manifest.json.sig").stat().st_size == 64
+
+
+def test_modified_manifest_is_refused(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    platform_dir, _, public = signed
+    bundle_dir = copy_bundle(platform_dir, tmp_path)
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    manifest["models"]["net"]["execution_providers"] = ["CPUExecutionProvider"]
+    (bundle_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SignatureError, match="matches none of the 1 trusted key"):
+        open_bundle(bundle_dir, public_keys=[public.read_bytes()])
+
+
+def test_replaced_blob_is_refused_although_the_manifest_is_signed(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    platform_dir, _, public = signed
+    bundle_dir = copy_bundle(platform_dir, tmp_path)
+    (bundle_dir / "net.ort.zst").write_bytes((bundle_dir / "mlp.ort.zst").read_bytes())
+    with pytest.raises(ChecksumMismatchError, match=r"net\.ort\.zst"):
+        open_bundle(bundle_dir, public_keys=[public.read_bytes()])
+
+
+def test_unsigned_or_foreign_signed_bundles_are_refused(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    platform_dir, _, public = signed
+    bundle_dir = copy_bundle(platform_dir, tmp_path)
+    _, other_public = keygen(tmp_path / "other")
+    with pytest.raises(SignatureError, match="matches none"):
+        open_bundle(bundle_dir, public_keys=[other_public.read_bytes()])
+    (bundle_dir / "manifest.json.sig").unlink()
+    with pytest.raises(SignatureError, match=r"not signed \(manifest\.json\.sig missing\)"):
+        open_bundle(bundle_dir, public_keys=[public.read_bytes()])
+    assert set(open_bundle(bundle_dir).names) == {"net", "mlp"}  # without keys, no signature is asked for
+
+
+def test_key_rotation_trusts_old_and_new_keys_during_the_switch(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    platform_dir, _, old_public = signed
+    _, new_public = keygen(tmp_path / "new")
+    keys = [new_public.read_bytes(), old_public.read_bytes()]
+    assert set(open_bundle(platform_dir, public_keys=keys).names) == {"net", "mlp"}
