@@ -17,6 +17,9 @@ INPUTS_SUFFIX = ".inputs.npz"
 # graph can track it without parsing the model when doit loads tasks.
 EXTERNAL_DATA_SUFFIXES = (".onnx.data", ".data")
 _NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+# Output files add up to 26 characters to a name part (".applied.ort", temp-file suffixes such as
+# ".<name>.verify.npz.<8 random>.tmp") and file systems allow 255 per part.
+MAX_NAME_PART = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +48,22 @@ def model_name(assets_dir: Path, path: Path) -> str:
             f"{path}: model name {relative.as_posix()!r} cannot be used for output files; rename it to "
             "letters, digits, '_', '-', '.', '+' (not starting with '.' or '-')"
         )
+    longest = max(parts, key=len)
+    if len(longest) > MAX_NAME_PART:
+        raise ModelError(
+            f"{path}: model name {relative.as_posix()!r} is too long for output files ({len(longest)} "
+            f"characters in one part, at most {MAX_NAME_PART}); shorten it"
+        )
     return relative.as_posix()
+
+
+def _inside(assets_dir: Path, path: Path, name: str) -> None:
+    """Everything a model is cooked from must really live in the assets folder (links included)."""
+    if not path.resolve().is_relative_to(assets_dir.resolve()):
+        raise ModelError(
+            f"{path}: a file of model {name!r} is a link to {path.resolve()}, outside the assets folder "
+            f"{assets_dir}; copy it into the assets folder so that it is cooked from there"
+        )
 
 
 def discover(assets_dir: Path) -> tuple[AssetModel, ...]:
@@ -56,6 +74,8 @@ def discover(assets_dir: Path) -> tuple[AssetModel, ...]:
     for path in sorted(assets_dir.rglob("*.onnx")):
         if not path.is_file() or any(part.startswith(".") for part in path.relative_to(assets_dir).parts):
             continue
+        name = model_name(assets_dir, path)  # first: a refused name is never used for a file-system call
+        _inside(assets_dir, path, name)
         stem = path.with_suffix("")
         external = tuple(
             candidate
@@ -64,9 +84,12 @@ def discover(assets_dir: Path) -> tuple[AssetModel, ...]:
         )
         settings = stem.with_name(stem.name + SETTINGS_SUFFIX)
         inputs = stem.with_name(stem.name + INPUTS_SUFFIX)
+        for sidecar in (*external, settings, inputs):
+            if sidecar.is_file():
+                _inside(assets_dir, sidecar, name)
         models.append(
             AssetModel(
-                name=model_name(assets_dir, path),
+                name=name,
                 path=path,
                 external_data=external,
                 settings_path=settings if settings.is_file() else None,

@@ -29,6 +29,11 @@ from .errors import ProfileError
 DEFAULTS_PATH = Path(__file__).with_name("defaults.yaml")
 MAX_SETTINGS_FILE_BYTES = 1024 * 1024
 ENV_PREFIX = "COOK_SET_"
+# Problems reported per file: enough to fix a real file in one go; a garbage file gets a short answer.
+MAX_PROBLEMS_PER_FILE = 20
+# Largest dimension size a profile may give (verify_dims, fixed_dims, fixed_shapes): int32, as the
+# mobile EPs take; ONNX dims are int64, and protobuf refuses anything larger.
+MAX_DIM_SIZE = 2**31 - 1
 PLATFORM_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 Scalar = str | int | float | bool
@@ -53,6 +58,9 @@ _SESSION_OPTIONS: dict[str, type | tuple[str, ...]] = {
     "execution_mode": ("sequential", "parallel"),
     "graph_optimization_level": ("disable", "basic", "extended", "all"),
 }
+# The runtime loader accepts only these config entries from a blob (pipeline/runtime/session.py,
+# ALLOWED_CONFIG_PREFIXES; a test keeps the two in step).
+_CONFIG_PREFIXES = ("session.", "optimization.", "mlas.")
 _FORBIDDEN_CONFIG_ENTRIES = {
     "session.use_ort_model_bytes_for_initializers": "sessions are created from bytes in Python, where this "
     "reads freed memory: wrong outputs or a crash (DESIGN trap 4)",
@@ -222,8 +230,15 @@ def load_model_settings(path: Path | None, platform_names: Collection[str]) -> d
     if not problems:
         values, problems = _check_model(data, str(path), platform_names)
     if problems:
-        raise ProfileError(problems)
+        raise ProfileError(_at_most(problems, str(path)))
     return values
+
+
+def _at_most(problems: list[str], source: str) -> list[str]:
+    if len(problems) <= MAX_PROBLEMS_PER_FILE:
+        return problems
+    more = len(problems) - MAX_PROBLEMS_PER_FILE
+    return [*problems[:MAX_PROBLEMS_PER_FILE], f"{source}: ... and {more:,} more problems in this file"]
 
 
 def resolve(
@@ -346,7 +361,7 @@ def _load_platform(path: Path, env_values: Mapping[str, Any]) -> tuple[Platform 
     data, found = _read_yaml(path)
     if not found:
         values, found = _check_settings(data, source, _DEFAULTS.keys())
-    problems += found
+    problems += _at_most(found, source)
     if problems:
         return None, problems
     merged = {**_DEFAULTS, **values}
@@ -412,6 +427,8 @@ def _parse_yaml(text: str, source: str) -> tuple[Any, list[str]]:
         return None, [f"{source}: invalid YAML: {exc}"]
     except RecursionError:
         return None, [f"{source}: invalid YAML: nested too deeply"]
+    except ValueError as exc:  # from PyYAML's constructors: a 5000-digit integer, a date like 2024-13-45
+        return None, [f"{source}: invalid YAML: a value cannot be read ({exc})"]
 
 
 def _env_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
@@ -693,6 +710,11 @@ def _check_session_option(name: str, option: str, value: Any) -> list[str]:
     if option in _FORBIDDEN_CONFIG_ENTRIES:
         return [f"{name!r} must not be set: {_FORBIDDEN_CONFIG_ENTRIES[option]}"]
     if "." in option:
+        if not option.startswith(_CONFIG_PREFIXES):
+            return [
+                f"{name!r}: only onnxruntime config entries starting with {', '.join(_CONFIG_PREFIXES)} may "
+                "travel in a blob (others, such as ep.context_file_path, can make an EP write files)"
+            ]
         if isinstance(value, str):
             return []
         return [
@@ -735,6 +757,8 @@ def _check_verify_dims(name: str, value: dict[Any, Any]) -> list[str]:
             problems.append(f"{name!r} keys must be symbolic dimension names; got {_describe(dim)}")
         elif isinstance(size, bool) or not isinstance(size, int) or size < 1:
             problems.append(f"'{name}.{dim}' must be an integer >= 1; got {_describe(size)}")
+        elif size > MAX_DIM_SIZE:
+            problems.append(f"'{name}.{dim}' must be at most {MAX_DIM_SIZE:,}; got {size:,}")
     return problems
 
 
@@ -747,6 +771,10 @@ def _check_fixed_shapes(name: str, value: dict[Any, Any]) -> list[str]:
             isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in shape
         ):
             problems.append(f"'{name}.{input_name}' must be a list of integers >= 1; got {_describe(shape)}")
+        elif max(shape, default=1) > MAX_DIM_SIZE:
+            problems.append(
+                f"'{name}.{input_name}' sizes must be at most {MAX_DIM_SIZE:,}; got {max(shape):,}"
+            )
     return problems
 
 

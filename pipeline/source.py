@@ -42,7 +42,13 @@ def _check_external_data(model: onnx.ModelProto, asset: AssetModel, where: str) 
     for tensor in external_data_helper._get_all_tensors(model):
         if not external_data_helper.uses_external_data(tensor):
             continue
-        location = external_data_helper.ExternalDataInfo(tensor).location
+        try:
+            location = external_data_helper.ExternalDataInfo(tensor).location
+        except ValueError as exc:  # a negative or non-numeric offset/length
+            raise ModelError(
+                f"{where}: tensor {tensor.name!r} has malformed external data fields ({exc}); re-save the "
+                "model with its data beside it"
+            ) from None
         if os.path.isabs(location) or os.path.normpath(location) != os.path.basename(location):
             raise ModelError(
                 f"{where}: tensor {tensor.name!r} points at external data {location!r} outside the model's "

@@ -6,6 +6,7 @@ ships. The reference is the source model run by onnxruntime with optimizations o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from .profile import CookSettings
 from .runtime import BundleError, session_from_blob
 
 SEED = 20240531
+# Synthesized verification inputs are sized by verify_dims; past this, ask for sample inputs instead.
+MAX_SYNTHESIZED_BYTES = 1 << 30
 CPU_ONLY = ["CPUExecutionProvider"]
 
 
@@ -55,6 +58,13 @@ def synthesize_inputs(
                     + _fix_hint(inputs_hint, settings_hint)
                 )
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+        size = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn as float64 first
+        if size > MAX_SYNTHESIZED_BYTES:
+            raise VerifyError(
+                f"input {value.name!r} of shape {shape} would take {size:,} bytes to synthesize (limit "
+                f"{MAX_SYNTHESIZED_BYTES:,}); lower verify_dims in {settings_hint} or ship sample inputs as "
+                f"{inputs_hint}"
+            )
         feeds[value.name] = _random(rng, dtype, tuple(shape))
     return feeds
 

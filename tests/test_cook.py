@@ -343,3 +343,16 @@ def test_cook_key_changes_with_source_bytes_and_settings(tmp_path: Path) -> None
     onnx.save(model, path)
     other_bytes = cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))["cook_key"]
     assert first == again and len({first, other_settings, other_bytes}) == 3
+
+
+@pytest.mark.parametrize("sidecar", ["relu.inputs.npz", "relu.cook.yaml"])
+def test_sidecar_linking_out_of_the_assets_folder_is_refused(tmp_path: Path, sidecar: str) -> None:
+    assets = tmp_path / "assets"
+    save(opset_model(17), assets, "relu")
+    outside = tmp_path / f"outside-{sidecar}"
+    outside.write_bytes(b"")
+    (assets / sidecar).symlink_to(outside)
+    with pytest.raises(
+        ModelError, match=rf"{sidecar.replace('.', '[.]')}.*link to .*outside the assets folder"
+    ):
+        discover(assets)

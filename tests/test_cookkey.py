@@ -28,3 +28,10 @@ def test_cook_key_depends_on_every_source_hash() -> None:
     base = cookkey.cook_key(task, {"m.onnx": "a", "m.onnx.data": "b"})
     assert base == cookkey.cook_key(task, {"m.onnx.data": "b", "m.onnx": "a"})
     assert base != cookkey.cook_key(task, {"m.onnx": "a", "m.onnx.data": "c"})
+
+
+def test_profile_allows_exactly_the_config_entries_the_loader_accepts() -> None:
+    from pipeline import profile
+    from pipeline.runtime import session
+
+    assert profile._CONFIG_PREFIXES == session.ALLOWED_CONFIG_PREFIXES

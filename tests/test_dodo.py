@@ -617,7 +617,8 @@ def assert_nothing_half_written(build: Path, when: str) -> None:
             scratch_dirs = (".optimize-", ".usability-", ".opconfig-", ".worker-")
             scratch = any(part.startswith(scratch_dirs) for part in path.parts)
             temp = name.startswith(".") and name.endswith(".tmp")
-            assert name.startswith((".doit.db", ".cook.lock")) or temp or scratch, f"{when}: unexpected file {path}"
+            state = name.startswith((".doit.db", ".cook.lock"))
+            assert state or temp or scratch, f"{when}: unexpected file {path}"
 
 
 def test_killed_cooks_never_leave_a_half_written_blob(tmp_path: Path, project: Path) -> None:

@@ -164,7 +164,7 @@ def _header_from_json(payload: bytes) -> BlobHeader:
 
 
 def decode_blob(
-    data: bytes | memoryview, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE
+    data: bytes | memoryview, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE, check_sha256: bool = True
 ) -> tuple[BlobHeader, bytes]:
     """Check and decompress a blob; returns its header and the model bytes.
 
@@ -198,6 +198,12 @@ def decode_blob(
         )
     except zstandard.ZstdError as exc:
         raise ChecksumMismatchError(f"{where}: model data is damaged ({exc})") from None
-    if len(model) != header.model_size or hashlib.sha256(model).hexdigest() != header.model_sha256:
+    if len(model) != header.model_size:
+        raise ChecksumMismatchError(
+            f"{where}: the model frame holds {len(model):,} bytes, not {header.model_size:,}"
+        )
+    # zstd checked the frame's XXH64 content checksum while decompressing; the sha256 pass on top is
+    # for callers that hold no other proof of the bytes (Bundle has the manifest's blob sha256).
+    if check_sha256 and hashlib.sha256(model).hexdigest() != header.model_sha256:
         raise ChecksumMismatchError(f"{where}: sha256 of the model bytes does not match the header")
     return header, model

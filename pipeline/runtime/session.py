@@ -23,6 +23,7 @@ ProviderSpec = str | tuple[str, Mapping[str, Any]]
 _UNSAFE_CONFIG_KEYS = frozenset(
     {"session.use_ort_model_bytes_for_initializers", "session.use_ort_model_bytes_directly"}
 )
+ALLOWED_CONFIG_PREFIXES = ("session.", "optimization.", "mlas.")
 _EXECUTION_MODES = {
     "sequential": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
     "parallel": onnxruntime.ExecutionMode.ORT_PARALLEL,
@@ -76,10 +77,15 @@ def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[
             options.enable_mem_pattern = bool(value)
         elif key == "execution_mode":
             options.execution_mode = _EXECUTION_MODES[str(value)]
-        elif key in _UNSAFE_CONFIG_KEYS:
-            raise ValueError(f"{key} is unsafe when loading from Python memory (DESIGN.md trap 4)")
         elif key == "graph_optimization_level":
             options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(value)]
+        elif key in _UNSAFE_CONFIG_KEYS:
+            raise ValueError(f"{key} is unsafe when loading from Python memory (DESIGN.md trap 4)")
+        elif not key.startswith(ALLOWED_CONFIG_PREFIXES):
+            # Other entries (e.g. ep.context_file_path) can make an EP write files: not from a blob.
+            raise ValueError(
+                f"config entry {key!r} is not allowed in a blob ({', '.join(ALLOWED_CONFIG_PREFIXES)}*)"
+            )
         else:
             options.add_session_config_entry(key, str(value))
 
@@ -128,6 +134,18 @@ def session_from_blob(
     Raises only ``BundleError`` subclasses.
     """
     header, model = decode_blob(data, max_model_size=max_model_size)
+    return session_from_model(header, model, providers=providers, session_options=session_options)
+
+
+def session_from_model(
+    header: BlobHeader,
+    model: bytes,
+    *,
+    providers: Sequence[ProviderSpec] | None = None,
+    session_options: onnxruntime.SessionOptions | None = None,
+) -> onnxruntime.InferenceSession:
+    """``session_from_blob`` after ``decode_blob``: for callers that drop the compressed blob before
+    onnxruntime makes its own copies of the model (``Bundle.session``)."""
     check_runtime(header)
     if providers is None:
         names, skipped = choose_providers(header.execution_providers, onnxruntime.get_available_providers())

@@ -1,0 +1,694 @@
+"""Hostile input to the loader's parsers: blob headers and bundle manifests, fuzzed with hypothesis.
+
+Whatever the bytes, ``pipeline.runtime`` raises a ``BundleError`` subclass or succeeds, and what it
+accepts is exactly what the cooker wrote: never another model, never a file outside the bundle folder.
+Memory stays bounded by what the header declares (and by the limit), and nothing hangs. Damaged
+blobs as a whole are fuzzed in tests/test_runtime_blob.py; here the header JSON and the manifest are
+reached with valid checksums, and the bundle folder itself is hostile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zstandard
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from runtime_helpers import (
+    CPU,
+    make_blob,
+    pack_header,
+    repack,
+    run_source,
+    sample_input,
+    split_blob,
+    tiny_model,
+    to_ort_format,
+    write_bundle,
+)
+
+from pipeline.runtime import (
+    BlobTooLargeError,
+    BundleError,
+    ChecksumMismatchError,
+    ManifestError,
+    decode_blob,
+    open_bundle,
+    read_header,
+    session_from_blob,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+HANG_GUARD = 20  # seconds; the loader answers at once or hangs for ever: this only ends a hung child
+FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+MODELS = ("denoiser", "upscaler")  # the bundle's two models: ONNX and ORT format of one network
+
+
+# --- fixtures: one real model, its blobs, a bundle folder and a secret outside it ----------------
+
+
+@pytest.fixture(scope="module")
+def source() -> bytes:
+    return tiny_model(seed=0).SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def models(source: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    return {"onnx": source, "ort": to_ort_format(source, tmp_path_factory.mktemp("ort"))}
+
+
+@pytest.fixture(scope="module")
+def blobs(models: dict[str, bytes]) -> dict[str, bytes]:
+    return {
+        "denoiser": make_blob(models["onnx"], "onnx", name="denoiser", platform="android"),
+        "upscaler": make_blob(models["ort"], "ort", name="upscaler", platform="android"),
+    }
+
+
+@pytest.fixture(scope="module")
+def expected(source: bytes) -> np.ndarray:
+    return run_source(source, sample_input())
+
+
+class Folder:
+    """A bundle folder the fuzz tests rewrite the manifest of, and a valid blob outside it."""
+
+    def __init__(self, root: Path, blobs: dict[str, bytes]) -> None:
+        self.bundle = write_bundle(
+            root / "bundle",
+            {name: (blob_format(blob), blob) for name, blob in blobs.items()},
+            platform="android",
+        )
+        (self.bundle / "sub").mkdir()
+        (self.bundle / "sub" / "denoiser.onnx.zst").write_bytes(blobs["denoiser"])
+        self.manifest = json.loads((self.bundle / "manifest.json").read_text())
+        self.inside = set(blobs.values())
+        # Another model's blob, readable, next to the bundle: a loader that follows an entry out of
+        # the folder would accept it, since the manifest can name its true size and sha256.
+        self.secret = make_blob(tiny_model(seed=1).SerializeToString(), "onnx", name="secret")
+        self.outside = root / "outside"
+        self.outside.mkdir()
+        (self.outside / "secret.onnx.zst").write_bytes(self.secret)
+
+    def write(self, manifest: Any) -> None:
+        (self.bundle / "manifest.json").write_text(json.dumps(manifest))
+
+    def fill_in(self, value: Any) -> Any:
+        """``value`` with the placeholders of the strategies below replaced by this folder's facts."""
+        if isinstance(value, str):
+            if value == "<secret-sha>":
+                return hashlib.sha256(self.secret).hexdigest()
+            if value == "<secret-size>":
+                return len(self.secret)
+            return value.replace("<outside>", str(self.outside))
+        if isinstance(value, list):
+            return [self.fill_in(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.fill_in(item) for key, item in value.items()}
+        return value
+
+
+def blob_format(blob: bytes) -> str:
+    return read_header(blob)[0].model_format
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory, blobs: dict[str, bytes]) -> Folder:
+    return Folder(tmp_path_factory.mktemp("fuzz"), blobs)
+
+
+def use_bundle(folder: Folder, expected: np.ndarray) -> None:
+    """Open the folder's bundle and use every model it lists: only BundleError may escape, and what is
+    read is a blob of the folder byte for byte, whose session computes what the source computes."""
+    for verify in (True, False):
+        try:
+            bundle = open_bundle(folder.bundle, verify=verify)
+        except BundleError as exc:
+            event(f"open_bundle(verify={verify}) raised {type(exc).__name__}")
+            continue
+        assert all(isinstance(name, str) for name in bundle.names)
+        for name in (*bundle.names, "no-such-model"):
+            try:
+                info = bundle.info(name)
+                data = bundle.read_blob(name)
+            except BundleError:
+                continue
+            assert isinstance(info, dict) and data in folder.inside
+            try:
+                session = bundle.session(name, providers=CPU)
+            except BundleError:
+                continue
+            event("a session was made")
+            outputs = session.run(None, {"x": sample_input()})
+            np.testing.assert_allclose(outputs[0], expected, rtol=1e-5, atol=1e-6)
+
+
+# --- strategies ----------------------------------------------------------------------------------
+
+# Header text may hold lone surrogates (JSON's \ud800 escapes); manifest text, which becomes file-system
+# paths, does not: test_unencodable_paths_are_manifest_errors covers those.
+any_text = st.text(st.characters(exclude_categories=()), max_size=16)
+path_text = st.text(max_size=16)
+json_scalars = (
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats() | any_text
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(any_text, inner, max_size=4),
+    max_leaves=12,
+)
+safe_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats() | path_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(path_text, inner, max_size=4),
+    max_leaves=12,
+)
+ESCAPES = [
+    "../outside/secret.onnx.zst",
+    "sub/../../outside/secret.onnx.zst",
+    "<outside>/secret.onnx.zst",
+    "//<outside>/secret.onnx.zst",
+    "C:\\outside\\secret.onnx.zst",
+    "C:../outside/secret.onnx.zst",
+    "..\\outside\\secret.onnx.zst",
+    "../outside/secret.onnx.zst\0.png",
+]
+IN_FOLDER = [
+    "denoiser.onnx.zst",
+    "upscaler.ort.zst",
+    "sub/denoiser.onnx.zst",
+    "./upscaler.ort.zst",
+    "sub//denoiser.onnx.zst",
+]
+ODD = [
+    "",
+    ".",
+    "./",
+    "sub",
+    "sub/",
+    "sub/.",
+    "manifest.json",
+    "missing.zst",
+    "denoiser.onnx.zst/",
+    "\0",
+    "a:b",
+]
+file_paths = (
+    st.sampled_from(ESCAPES + IN_FOLDER + ODD)
+    | path_text
+    | st.lists(
+        st.sampled_from(["..", ".", "", "sub", "outside", "secret.onnx.zst", "denoiser.onnx.zst"]), max_size=5
+    ).map("/".join)
+)
+
+
+def some_fields(
+    values: dict[str, st.SearchStrategy[Any]], most: int = 3
+) -> st.SearchStrategy[dict[str, Any]]:
+    """Mostly one changed field (the others stay valid, so the change is what is tested); up to ``most``."""
+    one = st.sampled_from(sorted(values)).flatmap(lambda key: values[key].map(lambda value: {key: value}))
+    return one | st.lists(one, min_size=2, max_size=most).map(
+        lambda changes: {k: v for c in changes for k, v in c.items()}
+    )
+
+
+entry_values = {
+    "file": file_paths,
+    "format": st.sampled_from(["onnx", "ort", "tflite", ""]) | safe_json_values,
+    "blob_sha256": st.sampled_from(["<secret-sha>", "0" * 64, ""]) | safe_json_values,
+    "blob_size": st.sampled_from(["<secret-size>", 0, -1, 2**31, 2**63, 2**64 + 1]) | safe_json_values,
+    "model_size": safe_json_values,
+    "execution_providers": safe_json_values,
+    "extra": safe_json_values,
+}
+entry_overrides = st.one_of(
+    st.just({}),
+    some_fields(entry_values),
+    # An entry pointing at the secret with its true size and sha256: only the path check stands between.
+    st.fixed_dictionaries(
+        {
+            "file": st.sampled_from(ESCAPES),
+            "blob_sha256": st.just("<secret-sha>"),
+            "blob_size": st.just("<secret-size>"),
+        }
+    ),
+)
+top_values = {
+    "manifest_version": st.sampled_from([1, 1.0, True, "1", 2, 0]) | safe_json_values,
+    "platform": path_text | safe_json_values,
+    "models": safe_json_values,
+    "extra": safe_json_values,
+}
+manifest_plans = st.fixed_dictionaries(
+    {
+        "models": st.dictionaries(
+            path_text, st.tuples(st.sampled_from(MODELS), entry_overrides), min_size=1, max_size=3
+        ),
+        "top": st.just({}) | some_fields(top_values, most=2),
+    }
+)
+
+
+def manifest_from(plan: dict[str, Any], folder: Folder) -> dict[str, Any]:
+    models = {
+        name: {**folder.manifest["models"][base], **overrides}
+        for name, (base, overrides) in plan["models"].items()
+    }
+    return folder.fill_in({**folder.manifest, "models": models, **plan["top"]})
+
+
+# --- blob headers ----------------------------------------------------------------------------------
+
+
+def mutate(data: bytes, steps: list[tuple[str, float, int]]) -> bytes:
+    out = bytearray(data)
+    for kind, where, value in steps:
+        if not out:
+            break
+        index = min(int(where * len(out)), len(out) - 1)
+        if kind == "flip":
+            out[index] ^= value or 1
+        elif kind == "insert":
+            out.insert(index, value)
+        elif kind == "delete":
+            del out[index]
+        else:
+            del out[index:]
+    return bytes(out)
+
+
+mutations = st.lists(
+    st.tuples(
+        st.sampled_from(["flip", "insert", "delete", "truncate"]),
+        st.floats(0, 1, exclude_max=True),
+        st.integers(0, 255),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def header_payload(blob: bytes) -> bytes:
+    _, offset = read_header(blob)
+    return blob[22:offset]  # after the frame prefix (8 B) and the header prefix (14 B)
+
+
+def check_blob(blob: bytes, original: bytes, expected: np.ndarray) -> None:
+    """read_header, decode_blob and session_from_blob raise only BundleError; what decodes is ``original``."""
+    try:
+        read_header(blob)
+        _, model = decode_blob(blob)
+    except BundleError as exc:
+        event(f"decode_blob raised {type(exc).__name__}")
+        return
+    assert model == original
+    for providers in (CPU, None):
+        try:
+            session = session_from_blob(blob, providers=providers)
+        except BundleError as exc:
+            event(f"session_from_blob raised {type(exc).__name__}")
+            continue
+        event("a session was made")
+        outputs = session.run(None, {"x": sample_input()})
+        np.testing.assert_allclose(outputs[0], expected, rtol=1e-5, atol=1e-6)
+
+
+@FUZZ
+@given(
+    name=st.sampled_from(MODELS), steps=mutations, random=st.binary(max_size=300), use_random=st.booleans()
+)
+def test_header_json_with_a_valid_crc_raises_only_bundle_errors(
+    name: str,
+    steps: list[tuple[str, float, int]],
+    random: bytes,
+    use_random: bool,
+    blobs: dict[str, bytes],
+    models: dict[str, bytes],
+    expected: np.ndarray,
+) -> None:
+    """The CRC is recomputed over the damaged JSON, so the JSON parser and field checks are reached."""
+    blob = blobs[name]
+    payload = random if use_random else mutate(header_payload(blob), steps)
+    _, frame = split_blob(blob)
+    check_blob(pack_header(payload) + frame, models[blob_format(blob)], expected)
+
+
+version_strings = (
+    st.sampled_from(
+        [
+            "1.16",
+            "1.16.0+cu121",
+            "99.0",
+            "0.0",
+            "-1.0",
+            " 1.16",
+            "1.16\n",
+            "\uff11.\uff11\uff16",  # fullwidth digits: str.isdigit but not ASCII
+            "1" * 5000 + ".0",
+            "1.99999999999999999999999",
+            "1..16",
+            "",
+        ]
+    )
+    | any_text
+)
+options = st.dictionaries(
+    st.sampled_from(["CPUExecutionProvider", "DmlExecutionProvider", "XnnpackExecutionProvider"]) | any_text,
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "enable_mem_pattern",
+                "execution_mode",
+                "graph_optimization_level",
+                "session.use_ort_model_bytes_for_initializers",
+                "session.use_ort_model_bytes_directly",
+                "session.intra_op.allow_spinning",
+                "arena_extend_strategy",
+            ]
+        )
+        | any_text,
+        st.sampled_from(["sequential", "parallel", "basic", "all", "disable", True, False, "1", "0"])
+        | json_values,
+        max_size=3,
+    )
+    | json_values,
+    max_size=3,
+)
+field_values = {
+    "model_format": st.sampled_from(["onnx", "ort", "ONNX", "tflite", ""]) | json_values,
+    "platform": any_text | json_values,
+    "name": any_text | json_values,
+    "model_size": st.integers(-(2**80), 2**80) | json_values,
+    "model_sha256": st.sampled_from(["", "0" * 64]) | json_values,
+    "compressed_size": st.integers(-(2**80), 2**80) | json_values,
+    "cook_key": any_text | json_values,
+    "min_runtime_version": version_strings | json_values,
+    "ort_format_version": st.sampled_from(["6", "5", "99"]) | json_values,
+    "saved_runtime_optimizations": st.booleans() | json_values,
+    "execution_providers": st.lists(
+        st.sampled_from(["CPUExecutionProvider", "DmlExecutionProvider"]) | any_text
+    )
+    | json_values,
+    "provider_options": options,
+    "ep_session_options": options,
+    "written_by": json_values,
+}
+
+
+@FUZZ
+@given(
+    name=st.sampled_from(MODELS),
+    changes=some_fields(field_values),
+    drop=st.just(set()) | st.sets(st.sampled_from(sorted(field_values)), min_size=1, max_size=2),
+    ascii_only=st.booleans(),
+)
+def test_header_fields_of_any_json_value_raise_only_bundle_errors(
+    name: str,
+    changes: dict[str, Any],
+    drop: set[str],
+    ascii_only: bool,
+    blobs: dict[str, bytes],
+    models: dict[str, bytes],
+    expected: np.ndarray,
+) -> None:
+    blob = blobs[name]
+    fields, frame = split_blob(blob)
+    fields = {key: value for key, value in (fields | changes).items() if key not in drop}
+    # ensure_ascii=False writes lone surrogates raw: bytes that are not UTF-8 at all.
+    payload = json.dumps(fields, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    check_blob(pack_header(payload) + frame, models[blob_format(blob)], expected)
+
+
+def peak_allocation(call: Callable[[], object]) -> tuple[BaseException | None, int]:
+    """The exception ``call`` raised (or None) and the peak of Python allocations while it ran."""
+    error = None
+    tracemalloc.start()
+    try:
+        call()
+    except Exception as exc:  # returned to the test, which checks its type
+        error = exc
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return error, peak
+
+
+@FUZZ
+@given(
+    limit=st.integers(0, 1 << 31),
+    excess=st.integers(1, 2**80),
+    compressed_size=st.integers(0, 2**80),
+    session=st.booleans(),
+)
+def test_declared_model_size_over_the_limit_never_allocates(
+    limit: int, excess: int, compressed_size: int, session: bool, blobs: dict[str, bytes]
+) -> None:
+    crafted = repack(blobs["denoiser"], model_size=limit + excess, compressed_size=compressed_size)
+    if session:
+        error, peak = peak_allocation(lambda: session_from_blob(crafted, providers=CPU, max_model_size=limit))
+    else:
+        error, peak = peak_allocation(lambda: decode_blob(crafted, max_model_size=limit))
+    assert isinstance(error, BlobTooLargeError), error
+    assert f"declares a {limit + excess:,}-byte model" in str(error)
+    assert peak < 1 << 20
+
+
+def with_content_size(frame: bytes, size: int) -> bytes:
+    """``frame`` with the Frame_Content_Size field of its zstd frame header rewritten (4-byte field)."""
+    descriptor = frame[4]
+    single_segment, dictionary_flag = (descriptor >> 5) & 1, descriptor & 3
+    assert descriptor >> 6 == 2, "expected a 4-byte content size field"
+    at = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dictionary_flag]
+    return frame[:at] + struct.pack("<I", size) + frame[at + 4 :]
+
+
+@pytest.mark.parametrize(
+    ("real_size", "declared"),
+    [(64 << 20, 70_000), (70_000, 32 << 20)],
+    ids=["bomb-64MiB-declared-70kB", "70kB-declared-32MiB"],
+)
+def test_frame_lying_about_its_content_size_never_allocates_more_than_declared(
+    real_size: int, declared: int, blobs: dict[str, bytes]
+) -> None:
+    """Header and zstd frame header agree on ``declared``; the compressed data holds ``real_size`` bytes."""
+    real = bytes(real_size) if real_size > declared else np.random.default_rng(5).bytes(real_size)
+    frame = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True).compress(real)
+    lying = with_content_size(frame, declared)
+    crafted = repack(
+        blobs["denoiser"],
+        frame=lying,
+        compressed_size=len(lying),
+        model_size=declared,
+        model_sha256=hashlib.sha256(real[:declared]).hexdigest(),
+    )
+    error, peak = peak_allocation(lambda: decode_blob(crafted))
+    assert isinstance(error, ChecksumMismatchError), error
+    assert peak < declared + (1 << 20)
+
+
+# --- bundle manifests ------------------------------------------------------------------------------
+
+
+@FUZZ
+@given(manifest=json_values | st.binary(max_size=200))
+def test_random_manifests_raise_only_bundle_errors(
+    manifest: Any, folder: Folder, expected: np.ndarray
+) -> None:
+    path = folder.bundle / "manifest.json"
+    if isinstance(manifest, bytes):
+        path.write_bytes(manifest)
+    else:
+        folder.write(manifest)
+    use_bundle(folder, expected)
+
+
+@FUZZ
+@given(plan=manifest_plans)
+def test_manifest_entries_of_any_value_raise_only_bundle_errors(
+    plan: dict[str, Any], folder: Folder, expected: np.ndarray
+) -> None:
+    """Real entries with fields replaced: hostile paths, the secret's true size and sha, any JSON value."""
+    folder.write(manifest_from(plan, folder))
+    use_bundle(folder, expected)
+
+
+@FUZZ
+@given(steps=mutations, indent=st.sampled_from([None, 2]))
+def test_mutated_manifest_bytes_raise_only_bundle_errors(
+    steps: list[tuple[str, float, int]], indent: int | None, folder: Folder, expected: np.ndarray
+) -> None:
+    text = json.dumps(folder.manifest, indent=indent).encode()
+    (folder.bundle / "manifest.json").write_bytes(mutate(text, steps))
+    use_bundle(folder, expected)
+
+
+def test_the_fuzzed_folder_is_a_valid_bundle(folder: Folder, expected: np.ndarray) -> None:
+    """The fuzz tests start from a bundle that opens, reads and runs (else they would prove nothing)."""
+    folder.write(folder.manifest)
+    bundle = open_bundle(folder.bundle)
+    assert bundle.names == MODELS
+    assert {bundle.read_blob(name) for name in MODELS} == folder.inside
+    np.testing.assert_allclose(
+        bundle.session("upscaler", providers=CPU).run(None, {"x": sample_input()})[0],
+        expected,
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    secret = {**folder.manifest["models"]["denoiser"], "file": "../outside/secret.onnx.zst"}
+    folder.write(folder.fill_in({**folder.manifest, "models": {"denoiser": secret}}))
+    with pytest.raises(ManifestError, match="points outside its folder"):
+        open_bundle(folder.bundle)
+
+
+# --- a hostile bundle folder: links, special files, unencodable names ---------------------------
+
+
+@pytest.fixture
+def bundle_dir(tmp_path: Path, blobs: dict[str, bytes]) -> Path:
+    return write_bundle(
+        tmp_path / "android",
+        {name: (blob_format(blob), blob) for name, blob in blobs.items()},
+        platform="android",
+    )
+
+
+def set_entry(root: Path, name: str, **fields: Any) -> None:
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["models"][name].update(fields)
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_blob_that_links_out_of_the_bundle_folder_is_refused(
+    verify: bool, bundle_dir: Path, blobs: dict[str, bytes], tmp_path: Path
+) -> None:
+    """The link's target is byte for byte the blob the manifest records: only the link gives it away."""
+    outside = tmp_path / "elsewhere" / "denoiser.onnx.zst"
+    outside.parent.mkdir()
+    (bundle_dir / "denoiser.onnx.zst").rename(outside)
+    (bundle_dir / "denoiser.onnx.zst").symlink_to(outside)
+    with pytest.raises(ManifestError, match=r"denoiser.*(outside|link)"):
+        open_bundle(bundle_dir, verify=verify).read_blob("denoiser")
+
+
+@pytest.mark.parametrize("replacement", ["symlink-loop", "dangling-symlink", "directory"])
+def test_blob_path_that_is_no_readable_file_is_a_manifest_error(replacement: str, bundle_dir: Path) -> None:
+    path = bundle_dir / "denoiser.onnx.zst"
+    path.unlink()
+    if replacement == "symlink-loop":
+        path.symlink_to(path.name)
+    elif replacement == "dangling-symlink":
+        path.symlink_to("gone.onnx.zst")
+    else:
+        path.mkdir()
+    with pytest.raises(ManifestError, match=r"cannot read blob of 'denoiser'"):
+        open_bundle(bundle_dir)
+    with pytest.raises(ManifestError, match=r"cannot read blob of 'denoiser'"):
+        open_bundle(bundle_dir, verify=False).read_blob("denoiser")
+
+
+def run_children(code: str, *runs: list[str], limit: int | None = None) -> list[tuple[int, str, str]]:
+    """Run ``code`` once per argument list, all at once, each in a child process (optionally with an
+    address-space limit); (exit code, stdout, stderr) of each. A child still blocked after HANG_GUARD
+    seconds is killed and fails the test."""
+    prelude = ""
+    if limit is not None:
+        prelude = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))\n"
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", prelude + textwrap.dedent(code), *args],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in runs
+    ]
+    deadline = time.monotonic() + HANG_GUARD
+    results, hung = [], []
+    for args, child in zip(runs, children, strict=True):
+        try:
+            out, err = child.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            hung.append(args)
+        else:
+            results.append((child.returncode, out, err))
+    if hung:
+        pytest.fail(f"the loader was still blocked after {HANG_GUARD} s with {hung}")
+    return results
+
+
+USE_BUNDLE = """
+    import sys
+    from pipeline.runtime import BundleError, open_bundle
+    try:
+        bundle = open_bundle(sys.argv[1], verify=sys.argv[2] == "verify")
+        bundle.read_blob(sys.argv[3])
+    except BundleError as exc:
+        print(type(exc).__name__, exc)
+    else:
+        print("read")
+"""
+
+
+def test_named_pipe_in_the_bundle_folder_does_not_hang(tmp_path: Path, blobs: dict[str, bytes]) -> None:
+    runs = []
+    for special, verify in [
+        ("manifest.json", "no-verify"),
+        ("denoiser.onnx.zst", "no-verify"),
+        ("denoiser.onnx.zst", "verify"),
+    ]:
+        root = write_bundle(
+            tmp_path / f"{special}-{verify}",
+            {name: (blob_format(blob), blob) for name, blob in blobs.items()},
+        )
+        (root / special).unlink()
+        os.mkfifo(root / special)
+        runs.append([str(root), verify, "denoiser"])
+    for code, out, err in run_children(USE_BUNDLE, *runs):
+        assert code == 0, err
+        assert out.startswith("ManifestError"), out
+
+
+def test_read_blob_memory_is_bounded_by_the_file_not_the_manifest(bundle_dir: Path) -> None:
+    set_entry(bundle_dir, "denoiser", blob_size=1900 << 20)  # under the default 2 GiB + 1 MiB limit
+    ((code, out, err),) = run_children(
+        USE_BUNDLE, [str(bundle_dir), "no-verify", "denoiser"], limit=1536 << 20
+    )
+    assert code == 0, err[-3000:]
+    assert out.startswith("ChecksumMismatchError"), out
+
+
+def test_open_bundle_streams_instead_of_trusting_the_declared_size(bundle_dir: Path) -> None:
+    """Verification at start-up reads the file in chunks: the declared size costs no memory."""
+    set_entry(bundle_dir, "denoiser", blob_size=1900 << 20)
+    ((code, out, err),) = run_children(USE_BUNDLE, [str(bundle_dir), "verify", "denoiser"], limit=1536 << 20)
+    assert code == 0, err[-3000:]
+    assert out.startswith("ChecksumMismatchError ") and "denoiser.onnx.zst: blob does not match" in out, out
+
+
+@pytest.mark.parametrize("where", ["entry", "entry-verified", "bundle-path", "bundle-path-nul"])
+def test_unencodable_paths_are_manifest_errors(where: str, bundle_dir: Path) -> None:
+    if where.startswith("entry"):
+        set_entry(bundle_dir, "denoiser", file="denoiser\ud800.onnx.zst")  # json.dumps writes \ud800
+        with pytest.raises(ManifestError, match="denoiser"):
+            open_bundle(bundle_dir, verify=where == "entry-verified").read_blob("denoiser")
+    else:
+        path = f"{bundle_dir}/\ud800" if where == "bundle-path" else f"{bundle_dir}/\0"
+        with pytest.raises(ManifestError, match="cannot read"):
+            open_bundle(path)
