@@ -72,16 +72,30 @@ def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> tuple[di
             f"onnxruntime cannot run the source model on the verification inputs: {exc}"
         ) from None
     results = verify(blob, reference, feeds, settings)
-    arrays = {f"input/{k}": v for k, v in feeds.items()} | {f"output/{k}": v for k, v in reference.items()}
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
     report = {
         "inputs": origin,
         "rtol": settings.rtol,
         "atol": settings.atol,
         "outputs": [asdict(r) for r in results],
     }
-    return report, buffer.getvalue()
+    return report, _verify_data(feeds, reference)
+
+
+def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> bytes | None:
+    """Inputs and source outputs for the runtime check, as an .npz it reads without pickle.
+
+    Strings are stored as fixed-width unicode; sequences and optionals have no such form, so their
+    models are only loaded by the runtime check (None).
+    """
+    arrays = {f"input/{k}": v for k, v in feeds.items()} | {f"output/{k}": v for k, v in reference.items()}
+    if not all(isinstance(value, np.ndarray) for value in arrays.values()):
+        return None
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        **{key: value.astype(np.str_) if value.dtype == object else value for key, value in arrays.items()},
+    )
+    return buffer.getvalue()
 
 
 def cook(job: CookJob) -> dict[str, Any]:

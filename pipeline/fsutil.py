@@ -17,10 +17,14 @@ def _umask() -> int:
     return mask
 
 
-def remove_stale_temps(path: Path, now: float | None = None) -> None:
-    """Delete temp files of ``path`` left behind by killed writers (never a live writer's)."""
+def remove_stale_temps(folder: Path, now: float | None = None) -> None:
+    """Delete the temp files under ``folder`` left behind by killed writers (never a live writer's).
+
+    Run once per platform folder (when its manifest is written), not on every write: a glob per
+    write would make a folder of N models cost N^2.
+    """
     cutoff = (now if now is not None else time.time()) - STALE_TEMP_SECONDS
-    for temp in path.parent.glob(f".{path.name}.*.tmp"):
+    for temp in folder.rglob(".*.tmp"):
         try:
             if temp.stat().st_mtime < cutoff:
                 temp.unlink()
@@ -36,7 +40,6 @@ def atomic_write(path: Path, data: bytes) -> None:
     (0666 less the umask), not mkstemp's private 0600.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as stream:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .cookkey import BUNDLE_FORMAT, tool_versions
 from .errors import CookError
-from .fsutil import atomic_write
+from .fsutil import atomic_write, remove_stale_temps
 from .layout import MANIFEST_NAME, MANIFEST_VERSION, entry_path
 from .runtime.compat import parse_version
 from .runtimes import verified_versions
@@ -50,6 +50,7 @@ def write_manifest(
         "runtime_check": {"off": check_off_reason} if check_off_reason is not None else "on",
         "models": models,
     }
+    remove_stale_temps(platform_dir)
     target = platform_dir / MANIFEST_NAME
     atomic_write(target, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     return target

@@ -32,9 +32,12 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
     data_path = verify_data_path(platform_dir, name)
     if not data_path.is_file():
         return {"ok": True, "error": None, "outputs": "loaded only (verify is off)"}
-    with np.load(data_path, allow_pickle=False) as data:
-        feeds = {key.removeprefix("input/"): data[key] for key in data.files if key.startswith("input/")}
-        expected = {key.removeprefix("output/"): data[key] for key in data.files if key.startswith("output/")}
+    try:
+        with np.load(data_path, allow_pickle=False) as data:
+            feeds = {k.removeprefix("input/"): data[k] for k in data.files if k.startswith("input/")}
+            expected = {k.removeprefix("output/"): data[k] for k in data.files if k.startswith("output/")}
+    except (OSError, ValueError) as exc:  # one unreadable file fails its model, not the whole check
+        return {"ok": False, "error": f"cannot read {data_path.name}: {exc}"}
     try:
         names = list(expected)
         actual = dict(zip(names, session.run(names, feeds), strict=True))

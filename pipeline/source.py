@@ -9,10 +9,15 @@ from onnx import external_data_helper
 
 from .assets import AssetModel
 from .errors import ModelError
+from .runtime.compat import RUNTIME_LIMITS
 
 # Initializers listed as graph inputs became optional with IR 4; below that, onnxruntime's
 # basic-level ConstantSharing leaves required inputs with no data behind (DESIGN.md trap 3).
 FIRST_IR_WITHOUT_INITIALIZER_INPUTS = 4
+# A model that imports no default-domain opset (e.g. ai.onnx.ml only) gets one: onnxruntime would
+# otherwise import its own newest when cooking, and the cooked model would need that runtime. The
+# newest opset of the oldest supported runtime loads everywhere.
+DEFAULT_OPSET_FOR_MODELS_WITHOUT_ONE = RUNTIME_LIMITS[0][1]
 MAX_PROTO_SIZE = 2 << 30
 
 
@@ -33,6 +38,7 @@ def load_source(asset: AssetModel) -> onnx.ModelProto:
         raise ModelError(f"{where}: cannot read its external data ({exc})") from None
     _check(model, where)
     normalize(model)
+    import_default_opset(model)
     return model
 
 
@@ -71,9 +77,12 @@ def _check(model: onnx.ModelProto, where: str) -> None:
             f"{where} is {size:,} bytes with its weights; models over 2 GB are not supported "
             "by this cooker yet"
         )
+    # Not full_check: onnx 1.23's strict shape inference rejects valid models, e.g. MeanVariance-
+    # Normalization-13 without `axes` (its function body's `Constant value_ints=@axes` misses the
+    # default). onnxruntime infers shapes itself when optimize() loads the model, and refuses there.
     try:
-        onnx.checker.check_model(model, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(
             f"{where} fails the ONNX checker: {first_line}; fix the model at its source (exporter) "
@@ -96,4 +105,16 @@ def normalize(model: onnx.ModelProto) -> bool:
         return True
     del model.graph.input[:]
     model.graph.input.extend(kept)
+    return True
+
+
+def import_default_opset(model: onnx.ModelProto) -> bool:
+    """Give a model that imports no default-domain opset one (DEFAULT_OPSET_FOR_MODELS_WITHOUT_ONE).
+
+    True if changed. Such a model has no default-domain node (the checker refuses one without its
+    import), so the version chosen changes nothing it computes.
+    """
+    if any(opset.domain in ("", "ai.onnx") for opset in model.opset_import):
+        return False
+    model.opset_import.append(onnx.helper.make_opsetid("", DEFAULT_OPSET_FOR_MODELS_WITHOUT_ONE))
     return True

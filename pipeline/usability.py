@@ -36,7 +36,8 @@ def _summary(info: Any) -> dict[str, Any]:
         "supported_nodes": info.num_supported_nodes,
         "supported_share": round(info.num_supported_nodes / info.num_nodes, 4) if info.num_nodes else 0.0,
         "partitions": info.num_partitions,
-        "verdict": info.suitability().name.lower(),
+        # suitability() divides by the node count; optimization can fold a model to no node at all.
+        "verdict": info.suitability().name.lower() if info.num_nodes else "yes",
         "unsupported_ops": sorted(info.unsupported_ops),
     }
 
@@ -50,6 +51,29 @@ def usability(model: onnx.ModelProto, settings: CookSettings, work_dir: Path | N
     checks = {ep: check for ep in settings.execution_providers if (check := ep_usability_check(ep))}
     if not checks:
         return {}
+    try:
+        return _usability(model, checks, work_dir)
+    except Exception as exc:  # advisory: onnxruntime's checker fails on valid models
+        # Seen on the ONNX backend suite: Transpose without `perm` (IndexError), no value_info after
+        # shape inference (ValueError), onnx's strict shape inference (InferenceError).
+        return {ep: _unknown(f"{type(exc).__name__}: {exc}") for ep in checks}
+
+
+def _unknown(error: str) -> dict[str, Any]:
+    return {
+        "nodes": 0,
+        "supported_nodes": 0,
+        "supported_share": 0.0,
+        "partitions": 0,
+        "verdict": "unknown",
+        "unsupported_ops": [],
+        "dynamic_inputs": [],
+        "verdict_if_shapes_fixed": "unknown",
+        "error": f"onnxruntime's usability checker failed: {error}",
+    }
+
+
+def _usability(model: onnx.ModelProto, checks: dict[str, str], work_dir: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=".usability-", dir=work_dir) as tmp:
         source, optimized = Path(tmp) / "model.onnx", Path(tmp) / "model.basic.onnx"
         onnx.save_model(model, source)

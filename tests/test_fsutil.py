@@ -33,7 +33,6 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path) -> N
 
 
 def test_stale_temps_of_killed_writers_are_removed_live_ones_kept(tmp_path: Path) -> None:
-    target = tmp_path / "blob.zst"
     stale = tmp_path / ".blob.zst.abc123.tmp"
     live = tmp_path / ".blob.zst.def456.tmp"
     other = tmp_path / ".other.zst.abc123.tmp"
@@ -42,5 +41,10 @@ def test_stale_temps_of_killed_writers_are_removed_live_ones_kept(tmp_path: Path
     old = time.time() - STALE_TEMP_SECONDS - 60
     os.utime(stale, (old, old))
     os.utime(other, (old, old))
-    remove_stale_temps(target)
-    assert not stale.exists() and live.exists() and other.exists()
+    nested = tmp_path / "vision" / ".detector.ort.zst.abc123.tmp"
+    nested.parent.mkdir()
+    nested.write_bytes(b"partial")
+    os.utime(nested, (old, old))
+    remove_stale_temps(tmp_path)
+    assert not stale.exists() and not other.exists() and not nested.exists()
+    assert live.exists()
