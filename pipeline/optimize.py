@@ -81,9 +81,13 @@ def optimize(
                     f"{where}: cannot save the optimized model into {output.parent}: No space left on device "
                     f"({free:,} bytes free); free disk space and run `doit cook` again"
                 ) from None
+            hint = ""
+            if settings.format == "ort" and "do not support type" in str(exc):
+                hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
+                hint += ".cook.yaml"
             raise ModelError(
                 f"{where}: onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
-                f"(into {output.parent}): {exc}"
+                f"(into {output.parent}): {exc}{hint}"
             ) from None
         data = output.read_bytes()
     return data if settings.format == "ort" else tidy_onnx(data)

@@ -356,3 +356,25 @@ def test_sidecar_linking_out_of_the_assets_folder_is_refused(tmp_path: Path, sid
         ModelError, match=rf"{sidecar.replace('.', '[.]')}.*link to .*outside the assets folder"
     ):
         discover(assets)
+
+
+def optional_identity_model() -> onnx.ModelProto:
+    """Identity on an optional tensor: valid ONNX that the ORT format cannot store."""
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "optional",
+        [helper.make_value_info("x", optional)],
+        [helper.make_value_info("y", optional)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_optional_types_in_ort_format_say_to_use_onnx(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path, "format: ort\n")
+    with pytest.raises(ModelError, match=r"ORT format cannot store optional-typed values.*format: onnx"):
+        optimize(optional_identity_model(), settings, "opt.onnx")
+    onnx_settings = settings_for(tmp_path, "format: onnx\n", "onnx-target")
+    assert optimize(optional_identity_model(), onnx_settings, "opt.onnx")
