@@ -1,0 +1,1 @@
+"""Conformance runner: the ONNX backend test suite, cooked for every platform (docs/conformance.md)."""
