@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from runtime_helpers import tiny_model, to_ort_format
 
 REPO = Path(__file__).resolve().parent.parent
 # What `doit cook` reads; build/ is never copied, so a copy always starts from nothing cooked.
@@ -36,3 +37,15 @@ def project_copier() -> Callable[[Path], Path]:
 def project(tmp_path: Path) -> Path:
     """A fresh copy of the project in ``tmp_path/project``, nothing cooked yet."""
     return copy_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="module")
+def source() -> bytes:
+    """A tiny seeded model's ONNX bytes (the runtime loader tests' subject)."""
+    return tiny_model(seed=0).SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def models(source: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The same model as ONNX bytes and as the ORT-format file onnxruntime writes for it."""
+    return {"onnx": source, "ort": to_ort_format(source, tmp_path_factory.mktemp("ort"))}

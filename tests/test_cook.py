@@ -162,7 +162,7 @@ def test_guard_catches_a_model_whose_weights_were_stolen(tmp_path: Path) -> None
     assert "weights were dropped" in message and "nothing produces" in message and "net.onnx" in message
 
 
-def multi_op_model_for_reliability() -> onnx.ModelProto:
+def mlp_model() -> onnx.ModelProto:
     """A small MLP (MatMul, Add, Sigmoid) beside the conv net in multi-model projects."""
     rng = np.random.default_rng(RNG_SEED + 1)
     graph = helper.make_graph(

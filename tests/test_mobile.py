@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnxruntime.tools.ort_format_model  # noqa: F401  (puts ort_flatbuffers_py on sys.path)
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.tools import reduced_build_config_parser
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
@@ -20,7 +18,7 @@ from pipeline.optimize import session_options
 from pipeline.runtime import decode_blob
 from pipeline.runtime.session import session_options_for
 from pipeline.usability import usability
-from tests.test_cook import conv_bn_relu_model, job_for, save, settings_for, shipped_settings
+from tests.test_cook import conv_bn_relu_model, job_for, mlp_model, save, settings_for, shipped_settings
 
 
 def ort_operators(data: bytes) -> set[tuple[str, str]]:
@@ -71,7 +69,7 @@ def test_qdq_int8_is_allowed_on_arm_only(tmp_path: Path) -> None:
 def test_operator_config_lists_exactly_the_cooked_operators_and_parses_back(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
     save(conv_bn_relu_model(), assets, "net")
-    save(multi_op_model(), assets, "extra/mlp")
+    save(mlp_model(), assets, "extra/mlp")
     settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
     platform_dir = tmp_path / "build" / "target"
     entries = {
@@ -104,27 +102,6 @@ def test_no_config_without_reduced_build(tmp_path: Path) -> None:
 def test_task_graph_names_the_same_config_files() -> None:
     assert tasks.OPS_CONFIGS[False] == opconfig.config_names(False)
     assert tasks.OPS_CONFIGS[True] == opconfig.config_names(True)
-
-
-def multi_op_model() -> onnx.ModelProto:
-    rng = np.random.default_rng(11)
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "w"], ["m"]),
-            helper.make_node("Add", ["m", "b"], ["a"]),
-            helper.make_node("Sigmoid", ["a"], ["y"]),
-        ],
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [
-            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
-            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def dynamic_batch_model() -> onnx.ModelProto:

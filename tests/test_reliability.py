@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.runtime import ChecksumMismatchError, SignatureError, decode_blob, open_bundle
 from pipeline.signing import keygen
-from tests.test_cook import conv_bn_relu_model, multi_op_model_for_reliability
+from tests.test_cook import conv_bn_relu_model, mlp_model
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
@@ -32,7 +32,7 @@ def small_project(root: Path) -> Path:
     shutil.copy2(REPO / "platforms" / "android.yaml", root / "platforms" / "android.yaml")
     (root / "assets").mkdir()
     onnx.save(conv_bn_relu_model(), root / "assets" / "net.onnx")
-    onnx.save(multi_op_model_for_reliability(), root / "assets" / "mlp.onnx")
+    onnx.save(mlp_model(), root / "assets" / "mlp.onnx")
     return root
 
 

@@ -27,8 +27,6 @@ from runtime_helpers import (
     sample_input,
     sha256,
     split_blob,
-    tiny_model,
-    to_ort_format,
 )
 
 from pipeline.runtime import compat
@@ -54,17 +52,6 @@ from pipeline.runtime.session import session_from_blob
 
 FORMATS = ("onnx", "ort")
 ZSTD_FRAME_MAGIC = 0xFD2FB528
-
-
-@pytest.fixture(scope="module")
-def source() -> bytes:
-    return tiny_model(seed=0).SerializeToString()
-
-
-@pytest.fixture(scope="module")
-def models(source: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    """The same model as ONNX bytes and as the ORT-format file onnxruntime writes for it."""
-    return {"onnx": source, "ort": to_ort_format(source, tmp_path_factory.mktemp("ort"))}
 
 
 @pytest.fixture(scope="module")

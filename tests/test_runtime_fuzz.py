@@ -36,7 +36,6 @@ from runtime_helpers import (
     sample_input,
     split_blob,
     tiny_model,
-    to_ort_format,
     write_bundle,
 )
 
@@ -58,16 +57,6 @@ MODELS = ("denoiser", "upscaler")  # the bundle's two models: ONNX and ORT forma
 
 
 # --- fixtures: one real model, its blobs, a bundle folder and a secret outside it ----------------
-
-
-@pytest.fixture(scope="module")
-def source() -> bytes:
-    return tiny_model(seed=0).SerializeToString()
-
-
-@pytest.fixture(scope="module")
-def models(source: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    return {"onnx": source, "ort": to_ort_format(source, tmp_path_factory.mktemp("ort"))}
 
 
 @pytest.fixture(scope="module")

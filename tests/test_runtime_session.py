@@ -23,7 +23,6 @@ from runtime_helpers import (
     run_source,
     sample_input,
     tiny_model,
-    to_ort_format,
     write_bundle,
 )
 
@@ -55,16 +54,6 @@ def config_entry(options: onnxruntime.SessionOptions, key: str) -> str | None:
     except RuntimeError as exc:
         assert "does not have configuration with key" in str(exc)
         return None
-
-
-@pytest.fixture(scope="module")
-def source() -> bytes:
-    return tiny_model(seed=0).SerializeToString()
-
-
-@pytest.fixture(scope="module")
-def models(source: bytes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    return {"onnx": source, "ort": to_ort_format(source, tmp_path_factory.mktemp("ort"))}
 
 
 # --- choose_providers -----------------------------------------------------------------------------
