@@ -29,6 +29,10 @@ def compare(
 
 
 def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> OutputError:
+    if isinstance(want, dict) or isinstance(got, dict):  # a map (e.g. ZipMap): same keys, values
+        if not (isinstance(want, dict) and isinstance(got, dict)) or want.keys() != got.keys():
+            return _differs(name)
+        want, got = [np.asarray(want[k]) for k in want], [np.asarray(got[k]) for k in want]
     if isinstance(want, list) or isinstance(got, list):  # a sequence: element by element
         if not (isinstance(want, list) and isinstance(got, list)) or len(want) != len(got):
             return _differs(name)
@@ -41,6 +45,8 @@ def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> Output
         )
     if want is None or got is None:  # an optional without a value
         return _same(name) if want is None and got is None else _differs(name)
+    if not (isinstance(want, np.ndarray) and isinstance(got, np.ndarray)):  # scalars from a map
+        want, got = np.asarray(want), np.asarray(got)
     if want.dtype.kind in "OUS" or got.dtype.kind in "OUS":
         # Strings: onnxruntime returns objects, an .npz (no pickle) holds fixed-width unicode.
         same = want.shape == got.shape and want.astype(str).tolist() == got.astype(str).tolist()

@@ -42,7 +42,7 @@ def signature(values: Any) -> list[dict[str, Any]]:
             "name": value.name,
             "type": onnx.helper.printable_type(value.type)
             if not value.type.HasField("tensor_type")
-            else f"tensor({onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name})",
+            else f"tensor({onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()})",
             "shape": dims(value) if value.type.HasField("tensor_type") else None,
         }
         for value in values
@@ -81,15 +81,15 @@ def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> tuple[di
     return report, _verify_data(feeds, reference)
 
 
-def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> bytes | None:
+def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> bytes:
     """Inputs and source outputs for the runtime check, as an .npz it reads without pickle.
 
-    Strings are stored as fixed-width unicode; sequences and optionals have no such form, so their
-    models are only loaded by the runtime check (None).
+    Strings are stored as fixed-width unicode. Sequences, optionals and maps have no such form: then
+    only the inputs are stored, and the runtime check runs the model without comparing.
     """
-    arrays = {f"input/{k}": v for k, v in feeds.items()} | {f"output/{k}": v for k, v in reference.items()}
-    if not all(isinstance(value, np.ndarray) for value in arrays.values()):
-        return None
+    arrays = {f"input/{k}": v for k, v in feeds.items()}
+    if all(isinstance(value, np.ndarray) for value in reference.values()):
+        arrays |= {f"output/{k}": v for k, v in reference.items()}
     buffer = io.BytesIO()
     np.savez(
         buffer,
@@ -197,7 +197,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     if applied is not None:
         atomic_write(applied_variant_path(job.platform_dir, asset.name), applied)
     data_path = verify_data_path(job.platform_dir, asset.name)
-    if verify_data is None:
+    if verify_data is None:  # verify is off: no task lists the file
         data_path.unlink(missing_ok=True)
     else:
         atomic_write(data_path, verify_data)

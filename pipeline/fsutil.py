@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 # A writer finishes its temp file in seconds; one untouched this long belongs to a killed process.
 STALE_TEMP_SECONDS = 3600
+# Scratch folders of the cook's steps (optimizer output, usability check, operator config, runtime
+# check worker) inside a platform folder; removed on success, left behind only by a killed cook.
+SCRATCH_PREFIXES = (".optimize-", ".usability-", ".opconfig-", ".worker-")
 
 
 def _umask() -> int:
@@ -24,6 +28,12 @@ def remove_stale_temps(folder: Path, now: float | None = None) -> None:
     write would make a folder of N models cost N^2.
     """
     cutoff = (now if now is not None else time.time()) - STALE_TEMP_SECONDS
+    for scratch in [p for prefix in SCRATCH_PREFIXES for p in folder.glob(f"{prefix}*")]:
+        try:
+            if scratch.is_dir() and scratch.stat().st_mtime < cutoff:
+                shutil.rmtree(scratch, ignore_errors=True)
+        except OSError:
+            continue
     for temp in folder.rglob(".*.tmp"):
         try:
             if temp.stat().st_mtime < cutoff:
@@ -43,7 +53,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as stream:
-            os.fchmod(stream.fileno(), 0o666 & ~_umask())
+            if hasattr(os, "fchmod"):  # POSIX; Windows has no mode bits to widen
+                os.fchmod(stream.fileno(), 0o666 & ~_umask())
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())

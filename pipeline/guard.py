@@ -1,4 +1,4 @@
-"""Step 3 of a cook: refuse a cooked model that is broken or will not run where it ships.
+"""Guard (step 4 of a cook): refuse a cooked model that is broken or will not run where it ships.
 
 Each check returns problems as sentences; ``guard`` fails once with all of them.
 """

@@ -14,9 +14,11 @@ from typing import Any
 
 from onnxruntime.tools.ort_format_model.utils import create_config_from_models
 
+from .errors import CookError
 from .fsutil import atomic_write
 from .layout import applied_variant_path
 from .runtime.blob import decode_blob
+from .runtime.errors import BundleError
 
 # onnxruntime's writer logs every file at INFO on its own handler; the task prints its own line.
 logging.getLogger("ort_format_model.utils").setLevel(logging.WARNING)
@@ -36,9 +38,21 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
     variant with the saved optimizations applied is included too: replaying them needs its kernels.
     """
     reduced = {name: e for name, e in entries.items() if e["settings"]["reduced_build"]}
+    type_reduction = any(e["settings"]["type_reduction"] for e in reduced.values())
+    wanted = config_names(type_reduction) if reduced else ()
+    for stale in set(config_names(True)) - set(wanted):  # a platform that stopped asking for it
+        (platform_dir / stale).unlink(missing_ok=True)
     if not reduced:
         return []
-    type_reduction = any(e["settings"]["type_reduction"] for e in reduced.values())
+    try:
+        return _write(platform_dir, reduced, type_reduction)
+    except (BundleError, ValueError, OSError) as exc:
+        raise CookError(
+            f"{platform_dir}: cannot write the reduced-build operator config ({exc}); run `doit cook` again"
+        ) from None
+
+
+def _write(platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_reduction: bool) -> list[Path]:
     written = []
     with tempfile.TemporaryDirectory(prefix=".opconfig-", dir=platform_dir) as tmp:
         root = Path(tmp)

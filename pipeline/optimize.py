@@ -1,4 +1,4 @@
-"""Step 2 of a cook: optimize and serialize with the CPU execution provider only.
+"""Optimize and serialize (step 3 of a cook) with the CPU execution provider only.
 
 The one place where a platform's settings become onnxruntime session options for cooking.
 """
@@ -61,7 +61,7 @@ def optimize(
     ships) and ``saved="apply"`` applies them (used only to list the operators a replay needs).
 
     onnxruntime only writes optimized models to a file: a temp folder in ``work_dir`` (the build
-    folder, so a killed cook leaves its scraps where `doit clean` users look) holds it meanwhile.
+    folder, where the next manifest write sweeps what a killed cook left) holds it meanwhile.
     """
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)

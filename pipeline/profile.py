@@ -50,6 +50,9 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "rtol": (0, None),
     "atol": (0, None),
 }
+# pipeline.runtime.compat.OLDEST_SUPPORTED (not imported: the runtime package loads onnxruntime;
+# a test keeps the two in step).
+OLDEST_RUNTIME = (1, 16)
 _RUNTIME_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?")
 # Per-EP session options a profile may set; any other name must be an onnxruntime config entry,
 # which always contains a dot (e.g. "session.intra_op.allow_spinning") and takes a string.
@@ -61,9 +64,13 @@ _SESSION_OPTIONS: dict[str, type | tuple[str, ...]] = {
 # The runtime loader accepts only these config entries from a blob (pipeline/runtime/session.py,
 # ALLOWED_CONFIG_PREFIXES; a test keeps the two in step).
 _CONFIG_PREFIXES = ("session.", "optimization.", "mlas.")
+# The same keys the loader refuses (pipeline/runtime/session.py, _UNSAFE_CONFIG_KEYS; a test keeps
+# the two in step): a blob the game cannot load must not pass its cook.
 _FORBIDDEN_CONFIG_ENTRIES = {
     "session.use_ort_model_bytes_for_initializers": "sessions are created from bytes in Python, where this "
     "reads freed memory: wrong outputs or a crash (DESIGN trap 4)",
+    "session.use_ort_model_bytes_directly": "from Python the bytes are freed before the session is "
+    "initialized (DESIGN trap 4); the loader refuses it",
 }
 _PLATFORM_ONLY_KEYS = frozenset(
     {"include", "exclude", "description", "runtime_check", "runtime_check_off_reason"}
@@ -161,7 +168,7 @@ class CookSettings:
         return data
 
     def key(self) -> str:
-        """sha256 hex of the canonical JSON of to_dict(): the settings part of the cook key."""
+        """sha256 hex of the canonical JSON of to_dict(), the form ``cookkey.task_key`` hashes."""
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -367,14 +374,15 @@ def _load_platform(path: Path, env_values: Mapping[str, Any]) -> tuple[Platform 
     merged = {**_DEFAULTS, **values}
     origins = {key: source if key in values else _DEFAULTS_SOURCE for key in merged}
     problems = _check_ep_option_names(merged, source) + _check_combination(merged, origins)
-    if not merged["runtime_check"] and not merged["runtime_check_off_reason"].strip():
+    selection = {**merged, **env_values}
+    if not selection["runtime_check"] and not selection["runtime_check_off_reason"].strip():
         problems.append(
-            f"{source}: 'runtime_check' is false without 'runtime_check_off_reason'; say why this platform "
-            "skips the check in its exact onnxruntime version (e.g. no wheel exists for it)"
+            f"{source}: 'runtime_check' is false (here or from {ENV_PREFIX}RUNTIME_CHECK) without "
+            "'runtime_check_off_reason'; say why this platform skips the check in its exact onnxruntime "
+            "version (e.g. no wheel exists for it)"
         )
     if problems:
         return None, problems
-    selection = {**merged, **env_values}
     return Platform(
         name=path.stem,
         path=path,
@@ -574,6 +582,12 @@ def _has_type_of(value: Any, default: Any) -> bool:
 def _type_hint(value: Any, default: Any) -> str:
     if isinstance(value, str) and isinstance(default, bool):
         return "; write true or false without quotes"
+    if (
+        isinstance(value, str)
+        and isinstance(default, float)
+        and re.fullmatch(r"[0-9]+[eE][-+]?[0-9]+", value)
+    ):
+        return f"; YAML reads {value} as text: write it with a dot, e.g. 1.0e-3"
     if isinstance(value, str) and isinstance(default, int | float) and _is_number(value):
         return "; write the number without quotes"
     if isinstance(value, int | float) and not isinstance(value, bool) and isinstance(default, str):
@@ -621,9 +635,16 @@ def _check_range(key: str, value: Any, name: str) -> list[str]:
 
 
 def _check_runtime_version(name: str, value: str) -> list[str]:
-    if _RUNTIME_VERSION.fullmatch(value):
-        return []
-    return [f'{name!r} must be an onnxruntime version like "1.24" or "1.24.4"; got {value!r}']
+    if not _RUNTIME_VERSION.fullmatch(value):
+        return [f'{name!r} must be an onnxruntime version like "1.24" or "1.24.4"; got {value!r}']
+    major, minor = (int(part) for part in value.split(".")[:2])
+    if (major, minor) < OLDEST_RUNTIME:
+        oldest = ".".join(map(str, OLDEST_RUNTIME))
+        return [
+            f"{name!r} is {value}, older than {oldest}, the oldest onnxruntime this cooker targets (ORT "
+            f"format v6 and the measured opset limits start there); use {oldest} or newer"
+        ]
+    return []
 
 
 def _check_one_line(name: str, value: str) -> list[str]:

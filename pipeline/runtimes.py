@@ -62,9 +62,18 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path) -> Path:
     runtimes_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=runtimes_dir))
     try:
-        venv.EnvBuilder(with_pip=True, clear=True).create(staging)
+        try:
+            venv.EnvBuilder(with_pip=True, clear=True).create(staging)
+        except subprocess.CalledProcessError as exc:
+            raise RuntimeCheckError(
+                f"{profile}: cannot create a virtual environment for the runtime check ({exc}); install "
+                "Python's venv and ensurepip (e.g. apt-get install python3-venv), or set `runtime_check: "
+                f"false` with a `runtime_check_off_reason` in {profile}"
+            ) from None
         command = [str(_python(staging)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        command += [f"onnxruntime=={version}", "numpy", "zstandard"]
+        # onnxruntime before 1.19 was built against numpy 1.x and does not import under numpy 2.
+        numpy = "numpy<2" if parse_version(version) < (1, 19, 0) else "numpy"
+        command += [f"onnxruntime=={version}", numpy, "zstandard"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT, check=False)
         if done.returncode != 0:
             tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
@@ -133,5 +142,8 @@ def verified_versions(result_path: Path, names: Sequence[str]) -> dict[str, str]
     """Model name -> the onnxruntime version a passed runtime check ran it on."""
     if not result_path.is_file():
         return {}
-    report = json.loads(result_path.read_text(encoding="utf-8"))
+    try:
+        report = json.loads(result_path.read_text(encoding="utf-8"))
+    except ValueError:
+        raise RuntimeCheckError(f"{result_path} is damaged; delete it and run `doit cook` again") from None
     return {name: report["onnxruntime"] for name in names if report["models"].get(name, {}).get("ok")}

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -44,7 +45,7 @@ def sign(manifest: bytes, private_key: Path) -> bytes:
     """The raw 64-byte Ed25519 signature of ``manifest``."""
     try:
         key = serialization.load_pem_private_key(private_key.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise CookError(
             f"COOK_SIGNING_KEY={private_key}: cannot load an unencrypted PEM private key ({exc}); create one "
             "with `python -m pipeline.signing keygen <folder>`"

@@ -1,4 +1,4 @@
-"""Step 1 of a cook: load the source model, check it, normalize what onnxruntime mishandles."""
+"""Check and normalize (steps 1-2 of a cook): load the source model, fix what onnxruntime mishandles."""
 
 from __future__ import annotations
 

@@ -106,7 +106,8 @@ def run_manifest(
         return TaskFailed(str(exc))
     except OSError as exc:
         return TaskFailed(
-            f"{platform_dir}: cannot write the manifest ({exc.strerror or exc}); free disk space"
+            f"{platform_dir}: cannot write the manifest: {exc.filename or ''} {exc.strerror or exc}; check "
+            "disk space and permissions, then run `doit cook` again"
         )
     lines = [f"{path}: {len(names)} model(s)", *(f"{config}: reduced-build operators" for config in configs)]
     lines += usability_lines(platform, manifest["models"])
@@ -309,7 +310,7 @@ def _manifest_task(
     results = [check.result_path for check in checks]
     off_reason = None if platform.runtime_check else platform.runtime_check_off_reason
     signature = (SIGNATURE_NAME,) if signing_key is not None else ()
-    state = {"models": names, "format": BUNDLE_FORMAT, "signing_key": key_digest}
+    state = {"models": names, "format": BUNDLE_FORMAT, "signing_key": key_digest, "check_off": off_reason}
     return {
         "name": platform.name,
         "doc": platform.description or f"cook every model for {platform.name} and write its manifest",

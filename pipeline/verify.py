@@ -1,4 +1,4 @@
-"""Step 4 of a cook: prove the cooked blob computes what the source computes.
+"""Verify (step 6 of a cook): prove the cooked blob computes what the source computes.
 
 The blob is loaded through ``pipeline.runtime``, the loader games ship, so what is verified is what
 ships. The reference is the source model run by onnxruntime with optimizations off.
@@ -7,6 +7,7 @@ ships. The reference is the source model run by onnxruntime with optimizations o
 from __future__ import annotations
 
 import math
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def load_inputs(path: Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as archive:
             feeds = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
     missing, extra = sorted(expected - set(feeds)), sorted(set(feeds) - expected)
     if missing or extra:

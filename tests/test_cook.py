@@ -378,3 +378,12 @@ def test_optional_types_in_ort_format_say_to_use_onnx(tmp_path: Path) -> None:
         optimize(optional_identity_model(), settings, "opt.onnx")
     onnx_settings = settings_for(tmp_path, "format: onnx\n", "onnx-target")
     assert optimize(optional_identity_model(), onnx_settings, "opt.onnx")
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not really a zip"])
+def test_empty_or_damaged_sample_inputs_are_a_clean_error(tmp_path: Path, content: bytes) -> None:
+    assets = tmp_path / "assets"
+    save(opset_model(17), assets, "relu")
+    (assets / "relu.inputs.npz").write_bytes(content)
+    with pytest.raises(VerifyError, match=r"relu\.inputs\.npz: cannot read sample inputs"):
+        cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))

@@ -35,3 +35,11 @@ def test_profile_allows_exactly_the_config_entries_the_loader_accepts() -> None:
     from pipeline.runtime import session
 
     assert profile._CONFIG_PREFIXES == session.ALLOWED_CONFIG_PREFIXES
+
+
+def test_profile_forbids_exactly_what_the_loader_refuses_and_knows_the_oldest_runtime() -> None:
+    from pipeline import profile
+    from pipeline.runtime import compat, session
+
+    assert set(profile._FORBIDDEN_CONFIG_ENTRIES) == session._UNSAFE_CONFIG_KEYS
+    assert profile.OLDEST_RUNTIME == compat.OLDEST_SUPPORTED

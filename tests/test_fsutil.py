@@ -48,3 +48,14 @@ def test_stale_temps_of_killed_writers_are_removed_live_ones_kept(tmp_path: Path
     remove_stale_temps(tmp_path)
     assert not stale.exists() and not other.exists() and not nested.exists()
     assert live.exists()
+
+
+def test_scratch_folders_of_killed_cooks_are_removed(tmp_path: Path) -> None:
+    old_scratch, live_scratch = tmp_path / ".optimize-abc", tmp_path / ".worker-def"
+    for folder in (old_scratch, live_scratch):
+        folder.mkdir()
+        (folder / "model.ort").write_bytes(b"partial")
+    old = time.time() - STALE_TEMP_SECONDS - 60
+    os.utime(old_scratch, (old, old))
+    remove_stale_temps(tmp_path)
+    assert not old_scratch.exists() and live_scratch.exists()

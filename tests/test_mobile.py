@@ -154,3 +154,25 @@ def test_console_passes_its_custom_ep_through_to_blob_and_manifest(tmp_path: Pat
     )
     assert settings.execution_providers[0] not in {"CPUExecutionProvider", "DmlExecutionProvider"}
     assert settings.reduced_build and settings.type_reduction
+
+
+def test_a_platform_that_stops_asking_loses_its_stale_configs(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    platform_dir = tmp_path / "build" / "target"
+    typed = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
+    opconfig.write_operator_configs(
+        platform_dir, {"net": cook(job_for(assets, "net", typed, tmp_path / "build"))}
+    )
+    assert (platform_dir / opconfig.OPS_AND_TYPES_CONFIG).is_file()
+    plain = settings_for(tmp_path, "format: ort\n")
+    assert (
+        opconfig.write_operator_configs(
+            platform_dir, {"net": cook(job_for(assets, "net", plain, tmp_path / "build"))}
+        )
+        == []
+    )
+    assert (
+        not (platform_dir / opconfig.OPS_CONFIG).exists()
+        and not (platform_dir / opconfig.OPS_AND_TYPES_CONFIG).exists()
+    )

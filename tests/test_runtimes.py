@@ -92,3 +92,22 @@ def test_the_check_can_be_turned_off_only_with_a_reason(tmp_path: Path) -> None:
     (folder / "retro.yaml").write_text('runtime_check: false\nruntime_check_off_reason: "no wheel for 1.9"\n')
     (platform,) = load_platforms(folder, {})
     assert not platform.runtime_check and platform.runtime_check_off_reason == "no wheel for 1.9"
+
+
+def test_turning_the_check_off_from_the_environment_needs_a_reason_too(tmp_path: Path) -> None:
+    folder = tmp_path / "platforms"
+    folder.mkdir()
+    (folder / "retro.yaml").write_text("runtime_version: '1.16'\n")
+    with pytest.raises(ProfileError, match=r"retro\.yaml.*COOK_SET_RUNTIME_CHECK.*runtime_check_off_reason"):
+        load_platforms(folder, {"COOK_SET_RUNTIME_CHECK": "false"})
+    env = {"COOK_SET_RUNTIME_CHECK": "false", "COOK_SET_RUNTIME_CHECK_OFF_REASON": "offline build farm"}
+    (platform,) = load_platforms(folder, env)
+    assert platform.runtime_check_off_reason == "offline build farm"
+
+
+def test_runtime_versions_older_than_the_oldest_supported_are_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "platforms"
+    folder.mkdir()
+    (folder / "retro.yaml").write_text("runtime_version: '1.15.1'\n")
+    with pytest.raises(ProfileError, match=r"1\.15\.1, older than 1\.16.*use 1\.16 or newer"):
+        load_platforms(folder, {})

@@ -32,7 +32,7 @@ class UnsupportedBlobVersionError(BundleError):
 
 
 class IncompatibleRuntimeError(BundleError):
-    """The installed onnxruntime cannot load this model (too old, or wrong model format)."""
+    """The installed onnxruntime is older than the blob's model needs (opset, IR or ORT format)."""
 
 
 class BlobTooLargeError(BundleError):
