@@ -122,7 +122,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     asset, settings = job.asset, job.settings
     sources = {path.name: file_sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
-    model = load_source(asset)
+    model = load_source(asset, where)
     fix_shapes(model, settings)
     cooked = optimize(model, settings, where, work_dir=job.platform_dir)
     ort_version = ort_format_version(cooked)

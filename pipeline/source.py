@@ -21,9 +21,12 @@ DEFAULT_OPSET_FOR_MODELS_WITHOUT_ONE = RUNTIME_LIMITS[0][1]
 MAX_PROTO_SIZE = 2 << 30
 
 
-def load_source(asset: AssetModel) -> onnx.ModelProto:
-    """Load, check and normalize ``asset``; external data is loaded into the returned proto."""
-    where = f"{asset.path} (model {asset.name!r})"
+def load_source(asset: AssetModel, where: str | None = None) -> onnx.ModelProto:
+    """Load, check and normalize ``asset``; external data is loaded into the returned proto.
+
+    ``where`` starts every error message (the cook passes the model file and the platform).
+    """
+    where = where or f"{asset.path} (model {asset.name!r})"
     try:
         model = onnx.load_model(str(asset.path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError, OSError, ValueError... all mean the same here

@@ -166,7 +166,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         platforms = load_platforms(where.platforms, env)
         assets = discover(where.assets)
         model_settings = _model_settings(assets, [p.name for p in platforms])
-        plans = [(p, _platform_jobs(p, assets, model_settings, where.build, env)) for p in platforms]
+        plans = _plans(platforms, assets, model_settings, where.build, env)
         key_digest = _key_digest(where.signing_key)
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
@@ -238,6 +238,25 @@ def _runtime_check_task(
     }
 
 
+def _plans(
+    platforms: tuple[Platform, ...],
+    assets: tuple[AssetModel, ...],
+    model_settings: Mapping[str, Mapping[str, Any]],
+    build: Path,
+    env: Mapping[str, str],
+) -> list[tuple[Platform, list[CookJob]]]:
+    """Every platform's jobs; settings that do not resolve are all reported together."""
+    plans, problems = [], []
+    for platform in platforms:
+        try:
+            plans.append((platform, _platform_jobs(platform, assets, model_settings, build, env)))
+        except ProfileError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ProfileError(list(dict.fromkeys(problems)))  # one line per distinct problem
+    return plans
+
+
 def _platform_jobs(
     platform: Platform,
     assets: tuple[AssetModel, ...],
@@ -245,12 +264,16 @@ def _platform_jobs(
     build: Path,
     env: Mapping[str, str],
 ) -> list[CookJob]:
-    jobs = []
+    jobs, problems = [], []
     for asset in assets:
         overrides = model_settings[asset.name]
         if not platform.selects(asset.name) or is_skipped(overrides, platform.name):
             continue
-        settings = resolve(platform, overrides, env, model_source=str(asset.settings_path or asset.path))
+        try:
+            settings = resolve(platform, overrides, env, model_source=str(asset.settings_path or asset.path))
+        except ProfileError as exc:
+            problems.extend(exc.problems)
+            continue
         jobs.append(
             CookJob(
                 asset=asset,
@@ -259,6 +282,8 @@ def _platform_jobs(
                 platform_dir=build / platform.name,
             )
         )
+    if problems:
+        raise ProfileError(problems)
     return jobs
 
 

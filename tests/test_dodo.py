@@ -727,3 +727,16 @@ def test_loading_dodo_imports_neither_onnx_nor_onnxruntime(cooked: Cooked) -> No
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["tasks"] == len(every_task(cooked.project))
     assert result["heavy"] == []
+
+
+def test_settings_that_do_not_resolve_are_all_reported_before_cooking(project: Path) -> None:
+    """Two models whose own files conflict with the platforms: both named in one error, nothing cooked."""
+    for name in ("mnist", "resnet"):
+        (project / "assets" / f"{name}.cook.yaml").write_text("format: onnx\n")  # android/ios: runtime style
+
+    run = doit(project, "cook")
+
+    assert run.returncode != 0 and TRACEBACK not in run.output
+    assert "mnist.cook.yaml" in run.output and "resnet.cook.yaml" in run.output
+    assert "optimization_style' runtime requires 'format' ort" in run.output
+    assert not list((project / "build").rglob("*.zst"))
