@@ -203,7 +203,8 @@ def test_truncated_model_is_refused_naming_the_file(tmp_path: Path, keep: float)
         tmp_path,
         assets,
         "cut",
-        rf"^{re.escape(str(path))} \(model 'cut', platform '[^']+'\) (is not a readable ONNX model|fails the ONNX checker)",
+        rf"^{re.escape(str(path))} \(model 'cut', platform '[^']+'\) "
+        "(is not a readable ONNX model|fails the ONNX checker)",
     )
 
 
@@ -247,7 +248,8 @@ def test_file_that_is_not_an_onnx_model_is_refused_naming_the_file(
         tmp_path,
         assets,
         "stray",
-        rf"^{re.escape(str(path))} \(model 'stray', platform '[^']+'\) (is not a readable ONNX model|fails the ONNX checker)",
+        rf"^{re.escape(str(path))} \(model 'stray', platform '[^']+'\) "
+        "(is not a readable ONNX model|fails the ONNX checker)",
     )
 
 
@@ -338,7 +340,8 @@ def test_external_data_with_malformed_offset_or_length_is_refused(
 ) -> None:
     assets = tmp_path / "assets"
     path = save_with_external_data(assets, "malformed", **entries)
-    assert_cook_refused(tmp_path, assets, "malformed", rf"^{re.escape(str(path))} \(model 'malformed', platform '[^']+'\)")
+    expected = rf"^{re.escape(str(path))} \(model 'malformed', platform '[^']+'\)"
+    assert_cook_refused(tmp_path, assets, "malformed", expected)
 
 
 def test_model_whose_constant_expands_to_40_gb_fails_cleanly_in_bounded_memory(tmp_path: Path) -> None:
