@@ -17,7 +17,7 @@ import onnx
 
 from .cookkey import cook_key, file_sha256, tool_versions
 from .errors import CookError, ModelError, VerifyError
-from .facts import onnx_facts, ort_facts
+from .facts import feed_inputs, onnx_facts, ort_facts
 from .fsutil import atomic_write
 from .guard import guard
 from .job import CookJob
@@ -179,9 +179,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "model_sha256": _sha256(cooked),
         "blob_sha256": _sha256(blob),
         "cook_key": key,
-        "inputs": signature(
-            v for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}
-        ),
+        "inputs": signature(feed_inputs(model.graph)),
         "outputs": signature(model.graph.output),
         "execution_providers": list(settings.execution_providers),
         "provider_options": options["provider_options"],

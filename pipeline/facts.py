@@ -30,6 +30,12 @@ class ModelFacts:
     missing_values: tuple[str, ...]  # main-graph node inputs that nothing produces
 
 
+def feed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a caller feeds: those that are not initializers (listed as inputs by IR<4)."""
+    initializers = {tensor.name for tensor in graph.initializer}
+    return [value for value in graph.input if value.name not in initializers]
+
+
 def _domain(name: str) -> str:
     return "" if name in DEFAULT_DOMAINS else name
 
@@ -70,7 +76,7 @@ def onnx_facts(model: onnx.ModelProto) -> ModelFacts:
         ir_version=model.ir_version,
         opset=opset,
         domains_used=frozenset(_domain(node.domain) for g in graphs for node in g.node),
-        inputs=tuple(value.name for value in graph.input if value.name not in initializers),
+        inputs=tuple(value.name for value in feed_inputs(graph)),
         outputs=tuple(value.name for value in graph.output),
         initializer_count=sum(len(g.initializer) for g in graphs),
         initializer_bytes=sum(_onnx_tensor_bytes(t) for g in graphs for t in g.initializer),

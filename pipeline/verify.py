@@ -17,6 +17,7 @@ import onnxruntime
 
 from .compare import OutputError, compare
 from .errors import VerifyError
+from .facts import feed_inputs
 from .profile import CookSettings
 from .runtime import BundleError, session_from_blob
 
@@ -35,11 +36,8 @@ def synthesize_inputs(
 ) -> dict[str, np.ndarray]:
     """Seeded inputs that match the model's input signature; symbolic dims come from ``dims``."""
     rng = np.random.default_rng(SEED)
-    initializers = {tensor.name for tensor in model.graph.initializer}
     feeds = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
+    for value in feed_inputs(model.graph):
         tensor_type = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
             raise VerifyError(
@@ -83,8 +81,7 @@ def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -
 
 def load_inputs(path: Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Sample inputs from ``<model>.inputs.npz``; keys must be exactly the model's input names."""
-    initializers = {tensor.name for tensor in model.graph.initializer}
-    expected = {value.name for value in model.graph.input if value.name not in initializers}
+    expected = {value.name for value in feed_inputs(model.graph)}
     try:
         with np.load(path, allow_pickle=False) as archive:
             feeds = {key: archive[key] for key in archive.files}
