@@ -25,7 +25,7 @@ from .layout import applied_variant_path, blob_path, entry_path, verify_data_pat
 from .optimize import optimize
 from .profile import ep_domains
 from .runtime.blob import encode_blob
-from .runtime.compat import format_version, min_runtime_for, ort_format_version
+from .runtime.compat import ort_format_version
 from .shapes import fix_shapes
 from .source import load_source
 from .usability import usability
@@ -129,7 +129,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     cooked_facts = (
         ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
     )
-    guard(
+    min_runtime = guard(
         source=onnx_facts(model),
         cooked=cooked_facts,
         model_size=len(cooked),
@@ -137,11 +137,6 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         settings=settings,
         preferred_domains=ep_domains(settings.execution_providers[0]),
         where=where,
-    )
-    min_runtime = format_version(
-        min_runtime_for(
-            opset=cooked_facts.opset, ir_version=cooked_facts.ir_version, ort_format_version=ort_version
-        )
     )
     options = settings.to_dict()
     blob = encode_blob(

@@ -72,24 +72,27 @@ def check_domains(
 
 def check_runtime_version(
     cooked: ModelFacts, ort_format_version: str | None, settings: CookSettings
-) -> list[str]:
-    """The target's onnxruntime must load the cooked opset, IR and ORT format (trap 6)."""
+) -> tuple[list[str], tuple[int, int] | None]:
+    """The target's onnxruntime must load the cooked opset, IR and ORT format (trap 6).
+
+    Returns the problems and the oldest onnxruntime that loads the model (None if none known).
+    """
     target = parse_version(settings.runtime_version)
     try:
         needed = min_runtime_for(
             opset=cooked.opset, ir_version=cooked.ir_version, ort_format_version=ort_format_version
         )
     except ValueError as exc:
-        return [f"{exc}; the target's onnxruntime {settings.runtime_version} cannot load it"]
+        return [f"{exc}; the target's onnxruntime {settings.runtime_version} cannot load it"], None
     if target[:2] >= needed:
-        return []
+        return [], needed
     return [
         f"the cooked model (opset {cooked.opset}, IR {cooked.ir_version}"
         + (f", ORT format v{ort_format_version}" if ort_format_version else "")
         + f") needs onnxruntime {format_version(needed)} or newer, but the platform's runtime_version is "
         f"{settings.runtime_version}; convert the source to an older opset (onnx.version_converter) or "
         "raise runtime_version if the target ships a newer onnxruntime"
-    ]
+    ], needed
 
 
 def check_size(model_size: int, settings: CookSettings) -> list[str]:
@@ -109,13 +112,16 @@ def guard(
     settings: CookSettings,
     preferred_domains: Collection[str],
     where: str,
-) -> None:
+) -> str:
+    """Fail once with every problem; otherwise return the oldest onnxruntime version that loads the model."""
+    runtime_problems, needed = check_runtime_version(cooked, ort_format_version, settings)
     problems = [
         *check_inputs(source, cooked),
         *check_weights(source, cooked),
         *check_domains(source, cooked, settings, preferred_domains),
-        *check_runtime_version(cooked, ort_format_version, settings),
+        *runtime_problems,
         *check_size(model_size, settings),
     ]
-    if problems:
+    if problems or needed is None:
         raise GuardError(f"{where}: the cooked model fails its guards: " + "; ".join(problems))
+    return format_version(needed)

@@ -135,3 +135,21 @@ def write_bundle(
     manifest = {"manifest_version": 1, "platform": platform, "models": models, **extra}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return root
+
+
+def mutate(data: bytes, steps: list[tuple[str, float, int]]) -> bytes:
+    """Apply (kind, where in 0..1, byte) steps: flip bits, insert a byte, delete one, truncate."""
+    out = bytearray(data)
+    for kind, where, value in steps:
+        if not out:
+            break
+        index = min(int(where * len(out)), len(out) - 1)
+        if kind == "flip":
+            out[index] ^= value or 1
+        elif kind == "insert":
+            out.insert(int(where * len(out)), value)  # where == 1 appends
+        elif kind == "delete":
+            del out[index]
+        else:
+            del out[index:]
+    return bytes(out)

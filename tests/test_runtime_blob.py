@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from runtime_helpers import (
     CPU,
     make_blob,
+    mutate,
     pack_header,
     repack,
     run_source,
@@ -431,23 +432,6 @@ mutation = st.one_of(
     st.tuples(st.just("delete"), st.floats(0, 1, exclude_max=True), st.just(0)),
     st.tuples(st.just("truncate"), st.floats(0, 1, exclude_max=True), st.just(0)),
 )
-
-
-def mutate(blob: bytes, steps: list[tuple[str, float, int]]) -> bytes:
-    data = bytearray(blob)
-    for kind, where, value in steps:
-        if not data:
-            break
-        index = min(int(where * len(data)), len(data) - 1)
-        if kind == "flip":
-            data[index] ^= value
-        elif kind == "insert":
-            data.insert(int(where * len(data)), value)
-        elif kind == "delete":
-            del data[index]
-        else:
-            del data[index:]
-    return bytes(data)
 
 
 @settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from runtime_helpers import (
     CPU,
     make_blob,
+    mutate,
     pack_header,
     repack,
     run_source,
@@ -259,23 +260,6 @@ def manifest_from(plan: dict[str, Any], folder: Folder) -> dict[str, Any]:
 
 
 # --- blob headers ----------------------------------------------------------------------------------
-
-
-def mutate(data: bytes, steps: list[tuple[str, float, int]]) -> bytes:
-    out = bytearray(data)
-    for kind, where, value in steps:
-        if not out:
-            break
-        index = min(int(where * len(out)), len(out) - 1)
-        if kind == "flip":
-            out[index] ^= value or 1
-        elif kind == "insert":
-            out.insert(index, value)
-        elif kind == "delete":
-            del out[index]
-        else:
-            del out[index:]
-    return bytes(out)
 
 
 mutations = st.lists(
