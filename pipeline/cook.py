@@ -23,13 +23,14 @@ from .guard import guard
 from .job import CookJob
 from .layout import applied_variant_path, blob_path, entry_path, verify_data_path
 from .optimize import optimize
-from .profile import ep_domains
-from .runtime.blob import encode_blob
+from .profile import CookSettings, ep_domains
+from .runtime.blob import Weights, encode_blob, read_header
 from .runtime.compat import ort_format_version
 from .shapes import fix_shapes
 from .source import load_source
 from .usability import usability
 from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
+from .weights import externalize, wants_external
 
 
 def signature(values: Any) -> list[dict[str, Any]]:
@@ -139,9 +140,11 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         where=where,
     )
     options = settings.to_dict()
+    graph, weights = _split_weights(cooked, settings, asset.name)
     blob = encode_blob(
-        cooked,
+        graph,
         level=settings.compression_level,
+        weights=weights,
         model_format=settings.format,
         platform=settings.platform,
         name=asset.name,
@@ -169,6 +172,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "source_size": sum(path.stat().st_size for path in asset.source_files if path != asset.inputs_path),
         "model_size": len(cooked),
         "blob_size": len(blob),
+        "weights": _weights_entry(blob),
         "source_sha256": sources[asset.path.name],
         "sources": sources,
         "model_sha256": _sha256(cooked),
@@ -197,6 +201,30 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     atomic_write(target, blob)
     atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
     return entry
+
+
+def _split_weights(cooked: bytes, settings: CookSettings, name: str) -> tuple[bytes, Weights | None]:
+    """The graph section and, when the settings want them apart, the weights section."""
+    if settings.format != "onnx" or settings.weights == "inline":
+        return cooked, None
+    model = onnx.load_from_string(cooked)
+    if not wants_external(settings, model):
+        return cooked, None
+    return externalize(model, name)
+
+
+def _weights_entry(blob: bytes) -> dict[str, Any] | None:
+    """How the blob stores its weights section, for the manifest (None: the weights are in the graph)."""
+    header, _ = read_header(blob)
+    if header.weights is None:
+        return None
+    codecs = {frame.codec for frame in header.frames if frame.section == "weights"}
+    return {
+        "file": header.weights.file,
+        "bytes": header.weights.size,
+        "tensors": len(header.weights.tensors),
+        "stored": "raw" if codecs == {"raw"} else "zstd",
+    }
 
 
 def _sha256(data: bytes) -> str:

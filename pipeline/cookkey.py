@@ -16,7 +16,7 @@ from typing import Any
 
 # Bumped with pipeline.runtime.blob.BLOB_FORMAT_VERSION / bundle.MANIFEST_VERSION (a test keeps
 # them in step) or whenever the cooking recipe changes what it writes for the same inputs.
-BUNDLE_FORMAT = "blob1-manifest1-recipe1"
+BUNDLE_FORMAT = "blob2-manifest1-recipe1"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 
 

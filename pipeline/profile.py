@@ -44,6 +44,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "optimization_level": ("basic", "extended", "all"),
     "optimization_style": ("fixed", "runtime"),
     "arch": ("x86_64", "arm64"),
+    "weights": ("auto", "inline", "external"),
 }
 _RANGES: dict[str, tuple[float, float | None]] = {
     "compression_level": (1, 22),  # zstd's levels
@@ -155,6 +156,7 @@ class CookSettings:
     fixed_shapes: tuple[tuple[str, tuple[int, ...]], ...]  # sorted by input name
     reduced_build: bool
     type_reduction: bool
+    weights: str  # auto | inline | external: where an ONNX model's big initializers go in the blob
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (mappings as dicts, tuples as lists) for the manifest and the cook key."""
@@ -339,6 +341,7 @@ def _cook_settings(platform_name: str, values: Mapping[str, Any]) -> CookSetting
         fixed_shapes=tuple(sorted((name, tuple(shape)) for name, shape in values["fixed_shapes"].items())),
         reduced_build=values["reduced_build"],
         type_reduction=values["type_reduction"],
+        weights=values["weights"],
     )
 
 
@@ -844,6 +847,12 @@ def _check_combination(values: Mapping[str, Any], origins: Mapping[str, str]) ->
         problems.append(
             f"{origins['reduced_build']}: 'reduced_build' requires 'format' ort (reduced onnxruntime builds "
             f"load only ORT-format models); got format {values['format']!r} from {origins['format']}"
+        )
+    if values["weights"] == "external" and values["format"] == "ort":
+        problems.append(
+            f"{origins['weights']}: 'weights' external requires 'format' onnx (an ORT-format model cannot "
+            f"refer to weights outside it when loaded from memory); got format {values['format']!r} from "
+            f"{origins['format']}: set `format: onnx` for this model or use `weights: auto`"
         )
     if values["type_reduction"] and not values["reduced_build"]:
         problems.append(

@@ -31,7 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
 from pipeline.assets import discover
-from pipeline.runtime import decode_blob, open_bundle
+from pipeline.runtime import decode_blob, open_bundle, unpack_blob
 
 PLATFORMS = ("android", "console", "ios", "windows-dml")
 FORMATS = {"windows-dml": "onnx", "android": "ort", "ios": "ort", "console": "ort"}
@@ -279,12 +279,20 @@ def test_first_cook_bundle_runs_like_the_source(
         assert blob.is_file(), f"{blob} listed in the manifest but missing"
         assert entry["format"] == FORMATS[platform]
         assert blob.name == f"{Path(name).name}.{FORMATS[platform]}.zst"
-        header, model = decode_blob(blob.read_bytes())
+        unpacked = unpack_blob(blob.read_bytes())
+        header, model = unpacked.header, unpacked.model
         assert (header.model_format, header.platform, header.name) == (FORMATS[platform], platform, name)
         if FORMATS[platform] == "ort":
             assert model[4:8] == b"ORTM", f"{blob}: not an ORT-format model"
         else:
-            onnx.checker.check_model(onnx.load_model_from_string(model))
+            # A model file and, with external weights, its data file beside it: what stock tools unpack.
+            unpacked_dir = cooked.build.parent / "unpacked" / platform / name
+            unpacked_dir.mkdir(parents=True, exist_ok=True)
+            (unpacked_dir / "model.onnx").write_bytes(model)
+            if header.weights is not None:
+                data = b"".join(bytes(view) for _, view in unpacked.segments)
+                (unpacked_dir / header.weights.file).write_bytes(data)
+            onnx.checker.check_model(str(unpacked_dir / "model.onnx"))
         assert_runs_like_source(cooked.build, platform, name, expected[name])
 
 

@@ -7,7 +7,15 @@ Ships inside games: imports only onnxruntime, numpy, zstandard and the standard 
     session = bundle.session("mnist")
 """
 
-from .blob import BLOB_FORMAT_VERSION, DEFAULT_MAX_MODEL_SIZE, BlobHeader, decode_blob, read_header
+from .blob import (
+    BLOB_FORMAT_VERSION,
+    DEFAULT_MAX_MODEL_SIZE,
+    BlobHeader,
+    Unpacked,
+    decode_blob,
+    read_header,
+    unpack_blob,
+)
 from .bundle import Bundle, open_bundle
 from .errors import (
     BlobTooLargeError,
@@ -41,10 +49,12 @@ __all__ = [
     "SignatureError",
     "TruncatedBlobError",
     "UnknownModelError",
+    "Unpacked",
     "UnsupportedBlobVersionError",
     "choose_providers",
     "decode_blob",
     "open_bundle",
     "read_header",
     "session_from_blob",
+    "unpack_blob",
 ]

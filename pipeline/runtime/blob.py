@@ -1,20 +1,28 @@
 """The cooked blob: one self-describing, zstd-compressed model (see docs/bundle-format.md).
 
-Layout: a zstd *skippable frame* carrying the header, then one standard zstd frame holding the
-model bytes with content size and content checksum. The stock ``zstd -d`` tool skips the header
-frame and writes out the plain ``.onnx``/``.ort`` file.
+Version 2 (written today): a zstd *skippable frame* carrying the header, then the frames of two
+sections. The *graph* section is the model file (``.onnx`` whose big initializers refer to external
+data, or ``.ort``) in one or more zstd frames; the optional *weights* section holds those
+initializers as aligned raw tensors, in zstd frames or, where zstd gains little, stored as is in
+skippable frames the loader can use without copying. Frames decode in parallel, each checked by its
+own checksum. Stock ``zstd -d`` skips the header (and raw frames) and writes the model file.
+
+Version 1 (read for old bundles): the header frame, then one zstd frame holding the model file.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
+import math
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import zstandard
 
 from .compat import parse_version
@@ -26,17 +34,91 @@ from .errors import (
     TruncatedBlobError,
     UnsupportedBlobVersionError,
 )
+from .frames import (
+    CODECS,
+    RAW_PREFIX_SIZE,
+    SECTIONS,
+    Frame,
+    check_frames,
+    decode_into,
+    default_threads,
+    new_bytes,
+    raw_frame,
+    run_parallel,
+)
 
-BLOB_FORMAT_VERSION = 1
+BLOB_FORMAT_VERSION = 2
+LEGACY_BLOB_FORMAT_VERSION = 1
+READABLE_VERSIONS = (LEGACY_BLOB_FORMAT_VERSION, BLOB_FORMAT_VERSION)
 HEADER_MAGIC = b"ONNXCOOK"
 # 0x184D2A50..0x184D2A5F are zstd skippable-frame magics; decoders ignore the frame's payload.
 SKIPPABLE_MAGIC = 0x184D2A5E
-MAX_HEADER_SIZE = 1 << 20
-DEFAULT_MAX_MODEL_SIZE = 2 << 30  # ORT format and a protobuf both top out at 2 GiB
+# A version-2 header lists every weight tensor: room for about 100,000 of them.
+MAX_HEADER_SIZE = 16 << 20
+# Models of up to 2 GiB load by default; a model with external weights may be larger (raise the limit).
+DEFAULT_MAX_MODEL_SIZE = 2 << 30
 MODEL_FORMATS = ("onnx", "ort")
+# Frames of this much content decode in parallel; small enough to spread a model over the cores.
+FRAME_CONTENT_SIZE = 8 << 20
+# Raw frames hold whole tensors, up to this much each (a skippable frame holds under 4 GiB).
+MAX_RAW_FRAME_CONTENT = 1 << 30
+# Weights are stored raw unless zstd makes them at least this much smaller (float32 weights gain
+# about 7%: not worth a decompression pass and a second copy in memory).
+RAW_UNLESS_GAIN = 0.10
+WEIGHT_ALIGNMENT = 64
+MAX_FRAMES = 1 << 16
+MAX_TENSORS = 1 << 20
+MAX_DIMS = 64
+# ONNX TensorProto data types the loader can hand onnxruntime as numpy views.
+TENSOR_DTYPES: dict[int, str] = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+}
 
 _FRAME_PREFIX = struct.Struct("<II")  # skippable magic, payload size
 _HEADER_PREFIX = struct.Struct("<8sHI")  # HEADER_MAGIC, blob format version, crc32 of the JSON
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """One initializer stored in the weights section: its graph name, ONNX data type and place."""
+
+    name: str
+    elem_type: int  # ONNX TensorProto.DataType, one of TENSOR_DTYPES
+    dims: tuple[int, ...]
+    offset: int  # in the weights section; a multiple of the element size
+    nbytes: int
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.elem_type, list(self.dims), self.offset, self.nbytes]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightsInfo:
+    """The weights section: what the graph's external-data references call it, its size, its tensors."""
+
+    file: str  # the ``location`` of the graph's external-data references (the unpacked file's name)
+    size: int
+    sha256: str  # of the section's content (informational: frames carry their own checksums)
+    tensors: tuple[TensorRef, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "size": self.size,
+            "sha256": self.sha256,
+            "tensors": [t.to_json() for t in self.tensors],
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,9 +128,9 @@ class BlobHeader:
     model_format: str
     platform: str
     name: str
-    model_size: int
-    model_sha256: str
-    compressed_size: int
+    model_size: int  # graph + weights bytes
+    model_sha256: str  # of the model file (the graph section); informational in version 2
+    compressed_size: int  # bytes after the header frame
     cook_key: str
     min_runtime_version: str
     ort_format_version: str | None = None
@@ -56,11 +138,28 @@ class BlobHeader:
     execution_providers: tuple[str, ...] = ("CPUExecutionProvider",)
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ep_session_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Version 2 only (a version-1 blob has one zstd frame holding the model file).
+    version: int = LEGACY_BLOB_FORMAT_VERSION
+    graph_size: int | None = None
+    frames: tuple[Frame, ...] = ()
+    weights: WeightsInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The header as JSON data: exactly what the header frame holds (plus ``version``)."""
+        data = {key: value for key, value in asdict(self).items() if key not in _V2_FIELDS}
         data["execution_providers"] = list(self.execution_providers)
+        if self.version >= 2:
+            data["graph_size"] = self.graph_size
+            data["frames"] = [_frame_json(f) for f in self.frames]
+            data["weights"] = self.weights.to_json() if self.weights is not None else None
         return data
+
+
+_V2_FIELDS = ("version", "graph_size", "frames", "weights")
+
+
+def _frame_json(frame: Frame) -> list[Any]:
+    return [frame.section, frame.codec, frame.size, frame.content_size, frame.pad]
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -78,10 +177,139 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "provider_options": dict,
     "ep_session_options": dict,
 }
+_V2_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "graph_size": int,
+    "frames": list,
+    "weights": (dict, type(None)),
+}
 
 
-def encode_blob(model: bytes, *, level: int, **header_fields: Any) -> bytes:
-    """Compress ``model`` and prefix the header; ``header_fields`` are BlobHeader's other fields."""
+@dataclass(frozen=True)
+class Weights:
+    """Weights to store beside the graph (what ``encode_blob`` takes): the section's bytes and tensors."""
+
+    data: bytes | memoryview
+    file: str
+    tensors: tuple[TensorRef, ...]
+    codec: str = "auto"  # "zstd", "raw", or "auto": raw unless zstd gains RAW_UNLESS_GAIN
+
+
+def encode_blob(
+    model: bytes,
+    *,
+    level: int,
+    weights: Weights | None = None,
+    threads: int | None = None,
+    **header_fields: Any,
+) -> bytes:
+    """A version-2 blob of ``model`` (the graph section) and optional ``weights``.
+
+    ``header_fields`` are BlobHeader's descriptive fields (format, platform, name, cook key, ...).
+    Frames are compressed on ``threads`` threads (default: one per core).
+    """
+    graph_frames = _zstd_frames(memoryview(model), level, threads)
+    weight_frames: list[tuple[str, bytes | memoryview, int]] = []  # codec, frame or raw content, size
+    info = None
+    if weights is not None:
+        data = memoryview(weights.data).cast("B")
+        compressed = [] if weights.codec == "raw" else _zstd_frames(data, level, threads)
+        packed = sum(len(frame) for frame, _ in compressed)
+        raw_wins = weights.codec == "raw" or (
+            weights.codec == "auto" and packed > len(data) * (1 - RAW_UNLESS_GAIN)
+        )
+        raw_chunks = _raw_chunks(data, weights.tensors) if raw_wins else None
+        if raw_chunks is not None:
+            weight_frames = [("raw", chunk, len(chunk)) for chunk in raw_chunks]
+        else:
+            compressed = compressed or _zstd_frames(data, level, threads)
+            weight_frames = [("zstd", frame, size) for frame, size in compressed]
+        info = WeightsInfo(
+            file=weights.file,
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            tensors=weights.tensors,
+        )
+    header = BlobHeader(
+        version=BLOB_FORMAT_VERSION,
+        model_size=len(model) + (info.size if info else 0),
+        model_sha256=hashlib.sha256(model).hexdigest(),
+        compressed_size=0,
+        graph_size=len(model),
+        weights=info,
+        **header_fields,
+    )
+    pieces = [("graph", "zstd", frame, size) for frame, size in graph_frames]
+    pieces += [("weights", codec, item, size) for codec, item, size in weight_frames]
+    # Raw frames pad their content to an aligned offset of the blob, which depends on the header's
+    # length, which lists the frames: lay out for a header end, then pad the header's JSON with
+    # spaces to reach exactly that end (or try a later end).
+    end = len(_pack_header(header)) + 64 * (1 + len(weight_frames))
+    while True:
+        frames, parts, offset, content = [], [], end, {"graph": 0, "weights": 0}
+        for section, codec, item, content_size in pieces:
+            if codec == "raw":
+                blob_frame = raw_frame(item, offset, WEIGHT_ALIGNMENT)
+                pad = len(blob_frame) - RAW_PREFIX_SIZE - content_size
+            else:
+                blob_frame, pad = item, 0
+            frames.append(Frame(section, codec, offset, len(blob_frame), content[section], content_size, pad))
+            parts.append(blob_frame)
+            offset += len(blob_frame)
+            content[section] += content_size
+        laid_out = _replace(header, frames=tuple(frames), compressed_size=offset - end)
+        head = _pack_header(laid_out, length=end)
+        if head is not None:
+            return b"".join([head, *parts])
+        end += 64
+
+
+def _replace(header: BlobHeader, **changes: Any) -> BlobHeader:
+    return BlobHeader(**{**{k: getattr(header, k) for k in header.__dataclass_fields__}, **changes})
+
+
+def _pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
+    """The header frame; padded with spaces (valid JSON) to ``length`` bytes, or None if longer."""
+    payload = json.dumps(header.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+    if length is not None:
+        room = length - _FRAME_PREFIX.size - _HEADER_PREFIX.size - len(payload)
+        if room < 0:
+            return None
+        payload += b" " * room
+    prefix = _HEADER_PREFIX.pack(HEADER_MAGIC, header.version, zlib.crc32(payload))
+    return _FRAME_PREFIX.pack(SKIPPABLE_MAGIC, len(prefix) + len(payload)) + prefix + payload
+
+
+def _zstd_frames(data: memoryview, level: int, threads: int | None) -> list[tuple[bytes, int]]:
+    """``data`` cut into FRAME_CONTENT_SIZE pieces, each its own zstd frame, compressed in parallel."""
+    starts = range(0, max(len(data), 1), FRAME_CONTENT_SIZE)
+    frames: list[tuple[bytes, int]] = [(b"", 0)] * len(starts)
+
+    def one(index: int) -> None:
+        piece = data[starts[index] : starts[index] + FRAME_CONTENT_SIZE]
+        compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
+        frames[index] = (compressor.compress(piece), len(piece))
+
+    run_parallel(one, range(len(starts)), threads)
+    return frames
+
+
+def _raw_chunks(data: memoryview, tensors: Sequence[TensorRef]) -> list[memoryview] | None:
+    """``data`` cut at tensor starts into pieces of at most MAX_RAW_FRAME_CONTENT (one tensor may be
+    bigger, alone), so that every tensor lies whole in one raw frame; None if a tensor cannot."""
+    starts = sorted({t.offset for t in tensors} | {0})
+    chunks, begin = [], 0
+    for start in starts[1:]:
+        if start - begin > MAX_RAW_FRAME_CONTENT:
+            chunks.append(data[begin:start])
+            begin = start
+    chunks.append(data[begin:])
+    limit = (1 << 32) - 1 - RAW_PREFIX_SIZE - WEIGHT_ALIGNMENT
+    return None if any(len(chunk) > limit for chunk in chunks) else chunks
+
+
+def encode_blob_v1(model: bytes, *, level: int, **header_fields: Any) -> bytes:
+    """A version-1 blob (one zstd frame): what cookers before blob format 2 wrote. For tests of the
+    loader's support of old bundles."""
     frame = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compress(
         model
     )
@@ -91,14 +319,13 @@ def encode_blob(model: bytes, *, level: int, **header_fields: Any) -> bytes:
         compressed_size=len(frame),
         **header_fields,
     )
-    payload = json.dumps(header.to_dict(), sort_keys=True, separators=(",", ":")).encode()
-    prefix = _HEADER_PREFIX.pack(HEADER_MAGIC, BLOB_FORMAT_VERSION, zlib.crc32(payload))
-    skippable = _FRAME_PREFIX.pack(SKIPPABLE_MAGIC, len(prefix) + len(payload))
-    return b"".join((skippable, prefix, payload, frame))
+    head = _pack_header(header)
+    assert head is not None
+    return head + frame
 
 
 def read_header(data: bytes | memoryview) -> tuple[BlobHeader, int]:
-    """Parse and check the header frame; returns it and the offset of the model frame."""
+    """Parse and check the header frame; returns it and the offset of the first frame after it."""
     view = memoryview(data)
     if len(view) < _FRAME_PREFIX.size:
         if bytes(view) == struct.pack("<I", SKIPPABLE_MAGIC)[: len(view)]:
@@ -111,35 +338,37 @@ def read_header(data: bytes | memoryview) -> tuple[BlobHeader, int]:
             "(pass a .zst file written by `doit cook`, not a plain .onnx/.ort file)"
         )
     if size > MAX_HEADER_SIZE or size < _HEADER_PREFIX.size:
-        raise CorruptBlobError(f"blob header declares {size} bytes; a valid header is 14 B to 1 MiB")
+        raise CorruptBlobError(f"blob header declares {size} bytes; a valid header is 14 B to 16 MiB")
     end = _FRAME_PREFIX.size + size
     if len(view) < end:
         raise TruncatedBlobError(f"blob is {len(view)} bytes, but its header alone needs {end}: file cut off")
     header_magic, version, crc = _HEADER_PREFIX.unpack_from(view, _FRAME_PREFIX.size)
     if header_magic != HEADER_MAGIC:
         raise NotABlobError("not an onnx-cooker blob: the first zstd frame is not an onnx-cooker header")
-    if version != BLOB_FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise UnsupportedBlobVersionError(
-            f"blob format version {version} is not supported: this loader reads version "
-            f"{BLOB_FORMAT_VERSION}; re-cook the model with the cooker that matches this loader"
+            f"blob format version {version} is not supported: this loader reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; re-cook the model with the cooker that matches "
+            "this loader"
         )
     payload = bytes(view[_FRAME_PREFIX.size + _HEADER_PREFIX.size : end])
     if zlib.crc32(payload) != crc:
         raise ChecksumMismatchError("blob header checksum mismatch: the file is damaged or was modified")
-    return _header_from_json(payload), end
+    return _header_from_json(payload, version, end), end
 
 
-def _header_from_json(payload: bytes) -> BlobHeader:
+def _header_from_json(payload: bytes, version: int, end: int) -> BlobHeader:
     try:
         fields = json.loads(payload)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptBlobError(f"blob header is not valid JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise CorruptBlobError("blob header is not a JSON object")
-    missing = sorted(set(_FIELD_TYPES) - set(fields))
+    expected_types = _FIELD_TYPES | (_V2_FIELD_TYPES if version >= 2 else {})
+    missing = sorted(set(expected_types) - set(fields))
     if missing:
         raise CorruptBlobError(f"blob header lacks field(s) {', '.join(missing)}")
-    for key, expected in _FIELD_TYPES.items():
+    for key, expected in expected_types.items():
         value = fields[key]
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             raise CorruptBlobError(f"blob header field {key!r} has the wrong type ({type(value).__name__})")
@@ -160,24 +389,193 @@ def _header_from_json(payload: bytes) -> BlobHeader:
         ) from None
     known = {key: fields[key] for key in _FIELD_TYPES}
     known["execution_providers"] = tuple(known["execution_providers"])
-    return BlobHeader(**known)
+    if version >= 2:
+        known |= _v2_layout(fields, end)
+    return BlobHeader(version=version, **known)
 
 
-def decode_blob(
-    data: bytes | memoryview, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE, check_sha256: bool = True
-) -> tuple[BlobHeader, bytes]:
-    """Check and decompress a blob; returns its header and the model bytes.
+def _v2_layout(fields: dict[str, Any], end: int) -> dict[str, Any]:
+    """The frames and weights of a version-2 header, checked for consistency (not yet against data)."""
+    graph_size = fields["graph_size"]
+    if graph_size < 0:
+        raise CorruptBlobError("blob header declares a negative graph size")
+    frames = _parse_frames(fields["frames"], end)
+    weights = None if fields["weights"] is None else _parse_weights(fields["weights"])
+    if fields["model_format"] == "ort" and weights is not None:
+        raise CorruptBlobError("blob header gives an ORT-format model external weights, which it cannot use")
+    sizes = {"graph": graph_size, "weights": weights.size if weights else 0}
+    for section in SECTIONS:
+        content = sum(f.content_size for f in frames if f.section == section)
+        if content != sizes[section]:
+            raise CorruptBlobError(
+                f"blob frames hold {content:,} bytes of {section}, but the header declares {sizes[section]:,}"
+            )
+    if fields["model_size"] != graph_size + sizes["weights"]:
+        raise CorruptBlobError("blob header's model_size is not the graph size plus the weights size")
+    if fields["compressed_size"] != sum(f.size for f in frames):
+        raise CorruptBlobError("blob header's compressed_size is not the sum of its frame sizes")
+    return {"graph_size": graph_size, "frames": frames, "weights": weights}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _parse_frames(entries: list[Any], end: int) -> tuple[Frame, ...]:
+    if len(entries) > MAX_FRAMES:
+        raise CorruptBlobError(
+            f"blob header lists {len(entries):,} frames; at most {MAX_FRAMES:,} are allowed"
+        )
+    frames, offset, content = [], end, {"graph": 0, "weights": 0}
+    for index, entry in enumerate(entries):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 5
+            and entry[0] in SECTIONS
+            and entry[1] in CODECS
+            and all(_is_count(v) for v in entry[2:])
+        ):
+            raise CorruptBlobError(
+                f"blob header frame {index + 1} is not [section, codec, size, content size, pad]"
+            )
+        section, codec, size, content_size, pad = entry
+        if codec == "raw" and size != RAW_PREFIX_SIZE + pad + content_size:
+            raise CorruptBlobError(f"blob header frame {index + 1}: raw frame sizes do not add up")
+        if codec == "zstd" and (pad != 0 or size == 0):
+            raise CorruptBlobError(
+                f"blob header frame {index + 1}: a zstd frame has no padding and is not empty"
+            )
+        frames.append(Frame(section, codec, offset, size, content[section], content_size, pad))
+        offset += size
+        content[section] += content_size
+    return tuple(frames)
+
+
+def _parse_weights(value: dict[str, Any]) -> WeightsInfo:
+    def fail(problem: str) -> CorruptBlobError:
+        return CorruptBlobError(f"blob header field 'weights': {problem}")
+
+    if not (isinstance(value.get("file"), str) and isinstance(value.get("sha256"), str)):
+        raise fail("'file' and 'sha256' must be strings")
+    size, entries = value.get("size"), value.get("tensors")
+    if not _is_count(size) or not isinstance(entries, list):
+        raise fail("'size' (count) and 'tensors' (list) are required")
+    if len(entries) > MAX_TENSORS:
+        raise fail(f"{len(entries):,} tensors listed; at most {MAX_TENSORS:,} are allowed")
+    tensors, names = [], set()
+    for index, entry in enumerate(entries):
+        if not (isinstance(entry, list) and len(entry) == 5):
+            raise fail(f"tensor {index + 1} is not [name, type, dims, offset, bytes]")
+        name, elem_type, dims, offset, nbytes = entry
+        if not isinstance(name, str) or name in names:
+            raise fail(f"tensor {index + 1} has no name or a name used twice")
+        if not (isinstance(elem_type, int) and elem_type in TENSOR_DTYPES):
+            raise fail(f"tensor {name!r} has a data type the loader cannot map ({elem_type!r})")
+        if not (isinstance(dims, list) and len(dims) <= MAX_DIMS and all(_is_count(d) for d in dims)):
+            raise fail(f"tensor {name!r} has malformed dims")
+        itemsize = np.dtype(TENSOR_DTYPES[elem_type]).itemsize
+        if not (_is_count(offset) and _is_count(nbytes)) or nbytes != math.prod(dims) * itemsize:
+            raise fail(f"tensor {name!r}: its byte count does not match its type and dims")
+        if offset % itemsize or offset + nbytes > size:
+            raise fail(f"tensor {name!r} lies outside the weights section or is misaligned")
+        names.add(name)
+        tensors.append(TensorRef(name, elem_type, tuple(dims), offset, nbytes))
+    return WeightsInfo(file=value["file"], size=size, sha256=value["sha256"], tensors=tuple(tensors))
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """A checked, decoded blob: its header, the model file and, if it has one, its weights section.
+
+    ``segments`` hold the weights section as (offset in the section, read-only view) pairs: views
+    into the blob itself for raw frames (so the blob must stay alive while they are used), else one
+    view of a buffer the frames were decompressed into.
+    """
+
+    header: BlobHeader
+    model: bytes
+    segments: tuple[tuple[int, memoryview], ...] = ()
+
+    def tensor(self, ref: TensorRef) -> np.ndarray:
+        """The initializer ``ref`` as a read-only numpy array over the weights (no copy)."""
+        for start, view in self.segments:
+            if start <= ref.offset and ref.offset + ref.nbytes <= start + len(view):
+                dtype = np.dtype(TENSOR_DTYPES[ref.elem_type])
+                flat = np.frombuffer(
+                    view, dtype=dtype, count=ref.nbytes // dtype.itemsize, offset=ref.offset - start
+                )
+                return flat.reshape(ref.dims)
+        raise CorruptBlobError(f"tensor {ref.name!r} does not lie whole in one weights frame")
+
+
+def unpack_blob(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
+    threads: int | None = None,
+    check_sha256: bool = True,
+) -> Unpacked:
+    """Check and decode a blob of any readable version, decompressing frames on ``threads`` threads
+    (default: one per core).
 
     Never allocates more than the header declares, and refuses declarations over ``max_model_size``.
+    Damage is caught by the header CRC, the frame layout and each frame's zstd content checksum;
+    ``check_sha256`` adds a sha256 pass over version-1 blobs, whose header has nothing else.
     """
     header, offset = read_header(data)
-    view = memoryview(data)[offset:]
+    view = memoryview(data).cast("B")
     where = f"blob of model {header.name!r} ({header.platform})"
     if header.model_size > max_model_size:
         raise BlobTooLargeError(
             f"{where} declares a {header.model_size:,}-byte model, over the limit of {max_model_size:,} "
             "bytes; raise max_model_size if the model is genuinely that large"
         )
+    if header.version == LEGACY_BLOB_FORMAT_VERSION:
+        return Unpacked(header, _decode_v1(view[offset:], header, where, check_sha256=check_sha256))
+    present = len(view) - offset
+    if present < header.compressed_size:
+        raise TruncatedBlobError(
+            f"{where} is cut off: {present:,} of {header.compressed_size:,} bytes of frames present"
+        )
+    if present > header.compressed_size:
+        raise CorruptBlobError(f"{where} has {present - header.compressed_size:,} unexpected trailing bytes")
+    check_frames(view, header.frames, where)
+    threads = threads if threads is not None else default_threads()
+    target, finish = new_bytes(header.graph_size or 0)
+    decode_into(view, [f for f in header.frames if f.section == "graph"], target, where, threads)
+    segments = _weight_segments(view, header, where, threads) if header.weights is not None else ()
+    return Unpacked(header, finish(), segments)
+
+
+def _weight_segments(
+    view: memoryview, header: BlobHeader, where: str, threads: int
+) -> tuple[tuple[int, memoryview], ...]:
+    """Raw frames whose tensors each lie whole in one frame are used in place; anything else is
+    decoded into one new buffer."""
+    assert header.weights is not None
+    frames = [f for f in header.frames if f.section == "weights"]
+    if all(f.codec == "raw" for f in frames):
+        segments = tuple(
+            (f.content_offset, view[f.data_offset : f.data_offset + f.content_size].toreadonly())
+            for f in frames
+        )
+        starts = [start for start, _ in segments]
+        if all(_within_one(ref, starts, segments) for ref in header.weights.tensors):
+            return segments
+    buffer = np.empty(header.weights.size, dtype=np.uint8)
+    decode_into(view, frames, memoryview(buffer), where, threads)
+    return ((0, memoryview(buffer).toreadonly()),)
+
+
+def _within_one(ref: TensorRef, starts: list[int], segments: tuple[tuple[int, memoryview], ...]) -> bool:
+    index = bisect.bisect_right(starts, ref.offset) - 1
+    if index < 0:
+        return False
+    start, segment = segments[index]
+    return ref.offset + ref.nbytes <= start + len(segment)
+
+
+def _decode_v1(view: memoryview, header: BlobHeader, where: str, *, check_sha256: bool) -> bytes:
     if len(view) < header.compressed_size:
         raise TruncatedBlobError(
             f"{where} is cut off: {len(view):,} of {header.compressed_size:,} compressed bytes present"
@@ -202,8 +600,22 @@ def decode_blob(
         raise ChecksumMismatchError(
             f"{where}: the model frame holds {len(model):,} bytes, not {header.model_size:,}"
         )
-    # zstd checked the frame's XXH64 content checksum while decompressing; the sha256 pass on top is
-    # for callers that hold no other proof of the bytes (Bundle has the manifest's blob sha256).
+    # Version 1 blobs keep their sha256 check: their header has no other proof of the whole model.
     if check_sha256 and hashlib.sha256(model).hexdigest() != header.model_sha256:
         raise ChecksumMismatchError(f"{where}: sha256 of the model bytes does not match the header")
-    return header, model
+    return model
+
+
+def decode_blob(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
+    check_sha256: bool = True,
+    threads: int | None = None,
+) -> tuple[BlobHeader, bytes]:
+    """Check and decompress a blob; returns its header and the model file (the graph section).
+
+    For a blob with external weights the model file refers to them; ``unpack_blob`` gives both.
+    """
+    unpacked = unpack_blob(data, max_model_size=max_model_size, threads=threads, check_sha256=check_sha256)
+    return unpacked.header, unpacked.model

@@ -8,7 +8,7 @@ from typing import Any
 
 import onnxruntime
 
-from .blob import DEFAULT_MAX_MODEL_SIZE, BlobHeader, decode_blob
+from .blob import DEFAULT_MAX_MODEL_SIZE, BlobHeader, Unpacked, unpack_blob
 from .compat import format_version, parse_version
 from .errors import IncompatibleRuntimeError, SessionCreateError
 
@@ -125,16 +125,21 @@ def session_from_blob(
     providers: Sequence[ProviderSpec] | None = None,
     session_options: onnxruntime.SessionOptions | None = None,
     max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
+    threads: int | None = None,
 ) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` for a cooked blob, created from memory.
 
     ``providers`` (names, or ``(name, options)`` pairs as onnxruntime takes them) overrides the blob's
     EP preference list; by default the preferred EPs this onnxruntime offers are used, then the CPU.
-    The blob's per-EP session options are applied onto ``session_options`` (or fresh options).
-    Raises only ``BundleError`` subclasses.
+    The blob's per-EP session options are applied onto ``session_options`` (or fresh options); for a
+    blob with external weights those options also receive its initializers, so use them for that
+    blob only. Frames are decompressed on ``threads`` threads (default: one per core).
+
+    Weights stored raw are used in place: the session keeps ``data`` alive, and a mutable ``data``
+    (bytearray) must not be changed while the session lives. Raises only ``BundleError`` subclasses.
     """
-    header, model = decode_blob(data, max_model_size=max_model_size)
-    return session_from_model(header, model, providers=providers, session_options=session_options)
+    unpacked = unpack_blob(data, max_model_size=max_model_size, threads=threads)
+    return session_from_unpacked(unpacked, providers=providers, session_options=session_options)
 
 
 def session_from_model(
@@ -144,8 +149,21 @@ def session_from_model(
     providers: Sequence[ProviderSpec] | None = None,
     session_options: onnxruntime.SessionOptions | None = None,
 ) -> onnxruntime.InferenceSession:
-    """``session_from_blob`` after ``decode_blob``: for callers that drop the compressed blob before
+    """``session_from_blob`` for a model file already decoded (a blob without external weights)."""
+    return session_from_unpacked(
+        Unpacked(header, model), providers=providers, session_options=session_options
+    )
+
+
+def session_from_unpacked(
+    unpacked: Unpacked,
+    *,
+    providers: Sequence[ProviderSpec] | None = None,
+    session_options: onnxruntime.SessionOptions | None = None,
+) -> onnxruntime.InferenceSession:
+    """``session_from_blob`` after ``unpack_blob``: for callers that drop the compressed blob before
     onnxruntime makes its own copies of the model (``Bundle.session``)."""
+    header = unpacked.header
     check_runtime(header)
     if providers is None:
         names, skipped = choose_providers(header.execution_providers, onnxruntime.get_available_providers())
@@ -157,10 +175,41 @@ def session_from_model(
         names = _provider_names(specs)
         log.info("%s: using %s (given by the caller)", header.name, ", ".join(names))
     options = session_options_for(header, names, session_options)
+    weights = _add_weights(options, unpacked)
     try:
-        return onnxruntime.InferenceSession(model, sess_options=options, providers=specs)
+        session = onnxruntime.InferenceSession(unpacked.model, sess_options=options, providers=specs)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
         raise SessionCreateError(
             f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
             f"({header.platform}, {header.model_format}): {exc}"
         ) from None
+    if weights:
+        # Shared initializers are used in place: their memory must live as long as the session.
+        session._onnx_cooker_weights = (unpacked.segments, weights)  # type: ignore[attr-defined]
+    return session
+
+
+def _add_weights(options: onnxruntime.SessionOptions, unpacked: Unpacked) -> list[onnxruntime.OrtValue]:
+    """Hand the weights section to onnxruntime without copying it.
+
+    ``add_external_initializers`` satisfies the graph's external-data references (onnxruntime checks
+    them while it builds the graph); registering the same values with ``add_initializer`` makes the
+    session use that memory in place instead of keeping a copy of its own.
+    """
+    if unpacked.header.weights is None:
+        return []
+    names = [ref.name for ref in unpacked.header.weights.tensors]
+    values = [
+        onnxruntime.OrtValue.ortvalue_from_numpy(unpacked.tensor(ref))
+        for ref in unpacked.header.weights.tensors
+    ]
+    try:
+        options.add_external_initializers(names, values)
+        for name, value in zip(names, values, strict=True):
+            options.add_initializer(name, value)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise SessionCreateError(
+            f"model {unpacked.header.name!r}: onnxruntime {onnxruntime.__version__} refused its weights: "
+            f"{exc}"
+        ) from None
+    return values

@@ -1,0 +1,166 @@
+"""The frames of a version-2 blob: where each lies, and decoding them in parallel into one buffer.
+
+A frame is either a standard zstd frame (content size and content checksum set) or a *raw* frame: a
+zstd skippable frame (magic ``RAW_MAGIC``) whose payload is ``pad`` zero bytes then the content
+stored as is. Stock ``zstd -d`` decompresses the first kind and skips the second.
+
+zstandard releases the GIL while it decompresses, so a small thread pool decodes frames side by
+side, each straight into its slice of one preallocated buffer: no frame is decompressed into a
+temporary and copied again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import zstandard
+
+from .errors import ChecksumMismatchError, TruncatedBlobError
+
+ZSTD_MAGIC = 0xFD2FB528
+# Skippable-frame magics are 0x184D2A50..0x184D2A5F; 0x184D2A5E is the header (blob.py).
+RAW_MAGIC = 0x184D2A5F
+SECTIONS = ("graph", "weights")
+CODECS = ("zstd", "raw")
+_SKIPPABLE_PREFIX = struct.Struct("<II")
+RAW_PREFIX_SIZE = _SKIPPABLE_PREFIX.size
+
+
+def default_threads() -> int:
+    """Decoding threads when the caller does not say: one per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a blob: its section, codec, place in the blob and place in its section."""
+
+    section: str
+    codec: str
+    offset: int  # where the frame starts in the blob
+    size: int  # bytes of the whole frame in the blob
+    content_offset: int  # where its content goes in its section
+    content_size: int
+    pad: int  # raw frames: zero bytes between the frame prefix and the content
+
+    @property
+    def data_offset(self) -> int:
+        """Where a raw frame's content starts in the blob."""
+        return self.offset + RAW_PREFIX_SIZE + self.pad
+
+
+def raw_frame(content: bytes | memoryview, blob_offset: int, alignment: int) -> bytes:
+    """A raw frame whose content lands on an ``alignment``-byte boundary of the blob when the frame
+    starts at ``blob_offset``."""
+    pad = -(blob_offset + RAW_PREFIX_SIZE) % alignment
+    return b"".join((_SKIPPABLE_PREFIX.pack(RAW_MAGIC, pad + len(content)), bytes(pad), content))
+
+
+def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
+    """Every frame is where the header says, of the kind it says, holding as much as it says.
+
+    Reads frame headers only (a few bytes each); the content is checked while it is decoded.
+    """
+    total = len(frames)
+    for index, frame in enumerate(frames):
+        label = f"{where}: {frame.section} frame {index + 1} of {total}"
+        if frame.offset + frame.size > len(data):
+            raise TruncatedBlobError(
+                f"{label} ends at byte {frame.offset + frame.size:,}, but the blob has {len(data):,}: "
+                "the file is cut off"
+            )
+        if frame.codec == "raw":
+            magic, payload = _SKIPPABLE_PREFIX.unpack_from(data, frame.offset)
+            if magic != RAW_MAGIC or payload != frame.size - RAW_PREFIX_SIZE:
+                raise ChecksumMismatchError(f"{label} is not the raw frame its header names (damaged)")
+            continue
+        try:
+            params = zstandard.get_frame_parameters(data[frame.offset : frame.offset + frame.size])
+        except zstandard.ZstdError as exc:
+            raise ChecksumMismatchError(f"{label} is damaged ({exc})") from None
+        if params.content_size != frame.content_size or not params.has_checksum:
+            raise ChecksumMismatchError(f"{label} does not match its header (damaged or modified)")
+
+
+def decode_into(
+    data: memoryview, frames: Sequence[Frame], out: memoryview, where: str, threads: int | None
+) -> None:
+    """Decode ``frames`` (all of one section) into ``out`` at their content offsets, in parallel.
+
+    zstd checks each frame's content checksum as it finishes it: damage raises
+    ``ChecksumMismatchError`` naming the frame.
+    """
+    total = len(frames)
+
+    def one(index: int) -> None:
+        frame = frames[index]
+        target = out[frame.content_offset : frame.content_offset + frame.content_size]
+        if frame.codec == "raw":
+            target[:] = data[frame.data_offset : frame.data_offset + frame.content_size]
+            return
+        try:
+            _decompress_frame(data[frame.offset : frame.offset + frame.size], target)
+        except (zstandard.ZstdError, ValueError) as exc:
+            raise ChecksumMismatchError(
+                f"{where}: {frame.section} frame {index + 1} of {total} is damaged ({exc})"
+            ) from None
+
+    run_parallel(one, range(total), threads)
+
+
+def _decompress_frame(frame: memoryview, target: memoryview) -> None:
+    reader = zstandard.ZstdDecompressor().stream_reader(frame, read_across_frames=False)
+    filled = 0
+    while filled < len(target):
+        count = reader.readinto(target[filled:])
+        if count == 0:
+            raise ValueError(f"frame ends after {filled:,} of {len(target):,} bytes")
+        filled += count
+    # The last read consumes the end of the frame, where zstd compares the content checksum.
+    if reader.readinto(bytearray(1)) != 0:
+        raise ValueError("frame holds more than its declared content size")
+
+
+def run_parallel(task: Callable[[int], None], indices: range, threads: int | None) -> None:
+    """``task(i)`` for every index, on up to ``threads`` threads; the first error is raised."""
+    workers = min(len(indices), threads if threads is not None else default_threads())
+    if workers <= 1:
+        for index in indices:
+            task(index)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="blob-decode") as pool:
+        for future in [pool.submit(task, index) for index in indices]:
+            future.result()
+
+
+def new_bytes(size: int) -> tuple[memoryview, Callable[[], bytes]]:
+    """A writable view of ``size`` new bytes, and the function that returns them as ``bytes``.
+
+    onnxruntime's Python API takes a model only as ``bytes``. Filling a fresh, not yet shared bytes
+    object through the C API (``PyBytes_FromStringAndSize(NULL, n)``, made for exactly this) saves a
+    whole copy of the model. Elsewhere than CPython, a bytearray is filled, then copied once.
+    """
+    if size > 1 and sys.implementation.name == "cpython":
+        obj = _PY_BYTES_FROM_SIZE(None, size)
+        view = memoryview((ctypes.c_char * size).from_address(_PY_BYTES_AS_STRING(obj))).cast("B")
+        return view, lambda: obj
+    buffer = bytearray(size)
+    return memoryview(buffer), lambda: bytes(buffer)
+
+
+if sys.implementation.name == "cpython":
+    _PY_BYTES_FROM_SIZE = ctypes.pythonapi.PyBytes_FromStringAndSize
+    _PY_BYTES_FROM_SIZE.restype = ctypes.py_object
+    _PY_BYTES_FROM_SIZE.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+    _PY_BYTES_AS_STRING = ctypes.pythonapi.PyBytes_AsString
+    _PY_BYTES_AS_STRING.restype = ctypes.c_void_p
+    _PY_BYTES_AS_STRING.argtypes = (ctypes.py_object,)
