@@ -1,13 +1,15 @@
-"""``python -m pipeline.runtime inspect <blob or bundle dir>``: print what a blob or bundle holds."""
+"""``python -m pipeline.runtime inspect <blob or bundle dir>``: print what a blob or bundle holds;
+``python -m pipeline.runtime unpack <blob> <folder>``: write the model file (and its weights file)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
-from .blob import read_header
+from .blob import BlobHeader, read_header, unpack_blob
 from .bundle import open_bundle
 from .errors import BundleError
 
@@ -25,9 +27,57 @@ def inspect(path: Path) -> str:
             )
         return "\n".join(lines)
     with path.open("rb") as stream:
-        head = stream.read(1 << 21)
+        head = stream.read(MAX_HEADER_READ)
     header, _ = read_header(head)
-    return json.dumps({"file": str(path), **header.to_dict()}, indent=2)
+    text = json.dumps({"file": str(path), **header.to_dict()}, indent=2)
+    return "\n".join([text, "# unpack with stock tools:", *stock_unpack_commands(header, str(path))])
+
+
+# The header frame is at most 16 MiB, plus its 8-byte prefix.
+MAX_HEADER_READ = (16 << 20) + 8
+
+
+def model_file_name(header: BlobHeader) -> str:
+    return f"{header.name.rsplit('/', 1)[-1]}.{header.model_format}"
+
+
+def stock_unpack_commands(header: BlobHeader, blob: str) -> list[str]:
+    """Shell commands (zstd, head, tail) that write the model file, and its weights file, from ``blob``."""
+    model, blob = shlex.quote(model_file_name(header)), shlex.quote(blob)
+    data_file = shlex.quote(header.weights.file) if header.weights is not None else ""
+    weights = [f for f in header.frames if f.section == "weights"]
+    if header.weights is None or not any(f.codec == "zstd" for f in weights):
+        lines = [f"zstd -d {blob} -o {model}"]
+    else:  # zstd writes graph then weights, in blob order: split them
+        both = shlex.quote(f"{model_file_name(header)}.both")
+        lines = [
+            f"zstd -d {blob} -o {both}",
+            f"head -c {header.graph_size} {both} > {model}",
+            f"tail -c +{(header.graph_size or 0) + 1} {both} > {data_file}",
+            f"rm {both}",
+        ]
+    if header.weights is not None and all(f.codec == "raw" for f in weights):
+        for index, frame in enumerate(weights):
+            redirect = ">" if index == 0 else ">>"
+            lines.append(
+                f"tail -c +{frame.data_offset + 1} {blob} | head -c {frame.content_size} "
+                f"{redirect} {data_file}"
+            )
+    return lines
+
+
+def unpack(blob: Path, folder: Path) -> str:
+    """Write the model file of ``blob`` (and its weights file) into ``folder``; returns what it wrote."""
+    unpacked = unpack_blob(blob.read_bytes(), max_model_size=1 << 62)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / model_file_name(unpacked.header)]
+    written[0].write_bytes(unpacked.model)
+    if unpacked.header.weights is not None:
+        written.append(folder / unpacked.header.weights.file)
+        with written[1].open("wb") as stream:
+            for _, view in unpacked.segments:
+                stream.write(view)
+    return "\n".join(str(path) for path in written)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,9 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     inspect_parser = commands.add_parser("inspect", help="print a blob's header or a bundle's models")
     inspect_parser.add_argument("path", type=Path)
+    unpack_parser = commands.add_parser("unpack", help="write a blob's model file and its weights file")
+    unpack_parser.add_argument("blob", type=Path)
+    unpack_parser.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     try:
-        print(inspect(args.path))
+        print(inspect(args.path) if args.command == "inspect" else unpack(args.blob, args.folder))
     except (BundleError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

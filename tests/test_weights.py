@@ -1,0 +1,272 @@
+"""External weights: ONNX models' big initializers in the blob's weights section (issue 11).
+
+Real cooks, real onnxruntime sessions, real zstd; models built here with onnx.helper, seeded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.cook import cook
+from pipeline.layout import blob_path
+from pipeline.profile import ProfileError
+from pipeline.runtime import BundleError, read_header, session_from_blob, unpack_blob
+from pipeline.runtime.blob import WEIGHT_ALIGNMENT
+from pipeline.weights import AUTO_EXTERNAL_BYTES, MIN_EXTERNAL_TENSOR, externalize, wants_external
+from tests.test_cook import job_for, save, settings_for, shipped_settings
+
+CPU = ["CPUExecutionProvider"]
+WIDTH = 384  # 384 x 384 float32 = 576 KiB per layer: three layers pass AUTO_EXTERNAL_BYTES
+
+
+def mlp(layers: int = 3, width: int = WIDTH, seed: int = 11) -> onnx.ModelProto:
+    """A MatMul/Add/Relu stack with weights like trained ones (normal, small) and a small constant."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        inits += [
+            numpy_helper.from_array((rng.standard_normal((width, width)) * 0.05).astype(np.float32), f"w{i}"),
+            numpy_helper.from_array((rng.standard_normal(width) * 0.05).astype(np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+        ]
+        x = f"r{i}"
+    inits.append(numpy_helper.from_array(np.array([1, -1], np.int64), "shape"))
+    nodes.append(helper.make_node("Reshape", [x, "shape"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def feed(width: int = WIDTH) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(3).standard_normal((1, width)).astype(np.float32)}
+
+
+def run_source(model: onnx.ModelProto) -> np.ndarray:
+    return onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, feed())[0]
+
+
+# --- which models go external ---------------------------------------------------------------------
+
+
+def test_auto_moves_onnx_weights_out_only_past_the_threshold() -> None:
+    onnx_settings = shipped_settings("windows-dml")
+    big, small = mlp(), mlp(layers=1, width=64)
+    assert sum(t.raw_data.__len__() for t in big.graph.initializer) >= AUTO_EXTERNAL_BYTES
+    assert wants_external(onnx_settings, big)
+    assert not wants_external(onnx_settings, small)
+    assert wants_external(shipped_settings("windows-dml", weights="external"), small)
+    assert not wants_external(shipped_settings("windows-dml", weights="inline"), big)
+    # ORT format keeps its weights in the flatbuffer, whatever their size.
+    assert not wants_external(shipped_settings("android"), big)
+
+
+def test_external_weights_with_ort_format_is_a_settings_error_naming_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match=r"'weights' external requires 'format' onnx.*set `format: onnx`"):
+        settings_for(tmp_path, "format: ort\nweights: external\n")
+
+
+def test_bad_weights_value_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match=r"weights"):
+        settings_for(tmp_path, "format: onnx\nweights: outside\n")
+
+
+# --- the graph and its weights --------------------------------------------------------------------
+
+
+def test_externalize_moves_big_initializers_to_aligned_offsets(tmp_path: Path) -> None:
+    model = mlp()
+    graph, weights = externalize(onnx.ModelProto.FromString(model.SerializeToString()), "vision/net")
+
+    moved = {t.name for t in weights.tensors}
+    # Weights (576 KiB) and biases (1.5 KiB) pass MIN_EXTERNAL_TENSOR; the reshape target does not.
+    assert moved == {f"{kind}{i}" for kind in "wb" for i in range(3)}
+    graph_model = onnx.load_from_string(graph)
+    external = {t.name for t in graph_model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert external == moved
+    inline = {t.name for t in graph_model.graph.initializer} - external
+    assert "shape" in inline  # small constants stay in the graph
+    assert all(t.offset % WEIGHT_ALIGNMENT == 0 for t in weights.tensors)
+    assert weights.file == "net.onnx.data"
+    for tensor in graph_model.graph.initializer:
+        if tensor.name in moved:
+            refs = {e.key: e.value for e in tensor.external_data}
+            ref = next(t for t in weights.tensors if t.name == tensor.name)
+            assert refs == {"location": "net.onnx.data", "offset": str(ref.offset), "length": str(ref.nbytes)}
+    # The pair is an ordinary model with external data: onnxruntime loads it from disk as is.
+    (tmp_path / "net.onnx").write_bytes(graph)
+    (tmp_path / "net.onnx.data").write_bytes(weights.data)
+    session = onnxruntime.InferenceSession(str(tmp_path / "net.onnx"), providers=CPU)
+    np.testing.assert_array_equal(session.run(None, feed())[0], run_source(model))
+
+
+def test_small_tensors_stay_inline() -> None:
+    model = mlp(layers=1, width=16)  # 1 KiB weight exactly, 64-byte bias
+    _, weights = externalize(model, "tiny")
+    assert [t.name for t in weights.tensors] == ["w0"]
+    assert weights.tensors[0].nbytes == MIN_EXTERNAL_TENSOR
+
+
+# --- cooks ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weights", ["auto", "external"])
+def test_windows_cook_ships_external_weights_that_load_and_match_the_source(
+    tmp_path: Path, weights: str
+) -> None:
+    assets = tmp_path / "assets"
+    save(mlp(), assets, "net")
+    settings = shipped_settings("windows-dml", weights=weights)
+    entry = cook(job_for(assets, "net", settings, tmp_path / "build"))
+
+    blob = blob_path(tmp_path / "build" / "windows-dml", "net", "onnx").read_bytes()
+    header, _ = read_header(blob)
+    assert header.version == 2 and header.weights is not None
+    assert entry["weights"] == {
+        "file": "net.onnx.data",
+        "bytes": header.weights.size,
+        "tensors": 6,
+        "stored": "raw",
+    }
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    session = session_from_blob(blob, providers=CPU)
+    np.testing.assert_allclose(session.run(None, feed())[0], run_source(mlp()), rtol=1e-5, atol=1e-6)
+
+
+def test_inline_setting_keeps_the_weights_in_the_graph(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(mlp(), assets, "net")
+    entry = cook(
+        job_for(assets, "net", shipped_settings("windows-dml", weights="inline"), tmp_path / "build")
+    )
+    header, _ = read_header(blob_path(tmp_path / "build" / "windows-dml", "net", "onnx").read_bytes())
+    assert header.weights is None and entry["weights"] is None
+    assert {f.section for f in header.frames} == {"graph"}
+
+
+def test_android_cook_keeps_ort_weights_inline_and_loads(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(mlp(), assets, "net")
+    entry = cook(job_for(assets, "net", shipped_settings("android"), tmp_path / "build"))
+    blob = blob_path(tmp_path / "build" / "android", "net", "ort").read_bytes()
+    unpacked = unpack_blob(blob)
+    assert unpacked.header.weights is None and entry["weights"] is None
+    assert unpacked.model[4:8] == b"ORTM"
+    out = session_from_blob(blob, providers=CPU).run(None, feed())[0]
+    np.testing.assert_allclose(out, run_source(mlp()), rtol=1e-4, atol=1e-5)
+
+
+# --- the loader uses raw weights in place ---------------------------------------------------------
+
+
+def _blob_of(model: onnx.ModelProto, codec: str) -> bytes:
+    from pipeline.runtime.blob import Weights, encode_blob
+
+    graph, weights = externalize(onnx.ModelProto.FromString(model.SerializeToString()), "net")
+    return encode_blob(
+        graph,
+        level=3,
+        weights=Weights(weights.data, weights.file, weights.tensors, codec),
+        model_format="onnx",
+        platform="test",
+        name="net",
+        cook_key="0" * 64,
+        min_runtime_version="1.16",
+    )
+
+
+def test_raw_weights_are_used_in_place_not_copied() -> None:
+    blob = bytearray(_blob_of(mlp(), "raw"))
+    session = session_from_blob(blob, providers=CPU)
+    before = session.run(None, feed())[0]
+    header, _ = read_header(bytes(blob))
+    # Zero the last bias (b2, used by Add at run time, never prepacked) inside the caller's buffer:
+    # if onnxruntime had kept a copy, the output would not change.
+    ref = next(t for t in header.weights.tensors if t.name == "b2")
+    frame = next(f for f in header.frames if f.section == "weights")
+    start = frame.data_offset + ref.offset - frame.content_offset
+    blob[start : start + ref.nbytes] = bytes(ref.nbytes)
+    after = session.run(None, feed())[0]
+    assert not np.array_equal(before, after)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_session_keeps_its_weights_alive_after_the_caller_drops_the_blob(codec: str) -> None:
+    blob = _blob_of(mlp(), codec)
+    session = session_from_blob(blob, providers=CPU)
+    del blob
+    import gc
+
+    gc.collect()
+    np.testing.assert_allclose(session.run(None, feed())[0], run_source(mlp()), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_any_thread_count_gives_the_same_model(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.runtime import blob as blob_module
+
+    monkeypatch.setattr(blob_module, "FRAME_CONTENT_SIZE", 4096)  # many frames
+    blob = _blob_of(mlp(), "zstd")
+    assert sum(f.section == "weights" for f in read_header(blob)[0].frames) > 10
+    out = session_from_blob(blob, providers=CPU, threads=threads).run(None, feed())[0]
+    np.testing.assert_allclose(out, run_source(mlp()), rtol=1e-5, atol=1e-6)
+
+
+def test_damaged_weight_frame_is_a_bundle_error_naming_the_frame() -> None:
+    blob = bytearray(_blob_of(mlp(), "zstd"))
+    header, _ = read_header(bytes(blob))
+    frame = [f for f in header.frames if f.section == "weights"][0]
+    blob[frame.offset + frame.size // 2] ^= 0x55
+    with pytest.raises(BundleError, match=r"weights frame 1 of \d+ is damaged"):
+        session_from_blob(bytes(blob), providers=CPU)
+
+
+def test_unpack_command_writes_a_model_and_weights_file_onnxruntime_loads(tmp_path: Path) -> None:
+    path = tmp_path / "net.onnx.zst"
+    path.write_bytes(_blob_of(mlp(), "zstd"))
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "unpack", str(path), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["net.onnx", "net.onnx.data"]
+    session = onnxruntime.InferenceSession(str(tmp_path / "out" / "net.onnx"), providers=CPU)
+    np.testing.assert_allclose(session.run(None, feed())[0], run_source(mlp()), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_inspect_prints_stock_commands_that_unpack_a_loadable_pair(codec: str, tmp_path: Path) -> None:
+    path = tmp_path / "net.onnx.zst"
+    path.write_bytes(_blob_of(mlp(), codec))
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "inspect", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    commands = shown.split("# unpack with stock tools:\n", 1)[1]
+    work = tmp_path / "stock"
+    work.mkdir()
+    subprocess.run(["bash", "-c", f"set -euo pipefail\n{commands}"], cwd=work, check=True)
+    session = onnxruntime.InferenceSession(str(work / "net.onnx"), providers=CPU)
+    np.testing.assert_allclose(session.run(None, feed())[0], run_source(mlp()), rtol=1e-5, atol=1e-6)
