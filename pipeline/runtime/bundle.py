@@ -80,8 +80,10 @@ class Bundle:
         session_options: onnxruntime.SessionOptions | None = None,
         max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
         threads: int | None = None,
+        low_memory: bool = False,
     ) -> onnxruntime.InferenceSession:
-        """A session for model ``name``; see ``session_from_blob`` for ``providers`` and ``threads``."""
+        """A session for model ``name``; see ``session_from_blob`` for ``providers``, ``threads`` and
+        ``low_memory``."""
         data = self.read_blob(name, max_model_size=max_model_size)
         # read_blob just checked the whole blob against the manifest's sha256 (tampering); the frames'
         # own checksums catch damage: no second hash of the model.
@@ -89,7 +91,9 @@ class Bundle:
         # Unless raw weights are used in place, the compressed blob is not needed any more, and
         # onnxruntime is about to copy the model: let it go first, a blob's worth off the peak.
         del data
-        return session_from_unpacked(unpacked, providers=providers, session_options=session_options)
+        return session_from_unpacked(
+            unpacked, providers=providers, session_options=session_options, low_memory=low_memory
+        )
 
     def _open_blob(self, name: str, entry: Mapping[str, Any]) -> tuple[BinaryIO, int, Path]:
         """The open blob file of ``name``, its size and path: a regular file inside the bundle folder."""

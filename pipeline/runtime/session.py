@@ -126,6 +126,7 @@ def session_from_blob(
     session_options: onnxruntime.SessionOptions | None = None,
     max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
     threads: int | None = None,
+    low_memory: bool = False,
 ) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` for a cooked blob, created from memory.
 
@@ -136,10 +137,17 @@ def session_from_blob(
     blob only. Frames are decompressed on ``threads`` threads (default: one per core).
 
     Weights stored raw are used in place: the session keeps ``data`` alive, and a mutable ``data``
-    (bytearray) must not be changed while the session lives. Raises only ``BundleError`` subclasses.
+    (bytearray) must not be changed while the session lives.
+
+    ``low_memory`` turns off weight prepacking (``session.disable_prepacking``): the session then
+    keeps no packed second copy of MatMul/Conv weights and loads faster, but may run slower. It is
+    off by default; measure inference with and without it (bench/results.md) before choosing it.
+    Raises only ``BundleError`` subclasses.
     """
     unpacked = unpack_blob(data, max_model_size=max_model_size, threads=threads)
-    return session_from_unpacked(unpacked, providers=providers, session_options=session_options)
+    return session_from_unpacked(
+        unpacked, providers=providers, session_options=session_options, low_memory=low_memory
+    )
 
 
 def session_from_model(
@@ -160,6 +168,7 @@ def session_from_unpacked(
     *,
     providers: Sequence[ProviderSpec] | None = None,
     session_options: onnxruntime.SessionOptions | None = None,
+    low_memory: bool = False,
 ) -> onnxruntime.InferenceSession:
     """``session_from_blob`` after ``unpack_blob``: for callers that drop the compressed blob before
     onnxruntime makes its own copies of the model (``Bundle.session``)."""
@@ -175,6 +184,8 @@ def session_from_unpacked(
         names = _provider_names(specs)
         log.info("%s: using %s (given by the caller)", header.name, ", ".join(names))
     options = session_options_for(header, names, session_options)
+    if low_memory:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     weights = _add_weights(options, unpacked)
     try:
         session = onnxruntime.InferenceSession(unpacked.model, sess_options=options, providers=specs)
