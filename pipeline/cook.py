@@ -21,8 +21,9 @@ from .facts import feed_inputs, onnx_facts, ort_facts
 from .fsutil import atomic_write
 from .guard import guard
 from .job import CookJob
+from .large import is_large, tensor_bytes
 from .layout import applied_variant_path, blob_path, entry_path, verify_data_path
-from .optimize import optimize
+from .optimize import optimize, optimize_large
 from .profile import CookSettings, ep_domains
 from .runtime.blob import Weights, encode_blob, read_header
 from .runtime.compat import ort_format_version
@@ -67,7 +68,7 @@ def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> tuple[di
         return {"skipped": "verify is false in the settings"}, None
     feeds, origin = _feeds(job, model)
     try:
-        reference = reference_outputs(model, feeds)
+        reference = reference_outputs(model, feeds, job.platform_dir)
     except Exception as exc:  # onnxruntime errors on the source itself
         raise ModelError(
             f"onnxruntime cannot run the source model on the verification inputs: {exc}"
@@ -125,22 +126,28 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     key = cook_key(job.task_key, sources)
     model = load_source(asset, where)
     fix_shapes(model, settings)
-    cooked = optimize(model, settings, where, work_dir=job.platform_dir)
-    ort_version = ort_format_version(cooked)
-    cooked_facts = (
-        ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
-    )
+    large = is_large(model)
+    if large:
+        proto = _optimize_large(job, model, where)
+        cooked_facts, ort_version, model_size = onnx_facts(proto), None, tensor_bytes(proto)
+    else:
+        cooked = optimize(model, settings, where, work_dir=job.platform_dir)
+        ort_version = ort_format_version(cooked)
+        cooked_facts = (
+            ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
+        )
+        model_size = len(cooked)
     min_runtime = guard(
         source=onnx_facts(model),
         cooked=cooked_facts,
-        model_size=len(cooked),
+        model_size=model_size,
         ort_format_version=ort_version,
         settings=settings,
         preferred_domains=ep_domains(settings.execution_providers[0]),
         where=where,
     )
     options = settings.to_dict()
-    graph, weights = _split_weights(cooked, settings, asset.name)
+    graph, weights = externalize(proto, asset.name) if large else _split_weights(cooked, settings, asset.name)
     blob = encode_blob(
         graph,
         level=settings.compression_level,
@@ -170,12 +177,12 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "format": settings.format,
         "file": target.relative_to(job.platform_dir).as_posix(),
         "source_size": sum(path.stat().st_size for path in asset.source_files if path != asset.inputs_path),
-        "model_size": len(cooked),
+        "model_size": model_size,
         "blob_size": len(blob),
         "weights": _weights_entry(blob),
         "source_sha256": sources[asset.path.name],
         "sources": sources,
-        "model_sha256": _sha256(cooked),
+        "model_sha256": read_header(blob)[0].model_sha256,
         "blob_sha256": _sha256(blob),
         "cook_key": key,
         "inputs": signature(feed_inputs(model.graph)),
@@ -201,6 +208,27 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     atomic_write(target, blob)
     atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
     return entry
+
+
+def _optimize_large(job: CookJob, model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """Optimize a model over protobuf's 2 GB limit: only as ONNX, with its weights external."""
+    settings, size = job.settings, tensor_bytes(model)
+    section = (
+        f"`platforms: {{{settings.platform}: {{...}}}}` section of {job.asset.path.with_suffix('.cook.yaml')}"
+    )
+    if settings.format == "ort":
+        raise ModelError(
+            f"{where}: the model holds {size:,} bytes of weights, over the 2 GB limit of the ORT format "
+            "(a flatbuffer, which cannot refer to weights outside it when loaded from memory); cook it as "
+            f"ONNX with external weights: set `format: onnx` and `optimization_style: fixed` for it in the "
+            f"{section}, or list this platform in its `skip_platforms`"
+        )
+    if settings.weights == "inline":
+        raise ModelError(
+            f"{where}: the model holds {size:,} bytes of weights, over protobuf's 2 GB limit, so they "
+            f"cannot stay inline: set `weights: auto` (or `external`) for it in the {section}"
+        )
+    return optimize_large(model, settings, where, work_dir=job.platform_dir)
 
 
 def _split_weights(cooked: bytes, settings: CookSettings, name: str) -> tuple[bytes, Weights | None]:

@@ -14,6 +14,7 @@ import onnxruntime
 
 from .errors import ModelError
 from .facts import onnx_graphs
+from .large import session_input, tensor_bytes
 from .profile import CookSettings
 
 # Never a GPU EP: with DirectML registered, partitioning steals initializers and the saved file has
@@ -47,6 +48,62 @@ def session_options(settings: CookSettings, output: Path, saved: str = "save") -
     return options
 
 
+def optimize_large(
+    model: onnx.ModelProto, settings: CookSettings, where: str, work_dir: Path | None = None
+) -> onnx.ModelProto:
+    """``optimize`` for an ONNX-format model over protobuf's 2 GB limit: the optimized model is saved
+    with external data and returned as a proto holding its weights in memory."""
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
+        output = Path(tmp) / "model.onnx"
+        options = session_options(settings, output)
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", "model.data"
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+        _run(model, settings, where, options, work_dir)
+        optimized = onnx.load_model(str(output), load_external_data=True)
+    _drop_unused_opsets(optimized)
+    return optimized
+
+
+def _run(
+    model: onnx.ModelProto,
+    settings: CookSettings,
+    where: str,
+    options: onnxruntime.SessionOptions,
+    work_dir: Path | None,
+) -> None:
+    """Create the cooking session (which writes the optimized model); clean errors otherwise."""
+    output = Path(options.optimized_model_filepath)
+    try:
+        with session_input(model, work_dir) as source:
+            onnxruntime.InferenceSession(
+                source,
+                sess_options=options,
+                providers=COOK_PROVIDERS,
+                disabled_optimizers=disabled_optimizers(settings),
+            )
+    except Exception as exc:  # onnxruntime raises Fail, InvalidGraph, NotImplemented, RuntimeError...
+        free = shutil.disk_usage(output.parent).free
+        if free < 2 * tensor_bytes(model):  # onnxruntime's message does not say why it could not save
+            raise ModelError(
+                f"{where}: cannot save the optimized model into {output.parent}: No space left on device "
+                f"({free:,} bytes free); free disk space and run `doit cook` again"
+            ) from None
+        hint = ""
+        if settings.format == "ort" and "do not support type" in str(exc):
+            hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
+            hint += ".cook.yaml"
+        raise ModelError(
+            f"{where}: onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
+            f"(into {output.parent}): {exc}{hint}"
+        ) from None
+
+
 def optimize(
     model: onnx.ModelProto,
     settings: CookSettings,
@@ -67,28 +124,7 @@ def optimize(
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
         output = Path(tmp) / f"model.{settings.format}"
-        try:
-            onnxruntime.InferenceSession(
-                model.SerializeToString(),
-                sess_options=session_options(settings, output, saved),
-                providers=COOK_PROVIDERS,
-                disabled_optimizers=disabled_optimizers(settings),
-            )
-        except Exception as exc:  # onnxruntime raises Fail, InvalidGraph, NotImplemented, RuntimeError...
-            free = shutil.disk_usage(output.parent).free
-            if free < 2 * model.ByteSize():  # onnxruntime's message does not say why it could not save
-                raise ModelError(
-                    f"{where}: cannot save the optimized model into {output.parent}: No space left on device "
-                    f"({free:,} bytes free); free disk space and run `doit cook` again"
-                ) from None
-            hint = ""
-            if settings.format == "ort" and "do not support type" in str(exc):
-                hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
-                hint += ".cook.yaml"
-            raise ModelError(
-                f"{where}: onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
-                f"(into {output.parent}): {exc}{hint}"
-            ) from None
+        _run(model, settings, where, session_options(settings, output, saved), work_dir)
         data = output.read_bytes()
     return data if settings.format == "ort" else tidy_onnx(data)
 
@@ -99,8 +135,12 @@ def tidy_onnx(data: bytes) -> bytes:
     Unused imports such as ``ai.onnx.preview`` would otherwise make older runtimes refuse the model.
     """
     model = onnx.load_model_from_string(data)
+    _drop_unused_opsets(model)
+    return model.SerializeToString()
+
+
+def _drop_unused_opsets(model: onnx.ModelProto) -> None:
     used = {node.domain for graph in onnx_graphs(model.graph) for node in graph.node}
     kept = [o for o in model.opset_import if o.domain in ("", "ai.onnx") or o.domain in used]
     del model.opset_import[:]
     model.opset_import.extend(kept)
-    return model.SerializeToString()

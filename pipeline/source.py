@@ -9,6 +9,7 @@ from onnx import external_data_helper
 
 from .assets import AssetModel
 from .errors import ModelError
+from .large import is_large
 from .runtime.compat import RUNTIME_LIMITS
 
 # Initializers listed as graph inputs became optional with IR 4; below that, onnxruntime's
@@ -18,7 +19,6 @@ FIRST_IR_WITHOUT_INITIALIZER_INPUTS = 4
 # otherwise import its own newest when cooking, and the cooked model would need that runtime. The
 # newest opset of the oldest supported runtime loads everywhere.
 DEFAULT_OPSET_FOR_MODELS_WITHOUT_ONE = RUNTIME_LIMITS[0][1]
-MAX_PROTO_SIZE = 2 << 30
 
 
 def load_source(asset: AssetModel, where: str | None = None) -> onnx.ModelProto:
@@ -39,7 +39,7 @@ def load_source(asset: AssetModel, where: str | None = None) -> onnx.ModelProto:
         external_data_helper.load_external_data_for_model(model, str(asset.path.parent))
     except (OSError, ValueError) as exc:
         raise ModelError(f"{where}: cannot read its external data ({exc})") from None
-    _check(model, where)
+    _check(model, asset, where)
     normalize(model)
     import_default_opset(model)
     return model
@@ -73,18 +73,13 @@ def _check_external_data(model: onnx.ModelProto, asset: AssetModel, where: str) 
             raise ModelError(f"{where}: external data {location!r} is a link out of the model's folder")
 
 
-def _check(model: onnx.ModelProto, where: str) -> None:
-    size = model.ByteSize()
-    if size >= MAX_PROTO_SIZE:
-        raise ModelError(
-            f"{where} is {size:,} bytes with its weights; models over 2 GB are not supported "
-            "by this cooker yet"
-        )
+def _check(model: onnx.ModelProto, asset: AssetModel, where: str) -> None:
     # Not full_check: onnx 1.23's strict shape inference rejects valid models, e.g. MeanVariance-
     # Normalization-13 without `axes` (its function body's `Constant value_ints=@axes` misses the
     # default). onnxruntime infers shapes itself when optimize() loads the model, and refuses there.
     try:
-        onnx.checker.check_model(model)
+        # Over 2 GB a model cannot be serialized for the checker: it checks the file and its data.
+        onnx.checker.check_model(str(asset.path) if is_large(model) else model)
     except onnx.checker.ValidationError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(

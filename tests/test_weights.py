@@ -270,3 +270,65 @@ def test_inspect_prints_stock_commands_that_unpack_a_loadable_pair(codec: str, t
     subprocess.run(["bash", "-c", f"set -euo pipefail\n{commands}"], cwd=work, check=True)
     session = onnxruntime.InferenceSession(str(work / "net.onnx"), providers=CPU)
     np.testing.assert_allclose(session.run(None, feed())[0], run_source(mlp()), rtol=1e-5, atol=1e-6)
+
+
+# --- models over protobuf's 2 GB limit (the limit lowered, so that small models take that path) ---
+
+
+@pytest.fixture
+def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    from pipeline import large
+
+    monkeypatch.setattr(large, "PROTO_LIMIT", 1 << 20)
+    monkeypatch.setattr(large, "GRAPH_ROOM", 0)
+    return 1 << 20
+
+
+def test_model_over_the_proto_limit_cooks_for_onnx_with_external_weights(
+    tmp_path: Path, small_limit: int
+) -> None:
+    from pipeline.large import is_large
+
+    model = mlp()
+    assert is_large(model)
+    assets = tmp_path / "assets"
+    save(model, assets, "net")
+    entry = cook(job_for(assets, "net", shipped_settings("windows-dml"), tmp_path / "build"))
+
+    blob = blob_path(tmp_path / "build" / "windows-dml", "net", "onnx").read_bytes()
+    header, _ = read_header(blob)
+    assert header.weights is not None and entry["weights"]["bytes"] == header.weights.size
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    np.testing.assert_allclose(
+        session_from_blob(blob, providers=CPU).run(None, feed())[0], run_source(model), rtol=1e-5, atol=1e-6
+    )
+    # The temp copies onnxruntime read the model from are gone.
+    assert not [p for p in (tmp_path / "build" / "windows-dml").iterdir() if p.name.startswith(".large-")]
+
+
+def test_model_over_the_proto_limit_for_ort_names_its_size_and_the_settings_to_change(
+    tmp_path: Path, small_limit: int
+) -> None:
+    from pipeline.errors import ModelError
+
+    assets = tmp_path / "assets"
+    save(mlp(), assets, "net")
+    with pytest.raises(ModelError) as excinfo:
+        cook(job_for(assets, "net", shipped_settings("android"), tmp_path / "build"))
+    message = str(excinfo.value)
+    assert str(assets / "net.onnx") in message and "'android'" in message
+    assert "bytes of weights, over the 2 GB limit of the ORT format" in message
+    assert "`format: onnx`" in message and "net.cook.yaml" in message and "skip_platforms" in message
+    assert not (tmp_path / "build" / "android" / "net.ort.zst").exists()
+
+
+def test_model_over_the_proto_limit_with_inline_weights_is_refused(tmp_path: Path, small_limit: int) -> None:
+    from pipeline.errors import ModelError
+
+    assets = tmp_path / "assets"
+    save(mlp(), assets, "net")
+    settings = shipped_settings("windows-dml", weights="inline")
+    with pytest.raises(
+        ModelError, match=r"over protobuf's 2 GB limit, so they cannot stay inline: set `weights: auto`"
+    ):
+        cook(job_for(assets, "net", settings, tmp_path / "build"))
