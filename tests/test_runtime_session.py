@@ -517,9 +517,11 @@ def test_inspect_blob_prints_the_header(bundle_dir: Path) -> None:
     path = bundle_dir / "upscaler.ort.zst"
     result = run_cli("inspect", str(path))
     assert result.returncode == 0, result.stderr
-    printed = json.loads(result.stdout)
+    text, commands = result.stdout.split("# unpack with stock tools:\n")
+    printed = json.loads(text)
     header = read_header(path.read_bytes())[0]
     assert printed == {"file": str(path), **header.to_dict()}
+    assert commands.splitlines() == [f"zstd -d {path} -o upscaler.ort"]
 
 
 def test_inspect_bundle_lists_its_models(bundle_dir: Path) -> None:
