@@ -118,7 +118,10 @@ def decode_into(
 
 
 def _decompress_frame(frame: memoryview, target: memoryview) -> None:
-    reader = zstandard.ZstdDecompressor().stream_reader(frame, read_across_frames=False)
+    # Feed the whole frame at once: the default 128 KiB input steps halve the throughput.
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        frame, read_size=max(len(frame), 1), read_across_frames=False
+    )
     filled = 0
     while filled < len(target):
         count = reader.readinto(target[filled:])
