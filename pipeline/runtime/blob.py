@@ -65,6 +65,7 @@ MAX_RAW_FRAME_CONTENT = 1 << 30
 # Weights are stored raw unless zstd makes them at least this much smaller (float32 weights gain
 # about 7%: not worth a decompression pass and a second copy in memory).
 RAW_UNLESS_GAIN = 0.10
+SAMPLE_EVERY = 8  # judged on every 8th frame of the weights
 WEIGHT_ALIGNMENT = 64
 MAX_FRAMES = 1 << 16
 MAX_TENSORS = 1 << 20
@@ -212,17 +213,13 @@ def encode_blob(
     info = None
     if weights is not None:
         data = memoryview(weights.data).cast("B")
-        compressed = [] if weights.codec == "raw" else _zstd_frames(data, level, threads)
-        packed = sum(len(frame) for frame, _ in compressed)
-        raw_wins = weights.codec == "raw" or (
-            weights.codec == "auto" and packed > len(data) * (1 - RAW_UNLESS_GAIN)
-        )
-        raw_chunks = _raw_chunks(data, weights.tensors) if raw_wins else None
+        raw_chunks = None
+        if weights.codec == "raw" or (weights.codec == "auto" and not _zstd_pays(data, level, threads)):
+            raw_chunks = _raw_chunks(data, weights.tensors)
         if raw_chunks is not None:
             weight_frames = [("raw", chunk, len(chunk)) for chunk in raw_chunks]
         else:
-            compressed = compressed or _zstd_frames(data, level, threads)
-            weight_frames = [("zstd", frame, size) for frame, size in compressed]
+            weight_frames = [("zstd", frame, size) for frame, size in _zstd_frames(data, level, threads)]
         info = WeightsInfo(
             file=weights.file,
             size=len(data),
@@ -282,15 +279,27 @@ def _pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
 def _zstd_frames(data: memoryview, level: int, threads: int | None) -> list[tuple[bytes, int]]:
     """``data`` cut into FRAME_CONTENT_SIZE pieces, each its own zstd frame, compressed in parallel."""
     starts = range(0, max(len(data), 1), FRAME_CONTENT_SIZE)
-    frames: list[tuple[bytes, int]] = [(b"", 0)] * len(starts)
+    return _zstd_frames_of([data[i : i + FRAME_CONTENT_SIZE] for i in starts], level, threads)
+
+
+def _zstd_frames_of(pieces: Sequence[memoryview], level: int, threads: int | None) -> list[tuple[bytes, int]]:
+    frames: list[tuple[bytes, int]] = [(b"", 0)] * len(pieces)
 
     def one(index: int) -> None:
-        piece = data[starts[index] : starts[index] + FRAME_CONTENT_SIZE]
         compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
-        frames[index] = (compressor.compress(piece), len(piece))
+        frames[index] = (compressor.compress(pieces[index]), len(pieces[index]))
 
-    run_parallel(one, range(len(starts)), threads)
+    run_parallel(one, range(len(pieces)), threads)
     return frames
+
+
+def _zstd_pays(data: memoryview, level: int, threads: int | None) -> bool:
+    """Whether zstd makes ``data`` at least RAW_UNLESS_GAIN smaller, judged on a sample of frames
+    (every SAMPLE_EVERY-th) so that a big float model is not compressed only to be stored raw."""
+    pieces = [data[i : i + FRAME_CONTENT_SIZE] for i in range(0, len(data), FRAME_CONTENT_SIZE)]
+    sample = pieces[::SAMPLE_EVERY]
+    joined = sum(len(frame) for frame, _ in _zstd_frames_of(sample, level, threads))
+    return joined <= sum(len(piece) for piece in sample) * (1 - RAW_UNLESS_GAIN)
 
 
 def _raw_chunks(data: memoryview, tensors: Sequence[TensorRef]) -> list[memoryview] | None:
