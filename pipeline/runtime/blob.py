@@ -36,15 +36,21 @@ from .errors import (
 )
 from .frames import (
     CODECS,
+    RAW_CRC_PIECE,
     RAW_PREFIX_SIZE,
     SECTIONS,
     Frame,
     check_frames,
+    crc_count,
     decode_into,
     default_threads,
     new_bytes,
+    raw_crcs,
     raw_frame,
     run_parallel,
+)
+from .frames import (
+    check_raw as check_raw_frames,
 )
 
 BLOB_FORMAT_VERSION = 2
@@ -146,7 +152,8 @@ class BlobHeader:
     weights: WeightsInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The header as JSON data: exactly what the header frame holds (plus ``version``)."""
+        """The header as JSON data: exactly what the header frame's JSON holds (the version is in the
+        frame's binary prefix, not here)."""
         data = {key: value for key, value in asdict(self).items() if key not in _V2_FIELDS}
         data["execution_providers"] = list(self.execution_providers)
         if self.version >= 2:
@@ -160,7 +167,8 @@ _V2_FIELDS = ("version", "graph_size", "frames", "weights")
 
 
 def _frame_json(frame: Frame) -> list[Any]:
-    return [frame.section, frame.codec, frame.size, frame.content_size, frame.pad]
+    entry: list[Any] = [frame.section, frame.codec, frame.size, frame.content_size, frame.pad]
+    return entry + [list(frame.crcs)] if frame.codec == "raw" else entry
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -210,6 +218,7 @@ def encode_blob(
     """
     graph_frames = _zstd_frames(memoryview(model), level, threads)
     weight_frames: list[tuple[str, bytes | memoryview, int]] = []  # codec, frame or raw content, size
+    crcs: list[tuple[int, ...]] = []  # of each raw frame
     info = None
     if weights is not None:
         data = memoryview(weights.data).cast("B")
@@ -218,6 +227,7 @@ def encode_blob(
             raw_chunks = _raw_chunks(data, weights.tensors)
         if raw_chunks is not None:
             weight_frames = [("raw", chunk, len(chunk)) for chunk in raw_chunks]
+            crcs = [raw_crcs(chunk, threads) for chunk in raw_chunks]
         else:
             weight_frames = [("zstd", frame, size) for frame, size in _zstd_frames(data, level, threads)]
         info = WeightsInfo(
@@ -243,13 +253,18 @@ def encode_blob(
     end = len(_pack_header(header)) + 64 * (1 + len(weight_frames))
     while True:
         frames, parts, offset, content = [], [], end, {"graph": 0, "weights": 0}
+        raw_index = 0
         for section, codec, item, content_size in pieces:
+            checks: tuple[int, ...] = ()
             if codec == "raw":
                 blob_frame = raw_frame(item, offset, WEIGHT_ALIGNMENT)
                 pad = len(blob_frame) - RAW_PREFIX_SIZE - content_size
+                checks, raw_index = crcs[raw_index], raw_index + 1
             else:
                 blob_frame, pad = item, 0
-            frames.append(Frame(section, codec, offset, len(blob_frame), content[section], content_size, pad))
+            frames.append(
+                Frame(section, codec, offset, len(blob_frame), content[section], content_size, pad, checks)
+            )
             parts.append(blob_frame)
             offset += len(blob_frame)
             content[section] += content_size
@@ -305,12 +320,13 @@ def _zstd_pays(data: memoryview, level: int, threads: int | None) -> bool:
 def _raw_chunks(data: memoryview, tensors: Sequence[TensorRef]) -> list[memoryview] | None:
     """``data`` cut at tensor starts into pieces of at most MAX_RAW_FRAME_CONTENT (one tensor may be
     bigger, alone), so that every tensor lies whole in one raw frame; None if a tensor cannot."""
-    starts = sorted({t.offset for t in tensors} | {0})
-    chunks, begin = [], 0
-    for start in starts[1:]:
-        if start - begin > MAX_RAW_FRAME_CONTENT:
-            chunks.append(data[begin:start])
-            begin = start
+    bounds = sorted({t.offset for t in tensors} - {0}) + [len(data)]
+    chunks, begin, last = [], 0, 0
+    for end in bounds:  # cut before the tensor that would take a frame past the limit
+        if end - begin > MAX_RAW_FRAME_CONTENT and last > begin:
+            chunks.append(data[begin:last])
+            begin = last
+        last = end
     chunks.append(data[begin:])
     limit = (1 << 32) - 1 - RAW_PREFIX_SIZE - WEIGHT_ALIGNMENT
     return None if any(len(chunk) > limit for chunk in chunks) else chunks
@@ -423,6 +439,11 @@ def _v2_layout(fields: dict[str, Any], end: int) -> dict[str, Any]:
         raise CorruptBlobError("blob header's model_size is not the graph size plus the weights size")
     if fields["compressed_size"] != sum(f.size for f in frames):
         raise CorruptBlobError("blob header's compressed_size is not the sum of its frame sizes")
+    for index, frame in enumerate(frames):
+        if frame.codec == "raw" and frame.data_offset % WEIGHT_ALIGNMENT:
+            raise CorruptBlobError(
+                f"blob header frame {index + 1}: raw content not at a {WEIGHT_ALIGNMENT}-byte boundary"
+            )
     return {"graph_size": graph_size, "frames": frames, "weights": weights}
 
 
@@ -439,25 +460,42 @@ def _parse_frames(entries: list[Any], end: int) -> tuple[Frame, ...]:
     for index, entry in enumerate(entries):
         if not (
             isinstance(entry, list)
-            and len(entry) == 5
+            and len(entry) == (6 if len(entry) > 1 and entry[1] == "raw" else 5)
             and entry[0] in SECTIONS
             and entry[1] in CODECS
-            and all(_is_count(v) for v in entry[2:])
+            and all(_is_count(v) for v in entry[2:5])
         ):
             raise CorruptBlobError(
-                f"blob header frame {index + 1} is not [section, codec, size, content size, pad]"
+                f"blob header frame {index + 1} is not [section, codec, size, content size, pad"
+                "(, CRC-32 list for raw frames)]"
             )
-        section, codec, size, content_size, pad = entry
+        section, codec, size, content_size, pad = entry[:5]
+        checks: tuple[int, ...] = ()
+        if codec == "raw":
+            checks = _raw_checks(entry[5], content_size, index)
         if codec == "raw" and size != RAW_PREFIX_SIZE + pad + content_size:
             raise CorruptBlobError(f"blob header frame {index + 1}: raw frame sizes do not add up")
         if codec == "zstd" and (pad != 0 or size == 0):
             raise CorruptBlobError(
                 f"blob header frame {index + 1}: a zstd frame has no padding and is not empty"
             )
-        frames.append(Frame(section, codec, offset, size, content[section], content_size, pad))
+        frames.append(Frame(section, codec, offset, size, content[section], content_size, pad, checks))
         offset += size
         content[section] += content_size
     return tuple(frames)
+
+
+def _raw_checks(value: Any, content_size: int, index: int) -> tuple[int, ...]:
+    if not (
+        isinstance(value, list)
+        and len(value) == crc_count(content_size)
+        and all(_is_count(crc) and crc < 1 << 32 for crc in value)
+    ):
+        raise CorruptBlobError(
+            f"blob header frame {index + 1}: a raw frame needs one CRC-32 per "
+            f"{RAW_CRC_PIECE >> 20} MiB of content"
+        )
+    return tuple(value)
 
 
 def _parse_weights(value: dict[str, Any]) -> WeightsInfo:
@@ -478,7 +516,7 @@ def _parse_weights(value: dict[str, Any]) -> WeightsInfo:
         name, elem_type, dims, offset, nbytes = entry
         if not isinstance(name, str) or name in names:
             raise fail(f"tensor {index + 1} has no name or a name used twice")
-        if not (isinstance(elem_type, int) and elem_type in TENSOR_DTYPES):
+        if not (_is_count(elem_type) and elem_type in TENSOR_DTYPES):
             raise fail(f"tensor {name!r} has a data type the loader cannot map ({elem_type!r})")
         if not (isinstance(dims, list) and len(dims) <= MAX_DIMS and all(_is_count(d) for d in dims)):
             raise fail(f"tensor {name!r} has malformed dims")
@@ -523,13 +561,16 @@ def unpack_blob(
     max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
     threads: int | None = None,
     check_sha256: bool = True,
+    check_raw: bool = True,
 ) -> Unpacked:
     """Check and decode a blob of any readable version, decompressing frames on ``threads`` threads
     (default: one per core).
 
     Never allocates more than the header declares, and refuses declarations over ``max_model_size``.
-    Damage is caught by the header CRC, the frame layout and each frame's zstd content checksum;
-    ``check_sha256`` adds a sha256 pass over version-1 blobs, whose header has nothing else.
+    Damage is caught by the header CRC, the frame layout, each zstd frame's content checksum and
+    (``check_raw``) the CRC-32s of raw frames' content; callers that just checked the whole blob
+    against a sha256 (``Bundle``) skip the last. ``check_sha256`` adds a sha256 pass over
+    version-1 blobs, whose header has nothing else.
     """
     header, offset = read_header(data)
     view = memoryview(data).cast("B")
@@ -550,6 +591,8 @@ def unpack_blob(
         raise CorruptBlobError(f"{where} has {present - header.compressed_size:,} unexpected trailing bytes")
     check_frames(view, header.frames, where)
     threads = threads if threads is not None else default_threads()
+    if check_raw:
+        check_raw_frames(view, header.frames, where, threads)
     target, finish = new_bytes(header.graph_size or 0)
     decode_into(view, [f for f in header.frames if f.section == "graph"], target, where, threads)
     segments = _weight_segments(view, header, where, threads) if header.weights is not None else ()

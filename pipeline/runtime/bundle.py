@@ -87,7 +87,9 @@ class Bundle:
         data = self.read_blob(name, max_model_size=max_model_size)
         # read_blob just checked the whole blob against the manifest's sha256 (tampering); the frames'
         # own checksums catch damage: no second hash of the model.
-        unpacked = unpack_blob(data, max_model_size=max_model_size, threads=threads, check_sha256=False)
+        unpacked = unpack_blob(
+            data, max_model_size=max_model_size, threads=threads, check_sha256=False, check_raw=False
+        )
         # Unless raw weights are used in place, the compressed blob is not needed any more, and
         # onnxruntime is about to copy the model: let it go first, a blob's worth off the peak.
         del data

@@ -15,6 +15,7 @@ import ctypes
 import os
 import struct
 import sys
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ SECTIONS = ("graph", "weights")
 CODECS = ("zstd", "raw")
 _SKIPPABLE_PREFIX = struct.Struct("<II")
 RAW_PREFIX_SIZE = _SKIPPABLE_PREFIX.size
+# Raw content is checked by a CRC-32 per piece of this size, the pieces checked in parallel.
+RAW_CRC_PIECE = 8 << 20
 
 
 def default_threads() -> int:
@@ -51,6 +54,7 @@ class Frame:
     content_offset: int  # where its content goes in its section
     content_size: int
     pad: int  # raw frames: zero bytes between the frame prefix and the content
+    crcs: tuple[int, ...] = ()  # raw frames: CRC-32 of each RAW_CRC_PIECE of the content
 
     @property
     def data_offset(self) -> int:
@@ -65,14 +69,41 @@ def raw_frame(content: bytes | memoryview, blob_offset: int, alignment: int) -> 
     return b"".join((_SKIPPABLE_PREFIX.pack(RAW_MAGIC, pad + len(content)), bytes(pad), content))
 
 
+def raw_crcs(content: bytes | memoryview, threads: int | None) -> tuple[int, ...]:
+    """CRC-32 of each RAW_CRC_PIECE of a raw frame's content (zlib releases the GIL: in parallel)."""
+    view = memoryview(content).cast("B")
+    starts = range(0, len(view), RAW_CRC_PIECE)
+    crcs = [0] * len(starts)
+
+    def one(index: int) -> None:
+        crcs[index] = zlib.crc32(view[starts[index] : starts[index] + RAW_CRC_PIECE])
+
+    run_parallel(one, range(len(starts)), threads)
+    return tuple(crcs)
+
+
+def crc_count(content_size: int) -> int:
+    return -(-content_size // RAW_CRC_PIECE)
+
+
+def _labels(frames: Sequence[Frame], where: str) -> list[str]:
+    """``<where>: <section> frame k of n``, numbered within each section."""
+    totals = {section: sum(f.section == section for f in frames) for section in SECTIONS}
+    seen = dict.fromkeys(SECTIONS, 0)
+    labels = []
+    for frame in frames:
+        seen[frame.section] += 1
+        labels.append(f"{where}: {frame.section} frame {seen[frame.section]} of {totals[frame.section]}")
+    return labels
+
+
 def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
     """Every frame is where the header says, of the kind it says, holding as much as it says.
 
-    Reads frame headers only (a few bytes each); the content is checked while it is decoded.
+    Reads frame headers only (a few bytes each); the content is checked while it is decoded (zstd)
+    or by ``check_raw`` (raw).
     """
-    total = len(frames)
-    for index, frame in enumerate(frames):
-        label = f"{where}: {frame.section} frame {index + 1} of {total}"
+    for label, frame in zip(_labels(frames, where), frames, strict=True):
         if frame.offset + frame.size > len(data):
             raise TruncatedBlobError(
                 f"{label} ends at byte {frame.offset + frame.size:,}, but the blob has {len(data):,}: "
@@ -91,6 +122,29 @@ def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
             raise ChecksumMismatchError(f"{label} does not match its header (damaged or modified)")
 
 
+def check_raw(data: memoryview, frames: Sequence[Frame], where: str, threads: int | None) -> None:
+    """Compare the CRC-32 of every piece of every raw frame's content with the header's, in parallel."""
+    labels = _labels(frames, where)
+    pieces = [
+        (labels[index], frame, piece)
+        for index, frame in enumerate(frames)
+        if frame.codec == "raw"
+        for piece in range(len(frame.crcs))
+    ]
+
+    def one(index: int) -> None:
+        label, frame, piece = pieces[index]
+        start = frame.data_offset + piece * RAW_CRC_PIECE
+        end = min(start + RAW_CRC_PIECE, frame.data_offset + frame.content_size)
+        if zlib.crc32(data[start:end]) != frame.crcs[piece]:
+            raise ChecksumMismatchError(
+                f"{label} is damaged: CRC-32 of its content bytes {start - frame.data_offset:,} to "
+                f"{end - frame.data_offset:,} differs from the header's"
+            )
+
+    run_parallel(one, range(len(pieces)), threads)
+
+
 def decode_into(
     data: memoryview, frames: Sequence[Frame], out: memoryview, where: str, threads: int | None
 ) -> None:
@@ -99,7 +153,7 @@ def decode_into(
     zstd checks each frame's content checksum as it finishes it: damage raises
     ``ChecksumMismatchError`` naming the frame.
     """
-    total = len(frames)
+    labels = _labels(frames, where)
 
     def one(index: int) -> None:
         frame = frames[index]
@@ -110,11 +164,9 @@ def decode_into(
         try:
             _decompress_frame(data[frame.offset : frame.offset + frame.size], target)
         except (zstandard.ZstdError, ValueError) as exc:
-            raise ChecksumMismatchError(
-                f"{where}: {frame.section} frame {index + 1} of {total} is damaged ({exc})"
-            ) from None
+            raise ChecksumMismatchError(f"{labels[index]} is damaged ({exc})") from None
 
-    run_parallel(one, range(total), threads)
+    run_parallel(one, range(len(frames)), threads)
 
 
 def _decompress_frame(frame: memoryview, target: memoryview) -> None:
