@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -14,13 +15,24 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.runtime.blob import BLOB_FORMAT_VERSION, HEADER_MAGIC, SKIPPABLE_MAGIC, encode_blob, read_header
+from pipeline.runtime.blob import (
+    HEADER_MAGIC,
+    LEGACY_BLOB_FORMAT_VERSION,
+    SKIPPABLE_MAGIC,
+    WEIGHT_ALIGNMENT,
+    Weights,
+    encode_blob,
+    encode_blob_v1,
+    read_header,
+)
 from pipeline.runtime.compat import ort_format_version
+from pipeline.weights import externalize
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = ["CPUExecutionProvider"]
 IN_FEATURES = 16
 OUT_FEATURES = 8
+MLP_HIDDEN = 64
 
 # Defaults of encode_blob's header fields; tests override what they are about.
 HEADER_DEFAULTS: dict[str, Any] = {
@@ -79,30 +91,157 @@ def to_ort_format(onnx_bytes: bytes, out_dir: Path) -> bytes:
     return path.read_bytes()
 
 
+def mlp_model(seed: int = 0) -> onnx.ModelProto:
+    """Like ``tiny_model`` (x: [N, 16] -> y: [N, 8]) but with three initializers big enough to move to
+    a blob's weights section, of three data types: float32 ``W1``, int64 ``perm``, float16 ``W2h``.
+    The small float32 bias ``b1`` stays in the graph."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.standard_normal((IN_FEATURES, MLP_HIDDEN)).astype(np.float32)
+    b1 = rng.standard_normal(MLP_HIDDEN).astype(np.float32)
+    perm = rng.integers(0, MLP_HIDDEN, 3 * MLP_HIDDEN).astype(np.int64)
+    w2 = rng.standard_normal((3 * MLP_HIDDEN, OUT_FEATURES)).astype(np.float16)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W1"], ["xw"]),
+            helper.make_node("Add", ["xw", "b1"], ["pre"]),
+            helper.make_node("Relu", ["pre"], ["h"]),
+            helper.make_node("Gather", ["h", "perm"], ["picked"], axis=1),
+            helper.make_node("Cast", ["W2h"], ["W2"], to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["picked", "W2"], ["y"]),
+        ],
+        f"mlp{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, IN_FEATURES])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, OUT_FEATURES])],
+        [
+            numpy_helper.from_array(w1, "W1"),
+            numpy_helper.from_array(b1, "b1"),
+            numpy_helper.from_array(perm, "perm"),
+            numpy_helper.from_array(w2, "W2h"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The model's initializers as numpy arrays, by name."""
+    return {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+
+
+def split_weights(model: onnx.ModelProto, name: str = "mlp") -> tuple[bytes, Weights]:
+    """``pipeline.weights.externalize`` on a copy of ``model``: the graph bytes and its weights."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return externalize(copy, name)
+
+
 def make_blob(model: bytes, model_format: str, **fields: Any) -> bytes:
-    """``encode_blob`` with test defaults; the ORT format version is read the way the cooker would."""
+    """``encode_blob`` (format version 2) with test defaults; the ORT format version is read the way the
+    cooker would."""
     header = {**HEADER_DEFAULTS, "ort_format_version": ort_format_version(model), **fields}
     return encode_blob(model, level=3, model_format=model_format, **header)
 
 
-def pack_header(payload: bytes, *, version: int = BLOB_FORMAT_VERSION, crc: int | None = None) -> bytes:
-    """A header frame around ``payload`` with a correct CRC unless ``crc`` is given."""
+def make_blob_v1(model: bytes, model_format: str, **fields: Any) -> bytes:
+    """A legacy version-1 blob (``encode_blob_v1``) with the defaults of ``make_blob``."""
+    header = {**HEADER_DEFAULTS, "ort_format_version": ort_format_version(model), **fields}
+    return encode_blob_v1(model, level=3, model_format=model_format, **header)
+
+
+def make_weighted_blob(
+    model: onnx.ModelProto, codec: str = "auto", *, threads: int | None = None, **fields: Any
+) -> tuple[bytes, bytes, Weights]:
+    """A version-2 ONNX blob of ``model`` with its big initializers in the weights section, stored
+    with ``codec`` ("raw", "zstd" or "auto"); returns (blob, graph bytes, weights)."""
+    graph, weights = split_weights(model, fields.get("name", HEADER_DEFAULTS["name"]))
+    weights = dataclasses.replace(weights, codec=codec)
+    header = {**HEADER_DEFAULTS, **fields}
+    blob = encode_blob(graph, level=3, weights=weights, threads=threads, model_format="onnx", **header)
+    return blob, graph, weights
+
+
+def pack_header(
+    payload: bytes, *, version: int = LEGACY_BLOB_FORMAT_VERSION, crc: int | None = None
+) -> bytes:
+    """A header frame around ``payload`` with a correct CRC unless ``crc`` is given.
+
+    The version defaults to the legacy 1 (crafted version-1 headers); pass ``version=2`` for others.
+    """
     prefix = struct.pack("<8sHI", HEADER_MAGIC, version, zlib.crc32(payload) if crc is None else crc)
     return struct.pack("<II", SKIPPABLE_MAGIC, len(prefix) + len(payload)) + prefix + payload
 
 
 def split_blob(blob: bytes) -> tuple[dict[str, Any], bytes]:
-    """The header fields (as JSON data) and the model frame of a well-formed blob."""
+    """The header fields (as JSON data) and what follows the header frame in a well-formed blob: the
+    model frame (version 1) or all the frames (version 2)."""
     header, offset = read_header(blob)
     return header.to_dict(), blob[offset:]
 
 
-def repack(blob: bytes, *, frame: bytes | None = None, **changes: Any) -> bytes:
-    """``blob`` with header fields changed (and optionally another model frame), CRC recomputed."""
+def blob_version(blob: bytes) -> int:
+    """The format version a blob's header frame names (read without checking anything else)."""
+    return struct.unpack_from("<H", blob, 16)[0]
+
+
+def header_payload(blob: bytes) -> bytes:
+    """The JSON bytes of a blob's header frame (after the frame prefix, 8 B, and header prefix, 14 B)."""
+    _, offset = read_header(blob)
+    return blob[22:offset]
+
+
+def keep_alignment(payload: bytes, blob: bytes) -> bytes:
+    """``payload`` padded with spaces (still valid JSON) so that a header frame around it ends where
+    ``blob``'s header frame ends, modulo WEIGHT_ALIGNMENT: ``blob``'s frames put behind it move by a
+    multiple of 64 bytes, and their raw content stays on the 64-byte boundaries the loader requires."""
+    room = len(header_payload(blob)) - len(payload)
+    return payload + b" " * (room % WEIGHT_ALIGNMENT)
+
+
+def repack(
+    blob: bytes,
+    *,
+    frame: bytes | None = None,
+    same_length: bool = False,
+    aligned: bool = False,
+    **changes: Any,
+) -> bytes:
+    """``blob`` with header fields changed (and optionally other bytes after the header), CRC recomputed,
+    in the blob's own format version.
+
+    ``same_length`` pads the JSON with spaces to its old length, so that the frames of a version-2
+    blob stay at the offsets they were written at. ``aligned`` pads it only as far as ``keep_alignment``
+    does: the frames move by a multiple of 64 bytes. Either keeps raw frame content aligned; without
+    them a version-2 blob with raw frames is refused ("raw content not at a 64-byte boundary").
+    """
     fields, old_frame = split_blob(blob)
     fields.update(changes)
-    payload = json.dumps(fields, sort_keys=True).encode()
-    return pack_header(payload) + (old_frame if frame is None else frame)
+    payload = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    if same_length:
+        room = len(header_payload(blob)) - len(payload)
+        assert room >= 0, "the changed header no longer fits in the old one"
+        payload += b" " * room
+    elif aligned:
+        payload = keep_alignment(payload, blob)
+    return pack_header(payload, version=blob_version(blob)) + (old_frame if frame is None else frame)
+
+
+# What parsing a blob header costs per CRC-32 it lists (measured: about 19 bytes: its JSON text, a list,
+# then a tuple). Headers that declare huge raw content list one CRC-32 per RAW_CRC_PIECE of it: memory in
+# proportion to the header's own bytes, never to the content it declares.
+CRC_ENTRY_COST = 24
+
+
+def extra_crcs(fields: dict[str, Any], original: bytes) -> int:
+    """How many more CRC-32s the header ``fields`` (JSON data) list than ``original``'s header does."""
+
+    def count(frames: list[Any]) -> int:
+        return sum(
+            len(f[5]) for f in frames if isinstance(f, list) and len(f) == 6 and isinstance(f[5], list)
+        )
+
+    return count(fields["frames"]) - count(split_blob(original)[0]["frames"])
 
 
 def sha256(data: bytes) -> str:

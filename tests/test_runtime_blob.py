@@ -1,4 +1,6 @@
-"""The blob format (pipeline/runtime/blob.py): layout, stock-tool compatibility, every failure mode."""
+"""The blob format (pipeline/runtime/blob.py): generic header checks, stock-tool compatibility, every
+failure mode; legacy version-1 blobs, which the loader still reads. The version-2 frame layout is
+tested in tests/test_runtime_blob_v2.py."""
 
 from __future__ import annotations
 
@@ -20,7 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from runtime_helpers import (
     CPU,
+    blob_version,
+    header_payload,
     make_blob,
+    make_blob_v1,
     mutate,
     pack_header,
     repack,
@@ -34,6 +39,9 @@ from pipeline.runtime import compat
 from pipeline.runtime.blob import (
     BLOB_FORMAT_VERSION,
     HEADER_MAGIC,
+    LEGACY_BLOB_FORMAT_VERSION,
+    MAX_HEADER_SIZE,
+    READABLE_VERSIONS,
     SKIPPABLE_MAGIC,
     BlobHeader,
     decode_blob,
@@ -53,11 +61,25 @@ from pipeline.runtime.session import session_from_blob
 
 FORMATS = ("onnx", "ort")
 ZSTD_FRAME_MAGIC = 0xFD2FB528
+MAKERS = {LEGACY_BLOB_FORMAT_VERSION: make_blob_v1, BLOB_FORMAT_VERSION: make_blob}
 
 
 @pytest.fixture(scope="module")
 def blobs(models: dict[str, bytes]) -> dict[str, bytes]:
+    """Blobs as the cooker writes them today (version 2, no weights section)."""
     return {fmt: make_blob(model, fmt) for fmt, model in models.items()}
+
+
+@pytest.fixture(scope="module")
+def v1_blobs(models: dict[str, bytes]) -> dict[str, bytes]:
+    """Legacy version-1 blobs of the same models."""
+    return {fmt: make_blob_v1(model, fmt) for fmt, model in models.items()}
+
+
+@pytest.fixture(scope="module")
+def any_blobs(blobs: dict[str, bytes], v1_blobs: dict[str, bytes]) -> dict[int, dict[str, bytes]]:
+    """Blobs of every readable version, by version, then format."""
+    return {BLOB_FORMAT_VERSION: blobs, LEGACY_BLOB_FORMAT_VERSION: v1_blobs}
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +87,27 @@ def expected(source: bytes) -> np.ndarray:
     return run_source(source, sample_input())
 
 
+def test_both_readable_versions_are_tested() -> None:
+    assert set(MAKERS) == set(READABLE_VERSIONS) == {1, 2}
+    assert BLOB_FORMAT_VERSION == 2 and LEGACY_BLOB_FORMAT_VERSION == 1
+
+
 # --- the happy path -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_round_trip_returns_identical_bytes_and_header(fmt: str, models: dict[str, bytes]) -> None:
+def test_round_trip_returns_identical_bytes_and_header(
+    fmt: str, version: int, models: dict[str, bytes]
+) -> None:
     model = models[fmt]
-    blob = make_blob(model, fmt, name="denoiser", cook_key="ab" * 32, platform="android")
+    blob = MAKERS[version](model, fmt, name="denoiser", cook_key="ab" * 32, platform="android")
 
     header, decoded = decode_blob(blob)
 
     assert decoded == model
     assert header == read_header(blob)[0]
+    assert header.version == blob_version(blob) == version
     assert header.model_format == fmt
     assert (header.name, header.platform, header.cook_key) == ("denoiser", "android", "ab" * 32)
     assert header.min_runtime_version == "1.16"
@@ -84,45 +115,38 @@ def test_round_trip_returns_identical_bytes_and_header(fmt: str, models: dict[st
     assert header.model_sha256 == sha256(model)
     assert header.compressed_size == len(blob) - read_header(blob)[1]
     assert header.ort_format_version == compat.ort_format_version(model)
+    assert header.weights is None
     # The loader takes any bytes-like object, not only bytes.
     assert decode_blob(memoryview(blob))[1] == model
     assert decode_blob(bytearray(blob))[1] == model
 
 
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_header_to_dict_round_trips_through_json(fmt: str, blobs: dict[str, bytes]) -> None:
-    header, _ = read_header(blobs[fmt])
-    fields = json.loads(json.dumps(header.to_dict()))
-    fields["execution_providers"] = tuple(fields["execution_providers"])
-    assert BlobHeader(**fields) == header
+def test_header_to_dict_is_what_the_header_frame_holds(
+    fmt: str, version: int, any_blobs: dict[int, dict[str, bytes]]
+) -> None:
+    """``to_dict`` written back as the header's JSON (same length, so frames stay in place) reads back
+    as the same header."""
+    blob = any_blobs[version][fmt]
+    header, end = read_header(blob)
+    payload = json.dumps(json.loads(json.dumps(header.to_dict())), sort_keys=True, separators=(",", ":"))
+    old = header_payload(blob)
+    # Version 2 pads the JSON with spaces so that the frames after it land where the header says.
+    assert payload.encode() == (old.rstrip(b" ") if version == 2 else old)
+    rebuilt = pack_header(payload.encode().ljust(len(old)), version=version) + blob[end:]
+
+    assert read_header(rebuilt) == (header, end)
+    assert decode_blob(rebuilt)[0] == header
 
 
-def test_byte_layout_matches_the_documented_format(models: dict[str, bytes]) -> None:
-    model = models["onnx"]
-    blob = make_blob(model, "onnx")
-
-    magic, frame_size = struct.unpack_from("<II", blob, 0)
-    header_magic, version, crc = struct.unpack_from("<8sHI", blob, 8)
-    payload = blob[22 : 8 + frame_size]
-    frame = blob[8 + frame_size :]
-
-    assert magic == SKIPPABLE_MAGIC == 0x184D2A5E
-    assert header_magic == HEADER_MAGIC == b"ONNXCOOK"
-    assert version == BLOB_FORMAT_VERSION == 1
-    assert crc == zlib.crc32(payload)
-    assert json.loads(payload)["model_sha256"] == sha256(model)
-    assert struct.unpack_from("<I", frame, 0)[0] == ZSTD_FRAME_MAGIC
-    params = zstandard.get_frame_parameters(frame)
-    assert params.content_size == len(model)
-    assert params.has_checksum
-
-
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_stock_zstd_cli_skips_the_header_and_writes_the_model(
-    fmt: str, blobs: dict[str, bytes], models: dict[str, bytes], tmp_path: Path
+    fmt: str, version: int, any_blobs: dict[int, dict[str, bytes]], models: dict[str, bytes], tmp_path: Path
 ) -> None:
     packed = tmp_path / f"model.{fmt}.zst"
-    packed.write_bytes(blobs[fmt])
+    packed.write_bytes(any_blobs[version][fmt])
     out = tmp_path / f"model.{fmt}"
 
     result = subprocess.run(
@@ -150,7 +174,7 @@ def test_ort_format_version_agrees_with_onnxruntimes_flatbuffer_reader(models: d
     assert compat.ort_format_version(ort_model[:12]) == ""
 
 
-# --- one crafted blob per failure -----------------------------------------------------------------
+# --- one crafted blob per failure of the header, whatever the version -----------------------------
 
 
 def flip(data: bytes, index: int, mask: int = 0x01) -> bytes:
@@ -192,84 +216,42 @@ def test_too_short_for_a_header_is_not_a_blob() -> None:
         decode_blob(b"ONNX")
 
 
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize(
     ("cut", "message"),
     [
         (3, r"only 3 bytes long: the header is cut off"),
         (8, r"header alone needs \d+: file cut off"),
         (40, r"header alone needs \d+: file cut off"),
+        (-1, r"header alone needs \d+: file cut off"),
     ],
 )
-def test_blob_cut_inside_the_header_is_truncated(blobs: dict[str, bytes], cut: int, message: str) -> None:
+def test_blob_cut_inside_the_header_is_truncated(
+    any_blobs: dict[int, dict[str, bytes]], version: int, cut: int, message: str
+) -> None:
+    blob = any_blobs[version]["onnx"]
+    cut = cut % header_end(blob)
     with pytest.raises(TruncatedBlobError, match=message):
-        decode_blob(blobs["onnx"][:cut])
-
-
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("keep", [0, 1, 0.5, -1])
-def test_blob_cut_inside_the_model_frame_is_truncated(fmt: str, keep: float, blobs: dict[str, bytes]) -> None:
-    blob = blobs[fmt]
-    start = header_end(blob)
-    frame_size = len(blob) - start
-    cut = start + (int(frame_size * keep) if isinstance(keep, float) else keep % frame_size)
-    present = cut - start
-    with pytest.raises(
-        TruncatedBlobError, match=rf"is cut off: {present:,} of {frame_size:,} compressed bytes present"
-    ):
         decode_blob(blob[:cut])
 
 
-def test_flipped_byte_in_header_json_fails_the_crc(blobs: dict[str, bytes]) -> None:
-    blob = blobs["onnx"]
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_flipped_byte_in_header_json_fails_the_crc(
+    version: int, any_blobs: dict[int, dict[str, bytes]]
+) -> None:
+    blob = any_blobs[version]["onnx"]
+    for index in (22, 30, header_end(blob) - 1):
+        with pytest.raises(ChecksumMismatchError, match="blob header checksum mismatch"):
+            decode_blob(flip(blob, index))
+
+
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_flipped_crc_fails_the_crc(version: int, any_blobs: dict[int, dict[str, bytes]]) -> None:
     with pytest.raises(ChecksumMismatchError, match="blob header checksum mismatch"):
-        decode_blob(flip(blob, 30))
+        decode_blob(flip(any_blobs[version]["onnx"], 18))
 
 
-def test_flipped_crc_fails_the_crc(blobs: dict[str, bytes]) -> None:
-    with pytest.raises(ChecksumMismatchError, match="blob header checksum mismatch"):
-        decode_blob(flip(blobs["onnx"], 18))
-
-
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("where", ["middle", "content checksum"])
-def test_flipped_byte_in_model_data_is_detected(fmt: str, where: str, blobs: dict[str, bytes]) -> None:
-    blob = blobs[fmt]
-    start = header_end(blob)
-    index = (start + len(blob)) // 2 if where == "middle" else len(blob) - 1
-    with pytest.raises(
-        ChecksumMismatchError,
-        match=r"blob of model 'tiny' \(test-platform\): model data is damaged .*checksum",
-    ):
-        decode_blob(flip(blob, index, 0x40))
-
-
-def test_damaged_frame_header_is_detected(blobs: dict[str, bytes]) -> None:
-    blob = blobs["onnx"]
-    # Corrupt the zstd frame magic itself: the model frame can no longer be parsed.
-    with pytest.raises(ChecksumMismatchError, match="model frame is damaged"):
-        decode_blob(flip(blob, header_end(blob)))
-
-
-def test_wrong_sha256_in_an_otherwise_consistent_header(blobs: dict[str, bytes]) -> None:
-    crafted = repack(blobs["onnx"], model_sha256=sha256(b"another model"))
-    with pytest.raises(ChecksumMismatchError, match="sha256 of the model bytes does not match the header"):
-        decode_blob(crafted)
-
-
-def test_header_model_size_disagreeing_with_the_frame(blobs: dict[str, bytes]) -> None:
-    fields, _ = split_blob(blobs["onnx"])
-    crafted = repack(blobs["onnx"], model_size=fields["model_size"] + 1)
-    with pytest.raises(ChecksumMismatchError, match="model frame does not match its header"):
-        decode_blob(crafted)
-
-
-def test_frame_without_content_checksum_is_refused(models: dict[str, bytes], blobs: dict[str, bytes]) -> None:
-    frame = zstandard.ZstdCompressor(write_checksum=False, write_content_size=True).compress(models["onnx"])
-    crafted = repack(blobs["onnx"], frame=frame, compressed_size=len(frame))
-    with pytest.raises(ChecksumMismatchError, match="model frame does not match its header"):
-        decode_blob(crafted)
-
-
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
@@ -277,12 +259,15 @@ def test_frame_without_content_checksum_is_refused(models: dict[str, bytes], blo
         (b"[1, 2, 3]", "blob header is not a JSON object"),
     ],
 )
-def test_valid_crc_but_unparseable_header(payload: bytes, message: str, blobs: dict[str, bytes]) -> None:
-    _, frame = split_blob(blobs["onnx"])
+def test_valid_crc_but_unparseable_header(
+    payload: bytes, message: str, version: int, any_blobs: dict[int, dict[str, bytes]]
+) -> None:
+    _, frame = split_blob(any_blobs[version]["onnx"])
     with pytest.raises(CorruptBlobError, match=message):
-        decode_blob(pack_header(payload) + frame)
+        decode_blob(pack_header(payload, version=version) + frame)
 
 
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -295,108 +280,84 @@ def test_valid_crc_but_unparseable_header(payload: bytes, message: str, blobs: d
         ({"model_size": -1}, "declares a negative size"),
     ],
 )
-def test_valid_crc_but_invalid_fields(changes: dict, message: str, blobs: dict[str, bytes]) -> None:
+def test_valid_crc_but_invalid_fields(
+    changes: dict, message: str, version: int, any_blobs: dict[int, dict[str, bytes]]
+) -> None:
+    crafted = repack(any_blobs[version]["onnx"], **changes)
+    assert blob_version(crafted) == version
     with pytest.raises(CorruptBlobError, match=message):
-        decode_blob(repack(blobs["onnx"], **changes))
-
-
-def test_valid_crc_but_missing_fields(blobs: dict[str, bytes]) -> None:
-    fields, frame = split_blob(blobs["onnx"])
-    del fields["cook_key"], fields["model_sha256"]
-    with pytest.raises(CorruptBlobError, match="lacks field\\(s\\) cook_key, model_sha256"):
-        decode_blob(pack_header(json.dumps(fields).encode()) + frame)
-
-
-def test_unknown_extra_header_fields_are_ignored(blobs: dict[str, bytes], models: dict[str, bytes]) -> None:
-    header, model = decode_blob(repack(blobs["onnx"], written_by="cooker 9.9"))
-    assert model == models["onnx"]
-    assert "written_by" not in header.to_dict()
-
-
-@pytest.mark.parametrize("declared", [0, 13, (1 << 20) + 1])
-def test_implausible_header_size_is_corrupt(declared: int) -> None:
-    data = struct.pack("<II", SKIPPABLE_MAGIC, declared) + b"\0" * 64
-    with pytest.raises(CorruptBlobError, match=rf"header declares {declared} bytes; a valid header is 14 B"):
-        decode_blob(data)
-
-
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_trailing_bytes_after_the_model_frame(fmt: str, blobs: dict[str, bytes]) -> None:
-    with pytest.raises(CorruptBlobError, match="has 5 unexpected trailing bytes"):
-        decode_blob(blobs[fmt] + b"extra")
-
-
-@pytest.mark.parametrize("tail", [b"JUNKJUNK", zstandard.ZstdCompressor().compress(b"smuggled")])
-def test_extra_data_inside_the_declared_frame_region_is_refused(tail: bytes, blobs: dict[str, bytes]) -> None:
-    # The header is consistent (CRC, compressed_size) but the region holds the model frame plus more:
-    # `zstd -d` would write the model followed by whatever the second frame holds.
-    _, frame = split_blob(blobs["onnx"])
-    crafted = repack(blobs["onnx"], frame=frame + tail, compressed_size=len(frame) + len(tail))
-    with pytest.raises(BundleError, match="unused data|trailing"):
         decode_blob(crafted)
 
 
-def test_other_blob_format_version_is_unsupported(blobs: dict[str, bytes]) -> None:
-    fields, frame = split_blob(blobs["onnx"])
-    crafted = pack_header(json.dumps(fields).encode(), version=2) + frame
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_valid_crc_but_missing_fields(version: int, any_blobs: dict[int, dict[str, bytes]]) -> None:
+    fields, frame = split_blob(any_blobs[version]["onnx"])
+    del fields["cook_key"], fields["model_sha256"]
+    with pytest.raises(CorruptBlobError, match="lacks field\\(s\\) cook_key, model_sha256"):
+        decode_blob(pack_header(json.dumps(fields).encode(), version=version) + frame)
+
+
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_unknown_extra_header_fields_are_ignored(
+    version: int, any_blobs: dict[int, dict[str, bytes]], models: dict[str, bytes]
+) -> None:
+    header, model = decode_blob(repack(any_blobs[version]["onnx"], written_by="cooker 9.9"))
+    assert model == models["onnx"]
+    assert header.version == version
+    assert "written_by" not in header.to_dict()
+
+
+@pytest.mark.parametrize("declared", [0, 13, MAX_HEADER_SIZE + 1, (1 << 32) - 1])
+def test_implausible_header_size_is_corrupt(declared: int) -> None:
+    assert MAX_HEADER_SIZE == 16 << 20
+    data = struct.pack("<II", SKIPPABLE_MAGIC, declared) + b"\0" * 64
+    with pytest.raises(
+        CorruptBlobError, match=rf"header declares {declared} bytes; a valid header is 14 B to 16 MiB"
+    ):
+        decode_blob(data)
+
+
+@pytest.mark.parametrize("declared", [14, MAX_HEADER_SIZE])
+def test_header_sizes_at_the_limits_are_plausible(declared: int) -> None:
+    """The bounds are inclusive: such a header is read (here: found cut off), not refused as corrupt."""
+    data = struct.pack("<II", SKIPPABLE_MAGIC, declared) + b"\0" * 8
+    with pytest.raises(TruncatedBlobError, match=rf"header alone needs {declared + 8}: file cut off"):
+        decode_blob(data)
+
+
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_trailing_bytes_after_the_last_frame(
+    fmt: str, version: int, any_blobs: dict[int, dict[str, bytes]]
+) -> None:
+    with pytest.raises(CorruptBlobError, match="has 5 unexpected trailing bytes"):
+        decode_blob(any_blobs[version][fmt] + b"extra")
+
+
+@pytest.mark.parametrize("version", [0, 3, BLOB_FORMAT_VERSION + 1, 0xFFFF])
+def test_other_blob_format_version_is_unsupported(version: int, blobs: dict[str, bytes]) -> None:
+    assert version not in READABLE_VERSIONS
+    crafted = pack_header(header_payload(blobs["onnx"]), version=version) + split_blob(blobs["onnx"])[1]
     with pytest.raises(
         UnsupportedBlobVersionError,
-        match="blob format version 2 is not supported: this loader reads version 1; re-cook",
+        match=rf"blob format version {version} is not supported: this loader reads versions 1, 2; re-cook",
     ):
         decode_blob(crafted)
 
 
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_model_over_max_model_size_is_refused(
-    fmt: str, blobs: dict[str, bytes], models: dict[str, bytes]
+    fmt: str, version: int, any_blobs: dict[int, dict[str, bytes]], models: dict[str, bytes]
 ) -> None:
+    blob = any_blobs[version][fmt]
     size = len(models[fmt])
     with pytest.raises(
         BlobTooLargeError,
         match=rf"declares a {size:,}-byte model, over the limit of {size - 1:,} bytes; raise max_model_size",
     ):
-        decode_blob(blobs[fmt], max_model_size=size - 1)
-    assert decode_blob(blobs[fmt], max_model_size=size)[1] == models[fmt]
-
-
-def _peak_python_allocation(call) -> tuple[BaseException, int, float]:
-    tracemalloc.start()
-    started = time.perf_counter()
-    try:
-        call()
-    except Exception as exc:  # returned to the test, which checks its type
-        error = exc
-    else:
-        raise AssertionError("expected an exception")
-    finally:
-        elapsed = time.perf_counter() - started
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return error, peak, elapsed
-
-
-def test_terabyte_declaration_is_refused_before_allocating(blobs: dict[str, bytes]) -> None:
-    crafted = repack(blobs["onnx"], model_size=10**12)
-
-    error, peak, elapsed = _peak_python_allocation(lambda: decode_blob(crafted))
-
-    assert isinstance(error, BlobTooLargeError)
-    assert "declares a 1,000,000,000,000-byte model" in str(error)
-    assert peak < 1 << 20
-    assert elapsed < 1.0
-
-
-def test_terabyte_declaration_under_a_raised_limit_still_allocates_nothing(blobs: dict[str, bytes]) -> None:
-    # With the limit out of the way the frame's own content size (the real one) disagrees with the
-    # header: the loader must notice that before sizing any buffer from either number.
-    crafted = repack(blobs["onnx"], model_size=10**12)
-
-    error, peak, elapsed = _peak_python_allocation(lambda: decode_blob(crafted, max_model_size=10**13))
-
-    assert isinstance(error, ChecksumMismatchError)
-    assert "model frame does not match its header" in str(error)
-    assert peak < 1 << 20
-    assert elapsed < 1.0
+        decode_blob(blob, max_model_size=size - 1)
+    assert decode_blob(blob, max_model_size=size)[1] == models[fmt]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -418,10 +379,187 @@ def test_unparseable_min_runtime_version_is_a_bundle_error(models: dict[str, byt
         session_from_blob(blob, providers=CPU)
 
 
-def test_deeply_nested_header_json_is_corrupt(blobs: dict[str, bytes]) -> None:
-    _, frame = split_blob(blobs["onnx"])
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_deeply_nested_header_json_is_corrupt(version: int, any_blobs: dict[int, dict[str, bytes]]) -> None:
+    _, frame = split_blob(any_blobs[version]["onnx"])
     with pytest.raises(CorruptBlobError, match="not valid JSON"):
-        decode_blob(pack_header(b"[" * 200_000) + frame)
+        decode_blob(pack_header(b"[" * 200_000, version=version) + frame)
+
+
+# --- legacy version-1 blobs: the header frame, then one zstd frame holding the model file ---------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_legacy_header_to_dict_round_trips_through_json(fmt: str, v1_blobs: dict[str, bytes]) -> None:
+    header, _ = read_header(v1_blobs[fmt])
+    fields = json.loads(json.dumps(header.to_dict()))
+    fields["execution_providers"] = tuple(fields["execution_providers"])
+    assert "version" not in fields and "frames" not in fields and "graph_size" not in fields
+    assert BlobHeader(**fields) == header
+    assert header.version == LEGACY_BLOB_FORMAT_VERSION
+    assert (header.graph_size, header.frames, header.weights) == (None, (), None)
+
+
+def test_legacy_byte_layout_matches_the_documented_format(models: dict[str, bytes]) -> None:
+    model = models["onnx"]
+    blob = make_blob_v1(model, "onnx")
+
+    magic, frame_size = struct.unpack_from("<II", blob, 0)
+    header_magic, version, crc = struct.unpack_from("<8sHI", blob, 8)
+    payload = blob[22 : 8 + frame_size]
+    frame = blob[8 + frame_size :]
+
+    assert magic == SKIPPABLE_MAGIC == 0x184D2A5E
+    assert header_magic == HEADER_MAGIC == b"ONNXCOOK"
+    assert version == LEGACY_BLOB_FORMAT_VERSION == 1
+    assert crc == zlib.crc32(payload)
+    fields = json.loads(payload)
+    assert fields["model_sha256"] == sha256(model)
+    assert fields["model_size"] == len(model)
+    assert fields["compressed_size"] == len(frame)
+    assert not {"graph_size", "frames", "weights"} & set(fields)
+    assert struct.unpack_from("<I", frame, 0)[0] == ZSTD_FRAME_MAGIC
+    params = zstandard.get_frame_parameters(frame)
+    assert params.content_size == len(model)
+    assert params.has_checksum
+    # Exactly one frame: it ends where the blob does.
+    assert zstandard.ZstdDecompressor().decompress(frame, allow_extra_data=False) == model
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("keep", [0, 1, 0.5, -1])
+def test_legacy_blob_cut_inside_the_model_frame_is_truncated(
+    fmt: str, keep: float, v1_blobs: dict[str, bytes]
+) -> None:
+    blob = v1_blobs[fmt]
+    start = header_end(blob)
+    frame_size = len(blob) - start
+    cut = start + (int(frame_size * keep) if isinstance(keep, float) else keep % frame_size)
+    present = cut - start
+    with pytest.raises(
+        TruncatedBlobError, match=rf"is cut off: {present:,} of {frame_size:,} compressed bytes present"
+    ):
+        decode_blob(blob[:cut])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("where", ["middle", "content checksum"])
+def test_legacy_flipped_byte_in_model_data_is_detected(
+    fmt: str, where: str, v1_blobs: dict[str, bytes]
+) -> None:
+    blob = v1_blobs[fmt]
+    start = header_end(blob)
+    index = (start + len(blob)) // 2 if where == "middle" else len(blob) - 1
+    with pytest.raises(
+        ChecksumMismatchError,
+        match=r"blob of model 'tiny' \(test-platform\): model data is damaged .*checksum",
+    ):
+        decode_blob(flip(blob, index, 0x40))
+
+
+def test_legacy_damaged_frame_header_is_detected(v1_blobs: dict[str, bytes]) -> None:
+    blob = v1_blobs["onnx"]
+    # Corrupt the zstd frame magic itself: the model frame can no longer be parsed.
+    with pytest.raises(ChecksumMismatchError, match="model frame is damaged"):
+        decode_blob(flip(blob, header_end(blob)))
+
+
+def test_legacy_wrong_sha256_in_an_otherwise_consistent_header(v1_blobs: dict[str, bytes]) -> None:
+    crafted = repack(v1_blobs["onnx"], model_sha256=sha256(b"another model"))
+    with pytest.raises(ChecksumMismatchError, match="sha256 of the model bytes does not match the header"):
+        decode_blob(crafted)
+    # check_sha256=False (a caller that verified the whole blob already) skips only that pass.
+    assert decode_blob(crafted, check_sha256=False)[1] == decode_blob(v1_blobs["onnx"])[1]
+
+
+def test_legacy_header_model_size_disagreeing_with_the_frame(v1_blobs: dict[str, bytes]) -> None:
+    fields, _ = split_blob(v1_blobs["onnx"])
+    for size in (fields["model_size"] + 1, fields["model_size"] - 1):
+        crafted = repack(v1_blobs["onnx"], model_size=size)
+        with pytest.raises(ChecksumMismatchError, match="model frame does not match its header"):
+            decode_blob(crafted)
+
+
+def test_legacy_frame_without_content_checksum_is_refused(
+    models: dict[str, bytes], v1_blobs: dict[str, bytes]
+) -> None:
+    frame = zstandard.ZstdCompressor(write_checksum=False, write_content_size=True).compress(models["onnx"])
+    crafted = repack(v1_blobs["onnx"], frame=frame, compressed_size=len(frame))
+    with pytest.raises(ChecksumMismatchError, match="model frame does not match its header"):
+        decode_blob(crafted)
+
+
+def test_legacy_frame_without_content_size_is_refused(
+    models: dict[str, bytes], v1_blobs: dict[str, bytes]
+) -> None:
+    frame = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False).compress(models["onnx"])
+    crafted = repack(v1_blobs["onnx"], frame=frame, compressed_size=len(frame))
+    with pytest.raises(ChecksumMismatchError, match="model frame does not match its header"):
+        decode_blob(crafted)
+
+
+@pytest.mark.parametrize("tail", [b"JUNKJUNK", zstandard.ZstdCompressor().compress(b"smuggled")])
+def test_legacy_extra_data_inside_the_declared_frame_region_is_refused(
+    tail: bytes, v1_blobs: dict[str, bytes]
+) -> None:
+    # The header is consistent (CRC, compressed_size) but the region holds the model frame plus more:
+    # `zstd -d` would write the model followed by whatever the second frame holds.
+    _, frame = split_blob(v1_blobs["onnx"])
+    crafted = repack(v1_blobs["onnx"], frame=frame + tail, compressed_size=len(frame) + len(tail))
+    with pytest.raises(BundleError, match="unused data|trailing"):
+        decode_blob(crafted)
+
+
+def test_legacy_header_with_version_2_fields_is_still_read_as_version_1(
+    v1_blobs: dict[str, bytes], models: dict[str, bytes]
+) -> None:
+    """Version-2 fields in a version-1 header are unknown extras there: ignored, not trusted."""
+    crafted = repack(v1_blobs["onnx"], graph_size=1, frames=[["graph", "zstd", 1, 1, 0]], weights={"x": 1})
+    header, model = decode_blob(crafted)
+    assert model == models["onnx"]
+    assert (header.version, header.graph_size, header.frames, header.weights) == (1, None, (), None)
+
+
+def _peak_python_allocation(call) -> tuple[BaseException, int, float]:
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        call()
+    except Exception as exc:  # returned to the test, which checks its type
+        error = exc
+    else:
+        raise AssertionError("expected an exception")
+    finally:
+        elapsed = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return error, peak, elapsed
+
+
+def test_legacy_terabyte_declaration_is_refused_before_allocating(v1_blobs: dict[str, bytes]) -> None:
+    crafted = repack(v1_blobs["onnx"], model_size=10**12)
+
+    error, peak, elapsed = _peak_python_allocation(lambda: decode_blob(crafted))
+
+    assert isinstance(error, BlobTooLargeError)
+    assert "declares a 1,000,000,000,000-byte model" in str(error)
+    assert peak < 1 << 20
+    assert elapsed < 1.0
+
+
+def test_legacy_terabyte_declaration_under_a_raised_limit_still_allocates_nothing(
+    v1_blobs: dict[str, bytes],
+) -> None:
+    # With the limit out of the way the frame's own content size (the real one) disagrees with the
+    # header: the loader must notice that before sizing any buffer from either number.
+    crafted = repack(v1_blobs["onnx"], model_size=10**12)
+
+    error, peak, elapsed = _peak_python_allocation(lambda: decode_blob(crafted, max_model_size=10**13))
+
+    assert isinstance(error, ChecksumMismatchError)
+    assert "model frame does not match its header" in str(error)
+    assert peak < 1 << 20
+    assert elapsed < 1.0
 
 
 # --- fuzzing: damaged blobs raise BundleError subclasses and nothing else -------------------------
@@ -435,11 +573,20 @@ mutation = st.one_of(
 
 
 @settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fmt=st.sampled_from(FORMATS), steps=st.lists(mutation, min_size=1, max_size=3))
+@given(
+    fmt=st.sampled_from(FORMATS),
+    version=st.sampled_from(READABLE_VERSIONS),
+    steps=st.lists(mutation, min_size=1, max_size=3),
+)
 def test_mutated_blobs_raise_only_bundle_errors(
-    fmt: str, steps: list[tuple[str, float, int]], blobs: dict[str, bytes], models: dict[str, bytes], expected
+    fmt: str,
+    version: int,
+    steps: list[tuple[str, float, int]],
+    any_blobs: dict[int, dict[str, bytes]],
+    models: dict[str, bytes],
+    expected,
 ) -> None:
-    damaged = mutate(blobs[fmt], steps)
+    damaged = mutate(any_blobs[version][fmt], steps)
     try:
         session = session_from_blob(damaged, providers=CPU)
     except BundleError:
@@ -456,7 +603,7 @@ def test_mutated_blobs_raise_only_bundle_errors(
             b"",
             struct.pack("<I", SKIPPABLE_MAGIC),
             struct.pack("<II", SKIPPABLE_MAGIC, 40),
-            struct.pack("<II8sH", SKIPPABLE_MAGIC, 40, HEADER_MAGIC, BLOB_FORMAT_VERSION),
+            *(struct.pack("<II8sH", SKIPPABLE_MAGIC, 40, HEADER_MAGIC, v) for v in READABLE_VERSIONS),
         ]
     ),
     body=st.binary(max_size=600),

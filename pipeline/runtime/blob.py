@@ -473,6 +473,10 @@ def _parse_frames(entries: list[Any], end: int) -> tuple[Frame, ...]:
         checks: tuple[int, ...] = ()
         if codec == "raw":
             checks = _raw_checks(entry[5], content_size, index)
+        if codec == "raw" and pad >= WEIGHT_ALIGNMENT:
+            raise CorruptBlobError(
+                f"blob header frame {index + 1}: raw frame padding over {WEIGHT_ALIGNMENT} bytes"
+            )
         if codec == "raw" and size != RAW_PREFIX_SIZE + pad + content_size:
             raise CorruptBlobError(f"blob header frame {index + 1}: raw frame sizes do not add up")
         if codec == "zstd" and (pad != 0 or size == 0):
@@ -493,7 +497,7 @@ def _raw_checks(value: Any, content_size: int, index: int) -> tuple[int, ...]:
     ):
         raise CorruptBlobError(
             f"blob header frame {index + 1}: a raw frame needs one CRC-32 per "
-            f"{RAW_CRC_PIECE >> 20} MiB of content"
+            f"{RAW_CRC_PIECE:,} bytes of content"
         )
     return tuple(value)
 

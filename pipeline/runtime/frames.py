@@ -113,6 +113,8 @@ def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
             magic, payload = _SKIPPABLE_PREFIX.unpack_from(data, frame.offset)
             if magic != RAW_MAGIC or payload != frame.size - RAW_PREFIX_SIZE:
                 raise ChecksumMismatchError(f"{label} is not the raw frame its header names (damaged)")
+            if any(data[frame.offset + RAW_PREFIX_SIZE : frame.data_offset]):
+                raise ChecksumMismatchError(f"{label} has damaged padding (non-zero bytes)")
             continue
         try:
             params = zstandard.get_frame_parameters(data[frame.offset : frame.offset + frame.size])
