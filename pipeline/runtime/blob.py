@@ -64,14 +64,15 @@ MAX_HEADER_SIZE = 16 << 20
 # Models of up to 2 GiB load by default; a model with external weights may be larger (raise the limit).
 DEFAULT_MAX_MODEL_SIZE = 2 << 30
 MODEL_FORMATS = ("onnx", "ort")
-# Frames of this much content decode in parallel; small enough to spread a model over the cores.
-FRAME_CONTENT_SIZE = 8 << 20
+# Frames of this much content decode in parallel: small enough to spread a 2 MB model over the
+# cores, big enough that zstd loses nothing measurable and the header stays small.
+FRAME_CONTENT_SIZE = 1 << 20
 # Raw frames hold whole tensors, up to this much each (a skippable frame holds under 4 GiB).
 MAX_RAW_FRAME_CONTENT = 1 << 30
 # Weights are stored raw unless zstd makes them at least this much smaller (float32 weights gain
 # about 7%: not worth a decompression pass and a second copy in memory).
 RAW_UNLESS_GAIN = 0.10
-SAMPLE_EVERY = 8  # judged on every 8th frame of the weights
+SAMPLE_EVERY = 16  # judged on every 16th frame of the weights
 WEIGHT_ALIGNMENT = 64
 MAX_FRAMES = 1 << 16
 MAX_TENSORS = 1 << 20

@@ -15,9 +15,10 @@ import ctypes
 import os
 import struct
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import zstandard
@@ -194,9 +195,29 @@ def run_parallel(task: Callable[[int], None], indices: range, threads: int | Non
         for index in indices:
             task(index)
         return
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="blob-decode") as pool:
-        for future in [pool.submit(task, index) for index in indices]:
+    pool = _pool(workers)
+    futures = [pool.submit(task, index) for index in indices]
+    try:
+        for future in futures:
             future.result()
+    finally:  # on an error, drop what has not started and wait for what has (it writes our buffers)
+        for future in futures:
+            future.cancel()
+        wait(futures)
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """One lasting pool per size: starting threads for every blob would cost more than small blobs
+    take to decode. Tasks never submit tasks, so callers sharing a pool cannot deadlock."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="blob-decode")
+        return pool
 
 
 def new_bytes(size: int) -> tuple[memoryview, Callable[[], bytes]]:
