@@ -15,20 +15,21 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .cookkey import cook_key, file_sha256, tool_versions
+from .cookkey import cook_key, tool_versions
 from .errors import CookError, ModelError, VerifyError
 from .facts import feed_inputs, onnx_facts, ort_facts
 from .fsutil import atomic_write
 from .guard import guard
 from .job import CookJob
 from .large import is_large, tensor_bytes
-from .layout import applied_variant_path, blob_path, entry_path, verify_data_path
+from .layout import applied_variant_path, blob_path, cook_stamps_path, entry_path, verify_data_path
 from .optimize import optimize, optimize_large
 from .profile import CookSettings, ep_domains
 from .runtime.blob import Weights, encode_blob, read_header
 from .runtime.compat import ort_format_version
 from .shapes import fix_shapes
-from .source import load_source
+from .source import SourceRead, load_source, read_sources
+from .stamps import record
 from .usability import usability
 from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
 from .weights import externalize, wants_external
@@ -51,22 +52,24 @@ def signature(values: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _feeds(job: CookJob, model: onnx.ModelProto) -> tuple[dict, str]:
+def _feeds(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str]:
     asset = job.asset
     if asset.inputs_path is not None:
-        return load_inputs(asset.inputs_path, model), asset.inputs_path.name
+        return load_inputs(asset.inputs_path, model, read.data[asset.inputs_path]), asset.inputs_path.name
     settings_hint = str(asset.settings_path or asset.path.with_suffix(".cook.yaml"))
     inputs_hint = str(asset.path.with_suffix(".inputs.npz"))
     dims = dict(job.settings.verify_dims)
     return synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint), "synthesized"
 
 
-def _verification(job: CookJob, model: onnx.ModelProto, blob: bytes) -> tuple[dict[str, Any], bytes | None]:
+def _verification(
+    job: CookJob, model: onnx.ModelProto, blob: bytes, read: SourceRead
+) -> tuple[dict[str, Any], bytes | None]:
     """The verification report, and its inputs with the source's outputs (an .npz) for the runtime check."""
     settings = job.settings
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
-    feeds, origin = _feeds(job, model)
+    feeds, origin = _feeds(job, model, read)
     try:
         reference = reference_outputs(model, feeds, job.platform_dir)
     except Exception as exc:  # onnxruntime errors on the source itself
@@ -122,9 +125,10 @@ def cook(job: CookJob) -> dict[str, Any]:
 
 def _cook(job: CookJob, where: str) -> dict[str, Any]:
     asset, settings = job.asset, job.settings
-    sources = {path.name: file_sha256(path) for path in asset.source_files}
+    read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
+    sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
-    model = load_source(asset, where)
+    model = load_source(asset, where, read)
     fix_shapes(model, settings)
     large = is_large(model)
     if large:
@@ -164,7 +168,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         ep_session_options=options["ep_session_options"],
     )
     try:
-        verification, verify_data = _verification(job, model, blob)
+        verification, verify_data = _verification(job, model, blob, read)
     except VerifyError as exc:
         raise VerifyError(f"{where}: verification failed: {exc}") from None
     applied = None
@@ -176,7 +180,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "name": asset.name,
         "format": settings.format,
         "file": target.relative_to(job.platform_dir).as_posix(),
-        "source_size": sum(path.stat().st_size for path in asset.source_files if path != asset.inputs_path),
+        "source_size": sum(len(read.data[path]) for path in asset.source_files if path != asset.inputs_path),
         "model_size": model_size,
         "blob_size": len(blob),
         "weights": _weights_entry(blob),
@@ -207,6 +211,10 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         atomic_write(data_path, verify_data)
     atomic_write(target, blob)
     atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
+    outputs = [target, entry_path(job.platform_dir, asset.name), data_path]
+    if applied is not None:
+        outputs.append(applied_variant_path(job.platform_dir, asset.name))
+    record(outputs, cook_stamps_path(job.platform_dir, asset.name), sources=read.stamps)
     return entry
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ENTRIES_DIR = ".entries"
+STAMPS_DIR = ".stamps"
 CHECKS_DIR = ".checks"
 # Same values as pipeline.runtime.bundle (kept in step by a test; importing the runtime here would
 # load onnxruntime when doit loads tasks).
@@ -34,3 +35,12 @@ def runtime_check_path(platform_dir: Path, version: str) -> Path:
 def entry_path(platform_dir: Path, name: str) -> Path:
     """Each cook writes its manifest entry alone, so parallel cooks never share a file."""
     return platform_dir / ENTRIES_DIR / f"{name}.json"
+
+
+def cook_stamps_path(platform_dir: Path, name: str) -> Path:
+    """What a cook task wrote (pipeline.stamps), to notice outputs changed since."""
+    return platform_dir / STAMPS_DIR / "cook" / f"{name}.json"
+
+
+def manifest_stamps_path(platform_dir: Path) -> Path:
+    return platform_dir / STAMPS_DIR / "manifest.json"

@@ -74,7 +74,7 @@ _FORBIDDEN_CONFIG_ENTRIES = {
     "initialized (DESIGN trap 4); the loader refuses it",
 }
 _PLATFORM_ONLY_KEYS = frozenset(
-    {"include", "exclude", "description", "runtime_check", "runtime_check_off_reason"}
+    {"include", "exclude", "description", "runtime_check", "runtime_check_off_reason", "allow_empty"}
 )
 _MODEL_ONLY_KEYS = frozenset({"skip_platforms", "platforms"})
 _UNKNOWN_EP_RULE: Mapping[str, Any] = {"session_options": {}, "domains": [""]}
@@ -186,6 +186,7 @@ class Platform:
     description: str
     runtime_check: bool  # verify the blobs in an environment with exactly runtime_version installed
     runtime_check_off_reason: str
+    allow_empty: bool = False  # an empty bundle is intended, not a wrong assets folder
     # Cook settings (all keys but include/exclude/description): defaults merged with the file, read-only.
     settings: Mapping[str, Any] = field(hash=False)
 
@@ -394,6 +395,7 @@ def _load_platform(path: Path, env_values: Mapping[str, Any]) -> tuple[Platform 
         description=selection["description"],
         runtime_check=selection["runtime_check"],
         runtime_check_off_reason=selection["runtime_check_off_reason"],
+        allow_empty=selection["allow_empty"],
         settings=_freeze({key: value for key, value in merged.items() if key in _COOK_KEYS}),
     ), []
 

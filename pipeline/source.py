@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx import external_data_helper
@@ -21,14 +26,48 @@ FIRST_IR_WITHOUT_INITIALIZER_INPUTS = 4
 DEFAULT_OPSET_FOR_MODELS_WITHOUT_ONE = RUNTIME_LIMITS[0][1]
 
 
-def load_source(asset: AssetModel, where: str | None = None) -> onnx.ModelProto:
+@dataclass(frozen=True)
+class SourceRead:
+    """The bytes of a model's source files, each read once, and what they were when read."""
+
+    data: Mapping[Path, bytes]
+    stamps: Mapping[str, list[Any]]  # path -> [size, mtime_ns, ctime_ns, sha256] (pipeline.stamps)
+
+    def sha256(self, path: Path) -> str:
+        return str(self.stamps[str(path)][3])
+
+
+def read_sources(asset: AssetModel) -> SourceRead:
+    """Read every source file of ``asset`` once: the cook uses exactly these bytes, and records their
+    sha256 and the file state it read them in, so that a file changed while it is cooked is cooked
+    again by the next ``doit cook`` (never taken as up to date)."""
+    data, stamps = {}, {}
+    for path in asset.source_files:
+        with path.open("rb") as stream:
+            info = os.fstat(stream.fileno())
+            content = stream.read()
+        data[path] = content
+        stamps[str(path)] = [
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+            hashlib.sha256(content).hexdigest(),
+        ]
+    return SourceRead(data, stamps)
+
+
+def load_source(
+    asset: AssetModel, where: str | None = None, read: SourceRead | None = None
+) -> onnx.ModelProto:
     """Load, check and normalize ``asset``; external data is loaded into the returned proto.
 
-    ``where`` starts every error message (the cook passes the model file and the platform).
+    ``where`` starts every error message (the cook passes the model file and the platform); with
+    ``read``, the model is made from those bytes, not read from disk again.
     """
     where = where or f"{asset.path} (model {asset.name!r})"
+    read = read or read_sources(asset)
     try:
-        model = onnx.load_model(str(asset.path), load_external_data=False)
+        model = onnx.load_model_from_string(read.data[asset.path])
     except Exception as exc:  # protobuf's DecodeError, OSError, ValueError... all mean the same here
         raise ModelError(
             f"{where} is not a readable ONNX model ({type(exc).__name__}: {exc}); re-export it from its "
@@ -36,13 +75,31 @@ def load_source(asset: AssetModel, where: str | None = None) -> onnx.ModelProto:
         ) from None
     _check_external_data(model, asset, where)
     try:
-        external_data_helper.load_external_data_for_model(model, str(asset.path.parent))
+        _load_external_data(model, {path.name: read.data[path] for path in asset.external_data})
     except (OSError, ValueError) as exc:
         raise ModelError(f"{where}: cannot read its external data ({exc})") from None
     _check(model, asset, where)
     normalize(model)
     import_default_opset(model)
     return model
+
+
+def _load_external_data(model: onnx.ModelProto, files: Mapping[str, bytes]) -> None:
+    """``onnx.external_data_helper.load_external_data_for_model``, from bytes already read."""
+    for tensor in external_data_helper._get_all_tensors(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        content = files[info.location]
+        end = info.offset + info.length if info.length else len(content)
+        if end > len(content):
+            raise ValueError(
+                f"tensor {tensor.name!r} reads bytes {info.offset:,}..{end:,} of {info.location}, which has "
+                f"{len(content):,}"
+            )
+        tensor.raw_data = content[info.offset : end]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
 
 
 def _check_external_data(model: onnx.ModelProto, asset: AssetModel, where: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from doit.exceptions import InvalidDodoFile, TaskFailed
+from doit.task import clean_targets
 from doit.tools import config_changed
 
 from .assets import AssetModel, discover
@@ -27,11 +28,14 @@ from .layout import (
     SIGNATURE_NAME,
     applied_variant_path,
     blob_path,
+    cook_stamps_path,
     entry_path,
+    manifest_stamps_path,
     runtime_check_path,
     verify_data_path,
 )
 from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
+from .stamps import OutputsIntact, record
 
 # Same names as pipeline.opconfig, which imports onnxruntime (a test keeps them in step).
 OPS_CONFIGS = {
@@ -68,7 +72,7 @@ def run_cook(job: CookJob) -> TaskFailed | None:
     from .cook import cook  # heavy: onnx and onnxruntime
 
     try:
-        entry = cook(job)
+        entry = cook(job)  # also records what it read and wrote (pipeline.stamps)
     except CookError as exc:
         return TaskFailed(str(exc))
     sys.stdout.write(_summary(entry) + "\n")  # one write: lines stay whole under `doit -n`
@@ -102,6 +106,7 @@ def run_manifest(
         manifest = json.loads(path.read_text(encoding="utf-8"))
         configs = write_operator_configs(platform_dir, manifest["models"])
         _sign(path, signing_key)
+        record(manifest_outputs(platform_dir, configs, signing_key), manifest_stamps_path(platform_dir))
     except CookError as exc:
         return TaskFailed(str(exc))
     except OSError as exc:
@@ -113,6 +118,12 @@ def run_manifest(
     lines += usability_lines(platform, manifest["models"])
     sys.stdout.write("\n".join(lines) + "\n")
     return None
+
+
+def manifest_outputs(platform_dir: Path, configs: Any, signing_key: Path | None) -> list[Path]:
+    """The files a platform's manifest task writes."""
+    names = [MANIFEST_NAME, *(Path(config).name for config in configs)]
+    return [platform_dir / name for name in (*names, *((SIGNATURE_NAME,) if signing_key else ()))]
 
 
 def _sign(manifest: Path, signing_key: Path | None) -> None:
@@ -167,6 +178,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         assets = discover(where.assets)
         model_settings = _model_settings(assets, [p.name for p in platforms])
         plans = _plans(platforms, assets, model_settings, where.build, env)
+        _refuse_empty(plans, where.assets, len(assets))
         key_digest = _key_digest(where.signing_key)
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
@@ -178,6 +190,32 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         if checks:
             yield _runtime_check_task(platform, jobs, checks)
         yield _manifest_task(platform, jobs, platform_dir, checks, where.signing_key, key_digest)
+
+
+def _refuse_empty(plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int) -> None:
+    """A platform with no model to cook is almost always a wrong assets folder or a failed checkout:
+    cooking it would replace a good bundle with an empty one. Refused, before anything is written,
+    unless its file says ``allow_empty: true``."""
+    empty = [platform for platform, jobs in plans if not jobs and not platform.allow_empty]
+    if not empty:
+        return
+    if found:
+        problems = [
+            f"{platform.path}: platform {platform.name!r} selects none of the {found} model(s) in {assets} "
+            f"(include {list(platform.include)}, exclude {list(platform.exclude)}); fix its globs"
+            for platform in empty
+        ]
+    else:
+        problems = [
+            f"{assets} holds no .onnx model, so {', '.join(repr(p.name) for p in empty)} would ship empty "
+            "bundles; point COOK_ASSETS_DIR at the folder with your models (a relative path starts at the "
+            "folder of dodo.py)"
+        ]
+    problems.append(
+        "nothing was cooked or written; set `allow_empty: true` in a platform file whose bundle should be "
+        "empty"
+    )
+    raise ProfileError(problems)
 
 
 def _runtime_checks(
@@ -306,8 +344,15 @@ def _cook_task(job: CookJob) -> dict[str, Any]:
         "actions": [(run_cook, [job])],
         "file_dep": [str(path) for path in job.asset.source_files],
         "targets": [str(path) for path in cook_targets(job)],
-        "uptodate": [config_changed(_digest(job.task_key))],
-        "clean": True,
+        "uptodate": [
+            config_changed(_digest(job.task_key)),
+            OutputsIntact(
+                f"cook:{settings.platform}:{job.asset.name}",
+                cook_targets(job),
+                cook_stamps_path(job.platform_dir, job.asset.name),
+            ),
+        ],
+        "clean": [clean_targets, (_remove, [cook_stamps_path(job.platform_dir, job.asset.name)])],
         "verbosity": 2,
     }
 
@@ -342,10 +387,22 @@ def _manifest_task(
         "actions": [(run_manifest, [platform_dir, platform.name, names, results, off_reason, signing_key])],
         "file_dep": [str(entry_path(platform_dir, name)) for name in names] + [str(path) for path in results],
         "targets": [str(platform_dir / name) for name in (MANIFEST_NAME, *configs, *signature)],
-        "uptodate": [config_changed(_digest(canonical_json(state)))],
-        "clean": True,
+        "uptodate": [
+            config_changed(_digest(canonical_json(state))),
+            OutputsIntact(
+                f"cook:{platform.name}",
+                [platform_dir / name for name in (MANIFEST_NAME, *configs, *signature)],
+                manifest_stamps_path(platform_dir),
+            ),
+        ],
+        "clean": [clean_targets, (_remove, [manifest_stamps_path(platform_dir)])],
         "verbosity": 2,
     }
+
+
+def _remove(path: Path) -> None:
+    """``doit clean``: the record of what a task wrote goes with its outputs."""
+    path.unlink(missing_ok=True)
 
 
 def environment() -> dict[str, str]:

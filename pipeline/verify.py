@@ -6,6 +6,7 @@ ships. The reference is the source model run by onnxruntime with optimizations o
 
 from __future__ import annotations
 
+import io
 import math
 import zipfile
 from collections.abc import Mapping
@@ -82,11 +83,12 @@ def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -
     raise VerifyError(f"cannot synthesize inputs of type {dtype}; ship sample inputs as an .inputs.npz file")
 
 
-def load_inputs(path: Path, model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Sample inputs from ``<model>.inputs.npz``; keys must be exactly the model's input names."""
+def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -> dict[str, np.ndarray]:
+    """Sample inputs from ``<model>.inputs.npz`` (or its bytes already read, ``data``); keys must be
+    exactly the model's input names."""
     expected = {value.name for value in feed_inputs(model.graph)}
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False) as archive:
             feeds = {key: archive[key] for key in archive.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None

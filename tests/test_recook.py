@@ -1,0 +1,190 @@
+"""The moments around a re-cook (issue 12): real doit runs in a subprocess on a small project."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from pipeline.runtime import open_bundle
+from tests.test_reliability import TRACEBACK, doit, small_project
+
+
+def blobs(project: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (project / "build" / "android").glob("*.zst")}
+
+
+# --- 4. an empty or missing assets folder does not empty every bundle ----------------------------
+
+
+def test_empty_assets_folder_is_an_error_and_writes_nothing(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    first = doit(project, "cook")
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = blobs(project)
+    manifest = (project / "build" / "android" / "manifest.json").read_bytes()
+    (tmp_path / "empty").mkdir()
+
+    run = doit(project, "cook", COOK_ASSETS_DIR=str(tmp_path / "empty"))
+
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert f"{tmp_path / 'empty'} holds no .onnx model" in output
+    assert "COOK_ASSETS_DIR" in output and "allow_empty: true" in output
+    assert TRACEBACK not in output
+    assert blobs(project) == before
+    assert (project / "build" / "android" / "manifest.json").read_bytes() == manifest
+
+
+def test_platform_whose_globs_select_nothing_is_an_error(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    profile = project / "platforms" / "android.yaml"
+    profile.write_text(profile.read_text() + "include: ['vision/*']\n")
+    run = doit(project, "cook")
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert f"{profile}: platform 'android' selects none of the 2 model(s)" in output
+    assert "fix its globs" in output and TRACEBACK not in output
+    assert not (project / "build" / "android").exists()
+
+
+def test_intended_empty_bundle_is_written_with_allow_empty(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    profile = project / "platforms" / "android.yaml"
+    profile.write_text(profile.read_text() + "include: ['vision/*']\nallow_empty: true\n")
+    run = doit(project, "cook")
+    assert run.returncode == 0, run.stdout + run.stderr
+    manifest = json.loads((project / "build" / "android" / "manifest.json").read_text())
+    assert manifest["models"] == {}
+
+
+def test_allow_empty_is_a_platform_only_setting(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    (project / "assets" / "net.cook.yaml").write_text("allow_empty: true\n")
+    run = doit(project, "cook")
+    assert run.returncode != 0
+    assert "allow_empty" in run.stdout + run.stderr
+
+
+# --- 2. a source changed while its cook runs is never left stale ---------------------------------
+
+
+def _cook_stamps(project: Path, name: str) -> dict:
+    return json.loads((project / "build" / "android" / ".stamps" / "cook" / f"{name}.json").read_text())
+
+
+def test_source_rewritten_with_the_same_size_and_mtime_is_cooked_again(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    source = project / "assets" / "net.onnx"
+    old = source.stat()
+    model = onnx.load(source)
+    weights = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    weights.flat[0] += 1.0  # same dtype and shape: the file keeps its size
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(weights, model.graph.initializer[0].name))
+    source.write_bytes(model.SerializeToString())
+    os.utime(source, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert (source.stat().st_size, source.stat().st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+
+    run = doit(project, "cook")
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "cook:android:net: " in run.stderr and "changed since the last cook" in run.stderr
+    manifest = json.loads((project / "build" / "android" / "manifest.json").read_text())
+    assert manifest["models"]["net"]["source_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path, monkeypatch) -> None:
+    from pipeline import cook as cook_module
+    from pipeline.layout import cook_stamps_path
+    from pipeline.stamps import OutputsIntact
+    from tests.test_cook import job_for, mlp_model, save, shipped_settings
+
+    assets = tmp_path / "assets"
+    source = save(mlp_model(), assets, "net")
+    original = source.read_bytes()
+    real_optimize = cook_module.optimize
+
+    def optimize_while_an_artist_saves(*args, **kwargs):  # the file changes after the cook read it
+        other = mlp_model()
+        other.graph.name = "saved again"
+        source.write_bytes(other.SerializeToString())
+        return real_optimize(*args, **kwargs)
+
+    monkeypatch.setattr(cook_module, "optimize", optimize_while_an_artist_saves)
+    job = job_for(assets, "net", shipped_settings("android"), tmp_path / "build")
+    entry = cook_module.cook(job)
+
+    # What was cooked and recorded is what was read, not what is on disk now...
+    assert (
+        entry["source_sha256"]
+        == hashlib.sha256(original).hexdigest()
+        != hashlib.sha256(source.read_bytes()).hexdigest()
+    )
+    # ...so the task is not up to date: the next `doit cook` cooks the new bytes.
+    from pipeline.tasks import cook_targets
+
+    check = OutputsIntact("cook:android:net", cook_targets(job), cook_stamps_path(job.platform_dir, "net"))
+    assert check() is False
+
+
+# --- 3. a damaged or edited output is rebuilt -----------------------------------------------------
+
+
+def _flip_keeping_mtime(path: Path, index: int) -> None:
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[index] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize("runtime_check", [True, False])
+def test_flipped_byte_in_a_blob_is_cooked_again(tmp_path: Path, runtime_check: bool) -> None:
+    project = small_project(tmp_path / "p")
+    if not runtime_check:
+        profile = project / "platforms" / "android.yaml"
+        profile.write_text(profile.read_text() + "runtime_check: false\nruntime_check_off_reason: test\n")
+    assert doit(project, "cook").returncode == 0
+    blob = project / "build" / "android" / "net.ort.zst"
+    _flip_keeping_mtime(blob, len(blob.read_bytes()) // 2)
+
+    run = doit(project, "cook")
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "cook:android:net: " in run.stderr and "net.ort.zst changed since the last cook" in run.stderr
+    assert "cook:android:mlp" not in run.stderr  # only the damaged one
+    open_bundle(project / "build" / "android")  # every blob matches its manifest again
+    # And nothing more to do after that.
+    again = doit(project, "cook")
+    assert again.returncode == 0 and "changed since the last cook" not in again.stderr
+
+
+def test_touched_but_unchanged_output_is_not_cooked_again(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    blob = project / "build" / "android" / "net.ort.zst"
+    os.utime(blob, None)
+    run = doit(project, "cook")
+    assert run.returncode == 0 and "changed since the last cook" not in run.stderr
+    assert "cook:android:net" not in {
+        line.split()[-1] for line in run.stdout.splitlines() if line.startswith(".")
+    }
+
+
+def test_edited_manifest_is_written_again(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    manifest = project / "build" / "android" / "manifest.json"
+    good = manifest.read_bytes()
+    manifest.write_text(manifest.read_text().replace('"android"', '"androib"', 1))
+    run = doit(project, "cook")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "cook:android: " in run.stderr and "manifest.json changed since the last cook" in run.stderr
+    assert json.loads(manifest.read_bytes())["platform"] == "android"
+    assert json.loads(manifest.read_bytes()) == json.loads(good)
