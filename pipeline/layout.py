@@ -15,7 +15,9 @@ SIGNATURE_NAME = "manifest.json.sig"
 
 
 def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:
-    return platform_dir / f"{name}.{model_format}.zst"
+    """Where a cook writes its blob (staging): the manifest task publishes it under a name that
+    carries its content hash (pipeline.publish), so that a bundle is replaced as one unit."""
+    return platform_dir / ENTRIES_DIR / f"{name}.{model_format}.zst"
 
 
 def applied_variant_path(platform_dir: Path, name: str) -> Path:

@@ -60,6 +60,10 @@ def changed(outputs: Sequence[Path], stamp_file: Path) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError):
         return [str(path) for path in outputs]
     different = [str(path) for path in outputs if not _same(path, recorded.get(str(path)))]
+    named = {str(path) for path in outputs}  # files recorded beyond the task's fixed outputs
+    different += [
+        path for path, entry in recorded.items() if path not in named and not _same(Path(path), entry)
+    ]
     different += [path for path, entry in sources.items() if not _same(Path(path), entry)]
     return different
 

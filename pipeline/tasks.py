@@ -35,6 +35,7 @@ from .layout import (
     verify_data_path,
 )
 from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
+from .publish import remove_published
 from .stamps import OutputsIntact, record
 
 # Same names as pipeline.opconfig, which imports onnxruntime (a test keeps them in step).
@@ -106,7 +107,11 @@ def run_manifest(
         manifest = json.loads(path.read_text(encoding="utf-8"))
         configs = write_operator_configs(platform_dir, manifest["models"])
         _sign(path, signing_key)
-        record(manifest_outputs(platform_dir, configs, signing_key), manifest_stamps_path(platform_dir))
+        published = [platform_dir / entry["file"] for entry in manifest["models"].values()]
+        record(
+            [*manifest_outputs(platform_dir, configs, signing_key), *published],
+            manifest_stamps_path(platform_dir),
+        )
     except CookError as exc:
         return TaskFailed(str(exc))
     except OSError as exc:
@@ -395,7 +400,11 @@ def _manifest_task(
                 manifest_stamps_path(platform_dir),
             ),
         ],
-        "clean": [clean_targets, (_remove, [manifest_stamps_path(platform_dir)])],
+        "clean": [
+            clean_targets,
+            (_remove, [manifest_stamps_path(platform_dir)]),
+            (remove_published, [platform_dir]),
+        ],
         "verbosity": 2,
     }
 

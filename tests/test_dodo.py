@@ -143,15 +143,16 @@ def every_task(project: Path) -> set[str]:
 
 
 def blob_files(build: Path) -> dict[str, tuple[int, int]]:
-    """Every blob under ``build`` -> (inode, mtime_ns): a rewrite (atomic replace) changes both."""
+    """Every blob a cook wrote (staged under ``.entries/``) -> (inode, mtime_ns): a rewrite (atomic
+    replace) changes both. The manifest publishes them under content-hashed names (not counted)."""
     return {
         path.relative_to(build).as_posix(): (path.stat().st_ino, path.stat().st_mtime_ns)
-        for path in build.rglob("*.zst")
+        for path in build.glob("*/.entries/**/*.zst")
     }
 
 
 def blob_name(platform: str, model: str) -> str:
-    return f"{platform}/{model}.{FORMATS[platform]}.zst"
+    return f"{platform}/.entries/{model}.{FORMATS[platform]}.zst"
 
 
 def rewritten(before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[int, int]]) -> set[str]:
@@ -278,7 +279,10 @@ def test_first_cook_bundle_runs_like_the_source(
         blob = cooked.build / platform / entry["file"]
         assert blob.is_file(), f"{blob} listed in the manifest but missing"
         assert entry["format"] == FORMATS[platform]
-        assert blob.name == f"{Path(name).name}.{FORMATS[platform]}.zst"
+        assert re.fullmatch(
+            rf"{re.escape(Path(name).name)}\.[0-9a-f]{{16}}\.{FORMATS[platform]}\.zst", blob.name
+        )
+        assert entry["blob_sha256"].startswith(blob.name.split(".")[-3])
         unpacked = unpack_blob(blob.read_bytes())
         header, model = unpacked.header, unpacked.model
         assert (header.model_format, header.platform, header.name) == (FORMATS[platform], platform, name)
@@ -489,7 +493,7 @@ def _model_digests(build: Path, platform: str) -> dict[str, str]:
         path.relative_to(build).as_posix(): hashlib.sha256(
             _canonical(decode_blob(path.read_bytes())[1])
         ).hexdigest()
-        for path in sorted((build / platform).rglob("*.zst"))
+        for path in sorted((build / platform).glob(".entries/**/*.zst"))
     }
 
 
@@ -645,7 +649,7 @@ def test_killed_cooks_never_leave_a_half_written_blob(tmp_path: Path, project: P
     model = assets / "large.onnx"
     write_large_model(model, seed=0)
     cook(project, env=env)
-    blob = build / "android" / "large.ort.zst"
+    blob = build / "android" / ".entries" / "large.ort.zst"
     assert blob.is_file()
 
     # Fixed delays land anywhere in the cook; the last run is killed as soon as the blob's temp file

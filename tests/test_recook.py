@@ -5,18 +5,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import onnx
 import pytest
 from onnx import numpy_helper
 
-from pipeline.runtime import open_bundle
+from pipeline.runtime import BundleReplacedError, ChecksumMismatchError, open_bundle
 from tests.test_reliability import TRACEBACK, doit, small_project
 
 
 def blobs(project: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in (project / "build" / "android").glob("*.zst")}
+    return {p.name: p.read_bytes() for p in (project / "build" / "android").rglob("*.zst")}
+
+
+def published(project: Path, name: str) -> Path:
+    """The blob of ``name`` that the manifest lists (its content-hashed name)."""
+    platform_dir = project / "build" / "android"
+    return platform_dir / json.loads((platform_dir / "manifest.json").read_text())["models"][name]["file"]
 
 
 # --- 4. an empty or missing assets folder does not empty every bundle ----------------------------
@@ -145,13 +154,13 @@ def _flip_keeping_mtime(path: Path, index: int) -> None:
 
 
 @pytest.mark.parametrize("runtime_check", [True, False])
-def test_flipped_byte_in_a_blob_is_cooked_again(tmp_path: Path, runtime_check: bool) -> None:
+def test_flipped_byte_in_a_staged_blob_is_cooked_again(tmp_path: Path, runtime_check: bool) -> None:
     project = small_project(tmp_path / "p")
     if not runtime_check:
         profile = project / "platforms" / "android.yaml"
         profile.write_text(profile.read_text() + "runtime_check: false\nruntime_check_off_reason: test\n")
     assert doit(project, "cook").returncode == 0
-    blob = project / "build" / "android" / "net.ort.zst"
+    blob = project / "build" / "android" / ".entries" / "net.ort.zst"
     _flip_keeping_mtime(blob, len(blob.read_bytes()) // 2)
 
     run = doit(project, "cook")
@@ -159,6 +168,27 @@ def test_flipped_byte_in_a_blob_is_cooked_again(tmp_path: Path, runtime_check: b
     assert run.returncode == 0, run.stdout + run.stderr
     assert "cook:android:net: " in run.stderr and "net.ort.zst changed since the last cook" in run.stderr
     assert "cook:android:mlp" not in run.stderr  # only the damaged one
+    open_bundle(project / "build" / "android")
+    again = doit(project, "cook")
+    assert again.returncode == 0 and "changed since the last cook" not in again.stderr
+
+
+@pytest.mark.parametrize("runtime_check", [True, False])
+def test_flipped_byte_in_a_published_blob_is_published_again(tmp_path: Path, runtime_check: bool) -> None:
+    project = small_project(tmp_path / "p")
+    if not runtime_check:
+        profile = project / "platforms" / "android.yaml"
+        profile.write_text(profile.read_text() + "runtime_check: false\nruntime_check_off_reason: test\n")
+    assert doit(project, "cook").returncode == 0
+    blob = published(project, "net")
+    _flip_keeping_mtime(blob, len(blob.read_bytes()) // 2)
+    with pytest.raises(ChecksumMismatchError):
+        open_bundle(project / "build" / "android")
+
+    run = doit(project, "cook")
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "cook:android: " in run.stderr and f"{blob.name} changed since the last cook" in run.stderr
     open_bundle(project / "build" / "android")  # every blob matches its manifest again
     # And nothing more to do after that.
     again = doit(project, "cook")
@@ -168,7 +198,7 @@ def test_flipped_byte_in_a_blob_is_cooked_again(tmp_path: Path, runtime_check: b
 def test_touched_but_unchanged_output_is_not_cooked_again(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
-    blob = project / "build" / "android" / "net.ort.zst"
+    blob = published(project, "net")
     os.utime(blob, None)
     run = doit(project, "cook")
     assert run.returncode == 0 and "changed since the last cook" not in run.stderr
@@ -188,3 +218,105 @@ def test_edited_manifest_is_written_again(tmp_path: Path) -> None:
     assert "cook:android: " in run.stderr and "manifest.json changed since the last cook" in run.stderr
     assert json.loads(manifest.read_bytes())["platform"] == "android"
     assert json.loads(manifest.read_bytes()) == json.loads(good)
+
+
+# --- 1. a bundle is replaced as one unit ------------------------------------------------------------
+
+READER = r"""
+import sys, time
+from pipeline.runtime import BundleError, open_bundle
+folder, seconds = sys.argv[1], float(sys.argv[2])
+opened = failed = 0
+errors = []
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        bundle = open_bundle(folder)  # checks every blob against the manifest
+        for name in bundle.names:
+            bundle.session(name, providers=["CPUExecutionProvider"])
+        opened += 1
+    except BundleError as exc:
+        failed += 1
+        errors.append(f"{type(exc).__name__}: {exc}")
+print(opened, failed)
+print("\n".join(errors[:3]))
+"""
+
+
+def test_readers_never_see_a_half_replaced_bundle(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    before = json.loads((project / "build" / "android" / "manifest.json").read_text())
+    profile = project / "platforms" / "android.yaml"
+    profile.write_text(profile.read_text() + "compression_level: 3\n")  # every model cooks again
+
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(project / "build" / "android"), "15"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    runs = [doit(project, "cook") for _ in range(1)]
+    out, err = reader.communicate(timeout=120)
+
+    assert all(run.returncode == 0 for run in runs), runs[0].stdout + runs[0].stderr
+    after = json.loads((project / "build" / "android" / "manifest.json").read_text())
+    assert {e["file"] for e in after["models"].values()} != {e["file"] for e in before["models"].values()}
+    opened, failed = (int(x) for x in out.split("\n", 1)[0].split())
+    assert failed == 0, f"a reader saw a broken bundle {failed} time(s): {out}{err}"
+    assert opened > 10
+
+
+def test_partly_failed_cook_keeps_the_previous_bundle_loadable(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    before = json.loads((project / "build" / "android" / "manifest.json").read_text())
+    profile = project / "platforms" / "android.yaml"
+    profile.write_text(profile.read_text() + "compression_level: 3\n")
+    (project / "assets" / "mlp.onnx").write_bytes(b"not a model any more")
+
+    run = doit(project, "--continue", "cook")
+
+    assert run.returncode != 0  # mlp fails; net cooked into staging only
+    assert json.loads((project / "build" / "android" / "manifest.json").read_text()) == before
+    bundle = open_bundle(project / "build" / "android")  # the previous bundle, whole
+    for name in bundle.names:
+        bundle.session(name, providers=["CPUExecutionProvider"])
+
+
+def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path: Path) -> None:
+    from pipeline import publish
+
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    platform_dir = project / "build" / "android"
+    old = open_bundle(platform_dir)
+    profile = project / "platforms" / "android.yaml"
+    profile.write_text(profile.read_text() + "compression_level: 3\n")
+    assert doit(project, "cook").returncode == 0
+
+    # Within the grace period the old blobs are still there: the old Bundle keeps working.
+    for name in old.names:
+        old.session(name, providers=["CPUExecutionProvider"])
+    # Once it has passed, they go; the old Bundle says why rather than "damaged".
+    listed = json.loads((platform_dir / "manifest.json").read_text())["models"]
+    publish.retire(platform_dir, listed, now=time.time() + publish.GRACE_SECONDS + 1)
+    with pytest.raises(BundleReplacedError, match=r"a newer cook replaced the bundle since it was opened"):
+        old.session("net", providers=["CPUExecutionProvider"])
+    fresh = open_bundle(platform_dir)
+    assert sorted(p.name for p in platform_dir.glob("*.zst")) == sorted(
+        Path(e["file"]).name for e in listed.values()
+    )
+    for name in fresh.names:
+        fresh.session(name, providers=["CPUExecutionProvider"])
+
+
+def test_published_blob_unpacks_with_stock_zstd(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    blob = published(project, "net")
+    result = subprocess.run(["zstd", "-d", "-q", str(blob), "-o", str(tmp_path / "net.ort")], check=False)
+    assert result.returncode == 0
+    assert (tmp_path / "net.ort").read_bytes()[4:8] == b"ORTM"

@@ -167,8 +167,12 @@ def test_replaced_blob_is_refused_although_the_manifest_is_signed(
 ) -> None:
     platform_dir, _, public = signed
     bundle_dir = copy_bundle(platform_dir, tmp_path)
-    (bundle_dir / "net.ort.zst").write_bytes((bundle_dir / "mlp.ort.zst").read_bytes())
-    with pytest.raises(ChecksumMismatchError, match=r"net\.ort\.zst"):
+    files = {
+        name: entry["file"]
+        for name, entry in json.loads((bundle_dir / "manifest.json").read_text())["models"].items()
+    }
+    (bundle_dir / files["net"]).write_bytes((bundle_dir / files["mlp"]).read_bytes())
+    with pytest.raises(ChecksumMismatchError, match=r"net\.[0-9a-f]{16}\.ort\.zst"):
         open_bundle(bundle_dir, public_keys=[public.read_bytes()])
 
 

@@ -20,6 +20,7 @@ from .bundle import Bundle, open_bundle
 from .errors import (
     BlobTooLargeError,
     BundleError,
+    BundleReplacedError,
     ChecksumMismatchError,
     CorruptBlobError,
     IncompatibleRuntimeError,
@@ -40,6 +41,7 @@ __all__ = [
     "BlobTooLargeError",
     "Bundle",
     "BundleError",
+    "BundleReplacedError",
     "ChecksumMismatchError",
     "CorruptBlobError",
     "IncompatibleRuntimeError",

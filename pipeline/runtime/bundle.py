@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, MAX_HEADER_SIZE, unpack_blob
-from .errors import BundleError, ChecksumMismatchError, ManifestError, UnknownModelError
+from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .session import ProviderSpec, session_from_unpacked
 from .signature import SIGNATURE_NAME, SIGNATURE_SIZE, verify_signature
 
@@ -28,10 +28,11 @@ _REQUIRED_ENTRY_FIELDS: dict[str, type] = {"file": str, "format": str, "blob_sha
 class Bundle:
     """The models of one cooked platform folder; create it with ``open_bundle``."""
 
-    def __init__(self, root: Path, manifest: Mapping[str, Any]) -> None:
+    def __init__(self, root: Path, manifest: Mapping[str, Any], manifest_sha256: str = "") -> None:
         self.root = root
         self.platform: str = manifest["platform"]
         self._models: Mapping[str, Mapping[str, Any]] = manifest["models"]
+        self._manifest_sha256 = manifest_sha256
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -108,12 +109,32 @@ class Bundle:
                     "folder; re-run `doit cook` to rebuild the bundle"
                 )
             stream, size = _open_regular(path)
+        except FileNotFoundError:
+            if self._replaced():
+                raise BundleReplacedError(
+                    f"{self._where()}: blob of {name!r} ({entry['file']}) is gone: a newer cook replaced "
+                    f"the bundle since it was opened; call open_bundle({str(self.root)!r}) again"
+                ) from None
+            raise ManifestError(
+                f"{self._where()}: cannot read blob of {name!r} at {path}: No such file or directory; "
+                "re-run `doit cook` to rebuild the bundle"
+            ) from None
         except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
             raise ManifestError(
                 f"{self._where()}: cannot read blob of {name!r} at {path}: "
                 f"{getattr(exc, 'strerror', None) or exc}; re-run `doit cook` to rebuild the bundle"
             ) from None
         return stream, size, path
+
+    def _replaced(self) -> bool:
+        """Whether manifest.json on disk is no longer the one this Bundle was opened from."""
+        try:
+            stream, size = _open_regular(self.root / MANIFEST_NAME)
+            with stream:
+                current = hashlib.sha256(stream.read(min(size, MAX_MANIFEST_SIZE) + 1)).hexdigest()
+        except OSError:
+            return True
+        return bool(self._manifest_sha256) and current != self._manifest_sha256
 
     def _entry(self, name: str) -> Mapping[str, Any]:
         try:
@@ -158,7 +179,7 @@ def open_bundle(
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); re-run `doit cook`") from None
     _check_manifest(manifest, manifest_path)
-    bundle = Bundle(root, manifest)
+    bundle = Bundle(root, manifest, hashlib.sha256(raw).hexdigest())
     if verify:
         for name in bundle.names:
             bundle.verify_blob(name)

@@ -50,6 +50,10 @@ class ManifestError(BundleError):
     """A bundle's manifest.json is missing, unreadable or malformed."""
 
 
+class BundleReplacedError(ManifestError):
+    """A blob this ``Bundle`` lists is gone because a newer cook replaced the bundle: open it again."""
+
+
 class SignatureError(BundleError):
     """A bundle's signature is missing, malformed or made by a key the game does not trust."""
 

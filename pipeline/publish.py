@@ -1,0 +1,118 @@
+"""Replacing a bundle as one unit: readers see the complete old bundle or the complete new one.
+
+Cooks write their blobs into ``.entries/`` (staging), never under a name a manifest lists. The
+manifest task then *publishes* each blob under a name that carries its content hash
+(``<name>.<sha256[:16]>.<format>.zst``: a published file never changes), writes the new
+manifest atomically (the single commit point), and only then retires the blobs the new manifest no
+longer lists. A retired blob is deleted once it has been unreferenced for ``GRACE_SECONDS``, so a
+reader that opened the previous manifest keeps working meanwhile. After a cook that fails part
+way, no manifest is written: the previous manifest and every blob it names stay as they were.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .fsutil import atomic_write
+from .layout import STAMPS_DIR
+
+# How long a blob stays after a new manifest stopped listing it: readers that opened the previous
+# manifest (an editor hot-reloading, a test runner, a packaging step) finish with it meanwhile.
+GRACE_SECONDS = 15 * 60
+RETIRED_NAME = "retired.json"
+
+
+def published_name(name: str, model_format: str, blob_sha256: str) -> str:
+    """Where a blob is published in its platform folder (a POSIX path relative to it)."""
+    return f"{name}.{blob_sha256[:16]}.{model_format}.zst"
+
+
+def publish(platform_dir: Path, models: Mapping[str, dict[str, Any]]) -> None:
+    """Give each entry's blob (``file``, staged) its published name; ``file`` is updated in place.
+
+    A published file with the right sha256 is kept as is (hard-linked or copied once); one that
+    differs (damaged) is replaced.
+    """
+    for name, entry in models.items():
+        staged = platform_dir / entry["file"]
+        relative = published_name(name, entry["format"], entry["blob_sha256"])
+        target = platform_dir / relative
+        if not _holds(target, entry["blob_sha256"]):
+            _place(staged, target)
+        entry["file"] = relative
+
+
+def _holds(path: Path, sha256: str) -> bool:
+    try:
+        digest = hashlib.sha256()
+        with path.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return False
+    return digest.hexdigest() == sha256
+
+
+def _place(staged: Path, target: Path) -> None:
+    """``staged`` under the name ``target``: a hard link where the file system has them (no copy),
+    else a copy; atomically either way."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.link.tmp")
+    temp.unlink(missing_ok=True)
+    try:
+        os.link(staged, temp)
+    except OSError:
+        atomic_write(target, staged.read_bytes())
+        return
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def published_files(platform_dir: Path) -> list[Path]:
+    """Every published blob in the folder (not the staged ones under dot-folders)."""
+    return [
+        path
+        for path in platform_dir.rglob("*.zst")
+        if not any(part.startswith(".") for part in path.relative_to(platform_dir).parts)
+    ]
+
+
+def retire(platform_dir: Path, listed: Mapping[str, dict[str, Any]], now: float | None = None) -> None:
+    """After the new manifest is in place: note when each unlisted blob became unreferenced, and
+    delete those unreferenced for longer than GRACE_SECONDS."""
+    now = time.time() if now is None else now
+    keep = {str(PurePosixPath(entry["file"])) for entry in listed.values()}
+    ledger_path = platform_dir / STAMPS_DIR / RETIRED_NAME
+    try:
+        ledger = {str(k): float(v) for k, v in json.loads(ledger_path.read_text(encoding="utf-8")).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        ledger = {}
+    current = {}
+    for path in published_files(platform_dir):
+        relative = path.relative_to(platform_dir).as_posix()
+        if relative in keep:
+            continue
+        since = ledger.get(relative, now)
+        if now - since >= GRACE_SECONDS:
+            path.unlink(missing_ok=True)
+        else:
+            current[relative] = since
+    atomic_write(ledger_path, json.dumps(current, sort_keys=True).encode())
+
+
+def remove_published(platform_dir: Path) -> None:
+    """``doit clean``: every published blob and the ledger go with the manifest."""
+    for path in published_files(platform_dir):
+        path.unlink(missing_ok=True)
+    (platform_dir / STAMPS_DIR / RETIRED_NAME).unlink(missing_ok=True)
