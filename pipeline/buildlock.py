@@ -38,8 +38,15 @@ def _lock(handle: IO[str], blocking: bool) -> bool:
 
 def hold_build_lock(build: Path) -> None:
     """Block until no other process holds ``build``'s lock, then hold it until this process exits."""
-    build.mkdir(parents=True, exist_ok=True)
-    handle = (build / LOCK_NAME).open("a+", encoding="utf-8")
+    try:
+        build.mkdir(parents=True, exist_ok=True)
+        handle = (build / LOCK_NAME).open("a+", encoding="utf-8")
+    except OSError as exc:  # a read-only or foreign build folder: one line, not a traceback
+        sys.stderr.write(
+            f"ERROR: cannot use build folder {build}: {exc.strerror or exc} ({exc.filename or build}); "
+            "make it writable, or point COOK_BUILD_DIR at a folder you can write\n"
+        )
+        raise SystemExit(3) from None
     if not _lock(handle, blocking=False):
         sys.stderr.write(f"another doit process is using {build}; waiting for it to finish...\n")
         _lock(handle, blocking=True)

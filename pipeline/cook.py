@@ -70,6 +70,7 @@ def _verification(
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
     feeds, origin = _feeds(job, model, read)
+    _refuse_meaningless(feeds, origin)
     try:
         reference = reference_outputs(model, feeds, job.platform_dir)
     except Exception as exc:  # onnxruntime errors on the source itself
@@ -84,6 +85,21 @@ def _verification(
         "outputs": [asdict(r) for r in results],
     }
     return report, _verify_data(feeds, reference)
+
+
+def _refuse_meaningless(feeds: Mapping[str, Any], origin: str) -> None:
+    """Inputs that are all NaN make every output NaN, which compares equal: they verify nothing."""
+    for name, value in feeds.items():
+        if (
+            isinstance(value, np.ndarray)
+            and value.dtype.kind in "fc"
+            and value.size
+            and np.isnan(value).all()
+        ):
+            raise VerifyError(
+                f"verification input {name!r} ({origin}) is all NaN, so the cooked model's outputs could not "
+                "be compared with the source's; ship sample inputs with real values"
+            )
 
 
 def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> bytes:

@@ -52,6 +52,34 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
         ) from None
 
 
+def _create_config(platform_dir: Path, models: list[Path], output: Path, types: bool, root: Path) -> None:
+    """onnxruntime's config writer; its failures (it raises anything, e.g. KeyError on a data type it
+    does not know) become a CookError naming the model and the setting that avoids it."""
+    try:
+        create_config_from_models(models, output, enable_type_reduction=types)
+        return
+    except Exception as exc:  # noqa: BLE001 (onnxruntime's tool: any exception type)
+        failure = f"{type(exc).__name__}: {exc}"
+    culprit = None
+    for model in models:  # which model it chokes on
+        try:
+            create_config_from_models([model], root / "probe.config", enable_type_reduction=types)
+        except Exception:  # noqa: BLE001
+            culprit = model.relative_to(root).as_posix().removesuffix(".applied.ort").removesuffix(".ort")
+            break
+    fix = (
+        "set `type_reduction: false` in this platform's file (the build then keeps every type of those "
+        "operators)"
+        if types
+        else "set `reduced_build: false` for this platform"
+    )
+    which = f"model {culprit!r}" if culprit else "the platform's models"
+    raise CookError(
+        f"{platform_dir}: onnxruntime's reduced-build tool failed on {which} ({failure}); {fix}, or "
+        "list this platform in the model's `skip_platforms`"
+    )
+
+
 def _write(platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_reduction: bool) -> list[Path]:
     written = []
     with tempfile.TemporaryDirectory(prefix=".opconfig-", dir=platform_dir) as tmp:
@@ -68,7 +96,7 @@ def _write(platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_re
                 models[-1].write_bytes(applied.read_bytes())
         for config in config_names(type_reduction):
             output = root / config
-            create_config_from_models(models, output, enable_type_reduction=config == OPS_AND_TYPES_CONFIG)
+            _create_config(platform_dir, models, output, config == OPS_AND_TYPES_CONFIG, root)
             # Name models by their bundle name, not by this temporary folder.
             text = output.read_text(encoding="utf-8").replace(f"{root}/", "")
             atomic_write(platform_dir / config, text.encode())

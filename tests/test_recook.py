@@ -5,17 +5,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.runtime import BundleReplacedError, ChecksumMismatchError, open_bundle
-from tests.test_reliability import TRACEBACK, doit, small_project
+from tests.test_reliability import REPO, TRACEBACK, doit, small_project
 
 
 def blobs(project: Path) -> dict[str, bytes]:
@@ -320,3 +322,66 @@ def test_published_blob_unpacks_with_stock_zstd(tmp_path: Path) -> None:
     result = subprocess.run(["zstd", "-d", "-q", str(blob), "-o", str(tmp_path / "net.ort")], check=False)
     assert result.returncode == 0
     assert (tmp_path / "net.ort").read_bytes()[4:8] == b"ORTM"
+
+
+# --- 5. smaller defects -----------------------------------------------------------------------------
+
+
+def int4_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["q"], to=TensorProto.INT4),
+            helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT),
+        ],
+        "int4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def test_failure_of_onnxruntimes_reduced_build_tool_is_a_clean_error_naming_the_model(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    shutil.copy2(REPO / "platforms" / "console.yaml", project / "platforms" / "console.yaml")
+    onnx.save(int4_model(), project / "assets" / "quant.onnx")
+    (project / "assets" / "quant.cook.yaml").write_text("skip_platforms: [android]\n")
+
+    run = doit(project, "cook")
+
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert TRACEBACK not in output
+    assert "onnxruntime's reduced-build tool failed on model 'quant'" in output
+    assert "`type_reduction: false`" in output
+
+
+def test_read_only_build_folder_is_one_clear_line(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        # root ignores permission bits: make the build folder a file instead (as unusable).
+        project = small_project(tmp_path / "p")
+        (project / "build").write_text("not a folder")
+    else:
+        project = small_project(tmp_path / "p")
+        (project / "build").mkdir()
+        (project / "build").chmod(0o555)
+    run = doit(project, "cook")
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert TRACEBACK not in output
+    assert f"cannot use build folder {project / 'build'}" in output and "COOK_BUILD_DIR" in output
+
+
+def test_all_nan_sample_inputs_are_refused(tmp_path: Path) -> None:
+    from pipeline.cook import cook as cook_one
+    from pipeline.errors import VerifyError
+    from tests.test_cook import job_for, mlp_model, save, shipped_settings
+
+    assets = tmp_path / "assets"
+    model = mlp_model()
+    save(model, assets, "net")
+    shape = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    np.savez(assets / "net.inputs.npz", **{model.graph.input[0].name: np.full(shape, np.nan, np.float32)})
+    with pytest.raises(VerifyError, match=r"is all NaN, so the cooked model's outputs could not be compared"):
+        cook_one(job_for(assets, "net", shipped_settings("android"), tmp_path / "build"))
