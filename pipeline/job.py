@@ -20,6 +20,7 @@ class RuntimeCheck:
     runtimes_dir: Path
     result_path: Path
     profile: Path
+    install_timeout: float = 300.0  # COOK_PIP_TIMEOUT: seconds for pip to install a runtime
 
 
 @dataclass(frozen=True, kw_only=True)

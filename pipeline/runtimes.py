@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,12 +22,15 @@ from typing import Any
 
 from .cookkey import tool_versions
 from .errors import CookError
-from .fsutil import atomic_write
+from .fsutil import STALE_TEMP_SECONDS, atomic_write
 from .job import RuntimeCheck
 from .runtime.compat import parse_version
 
-PIP_TIMEOUT = 900
 CHECK_TIMEOUT = 1800
+# pip's own per-connection time-out: a registry that accepts connections but never answers fails
+# in seconds rather than at the whole install's time-out.
+PIP_SOCKET_TIMEOUT = 30
+OFF_HINT = "set `runtime_check: false` with a `runtime_check_off_reason` in {profile}"
 PACKAGE = Path(__file__).resolve().parent
 # What the worker needs of this package; copied beside it so the target environment imports nothing
 # of the cooking environment (a PYTHONPATH to our site-packages would bring its onnxruntime along).
@@ -48,7 +52,7 @@ def _python(env_dir: Path) -> Path:
     return env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def ensure_runtime(version: str, runtimes_dir: Path, profile: Path) -> Path:
+def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_timeout: float = 300.0) -> Path:
     """The interpreter of an environment holding exactly ``onnxruntime==version``; made if missing.
 
     The environment is built in a temp folder and renamed into place, so a killed or concurrent
@@ -59,8 +63,16 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path) -> Path:
     final = environment_dir(runtimes_dir, version)
     if _python(final).is_file():
         return _python(final)
-    runtimes_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=runtimes_dir))
+    try:
+        runtimes_dir.mkdir(parents=True, exist_ok=True)
+        sweep_stale_staging(runtimes_dir)
+        staging = make_staging(runtimes_dir, final.name)
+    except OSError as exc:
+        raise RuntimeCheckError(
+            f"{profile}: cannot create the runtime-check environment in {runtimes_dir} "
+            f"({exc.strerror or exc}); make that folder writable for this user (a cache shared between "
+            "users needs group write permission), or point COOK_RUNTIMES_DIR at a folder of your own"
+        ) from None
     try:
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(staging)
@@ -71,10 +83,11 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path) -> Path:
                 f"false` with a `runtime_check_off_reason` in {profile}"
             ) from None
         command = [str(_python(staging)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        command += ["--timeout", str(PIP_SOCKET_TIMEOUT)]
         # onnxruntime before 1.19 was built against numpy 1.x and does not import under numpy 2.
         numpy = "numpy<2" if parse_version(version) < (1, 19, 0) else "numpy"
         command += [f"onnxruntime=={version}", numpy, "zstandard"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=install_timeout, check=False)
         if done.returncode != 0:
             tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
             raise RuntimeCheckError(
@@ -89,15 +102,51 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path) -> Path:
             if not _python(final).is_file():  # another cook won the race when the folder exists
                 raise
     except subprocess.TimeoutExpired:
-        raise RuntimeCheckError(f"{profile}: installing onnxruntime=={version} timed out") from None
+        raise RuntimeCheckError(
+            f"{profile}: installing onnxruntime=={version} for the runtime check timed out after "
+            f"{install_timeout:g} s (COOK_PIP_TIMEOUT); if the package registry cannot be reached from "
+            f"this machine, {OFF_HINT.format(profile=profile)}"
+        ) from None
+    except OSError as exc:
+        raise RuntimeCheckError(
+            f"{profile}: cannot build the runtime-check environment in {runtimes_dir} "
+            f"({exc.strerror or exc}: {exc.filename or staging}); free disk space or fix the folder's "
+            "permissions"
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return _python(final)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def make_staging(runtimes_dir: Path, name: str) -> Path:
+    """A new folder to build an environment in. mkdtemp makes it 0700; it gets the umask's mode, so
+    that a cache shared between users (COOK_RUNTIMES_DIR on a shared disk) is usable by the group."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=runtimes_dir))
+    staging.chmod(0o777 & ~_umask())
+    return staging
+
+
+def sweep_stale_staging(runtimes_dir: Path) -> None:
+    """Remove the staging folders of environment builds killed part way (20-120 MB each); a live
+    build touches its folder far more often than STALE_TEMP_SECONDS."""
+    cutoff = time.time() - STALE_TEMP_SECONDS
+    for staging in runtimes_dir.glob(".onnxruntime-*"):
+        try:
+            if staging.is_dir() and staging.stat().st_mtime < cutoff:
+                shutil.rmtree(staging, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def run_check(check: RuntimeCheck) -> dict[str, Any]:
     """Load and run every blob of the platform in the target onnxruntime; raise if any fails."""
-    python = ensure_runtime(check.runtime_version, check.runtimes_dir, check.profile)
+    python = ensure_runtime(check.runtime_version, check.runtimes_dir, check.profile, check.install_timeout)
     with tempfile.TemporaryDirectory(prefix=".worker-", dir=check.platform_dir) as tmp:
         package = Path(tmp) / "pipeline"
         shutil.copytree(

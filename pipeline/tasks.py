@@ -191,7 +191,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         platform_dir = where.build / platform.name
         for job in jobs:
             yield _cook_task(job)
-        checks = _runtime_checks(platform, jobs, platform_dir, where.runtimes)
+        checks = _runtime_checks(platform, jobs, platform_dir, where.runtimes, env)
         if checks:
             yield _runtime_check_task(platform, jobs, checks)
         yield _manifest_task(platform, jobs, platform_dir, checks, where.signing_key, key_digest)
@@ -223,12 +223,27 @@ def _refuse_empty(plans: list[tuple[Platform, list[CookJob]]], assets: Path, fou
     raise ProfileError(problems)
 
 
+DEFAULT_PIP_TIMEOUT = 300.0
+
+
+def _seconds(env: Mapping[str, str], variable: str, default: float) -> float:
+    text = env.get(variable, "")
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ProfileError([f"{variable}={text!r}: expected a number of seconds above 0"])
+    return value
+
+
 def _runtime_checks(
-    platform: Platform, jobs: list[CookJob], platform_dir: Path, runtimes: Path
+    platform: Platform, jobs: list[CookJob], platform_dir: Path, runtimes: Path, env: Mapping[str, str]
 ) -> list[RuntimeCheck]:
     """One check per onnxruntime version the platform's models target (usually one)."""
     if not platform.runtime_check or not jobs:
         return []
+    install_timeout = _seconds(env, "COOK_PIP_TIMEOUT", DEFAULT_PIP_TIMEOUT)
     versions = sorted({job.settings.runtime_version for job in jobs})
     return [
         RuntimeCheck(
@@ -239,6 +254,7 @@ def _runtime_checks(
             runtimes_dir=runtimes,
             result_path=runtime_check_path(platform_dir, version),
             profile=platform.path,
+            install_timeout=install_timeout,
         )
         for version in versions
     ]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +115,63 @@ def test_runtime_versions_older_than_the_oldest_supported_are_refused(tmp_path: 
     (folder / "retro.yaml").write_text("runtime_version: '1.15.1'\n")
     with pytest.raises(ProfileError, match=r"1\.15\.1, older than 1\.16.*use 1\.16 or newer"):
         load_platforms(folder, {})
+
+
+def test_environment_folders_get_the_umasks_mode_for_a_shared_cache(tmp_path: Path) -> None:
+    from pipeline.runtimes import make_staging
+
+    old = os.umask(0o002)  # a group-shared cache
+    try:
+        staging = make_staging(tmp_path, "onnxruntime-1.24.4-py311")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(staging.stat().st_mode) == 0o775
+
+
+def test_stale_staging_folders_of_killed_builds_are_swept(tmp_path: Path) -> None:
+    from pipeline.fsutil import STALE_TEMP_SECONDS
+    from pipeline.runtimes import sweep_stale_staging
+
+    stale = tmp_path / ".onnxruntime-1.24.4-py311.abc123"
+    live = tmp_path / ".onnxruntime-1.28.0-py311.def456"
+    kept = tmp_path / "onnxruntime-1.24.4-py311"
+    for folder in (stale, live, kept):
+        (folder / "lib").mkdir(parents=True)
+    past = time.time() - STALE_TEMP_SECONDS - 60
+    os.utime(stale, (past, past))
+    os.utime(kept, (past, past))
+    sweep_stale_staging(tmp_path)
+    assert not stale.exists() and live.exists() and kept.exists()
+
+
+def test_unwritable_runtimes_folder_names_the_folder_and_the_fix(tmp_path: Path) -> None:
+    profile = tmp_path / "platforms" / "retro.yaml"
+    blocked = tmp_path / "runtimes"
+    blocked.write_text("a file where the cache folder should be")
+    with pytest.raises(RuntimeCheckError) as failure:
+        ensure_runtime("0.0.1", blocked, profile)
+    message = str(failure.value)
+    assert str(blocked) in message and "COOK_RUNTIMES_DIR" in message and str(profile) in message
+
+
+def test_a_registry_that_never_answers_times_out_with_the_hint(tmp_path: Path, monkeypatch) -> None:
+    """A real pip against a local server that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    profile = tmp_path / "platforms" / "retro.yaml"
+    try:
+        with pytest.raises(RuntimeCheckError) as failure:
+            ensure_runtime("1.24.4", tmp_path / "runtimes", profile, install_timeout=8)
+    finally:
+        server.close()
+    message = str(failure.value)
+    assert "timed out after 8 s (COOK_PIP_TIMEOUT)" in message
+    assert (
+        "runtime_check: false" in message
+        and "runtime_check_off_reason" in message
+        and str(profile) in message
+    )
