@@ -5,6 +5,7 @@ The one place where a platform's settings become onnxruntime session options for
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -94,7 +95,7 @@ def _run(
                 f"{where}: cannot save the optimized model into {output.parent}: No space left on device "
                 f"({free:,} bytes free); free disk space and run `doit cook` again"
             ) from None
-        hint = ""
+        hint = _hint(str(exc))
         if settings.format == "ort" and "do not support type" in str(exc):
             hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
             hint += ".cook.yaml"
@@ -102,6 +103,19 @@ def _run(
             f"{where}: onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
             f"(into {output.parent}): {exc}{hint}"
         ) from None
+
+
+def _hint(message: str) -> str:
+    """The fix for onnxruntime failures whose own message names none."""
+    unknown = re.search(r"(\S+):(\S+)\(-?\d+\) is not a registered function/op", message)
+    if unknown:
+        domain, op = unknown.groups()
+        return (
+            f"; operator {op!r} of domain {domain!r} is unknown to onnxruntime (a custom operator): the "
+            "cooker optimizes and verifies with onnxruntime, so re-export the model with standard ONNX "
+            "operators, or leave it out of this platform with `skip_platforms` in its .cook.yaml"
+        )
+    return ""
 
 
 def optimize(

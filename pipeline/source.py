@@ -79,6 +79,7 @@ def load_source(
     except (OSError, ValueError) as exc:
         raise ModelError(f"{where}: cannot read its external data ({exc})") from None
     _check(model, asset, where)
+    _check_loadable(model, where)
     normalize(model)
     import_default_opset(model)
     return model
@@ -143,6 +144,24 @@ def _check(model: onnx.ModelProto, asset: AssetModel, where: str) -> None:
             f"{where} fails the ONNX checker: {first_line}; fix the model at its source (exporter) "
             "before cooking"
         ) from None
+
+
+def _check_loadable(model: onnx.ModelProto, where: str) -> None:
+    """What the checker lets through but no onnxruntime can cook, with the fix."""
+    if not model.graph.output:
+        raise ModelError(
+            f"{where} has no graph outputs, so it computes nothing a game could read; re-export it with "
+            "its outputs listed (e.g. `output_names=` in torch.onnx.export)"
+        )
+    release, newest_opset, _ = RUNTIME_LIMITS[-1]
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset > newest_opset:
+        raise ModelError(
+            f"{where} imports opset {opset}, newer than any onnxruntime this cooker knows runs (onnxruntime "
+            f"{'.'.join(map(str, release))}: opset {newest_opset}); convert it with "
+            f"`onnx.version_converter.convert_version(model, {newest_opset})` or re-export it with "
+            f"opset {newest_opset} or older"
+        )
 
 
 def normalize(model: onnx.ModelProto) -> bool:

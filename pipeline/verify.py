@@ -87,11 +87,28 @@ def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -
     """Sample inputs from ``<model>.inputs.npz`` (or its bytes already read, ``data``); keys must be
     exactly the model's input names."""
     expected = {value.name for value in feed_inputs(model.graph)}
+    source = io.BytesIO(data) if data is not None else path
+    zipped = zipfile.is_zipfile(source)
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    if not zipped:
+        raise VerifyError(
+            f"{path}: not a .npz archive (numpy.savez writes a zip of .npy arrays); write the sample inputs "
+            "with numpy.savez(path, **{input_name: array})"
+        )
     try:
-        with np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False) as archive:
+        with np.load(source, allow_pickle=False) as archive:
             feeds = {key: archive[key] for key in archive.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
+    raw = sorted(name for name, value in feeds.items() if value.dtype.kind == "V")
+    if raw:
+        raise VerifyError(
+            f"{path}: input(s) {raw} are stored as raw bytes: arrays of an ml_dtypes type (float8, "
+            "bfloat16, int4) lose their type in .npz, and onnxruntime's Python API cannot take them as "
+            "inputs anyway; the cooker cannot verify this model on them: set `verify: false` in its "
+            ".cook.yaml, or give the model float16/float32 inputs"
+        )
     missing, extra = sorted(expected - set(feeds)), sorted(set(feeds) - expected)
     if missing or extra:
         raise VerifyError(

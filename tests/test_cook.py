@@ -385,5 +385,7 @@ def test_empty_or_damaged_sample_inputs_are_a_clean_error(tmp_path: Path, conten
     assets = tmp_path / "assets"
     save(opset_model(17), assets, "relu")
     (assets / "relu.inputs.npz").write_bytes(content)
-    with pytest.raises(VerifyError, match=r"relu\.inputs\.npz: cannot read sample inputs"):
+    with pytest.raises(
+        VerifyError, match=r"relu\.inputs\.npz: (cannot read sample inputs|not a \.npz archive)"
+    ):
         cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))

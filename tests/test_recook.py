@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -385,3 +386,67 @@ def test_all_nan_sample_inputs_are_refused(tmp_path: Path) -> None:
     np.savez(assets / "net.inputs.npz", **{model.graph.input[0].name: np.full(shape, np.nan, np.float32)})
     with pytest.raises(VerifyError, match=r"is all NaN, so the cooked model's outputs could not be compared"):
         cook_one(job_for(assets, "net", shipped_settings("android"), tmp_path / "build"))
+
+
+def _graph(nodes: list, inputs: list, outputs: list, opset: int = 17, extra: tuple = ()) -> onnx.ModelProto:
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, outputs),
+        opset_imports=[helper.make_opsetid("", opset), *extra],
+    )
+    model.ir_version = 9
+    return model
+
+
+_X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+_Y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+_X8 = helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [2])
+MESSAGES = {
+    "custom-op": (
+        _graph(
+            [helper.make_node("Frobnicate", ["x"], ["y"], domain="com.studio")],
+            [_X],
+            [_Y],
+            extra=(helper.make_opsetid("com.studio", 1),),
+        ),
+        None,
+        r"operator 'Frobnicate' of domain 'com\.studio' is unknown to onnxruntime.*`skip_platforms`",
+    ),
+    "opset-too-new": (
+        _graph([helper.make_node("Relu", ["x"], ["y"])], [_X], [_Y], opset=30),
+        None,
+        r"imports opset 30, newer than any onnxruntime.*convert_version\(model, 28\)",
+    ),
+    "no-outputs": (
+        _graph([helper.make_node("Relu", ["x"], ["y"])], [_X], []),
+        None,
+        r"has no graph outputs.*re-export it with its outputs listed",
+    ),
+    "npz-not-a-zip": (
+        _graph([helper.make_node("Relu", ["x"], ["y"])], [_X], [_Y]),
+        lambda path: path.write_bytes(b"not a zip at all"),
+        r"not a \.npz archive.*numpy\.savez",
+    ),
+    "float8-inputs": (
+        _graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], [_X8], [_Y], opset=19),
+        lambda path: np.savez(path, x=np.zeros(2, dtype=__import__("ml_dtypes").float8_e4m3fn)),
+        r"input\(s\) \['x'\] are stored as raw bytes.*set `verify: false`",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MESSAGES))
+def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
+    from pipeline.cook import cook as cook_one
+    from pipeline.errors import CookError
+    from tests.test_cook import job_for, save, shipped_settings
+
+    model, inputs, expected = MESSAGES[case]
+    assets = tmp_path / "assets"
+    source = save(model, assets, "m")
+    if inputs is not None:
+        inputs(assets / "m.inputs.npz")
+    with pytest.raises(CookError) as failure:
+        cook_one(job_for(assets, "m", shipped_settings("android"), tmp_path / "build"))
+    message = str(failure.value)
+    assert message.startswith(str(source))
+    assert re.search(expected, message), message
