@@ -78,9 +78,11 @@ def load_source(
         _load_external_data(model, {path.name: read.data[path] for path in asset.external_data})
     except (OSError, ValueError) as exc:
         raise ModelError(f"{where}: cannot read its external data ({exc})") from None
+    # Before the checker: an IR<4 model whose initializers are not all listed as inputs breaks an
+    # IR-3 rule the checker enforces, yet onnxruntime runs it; as IR 4 it is valid (issue 13).
+    normalize(model)
     _check(model, asset, where)
     _check_loadable(model, where)
-    normalize(model)
     import_default_opset(model)
     return model
 

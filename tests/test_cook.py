@@ -25,6 +25,7 @@ from pipeline.source import load_source, normalize
 
 REPO = Path(__file__).resolve().parents[1]
 RNG_SEED = 7
+CPU = ["CPUExecutionProvider"]
 
 
 def settings_for(tmp_path: Path, text: str, name: str = "target") -> CookSettings:
@@ -389,3 +390,24 @@ def test_empty_or_damaged_sample_inputs_are_a_clean_error(tmp_path: Path, conten
         VerifyError, match=r"relu\.inputs\.npz: (cannot read sample inputs|not a \.npz archive)"
     ):
         cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))
+
+
+def test_ir3_model_with_initializers_missing_from_its_inputs_cooks(tmp_path: Path) -> None:
+    """Issue 13: the checker refuses such an IR-3 model ("w in initializer but not in graph input");
+    onnxruntime runs it, so the cooker normalizes it to IR 4 before checking and cooks it."""
+    model = legacy_ir3_model()
+    kept = [value for value in model.graph.input if value.name != "w"]  # "w" no longer listed
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    with pytest.raises(onnx.checker.ValidationError, match="in initializer but not in graph input"):
+        onnx.checker.check_model(model)
+    feed = {"x": np.random.default_rng(2).standard_normal((1, 4)).astype(np.float32)}
+    expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, feed)[0]
+    assets = tmp_path / "assets"
+    save(model, assets, "legacy")
+    for platform in ("windows-dml", "android"):
+        entry = cook(job_for(assets, "legacy", shipped_settings(platform), tmp_path / "build"))
+        assert entry["verification"]["outputs"][0]["ok"] is True
+        blob = blob_path(tmp_path / "build" / platform, "legacy", entry["format"]).read_bytes()
+        out = session_from_blob(blob, providers=CPU).run(None, feed)[0]
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
