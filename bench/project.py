@@ -47,6 +47,7 @@ class Run:
     user_s: float
     sys_s: float
     machine_s: float  # every process, from /proc/stat (0 where unavailable)
+    returncode: int = 0
 
     @property
     def cpu_s(self) -> float:
@@ -68,8 +69,18 @@ def machine_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def doit(project: Path, args: Sequence[str], *, assets: str, build: str, runtimes: Path, log: Path) -> Run:
-    """Run ``python -m doit <args>`` in ``project`` on the given assets/build folders.
+def doit(
+    project: Path,
+    args: Sequence[str],
+    *,
+    assets: str,
+    build: str,
+    runtimes: Path,
+    log: Path,
+    check: bool = True,
+) -> Run:
+    """Run ``python -m doit <args>`` in ``project`` on the given assets/build folders; a failure raises
+    ``BenchError`` unless ``check`` is false (then see ``Run.returncode`` and the log).
 
     The environment is the caller's without any ``COOK_*`` variable, so that a developer's
     ``COOK_SET_COMPRESSION_LEVEL`` does not change what is measured. ``runtimes`` is the shared cache
@@ -90,7 +101,7 @@ def doit(project: Path, args: Sequence[str], *, assets: str, build: str, runtime
         completed = subprocess.run(command, cwd=project, env=env, stdout=output, stderr=subprocess.STDOUT)
         elapsed = time.perf_counter() - start
         after, machine_after = resource.getrusage(resource.RUSAGE_CHILDREN), machine_cpu_seconds()
-    if completed.returncode != 0:
+    if completed.returncode != 0 and check:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         raise BenchError(
             f"`{' '.join(command[1:])}` failed in {project} (assets {assets}, build {build}), exit code "
@@ -101,6 +112,7 @@ def doit(project: Path, args: Sequence[str], *, assets: str, build: str, runtime
         user_s=after.ru_utime - before.ru_utime,
         sys_s=after.ru_stime - before.ru_stime,
         machine_s=machine_after - machine_before,
+        returncode=completed.returncode,
     )
 
 

@@ -47,3 +47,36 @@ def _timed(call: Callable[[], object]) -> float:
     del result
     gc.collect()
     return elapsed
+
+
+def interleaved_phases(
+    variants: Mapping[str, Callable[[], Mapping[str, float]]],
+    repeats: int,
+    *,
+    warmup: bool = True,
+    label: str = "",
+) -> dict[str, dict[str, list[float]]]:
+    """``interleaved`` for variants that time their own phases (e.g. session ready, then first run).
+
+    Each call returns {phase: seconds}; the result is {variant: {phase: [seconds per round]}}.
+    """
+    names = list(variants)
+    if warmup:
+        for name in names:
+            _phases(variants[name])
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in names}
+    for round_ in range(repeats):
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in order:
+            for phase, seconds in _phases(variants[name]).items():
+                times[name].setdefault(phase, []).append(seconds)
+        if label:
+            print(f"  {label}: round {round_ + 1}/{repeats}", file=sys.stderr)
+    return times
+
+
+def _phases(call: Callable[[], Mapping[str, float]]) -> Mapping[str, float]:
+    gc.collect()
+    result = call()
+    gc.collect()
+    return result

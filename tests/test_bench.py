@@ -22,22 +22,51 @@ SECTIONS = (
     "## Inputs",
     "## Targets",
     "## 1. Session-ready time",
-    "## 2. Decompression throughput",
-    "## 3. Blob size vs source size",
-    "## 4. Cold cook, sequential and parallel",
-    "## 5. No-op cook as the project grows",
-    "## 6. Peak resident memory",
+    "## 2. Inference time",
+    "## 3. Decompression throughput",
+    "## 4. Blob size vs source size",
+    "## 5. Cold cook, sequential and parallel",
+    "## 6. No-op cook as the project grows",
+    "## 7. Peak resident memory",
+    "## 8. A model over 2 GB",
 )
-# Each measurement of the summary table with its target, as issue 5 states them.
+# Each measurement of the summary table with its target, as issues 5 and 11 state them.
 TARGETS = (
-    ("session-ready time, large_graph, ORT-format blob vs source .onnx", ">= 2x faster"),
-    ("share of integrity checks + decompression in that time", "< 15%"),
-    ("decompression throughput, decode_blob on large_weights", ">= 1 GB/s"),
+    ("session-ready time, geomean over all models, ORT-format blobs vs source .onnx", ">= 2x faster"),
+    ("session-ready time, geomean over all models, ONNX blobs vs source .onnx", ">= 1.3x faster"),
+    ("session-ready time, slowest model's blob vs its source .onnx", ">= 1.0x (no model slower)"),
+    ("session-ready time, large_graph, blob vs source .onnx", ">= 4x faster"),
+    ("share of the loader's checks + decompression in that time, ORT-format blobs", "< 15%"),
+    (
+        "steady-state inference, blob session vs source-file session, slowest model",
+        "<= 1.05x (at most 5% slower)",
+    ),
+    ("decompression of the large_weights weights section as zstd frames, 2 threads", ">= 1.8 GB/s"),
     ("blob size vs source size, per platform", "none (reported)"),
     ("`doit -n 2 cook` speedup over `doit cook`, cold", ">= 1.7x"),
     ("no-op `doit cook`, 100 models x 4 platforms", "< 1.5 s"),
     ("no-op cost growth with the number of models", "no faster than linear"),
-    ("peak resident memory loading large_weights with session_from_blob", "<= 2.5x model size"),
+    (
+        "peak extra memory loading large_weights with `session_from_blob(bytes)`, the caller's blob included",
+        "<= 2x model size",
+    ),
+    ("peak extra memory loading large_weights with `Bundle.session`", "<= 1.5x model size"),
+    ("a model over 2 GB: cooks, or fails with a clear message", "recorded (no target)"),
+)
+UNJUDGED = ("none (reported)", "recorded (no target)")
+# The generated models (bench/models.py) and the example assets: every one is measured.
+GENERATED = (
+    "mobilenet",
+    "resnet18",
+    "resnet50",
+    "unet",
+    "transformer",
+    "lstm",
+    "large_graph",
+    "large_weights",
+)
+EXAMPLES = sorted(
+    p.relative_to(REPO / "assets").with_suffix("").as_posix() for p in (REPO / "assets").rglob("*.onnx")
 )
 MACHINE_ROWS = ("date", "cores", "CPU", "Python", "onnx", "onnxruntime", "zstandard")
 
@@ -85,7 +114,7 @@ def test_summary_lists_measurement_and_target(report: str, measurement: str, tar
     _, _, stated, measured, result = rows[measurement]
     assert stated == target
     assert measured  # a number was reported
-    expected = "-" if target == "none (reported)" else "not judged (quick mode: tiny inputs)"
+    expected = "-" if target in UNJUDGED else "not judged (quick mode: tiny inputs)"
     assert result == expected
 
 
@@ -97,25 +126,71 @@ def test_machine_is_described(report: str, row: str) -> None:
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_every_platform_is_measured(report: str, platform: str) -> None:
-    load = report.split("## 1. Session-ready time", 1)[1].split("\n## ", 1)[0]
-    sizes = report.split("## 3. Blob size vs source size", 1)[1].split("\n## ", 1)[0]
-    size_header = next(line for line in sizes.splitlines() if line.startswith("| model |"))
-    assert f"`session_from_blob`, {platform} blob in memory" in load
-    assert f" {platform} (" in size_header
+    for section in ("## 1. Session-ready time", "## 2. Inference time", "## 4. Blob size vs source size"):
+        text = report.split(section, 1)[1].split("\n## ", 1)[0]
+        header = next(line for line in text.splitlines() if line.startswith("| model |"))
+        assert f" {platform} " in header, section
+    memory = report.split("## 7. Peak resident memory", 1)[1].split("\n## ", 1)[0]
+    if platform in ("android", "windows-dml"):  # the first platform of each format
+        assert f"({platform}) | `session_from_blob(blob bytes)`" in memory
+
+
+@pytest.mark.parametrize("model", GENERATED + tuple(EXAMPLES))
+def test_every_model_is_measured(report: str, model: str) -> None:
+    """Every model has a row in the inputs, session-ready, inference and size tables."""
+    for section in ("## Inputs", "## 1. Session-ready time", "## 2. Inference time", "## 4. Blob size"):
+        text = report.split(section, 1)[1].split("\n## ", 1)[0]
+        assert f"\n| {model} | " in text, section
+
+
+def test_decompression_reports_one_and_two_threads_and_raw(report: str) -> None:
+    text = report.split("## 3. Decompression throughput", 1)[1].split("\n## ", 1)[0]
+    for threads in (1, 2):
+        assert f"| unpack_blob, weights as zstd frames, {threads} thread(s) |" in text
+        assert f"| unpack_blob, weights stored raw (as cooked), {threads} thread(s) |" in text
+
+
+def test_huge_model_is_not_run_without_the_flag(report: str) -> None:
+    text = report.split("## 8. A model over 2 GB", 1)[1]
+    assert "Not run: `python -m bench --huge`" in text
+
+
+def test_huge_cannot_be_combined_with_quick() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--huge"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    assert "--huge cannot be combined with --quick" in completed.stderr
 
 
 def test_full_sizes_meet_the_issue() -> None:
-    """The full run's synthetic models are as large as issue 5 asks (checked without writing 268 MB)."""
+    """The full run's synthetic models are as large as issues 5 and 11 ask (built in memory; the
+    268 MB and >2 GB weights are not written)."""
     code = textwrap.dedent(
         """
         import json
-        from bench.models import FULL, build_large_graph
-        print(json.dumps({"nodes": len(build_large_graph(FULL).graph.node), "weights": FULL.weights_bytes}))
+        from bench.models import FULL, GENERATED
+        sizes = {g.name: g.build(FULL).ByteSize() for g in GENERATED}
+        nodes = len(next(g for g in GENERATED if g.name == "large_graph").build(FULL).graph.node)
+        weights, huge = FULL.weights_bytes, FULL.huge_bytes
+        print(json.dumps({"sizes": sizes, "nodes": nodes, "weights": weights, "huge": huge}))
         """
     )
     completed = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
     )
-    sizes = json.loads(completed.stdout)
-    assert sizes["nodes"] >= 2000
-    assert 200e6 <= sizes["weights"] < 2e9  # blobs must stay under 2 GB
+    result = json.loads(completed.stdout)
+    sizes = result["sizes"]
+    assert len(sizes) + 1 + len(EXAMPLES) >= 12  # + large_weights, written apart
+    conv_nets = [sizes[name] for name in ("mobilenet", "resnet18", "resnet50", "unet")]
+    assert all(5e6 <= size <= 60e6 for size in conv_nets), conv_nets
+    assert min(conv_nets) < 10e6 and max(conv_nets) > 40e6  # the range is covered, not one size
+    assert 10e6 <= sizes["transformer"] <= 40e6
+    assert 1e6 <= sizes["lstm"] <= 10e6
+    assert result["nodes"] >= 2000
+    assert 250e6 <= result["weights"] < 2e9  # a 268 MB MatMul stack; blobs must stay under 2 GB
+    assert result["huge"] > 2**31  # --huge: past what protobuf and the ORT format hold
