@@ -332,3 +332,49 @@ def test_model_over_the_proto_limit_with_inline_weights_is_refused(tmp_path: Pat
         ModelError, match=r"over protobuf's 2 GB limit, so they cannot stay inline: set `weights: auto`"
     ):
         cook(job_for(assets, "net", settings, tmp_path / "build"))
+
+
+# --- ORT-format graphs: frames zstd cannot shrink are stored raw --------------------------------
+
+
+def test_ort_graph_frames_of_float_weights_are_stored_raw_and_unpack_with_stock_tools(tmp_path: Path) -> None:
+    from pipeline.runtime.blob import encode_blob
+
+    model = onnx.ModelProto.FromString(mlp(layers=4, width=512).SerializeToString())
+    ort_path = tmp_path / "net.ort"
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(ort_path)
+    options.add_session_config_entry("session.save_model_format", "ORT")
+    onnxruntime.InferenceSession(model.SerializeToString(), options, providers=CPU)
+    ort_model = ort_path.read_bytes()
+    blob = encode_blob(
+        ort_model,
+        level=3,
+        model_format="ort",
+        platform="test",
+        name="net",
+        cook_key="0" * 64,
+        min_runtime_version="1.16",
+        ort_format_version="6",
+    )
+    header, _ = read_header(blob)
+    codecs = [f.codec for f in header.frames if f.section == "graph"]
+    assert "raw" in codecs and len(codecs) > 1  # float weights: zstd gains under 10%
+    assert unpack_blob(blob).model == ort_model
+    out = session_from_blob(blob, providers=CPU).run(None, {"x": feed(512)["x"]})[0]
+    ref = onnxruntime.InferenceSession(ort_model, providers=CPU).run(None, {"x": feed(512)["x"]})[0]
+    np.testing.assert_array_equal(out, ref)
+
+    path = tmp_path / "net.ort.zst"
+    path.write_bytes(blob)
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "inspect", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    commands = shown.split("# unpack with stock tools:\n", 1)[1]
+    work = tmp_path / "stock"
+    work.mkdir()
+    subprocess.run(["bash", "-c", commands], cwd=work, check=True)
+    assert (work / "net.ort").read_bytes() == ort_model

@@ -12,6 +12,7 @@ from pathlib import Path
 from .blob import BlobHeader, read_header, unpack_blob
 from .bundle import open_bundle
 from .errors import BundleError
+from .frames import Frame
 
 
 def inspect(path: Path) -> str:
@@ -45,23 +46,38 @@ def stock_unpack_commands(header: BlobHeader, blob: str) -> list[str]:
     """Shell commands (zstd, head, tail) that write the model file, and its weights file, from ``blob``."""
     model, blob = shlex.quote(model_file_name(header)), shlex.quote(blob)
     data_file = shlex.quote(header.weights.file) if header.weights is not None else ""
+    graph = [f for f in header.frames if f.section == "graph"]
     weights = [f for f in header.frames if f.section == "weights"]
-    if header.weights is None or not any(f.codec == "zstd" for f in weights):
-        lines = [f"zstd -d {blob} -o {model}"]
-    else:  # zstd writes graph then weights, in blob order: split them
+    if header.version < 2 or (not weights and all(f.codec == "zstd" for f in graph)):
+        return [f"zstd -d {blob} -o {model}"]
+    if all(f.codec == "zstd" for f in graph) and all(f.codec == "raw" for f in weights):
+        # zstd writes the graph (it skips the header and raw frames); the weights are cut out
+        return [f"zstd -d {blob} -o {model}", *_frame_commands(weights, blob, data_file)]
+    if all(f.codec == "zstd" for f in (*graph, *weights)):  # zstd writes graph then weights
         both = shlex.quote(f"{model_file_name(header)}.both")
-        lines = [
+        return [
             f"zstd -d {blob} -o {both}",
             f"head -c {header.graph_size} {both} > {model}",
             f"tail -c +{(header.graph_size or 0) + 1} {both} > {data_file}",
             f"rm {both}",
         ]
-    if header.weights is not None and all(f.codec == "raw" for f in weights):
-        for index, frame in enumerate(weights):
-            redirect = ">" if index == 0 else ">>"
+    # Raw frames among the graph's (an ORT file's weights): every frame, in order.
+    return _frame_commands(graph, blob, model) + (
+        _frame_commands(weights, blob, data_file) if weights else []
+    )
+
+
+def _frame_commands(frames: list[Frame], blob: str, output: str) -> list[str]:
+    lines = []
+    for index, frame in enumerate(frames):
+        redirect = ">" if index == 0 else ">>"
+        if frame.codec == "raw":
             lines.append(
-                f"tail -c +{frame.data_offset + 1} {blob} | head -c {frame.content_size} "
-                f"{redirect} {data_file}"
+                f"tail -c +{frame.data_offset + 1} {blob} | head -c {frame.content_size} {redirect} {output}"
+            )
+        else:
+            lines.append(
+                f"tail -c +{frame.offset + 1} {blob} | head -c {frame.size} | zstd -dc {redirect} {output}"
             )
     return lines
 

@@ -174,9 +174,7 @@ def decode_into(
 
 def _decompress_frame(frame: memoryview, target: memoryview) -> None:
     # Feed the whole frame at once: the default 128 KiB input steps halve the throughput.
-    reader = zstandard.ZstdDecompressor().stream_reader(
-        frame, read_size=max(len(frame), 1), read_across_frames=False
-    )
+    reader = _decompressor().stream_reader(frame, read_size=max(len(frame), 1), read_across_frames=False)
     filled = 0
     while filled < len(target):
         count = reader.readinto(target[filled:])
@@ -186,6 +184,17 @@ def _decompress_frame(frame: memoryview, target: memoryview) -> None:
     # The last read consumes the end of the frame, where zstd compares the content checksum.
     if reader.readinto(bytearray(1)) != 0:
         raise ValueError("frame holds more than its declared content size")
+
+
+_LOCAL = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """One decompression context per thread, reused: making one costs more than a small frame."""
+    context = getattr(_LOCAL, "decompressor", None)
+    if context is None:
+        context = _LOCAL.decompressor = zstandard.ZstdDecompressor()
+    return context
 
 
 def run_parallel(task: Callable[[int], None], indices: range, threads: int | None) -> None:
