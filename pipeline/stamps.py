@@ -9,7 +9,6 @@ Standard library only (used at task-loading time).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -17,17 +16,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .cookkey import file_sha256
 from .fsutil import atomic_write
 
 STAMP_VERSION = 1
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+_sha256 = file_sha256
 
 
 def _stat(path: Path) -> list[int]:

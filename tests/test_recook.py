@@ -156,13 +156,18 @@ def _flip_keeping_mtime(path: Path, index: int) -> None:
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
-@pytest.mark.parametrize("runtime_check", [True, False])
-def test_flipped_byte_in_a_staged_blob_is_cooked_again(tmp_path: Path, runtime_check: bool) -> None:
+def cooked_project(tmp_path: Path, runtime_check: bool) -> Path:
     project = small_project(tmp_path / "p")
     if not runtime_check:
         profile = project / "platforms" / "android.yaml"
         profile.write_text(profile.read_text() + "runtime_check: false\nruntime_check_off_reason: test\n")
     assert doit(project, "cook").returncode == 0
+    return project
+
+
+@pytest.mark.parametrize("runtime_check", [True, False])
+def test_flipped_byte_in_a_staged_blob_is_cooked_again(tmp_path: Path, runtime_check: bool) -> None:
+    project = cooked_project(tmp_path, runtime_check)
     blob = project / "build" / "android" / ".entries" / "net.ort.zst"
     _flip_keeping_mtime(blob, len(blob.read_bytes()) // 2)
 
@@ -178,11 +183,7 @@ def test_flipped_byte_in_a_staged_blob_is_cooked_again(tmp_path: Path, runtime_c
 
 @pytest.mark.parametrize("runtime_check", [True, False])
 def test_flipped_byte_in_a_published_blob_is_published_again(tmp_path: Path, runtime_check: bool) -> None:
-    project = small_project(tmp_path / "p")
-    if not runtime_check:
-        profile = project / "platforms" / "android.yaml"
-        profile.write_text(profile.read_text() + "runtime_check: false\nruntime_check_off_reason: test\n")
-    assert doit(project, "cook").returncode == 0
+    project = cooked_project(tmp_path, runtime_check)
     blob = published(project, "net")
     _flip_keeping_mtime(blob, len(blob.read_bytes()) // 2)
     with pytest.raises(ChecksumMismatchError):
