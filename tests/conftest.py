@@ -5,14 +5,28 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
-from runtime_helpers import tiny_model, to_ort_format
+from runtime_helpers import mlp_model, run_source, sample_input, tiny_model, to_ort_format
 
 REPO = Path(__file__).resolve().parent.parent
 # What `doit cook` reads; build/ is never copied, so a copy always starts from nothing cooked.
 PROJECT_PARTS = ("dodo.py", "pipeline", "platforms", "assets")
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+@pytest.fixture(scope="module")
+def mlp() -> Any:
+    """A model with float32, int64 and float16 initializers big enough to go to a weights section."""
+    return mlp_model(seed=0)
+
+
+@pytest.fixture(scope="module")
+def mlp_expected(mlp: Any) -> np.ndarray:
+    """onnxruntime on the source model (all initializers inline): what every cooked form must compute."""
+    return run_source(mlp.SerializeToString(), sample_input())
 
 
 def copy_project(dest: Path) -> Path:

@@ -39,10 +39,8 @@ from runtime_helpers import (
     make_blob,
     make_blob_v1,
     make_weighted_blob,
-    mlp_model,
     pack_header,
     repack,
-    run_source,
     sample_input,
     split_blob,
     write_bundle,
@@ -85,17 +83,6 @@ ELEM_TYPES = {np.dtype(name): code for code, name in TENSOR_DTYPES.items()}
 
 
 # --- fixtures and helpers -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def mlp() -> Any:
-    return mlp_model(seed=0)
-
-
-@pytest.fixture(scope="module")
-def mlp_expected(mlp: Any) -> np.ndarray:
-    """onnxruntime on the source model (all initializers inline): what every cooked form must compute."""
-    return run_source(mlp.SerializeToString(), sample_input())
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,6 @@ from runtime_helpers import (
     make_blob,
     make_blob_v1,
     make_weighted_blob,
-    mlp_model,
     mutate,
     pack_header,
     repack,
@@ -111,16 +110,6 @@ def versioned(blobs: dict[str, bytes], v1_blobs: dict[str, bytes]) -> dict[int, 
 @pytest.fixture(scope="module")
 def expected(source: bytes) -> np.ndarray:
     return run_source(source, sample_input())
-
-
-@pytest.fixture(scope="module")
-def mlp() -> Any:
-    return mlp_model(seed=0)
-
-
-@pytest.fixture(scope="module")
-def mlp_expected(mlp: Any) -> np.ndarray:
-    return run_source(mlp.SerializeToString(), sample_input())
 
 
 @pytest.fixture(scope="module")
