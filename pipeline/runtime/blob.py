@@ -19,7 +19,7 @@ import math
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -249,7 +249,7 @@ def encode_blob(
     # Raw frames pad their content to an aligned offset of the blob, which depends on the header's
     # length, which lists the frames: lay out for a header end, then pad the header's JSON with
     # spaces to reach exactly that end (or try a later end).
-    end = len(_pack_header(header)) + 64 * (1 + sum(piece[1] == "raw" for piece in pieces))
+    end = len(_pack_header(header)) + 64
     while True:
         frames, parts, offset, content = [], [], end, {"graph": 0, "weights": 0}
         for section, codec, item, content_size, checks in pieces:
@@ -264,15 +264,13 @@ def encode_blob(
             parts.append(blob_frame)
             offset += len(blob_frame)
             content[section] += content_size
-        laid_out = _replace(header, frames=tuple(frames), compressed_size=offset - end)
+        laid_out = replace(header, frames=tuple(frames), compressed_size=offset - end)
         head = _pack_header(laid_out, length=end)
         if head is not None:
             return b"".join([head, *parts])
-        end += 64
-
-
-def _replace(header: BlobHeader, **changes: Any) -> BlobHeader:
-    return BlobHeader(**{**{k: getattr(header, k) for k in header.__dataclass_fields__}, **changes})
+        # Longer than guessed: lay out again behind the header as long as it now is, plus room for
+        # the sizes it lists to grow by a digit or two.
+        end = len(_pack_header(laid_out)) + 64
 
 
 def _pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
