@@ -147,11 +147,12 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     model = load_source(asset, where, read)
     fix_shapes(model, settings)
     large = is_large(model)
+    fallback: dict[str, Any] | None = None
     if large:
         proto = _optimize_large(job, model, where)
         cooked_facts, ort_version, model_size = onnx_facts(proto), None, tensor_bytes(proto)
     else:
-        cooked = optimize(model, settings, where, work_dir=job.platform_dir)
+        cooked, fallback = _optimize_within_growth(job, model, where)
         ort_version = ort_format_version(cooked)
         cooked_facts = (
             ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
@@ -189,7 +190,14 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         raise VerifyError(f"{where}: verification failed: {exc}") from None
     applied = None
     if settings.reduced_build and settings.optimization_style == "runtime":
-        applied = optimize(model, settings, where, work_dir=job.platform_dir, saved="apply")
+        applied = optimize(
+            model,
+            settings,
+            where,
+            work_dir=job.platform_dir,
+            saved="apply",
+            also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
+        )
     report = usability(model, settings, work_dir=job.platform_dir)
     target = blob_path(job.platform_dir, asset.name, settings.format)
     entry = {
@@ -200,6 +208,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "model_size": model_size,
         "blob_size": len(blob),
         "weights": _weights_entry(blob),
+        "fallbacks": [fallback] if fallback else [],
         "source_sha256": sources[asset.path.name],
         "sources": sources,
         "model_sha256": read_header(blob)[0].model_sha256,
@@ -232,6 +241,40 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         outputs.append(applied_variant_path(job.platform_dir, asset.name))
     record(outputs, cook_stamps_path(job.platform_dir, asset.name), sources=read.stamps)
     return entry
+
+
+# What a cook may turn off when the cooked model grows past max_growth: constant folding
+# materializes ConstantOfShape/Expand/Tile/Range outputs the source computes at run time.
+GROWTH_FALLBACK = ("ConstantFolding",)
+
+
+def _optimize_within_growth(job: CookJob, model: onnx.ModelProto, where: str) -> tuple[bytes, dict | None]:
+    """The optimized model and, when constant folding inflated it past the settings' limits, the
+    model cooked again without it (and what was done, for the manifest)."""
+    settings = job.settings
+    source = model.ByteSize()
+    cooked = optimize(model, settings, where, work_dir=job.platform_dir)
+    if not _inflated(len(cooked), source, settings):
+        return cooked, None
+    again = optimize(model, settings, where, work_dir=job.platform_dir, also_disabled=GROWTH_FALLBACK)
+    limits = f"`max_growth` {settings.max_growth:g}, `max_growth_bytes` {settings.max_growth_bytes:,}"
+    if _inflated(len(again), source, settings):
+        raise ModelError(
+            f"{where}: cooking makes the {source:,}-byte model {len(cooked):,} bytes, and still "
+            f"{len(again):,} bytes without constant folding (over {limits}); if that size is expected, "
+            f"raise `max_growth` or `max_growth_bytes` in {job.asset.path.with_suffix('.cook.yaml')}"
+        )
+    return again, {
+        "disabled_optimizers": list(GROWTH_FALLBACK),
+        "why": (
+            f"constant folding made the {source:,}-byte model {len(cooked):,} bytes (over {limits}); "
+            f"without it, {len(again):,} bytes"
+        ),
+    }
+
+
+def _inflated(cooked: int, source: int, settings: CookSettings) -> bool:
+    return cooked > settings.max_growth * source and cooked - source > settings.max_growth_bytes
 
 
 def _optimize_large(job: CookJob, model: onnx.ModelProto, where: str) -> onnx.ModelProto:

@@ -77,6 +77,7 @@ def _run(
     where: str,
     options: onnxruntime.SessionOptions,
     work_dir: Path | None,
+    also_disabled: tuple[str, ...] = (),
 ) -> None:
     """Create the cooking session (which writes the optimized model); clean errors otherwise."""
     output = Path(options.optimized_model_filepath)
@@ -86,7 +87,7 @@ def _run(
                 source,
                 sess_options=options,
                 providers=COOK_PROVIDERS,
-                disabled_optimizers=disabled_optimizers(settings),
+                disabled_optimizers=[*disabled_optimizers(settings), *also_disabled],
             )
     except Exception as exc:  # onnxruntime raises Fail, InvalidGraph, NotImplemented, RuntimeError...
         free = shutil.disk_usage(output.parent).free
@@ -125,6 +126,7 @@ def optimize(
     work_dir: Path | None = None,
     *,
     saved: str = "save",
+    also_disabled: tuple[str, ...] = (),
 ) -> bytes:
     """The optimized model in the platform's format, as bytes.
 
@@ -138,7 +140,7 @@ def optimize(
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
         output = Path(tmp) / f"model.{settings.format}"
-        _run(model, settings, where, session_options(settings, output, saved), work_dir)
+        _run(model, settings, where, session_options(settings, output, saved), work_dir, also_disabled)
         data = output.read_bytes()
     return data if settings.format == "ort" else tidy_onnx(data)
 

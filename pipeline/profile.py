@@ -48,6 +48,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _RANGES: dict[str, tuple[float, float | None]] = {
     "compression_level": (1, 22),  # zstd's levels
+    "max_growth": (1, None),
+    "max_growth_bytes": (0, None),
     "rtol": (0, None),
     "atol": (0, None),
 }
@@ -157,6 +159,8 @@ class CookSettings:
     reduced_build: bool
     type_reduction: bool
     weights: str  # auto | inline | external: where an ONNX model's big initializers go in the blob
+    max_growth: float  # cooked / source size that, with max_growth_bytes more, counts as inflated
+    max_growth_bytes: int
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (mappings as dicts, tuples as lists) for the manifest and the cook key."""
@@ -343,6 +347,8 @@ def _cook_settings(platform_name: str, values: Mapping[str, Any]) -> CookSetting
         reduced_build=values["reduced_build"],
         type_reduction=values["type_reduction"],
         weights=values["weights"],
+        max_growth=float(values["max_growth"]),
+        max_growth_bytes=values["max_growth_bytes"],
     )
 
 

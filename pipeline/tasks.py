@@ -88,7 +88,11 @@ def _summary(entry: Mapping[str, Any]) -> str:
     else:
         checked = "NOT verified (verify: false)"
     size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
-    return f"{entry['settings']['platform']}/{entry['file']}: {size}, {checked}"
+    line = f"{entry['settings']['platform']}/{entry['file']}: {size}, {checked}"
+    for fallback in entry.get("fallbacks", []):
+        line += f"\n  warning: {entry['name']} cooked without {', '.join(fallback['disabled_optimizers'])}: "
+        line += fallback["why"]
+    return line
 
 
 def run_manifest(

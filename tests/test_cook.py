@@ -411,3 +411,52 @@ def test_ir3_model_with_initializers_missing_from_its_inputs_cooks(tmp_path: Pat
         blob = blob_path(tmp_path / "build" / platform, "legacy", entry["format"]).read_bytes()
         out = session_from_blob(blob, providers=CPU).run(None, feed)[0]
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def constant_of_shape_model(size: int) -> onnx.ModelProto:
+    """A tiny source that computes a ``size`` x ``size`` constant at run time (ConstantOfShape):
+    constant folding would store it in the cooked model."""
+    shape = numpy_helper.from_array(np.array([size, size], np.int64), "shape")
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])
+    graph = helper.make_graph(
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["c"], value=value),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
+        "grows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size, size])],
+        [shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_constant_folding_that_inflates_a_model_is_turned_off_and_recorded(
+    tmp_path: Path, platform: str
+) -> None:
+    assets = tmp_path / "assets"
+    save(constant_of_shape_model(512), assets, "grows")  # 1 MiB folded, from a few hundred bytes
+    settings = shipped_settings(platform, max_growth_bytes=65536)
+    entry = cook(job_for(assets, "grows", settings, tmp_path / "build"))
+
+    (fallback,) = entry["fallbacks"]
+    assert fallback["disabled_optimizers"] == ["ConstantFolding"]
+    assert "constant folding made the" in fallback["why"] and "without it" in fallback["why"]
+    assert entry["model_size"] < 65536  # the constant is computed at run time again
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    # With the default limit (16 MiB) the same 1 MiB of folding is accepted and not recorded.
+    default = cook(job_for(assets, "grows", shipped_settings(platform), tmp_path / "default"))
+    assert default["fallbacks"] == [] and default["model_size"] > 1 << 20
+
+
+def test_a_model_that_stays_too_big_fails_naming_the_sizes_and_the_settings(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(mlp_model(), assets, "mlp")
+    settings = shipped_settings("android", max_growth=1.0, max_growth_bytes=0)  # any growth at all
+    with pytest.raises(
+        ModelError, match=r"and still [\d,]+ bytes without constant folding.*raise `max_growth`"
+    ):
+        cook(job_for(assets, "mlp", settings, tmp_path / "build"))
