@@ -9,7 +9,7 @@ import hashlib
 import io
 import json
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -139,13 +139,155 @@ def cook(job: CookJob) -> dict[str, Any]:
         ) from None
 
 
+@dataclass(frozen=True)
+class _Variant:
+    """One cooked form of the model: its blob and what the entry says of it."""
+
+    job: CookJob  # with the settings this form was cooked with
+    blob: bytes
+    model_size: int
+    ort_version: str | None
+    min_runtime: str
+    verification: dict[str, Any]
+    verify_data: bytes | None
+    fallbacks: list[dict[str, Any]]
+    cooked: bytes | None  # the optimized model file, when it fits one protobuf or flatbuffer
+
+
 def _cook(job: CookJob, where: str) -> dict[str, Any]:
-    asset, settings = job.asset, job.settings
+    asset = job.asset
     read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
     sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
     model = load_source(asset, where, read)
-    fix_shapes(model, settings)
+    fix_shapes(model, job.settings)
+    asked_runtime = job.settings.optimization_style == "runtime"
+    variant = _cook_with_style_fallback(job, model, where, read, key)
+    job, settings, blob = variant.job, variant.job.settings, variant.blob
+    options = job.settings.to_dict()
+    fallback = next((f for f in variant.fallbacks if "disabled_optimizers" in f), None)
+    model_size, ort_version, min_runtime = variant.model_size, variant.ort_version, variant.min_runtime
+    verification, verify_data = variant.verification, variant.verify_data
+    applied = None
+    if settings.reduced_build and asked_runtime and variant.cooked is not None and not_runtime(settings):
+        applied = variant.cooked  # fell back to the fixed style: the blob's model is the applied one
+    elif settings.reduced_build and settings.optimization_style == "runtime":
+        applied = optimize(
+            model,
+            settings,
+            where,
+            work_dir=job.platform_dir,
+            saved="apply",
+            also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
+        )
+    report = usability(model, settings, work_dir=job.platform_dir)
+    target = blob_path(job.platform_dir, asset.name, settings.format)
+    entry = {
+        "name": asset.name,
+        "format": settings.format,
+        "file": target.relative_to(job.platform_dir).as_posix(),
+        "source_size": sum(len(read.data[path]) for path in asset.source_files if path != asset.inputs_path),
+        "model_size": model_size,
+        "blob_size": len(blob),
+        "weights": _weights_entry(blob),
+        "fallbacks": variant.fallbacks,
+        "source_sha256": sources[asset.path.name],
+        "sources": sources,
+        "model_sha256": read_header(blob)[0].model_sha256,
+        "blob_sha256": _sha256(blob),
+        "cook_key": key,
+        "inputs": signature(feed_inputs(model.graph)),
+        "outputs": signature(model.graph.output),
+        "execution_providers": list(settings.execution_providers),
+        "provider_options": options["provider_options"],
+        "ep_session_options": options["ep_session_options"],
+        "saved_runtime_optimizations": settings.optimization_style == "runtime",
+        "ort_format_version": ort_version,
+        "min_runtime_version": min_runtime,
+        "cooked_with": dict(tool_versions()),
+        "settings": options,
+        "verification": verification,
+        "usability": report,
+    }
+    if applied is not None:
+        atomic_write(applied_variant_path(job.platform_dir, asset.name), applied)
+    data_path = verify_data_path(job.platform_dir, asset.name)
+    if verify_data is None:  # verify is off: no task lists the file
+        data_path.unlink(missing_ok=True)
+    else:
+        atomic_write(data_path, verify_data)
+    atomic_write(target, blob)
+    atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
+    outputs = [target, entry_path(job.platform_dir, asset.name), data_path]
+    if applied is not None:
+        outputs.append(applied_variant_path(job.platform_dir, asset.name))
+    record(outputs, cook_stamps_path(job.platform_dir, asset.name), sources=read.stamps)
+    return entry
+
+
+def not_runtime(settings: CookSettings) -> bool:
+    return settings.optimization_style != "runtime"
+
+
+# When a runtime-style ORT blob does not load (onnxruntime cannot replay some saved runtime
+# optimizations, e.g. QDQ selector records: "Not enough produced nodes in the runtime optimization
+# record"), the closest forms that may: the fixed style at the same level, then at level basic.
+STYLE_FALLBACKS: tuple[dict[str, str], ...] = (
+    {"optimization_style": "fixed"},
+    {"optimization_style": "fixed", "optimization_level": "basic"},
+)
+LOAD_FAILURE = "the runtime loader cannot load the cooked blob"
+
+
+def _cook_with_style_fallback(
+    job: CookJob, model: onnx.ModelProto, where: str, read: SourceRead, key: str
+) -> _Variant:
+    """The platform's form of the model; for a runtime-style blob that does not load, the first
+    fallback form that loads and verifies, recorded. Never a blob that failed to load."""
+    try:
+        return _cook_variant(job, model, where, read, key)
+    except VerifyError as exc:
+        if LOAD_FAILURE not in str(exc) or job.settings.optimization_style != "runtime":
+            raise
+        if _style_pinned(job):
+            raise VerifyError(
+                f"{exc}; the model pins `optimization_style` in its .cook.yaml, so no fallback was tried: "
+                "remove that line to let the cook fall back to the fixed style"
+            ) from None
+        first = str(exc)
+    tried = []
+    for change in STYLE_FALLBACKS:
+        attempt = replace(job, settings=replace(job.settings, **change))
+        described = ", ".join(f"{k} {v}" for k, v in change.items())
+        try:
+            variant = _cook_variant(attempt, model, where, read, key)
+        except CookError as exc:  # a guard or the verification refuses this form too: the next one
+            tried.append(f"{described}: {str(exc).removeprefix(where + ': ')}")
+            continue
+        why = first.split(": verification failed: ", 1)[-1]
+        record = {"used": change, "instead_of": {"optimization_style": "runtime"}, "why": why}
+        return replace(variant, fallbacks=[record, *variant.fallbacks])
+    raise VerifyError(f"{first}; no fallback loads either ({'; '.join(tried)})")
+
+
+def _style_pinned(job: CookJob) -> bool:
+    """Whether the model's own settings file sets optimization_style (top level or for this platform)."""
+    path = job.asset.settings_path
+    if path is None or not path.is_file():
+        return False
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    section = (data.get("platforms") or {}).get(job.settings.platform) or {}
+    return "optimization_style" in data or "optimization_style" in section
+
+
+def _cook_variant(job: CookJob, model: onnx.ModelProto, where: str, read: SourceRead, key: str) -> _Variant:
+    """Optimize, guard, compress and verify ``model`` with ``job``'s settings (no file written)."""
+    asset, settings = job.asset, job.settings
     large = is_large(model)
     fallback: dict[str, Any] | None = None
     if large:
@@ -188,59 +330,17 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         verification, verify_data = _verification(job, model, blob, read)
     except VerifyError as exc:
         raise VerifyError(f"{where}: verification failed: {exc}") from None
-    applied = None
-    if settings.reduced_build and settings.optimization_style == "runtime":
-        applied = optimize(
-            model,
-            settings,
-            where,
-            work_dir=job.platform_dir,
-            saved="apply",
-            also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
-        )
-    report = usability(model, settings, work_dir=job.platform_dir)
-    target = blob_path(job.platform_dir, asset.name, settings.format)
-    entry = {
-        "name": asset.name,
-        "format": settings.format,
-        "file": target.relative_to(job.platform_dir).as_posix(),
-        "source_size": sum(len(read.data[path]) for path in asset.source_files if path != asset.inputs_path),
-        "model_size": model_size,
-        "blob_size": len(blob),
-        "weights": _weights_entry(blob),
-        "fallbacks": [fallback] if fallback else [],
-        "source_sha256": sources[asset.path.name],
-        "sources": sources,
-        "model_sha256": read_header(blob)[0].model_sha256,
-        "blob_sha256": _sha256(blob),
-        "cook_key": key,
-        "inputs": signature(feed_inputs(model.graph)),
-        "outputs": signature(model.graph.output),
-        "execution_providers": list(settings.execution_providers),
-        "provider_options": options["provider_options"],
-        "ep_session_options": options["ep_session_options"],
-        "saved_runtime_optimizations": settings.optimization_style == "runtime",
-        "ort_format_version": ort_version,
-        "min_runtime_version": min_runtime,
-        "cooked_with": dict(tool_versions()),
-        "settings": options,
-        "verification": verification,
-        "usability": report,
-    }
-    if applied is not None:
-        atomic_write(applied_variant_path(job.platform_dir, asset.name), applied)
-    data_path = verify_data_path(job.platform_dir, asset.name)
-    if verify_data is None:  # verify is off: no task lists the file
-        data_path.unlink(missing_ok=True)
-    else:
-        atomic_write(data_path, verify_data)
-    atomic_write(target, blob)
-    atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
-    outputs = [target, entry_path(job.platform_dir, asset.name), data_path]
-    if applied is not None:
-        outputs.append(applied_variant_path(job.platform_dir, asset.name))
-    record(outputs, cook_stamps_path(job.platform_dir, asset.name), sources=read.stamps)
-    return entry
+    return _Variant(
+        job=job,
+        blob=blob,
+        model_size=model_size,
+        ort_version=ort_version,
+        min_runtime=min_runtime,
+        verification=verification,
+        verify_data=verify_data,
+        fallbacks=[fallback] if fallback else [],
+        cooked=None if large else cooked,
+    )
 
 
 # What a cook may turn off when the cooked model grows past max_growth: constant folding

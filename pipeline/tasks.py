@@ -90,8 +90,11 @@ def _summary(entry: Mapping[str, Any]) -> str:
     size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
     line = f"{entry['settings']['platform']}/{entry['file']}: {size}, {checked}"
     for fallback in entry.get("fallbacks", []):
-        line += f"\n  warning: {entry['name']} cooked without {', '.join(fallback['disabled_optimizers'])}: "
-        line += fallback["why"]
+        if "disabled_optimizers" in fallback:
+            done = f"without {', '.join(fallback['disabled_optimizers'])}"
+        else:
+            done = "with " + ", ".join(f"{k} {v}" for k, v in fallback["used"].items())
+        line += f"\n  warning: {entry['name']} cooked {done}: {fallback['why']}"
     return line
 
 

@@ -460,3 +460,90 @@ def test_a_model_that_stays_too_big_fails_naming_the_sizes_and_the_settings(tmp_
         ModelError, match=r"and still [\d,]+ bytes without constant folding.*raise `max_growth`"
     ):
         cook(job_for(assets, "mlp", settings, tmp_path / "build"))
+
+
+def qdq_attention_model(tmp_path: Path) -> Path:
+    """A small attention stack quantized to QDQ int8 by onnxruntime's quantize_static: its saved
+    runtime optimizations (QDQ selector records) cannot be replayed by onnxruntime 1.32."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(RNG_SEED)
+    width, seq = 64, 8
+    nodes, inits, x = [], [], "x"
+    for i in range(2):
+        for name in ("wq", "wk", "wv"):
+            inits.append(
+                numpy_helper.from_array(
+                    (rng.standard_normal((width, width)) * 0.1).astype(np.float32), f"{name}{i}"
+                )
+            )
+        inits += [
+            numpy_helper.from_array((rng.standard_normal(width) * 0.1).astype(np.float32), f"b{i}"),
+            numpy_helper.from_array(np.ones(width, np.float32), f"g{i}"),
+            numpy_helper.from_array(np.zeros(width, np.float32), f"be{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [x, f"wq{i}"], [f"q{i}"]),
+            helper.make_node("MatMul", [x, f"wk{i}"], [f"k{i}"]),
+            helper.make_node("MatMul", [x, f"wv{i}"], [f"v{i}"]),
+            helper.make_node("Transpose", [f"k{i}"], [f"kt{i}"], perm=[0, 2, 1]),
+            helper.make_node("MatMul", [f"q{i}", f"kt{i}"], [f"s{i}"]),
+            helper.make_node("Softmax", [f"s{i}"], [f"p{i}"], axis=-1),
+            helper.make_node("MatMul", [f"p{i}", f"v{i}"], [f"a{i}"]),
+            helper.make_node("Add", [f"a{i}", f"b{i}"], [f"ab{i}"]),
+            helper.make_node("Add", [f"ab{i}", x], [f"r{i}"]),
+            helper.make_node("LayerNormalization", [f"r{i}", f"g{i}", f"be{i}"], [f"n{i}"], axis=-1),
+        ]
+        x = f"n{i}"
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, width])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, seq, width])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    source = tmp_path / "float.onnx"
+    onnx.save(model, source)
+    batches = iter([{"x": rng.standard_normal((1, seq, width)).astype(np.float32)} for _ in range(8)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self) -> dict | None:
+            return next(batches, None)
+
+    target = tmp_path / "assets" / "qdq.onnx"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    quantize_static(
+        str(source),
+        str(target),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return target
+
+
+def test_runtime_style_blob_that_does_not_load_falls_back_and_says_so(tmp_path: Path) -> None:
+    qdq_attention_model(tmp_path)
+    entry = cook(job_for(tmp_path / "assets", "qdq", shipped_settings("android"), tmp_path / "build"))
+
+    (fallback,) = entry["fallbacks"]
+    assert fallback["instead_of"] == {"optimization_style": "runtime"}
+    assert fallback["used"]["optimization_style"] == "fixed"
+    assert "runtime optimization record" in fallback["why"]
+    assert entry["saved_runtime_optimizations"] is False
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    blob = blob_path(tmp_path / "build" / "android", "qdq", "ort").read_bytes()
+    feed = {"x": np.random.default_rng(3).standard_normal((1, 8, 64)).astype(np.float32)}
+    assert session_from_blob(blob, providers=CPU).run(None, feed)[0].shape == (1, 8, 64)
+
+
+def test_a_model_that_pins_its_style_gets_no_fallback(tmp_path: Path) -> None:
+    qdq_attention_model(tmp_path)
+    (tmp_path / "assets" / "qdq.cook.yaml").write_text(
+        "platforms:\n  android:\n    optimization_style: runtime\n"
+    )
+    with pytest.raises(VerifyError, match=r"runtime optimization record.*pins `optimization_style`"):
+        cook(job_for(tmp_path / "assets", "qdq", shipped_settings("android"), tmp_path / "build"))
