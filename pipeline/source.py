@@ -81,6 +81,7 @@ def load_source(
     # Before the checker: an IR<4 model whose initializers are not all listed as inputs breaks an
     # IR-3 rule the checker enforces, yet onnxruntime runs it; as IR 4 it is valid (issue 13).
     normalize(model)
+    sort_nodes(model.graph)
     _check(model, asset, where)
     _check_loadable(model, where)
     import_default_opset(model)
@@ -164,6 +165,44 @@ def _check_loadable(model: onnx.ModelProto, where: str) -> None:
             f"`onnx.version_converter.convert_version(model, {newest_opset})` or re-export it with "
             f"opset {newest_opset} or older"
         )
+
+
+def sort_nodes(graph: onnx.GraphProto) -> bool:
+    """Put the graph's nodes in topological order (stable); True if it changed anything.
+
+    The checker refuses unsorted nodes, onnxruntime sorts them itself: onnxruntime's own fp16
+    converter (`keep_io_types=True`) writes its input Casts at the end. A graph with a cycle, or a
+    node reading a value nothing produces, is left as is for the checker to name.
+    """
+    available = {value.name for value in graph.input} | {tensor.name for tensor in graph.initializer}
+    available |= {tensor.name for tensor in graph.sparse_initializer}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = [node for node in pending if _reads(node) <= available | {""}]
+        if not ready:
+            return False
+        for node in ready:
+            ordered.append(node)
+            available.update(node.output)
+        pending = [node for node in pending if all(node is not r for r in ready)]
+    if [id(n) for n in ordered] == [id(n) for n in graph.node]:
+        return False
+    sorted_nodes = [onnx.NodeProto.FromString(node.SerializeToString()) for node in ordered]
+    del graph.node[:]
+    graph.node.extend(sorted_nodes)
+    return True
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """Every value ``node`` reads, its subgraphs' reads from the outer scope included (an
+    over-approximation: names a subgraph produces itself are left out)."""
+    names = set(node.input)
+    for attribute in node.attribute:
+        for subgraph in (*attribute.graphs, *([attribute.g] if attribute.HasField("g") else [])):
+            inner = {v.name for v in subgraph.input} | {t.name for t in subgraph.initializer}
+            inner |= {name for n in subgraph.node for name in n.output}
+            names |= {name for n in subgraph.node for name in _reads(n)} - inner
+    return names
 
 
 def normalize(model: onnx.ModelProto) -> bool:

@@ -547,3 +547,37 @@ def test_a_model_that_pins_its_style_gets_no_fallback(tmp_path: Path) -> None:
     )
     with pytest.raises(VerifyError, match=r"runtime optimization record.*pins `optimization_style`"):
         cook(job_for(tmp_path / "assets", "qdq", shipped_settings("android"), tmp_path / "build"))
+
+
+SHIPPED_PLATFORMS = ("android", "ios", "console", "windows-dml")
+
+
+@pytest.mark.parametrize("platform", SHIPPED_PLATFORMS)
+def test_dynamically_quantized_model_cooks_and_matches_its_source(tmp_path: Path, platform: str) -> None:
+    """onnxruntime's quantize_dynamic (int8 weights, DynamicQuantizeLinear, MatMulInteger)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    onnx.save(mlp_model(), tmp_path / "float.onnx")
+    (tmp_path / "assets").mkdir()
+    quantize_dynamic(
+        str(tmp_path / "float.onnx"), str(tmp_path / "assets" / "dyn.onnx"), weight_type=QuantType.QInt8
+    )
+    entry = cook(job_for(tmp_path / "assets", "dyn", shipped_settings(platform), tmp_path / "build"))
+    assert entry["verification"]["outputs"][0]["ok"] is True and entry["fallbacks"] == []
+
+
+@pytest.mark.parametrize("platform", SHIPPED_PLATFORMS)
+def test_fp16_model_from_onnxruntimes_converter_cooks(tmp_path: Path, platform: str) -> None:
+    """onnxruntime's float16 converter with keep_io_types writes its input Casts after the nodes
+    that read them: the checker refuses that order, onnxruntime runs it; the cooker sorts the nodes."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(conv_bn_relu_model(), keep_io_types=True)
+    with pytest.raises(onnx.checker.ValidationError, match="topologically sorted"):
+        onnx.checker.check_model(model)
+    save(model, tmp_path / "assets", "half")
+    # fp16 kernels fused or not round differently: tolerances as a user of an fp16 model sets them.
+    settings = shipped_settings(platform, rtol=1e-2, atol=5e-2)
+    entry = cook(job_for(tmp_path / "assets", "half", settings, tmp_path / "build"))
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    assert [i["type"] for i in entry["inputs"]] == ["tensor(float)"]  # the io types are kept
