@@ -25,7 +25,7 @@ from .large import is_large, tensor_bytes
 from .layout import applied_variant_path, blob_path, cook_stamps_path, entry_path, verify_data_path
 from .optimize import optimize, optimize_large
 from .profile import CookSettings, ep_domains
-from .runtime.blob import Weights, encode_blob, read_header
+from .runtime.blob import BlobHeader, Weights, encode_blob, read_header
 from .runtime.compat import ort_format_version
 from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
@@ -169,7 +169,8 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     model_size, ort_version, min_runtime = variant.model_size, variant.ort_version, variant.min_runtime
     verification, verify_data = variant.verification, variant.verify_data
     applied = None
-    if settings.reduced_build and asked_runtime and variant.cooked is not None and not_runtime(settings):
+    fell_back = asked_runtime and settings.optimization_style != "runtime"
+    if settings.reduced_build and fell_back and variant.cooked is not None:
         applied = variant.cooked  # fell back to the fixed style: the blob's model is the applied one
     elif settings.reduced_build and settings.optimization_style == "runtime":
         applied = optimize(
@@ -182,6 +183,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         )
     report = usability(model, settings, work_dir=job.platform_dir)
     target = blob_path(job.platform_dir, asset.name, settings.format)
+    header, _ = read_header(blob)
     entry = {
         "name": asset.name,
         "format": settings.format,
@@ -189,11 +191,11 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "source_size": sum(len(read.data[path]) for path in asset.source_files if path != asset.inputs_path),
         "model_size": model_size,
         "blob_size": len(blob),
-        "weights": _weights_entry(blob),
+        "weights": _weights_entry(header),
         "fallbacks": variant.fallbacks,
         "source_sha256": sources[asset.path.name],
         "sources": sources,
-        "model_sha256": read_header(blob)[0].model_sha256,
+        "model_sha256": header.model_sha256,
         "blob_sha256": _sha256(blob),
         "cook_key": key,
         "inputs": signature(feed_inputs(model.graph)),
@@ -223,10 +225,6 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         outputs.append(applied_variant_path(job.platform_dir, asset.name))
     record(outputs, cook_stamps_path(job.platform_dir, asset.name), sources=read.stamps)
     return entry
-
-
-def not_runtime(settings: CookSettings) -> bool:
-    return settings.optimization_style != "runtime"
 
 
 # When a runtime-style ORT blob does not load (onnxruntime cannot replay some saved runtime
@@ -408,9 +406,8 @@ def _split_weights(cooked: bytes, settings: CookSettings, name: str) -> tuple[by
     return externalize(model, name)
 
 
-def _weights_entry(blob: bytes) -> dict[str, Any] | None:
+def _weights_entry(header: BlobHeader) -> dict[str, Any] | None:
     """How the blob stores its weights section, for the manifest (None: the weights are in the graph)."""
-    header, _ = read_header(blob)
     if header.weights is None:
         return None
     codecs = {frame.codec for frame in header.frames if frame.section == "weights"}

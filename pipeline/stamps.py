@@ -22,9 +22,6 @@ from .fsutil import atomic_write
 STAMP_VERSION = 1
 
 
-_sha256 = file_sha256
-
-
 def _stat(path: Path) -> list[int]:
     info = path.stat()
     # ctime too: a file rewritten with the same size and mtime (`touch -r`, some VCS and sync tools)
@@ -35,7 +32,7 @@ def _stat(path: Path) -> list[int]:
 def record(outputs: Sequence[Path], stamp_file: Path, sources: Mapping[str, list[Any]] | None = None) -> None:
     """Record size, times and sha256 of every existing path of ``outputs`` in ``stamp_file``, with
     ``sources``: the same, for the source files as the cook read them."""
-    files = {str(path): [*_stat(path), _sha256(path)] for path in outputs if path.is_file()}
+    files = {str(path): [*_stat(path), file_sha256(path)] for path in outputs if path.is_file()}
     text = json.dumps(
         {"version": STAMP_VERSION, "files": files, "sources": dict(sources or {})}, sort_keys=True
     )
@@ -69,7 +66,7 @@ def _same(path: Path, entry: Any) -> bool:
     try:
         if list(entry[:3]) == _stat(path):
             return True
-        return _sha256(path) == entry[3]
+        return file_sha256(path) == entry[3]
     except (OSError, IndexError, TypeError):
         return False
 

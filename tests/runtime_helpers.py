@@ -6,7 +6,9 @@ import dataclasses
 import hashlib
 import json
 import struct
+import tracemalloc
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +276,20 @@ def write_bundle(
     manifest = {"manifest_version": 1, "platform": platform, "models": models, **extra}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return root
+
+
+def peak_allocation(call: Callable[[], object]) -> tuple[BaseException | None, int]:
+    """The exception ``call`` raised (or None) and the peak of Python allocations while it ran."""
+    error = None
+    tracemalloc.start()
+    try:
+        call()
+    except Exception as exc:  # returned to the test, which checks its type
+        error = exc
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return error, peak
 
 
 def mutate(data: bytes, steps: list[tuple[str, float, int]]) -> bytes:

@@ -19,7 +19,6 @@ import struct
 import subprocess
 import threading
 import time
-import tracemalloc
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +39,7 @@ from runtime_helpers import (
     make_blob_v1,
     make_weighted_blob,
     pack_header,
+    peak_allocation,
     repack,
     sample_input,
     split_blob,
@@ -1088,19 +1088,6 @@ def test_model_over_max_model_size_counts_graph_and_weights(codec: str, weighted
     with pytest.raises(BlobTooLargeError):
         session_from_blob(blob, providers=CPU, max_model_size=len(graph))
     assert section_bytes(unpack_blob(blob, max_model_size=size)) == weights.data
-
-
-def peak_allocation(call: Callable[[], object]) -> tuple[BaseException | None, int]:
-    error = None
-    tracemalloc.start()
-    try:
-        call()
-    except Exception as exc:  # returned to the test, which checks its type
-        error = exc
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return error, peak
 
 
 TERABYTE = 10**12

@@ -19,8 +19,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from runtime_helpers import (
     make_weighted_blob,
     mutate,
     pack_header,
+    peak_allocation,
     repack,
     run_source,
     sample_input,
@@ -464,20 +463,6 @@ def test_header_fields_of_any_json_value_raise_only_bundle_errors(
     # ensure_ascii=False writes lone surrogates raw: bytes that are not UTF-8 at all.
     payload = json.dumps(fields, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
     check_blob(pack_header(payload, version=version) + frame, models[blob_format(blob)], expected)
-
-
-def peak_allocation(call: Callable[[], object]) -> tuple[BaseException | None, int]:
-    """The exception ``call`` raised (or None) and the peak of Python allocations while it ran."""
-    error = None
-    tracemalloc.start()
-    try:
-        call()
-    except Exception as exc:  # returned to the test, which checks its type
-        error = exc
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return error, peak
 
 
 @FUZZ

@@ -25,7 +25,6 @@ import zstandard
 
 from .errors import ChecksumMismatchError, TruncatedBlobError
 
-ZSTD_MAGIC = 0xFD2FB528
 # Skippable-frame magics are 0x184D2A50..0x184D2A5F; 0x184D2A5E is the header (blob.py).
 RAW_MAGIC = 0x184D2A5F
 SECTIONS = ("graph", "weights")

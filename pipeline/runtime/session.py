@@ -150,19 +150,6 @@ def session_from_blob(
     )
 
 
-def session_from_model(
-    header: BlobHeader,
-    model: bytes,
-    *,
-    providers: Sequence[ProviderSpec] | None = None,
-    session_options: onnxruntime.SessionOptions | None = None,
-) -> onnxruntime.InferenceSession:
-    """``session_from_blob`` for a model file already decoded (a blob without external weights)."""
-    return session_from_unpacked(
-        Unpacked(header, model), providers=providers, session_options=session_options
-    )
-
-
 def session_from_unpacked(
     unpacked: Unpacked,
     *,
