@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -18,7 +17,7 @@ import onnx
 from .cookkey import cook_key, tool_versions
 from .errors import CookError, ModelError, VerifyError
 from .facts import feed_inputs, onnx_facts, ort_facts
-from .fsutil import atomic_write
+from .fsutil import atomic_write, write_json
 from .guard import guard
 from .job import CookJob
 from .large import is_large, tensor_bytes
@@ -27,6 +26,7 @@ from .optimize import optimize, optimize_large
 from .profile import CookSettings, ep_domains
 from .runtime.blob import BlobHeader, Weights, encode_blob, read_header
 from .runtime.compat import ort_format_version
+from .runtime.constants import ModelFormat, OptimizationStyle
 from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
 from .stamps import record
@@ -161,7 +161,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     key = cook_key(job.task_key, sources)
     model = load_source(asset, where, read)
     fix_shapes(model, job.settings)
-    asked_runtime = job.settings.optimization_style == "runtime"
+    asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
     variant = _cook_with_style_fallback(job, model, where, read, key)
     job, settings, blob = variant.job, variant.job.settings, variant.blob
     options = job.settings.to_dict()
@@ -169,10 +169,10 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     model_size, ort_version, min_runtime = variant.model_size, variant.ort_version, variant.min_runtime
     verification, verify_data = variant.verification, variant.verify_data
     applied = None
-    fell_back = asked_runtime and settings.optimization_style != "runtime"
+    fell_back = asked_runtime and settings.optimization_style != OptimizationStyle.RUNTIME
     if settings.reduced_build and fell_back and variant.cooked is not None:
         applied = variant.cooked  # fell back to the fixed style: the blob's model is the applied one
-    elif settings.reduced_build and settings.optimization_style == "runtime":
+    elif settings.reduced_build and settings.optimization_style == OptimizationStyle.RUNTIME:
         applied = optimize(
             model,
             settings,
@@ -203,7 +203,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         "execution_providers": list(settings.execution_providers),
         "provider_options": options["provider_options"],
         "ep_session_options": options["ep_session_options"],
-        "saved_runtime_optimizations": settings.optimization_style == "runtime",
+        "saved_runtime_optimizations": settings.optimization_style == OptimizationStyle.RUNTIME,
         "ort_format_version": ort_version,
         "min_runtime_version": min_runtime,
         "cooked_with": dict(tool_versions()),
@@ -219,7 +219,7 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
     else:
         atomic_write(data_path, verify_data)
     atomic_write(target, blob)
-    atomic_write(entry_path(job.platform_dir, asset.name), _json(entry))
+    write_json(entry_path(job.platform_dir, asset.name), entry)
     outputs = [target, entry_path(job.platform_dir, asset.name), data_path]
     if applied is not None:
         outputs.append(applied_variant_path(job.platform_dir, asset.name))
@@ -245,7 +245,7 @@ def _cook_with_style_fallback(
     try:
         return _cook_variant(job, model, where, read, key)
     except VerifyError as exc:
-        if LOAD_FAILURE not in str(exc) or job.settings.optimization_style != "runtime":
+        if LOAD_FAILURE not in str(exc) or job.settings.optimization_style != OptimizationStyle.RUNTIME:
             raise
         if _style_pinned(job):
             raise VerifyError(
@@ -295,7 +295,9 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, where: str, read: Source
         cooked, fallback = _optimize_within_growth(job, model, where)
         ort_version = ort_format_version(cooked)
         cooked_facts = (
-            ort_facts(cooked) if settings.format == "ort" else onnx_facts(onnx.load_from_string(cooked))
+            ort_facts(cooked)
+            if settings.format == ModelFormat.ORT
+            else onnx_facts(onnx.load_from_string(cooked))
         )
         model_size = len(cooked)
     min_runtime = guard(
@@ -319,7 +321,7 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, where: str, read: Source
         cook_key=key,
         min_runtime_version=min_runtime,
         ort_format_version=ort_version,
-        saved_runtime_optimizations=settings.optimization_style == "runtime",
+        saved_runtime_optimizations=settings.optimization_style == OptimizationStyle.RUNTIME,
         execution_providers=settings.execution_providers,
         provider_options=options["provider_options"],
         ep_session_options=options["ep_session_options"],
@@ -381,7 +383,7 @@ def _optimize_large(job: CookJob, model: onnx.ModelProto, where: str) -> onnx.Mo
     section = (
         f"`platforms: {{{settings.platform}: {{...}}}}` section of {job.asset.path.with_suffix('.cook.yaml')}"
     )
-    if settings.format == "ort":
+    if settings.format == ModelFormat.ORT:
         raise ModelError(
             f"{where}: the model holds {size:,} bytes of weights, over the 2 GB limit of the ORT format "
             "(a flatbuffer, which cannot refer to weights outside it when loaded from memory); cook it as "
@@ -398,7 +400,7 @@ def _optimize_large(job: CookJob, model: onnx.ModelProto, where: str) -> onnx.Mo
 
 def _split_weights(cooked: bytes, settings: CookSettings, name: str) -> tuple[bytes, Weights | None]:
     """The graph section and, when the settings want them apart, the weights section."""
-    if settings.format != "onnx" or settings.weights == "inline":
+    if settings.format != ModelFormat.ONNX or settings.weights == "inline":
         return cooked, None
     model = onnx.load_from_string(cooked)
     if not wants_external(settings, model):
@@ -421,7 +423,3 @@ def _weights_entry(header: BlobHeader) -> dict[str, Any] | None:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _json(value: Mapping[str, Any]) -> bytes:
-    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()

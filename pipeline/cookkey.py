@@ -14,9 +14,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-# Bumped with pipeline.runtime.blob.BLOB_FORMAT_VERSION / bundle.MANIFEST_VERSION (a test keeps
-# them in step) or whenever the cooking recipe changes what it writes for the same inputs.
-BUNDLE_FORMAT = "blob2-manifest1-recipe1"
+from .runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
+
+# Bump RECIPE whenever the cooking recipe changes what it writes for the same inputs.
+RECIPE = 1
+BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # A writer finishes its temp file in seconds; one untouched this long belongs to a killed process.
 STALE_TEMP_SECONDS = 3600
@@ -62,3 +64,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: Path, value: Any) -> None:
+    """``value`` as indented JSON with sorted keys and a final newline, written atomically."""
+    atomic_write(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())

@@ -11,8 +11,9 @@ from .errors import GuardError
 from .facts import ModelFacts
 from .profile import CookSettings
 from .runtime.compat import format_version, min_runtime_for, parse_version
+from .runtime.constants import TWO_GIB, Arch, ModelFormat
 
-ORT_FORMAT_LIMIT = 2 << 30  # flatbuffers cannot address more (DESIGN.md trap 7)
+ORT_FORMAT_LIMIT = TWO_GIB  # flatbuffers cannot address more
 # Constant folding and BatchNorm fusion shrink weights a little; losing half of them is the seed
 # thread's broken few-KB file (a GPU EP stole the initializers), never an optimization.
 MIN_WEIGHT_RATIO = 0.5
@@ -54,7 +55,7 @@ def check_domains(
     problems = []
     preferred = settings.execution_providers[0]
     added = cooked.domains_used - source.domains_used
-    if NCHWC_DOMAIN in added and not (settings.arch == "x86_64" and settings.allow_nchwc):
+    if NCHWC_DOMAIN in added and not (settings.arch == Arch.X86_64 and settings.allow_nchwc):
         problems.append(
             f"optimization added {NCHWC_DOMAIN} operators, which depend on the cooking machine's CPU; "
             "lower optimization_level or set arch: x86_64 with allow_nchwc: true"
@@ -96,7 +97,7 @@ def check_runtime_version(
 
 
 def check_size(model_size: int, settings: CookSettings) -> list[str]:
-    if settings.format == "ort" and model_size >= ORT_FORMAT_LIMIT:
+    if settings.format == ModelFormat.ORT and model_size >= ORT_FORMAT_LIMIT:
         return [
             f"the ORT-format model is {model_size:,} bytes, over the 2 GB flatbuffer limit; use format: onnx"
         ]

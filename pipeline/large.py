@@ -15,8 +15,10 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
+from .runtime.constants import TWO_GIB
+
 # protobuf refuses to serialize a message of 2 GiB or more; keep room for the graph itself.
-PROTO_LIMIT = 2 << 30
+PROTO_LIMIT = TWO_GIB
 GRAPH_ROOM = 64 << 20
 
 

@@ -7,11 +7,14 @@ from pathlib import Path
 ENTRIES_DIR = ".entries"
 STAMPS_DIR = ".stamps"
 CHECKS_DIR = ".checks"
-# Same values as pipeline.runtime.bundle (kept in step by a test; importing the runtime here would
-# load onnxruntime when doit loads tasks).
-MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
-SIGNATURE_NAME = "manifest.json.sig"
+# The operator lists written for a reduced onnxruntime build (pipeline.opconfig), without and with
+# type reduction.
+OPS_CONFIG = "required_operators.config"
+OPS_AND_TYPES_CONFIG = "required_operators_and_types.config"
+
+
+def ops_config_names(type_reduction: bool) -> tuple[str, ...]:
+    return (OPS_CONFIG, OPS_AND_TYPES_CONFIG) if type_reduction else (OPS_CONFIG,)
 
 
 def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:

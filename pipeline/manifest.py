@@ -8,10 +8,11 @@ from pathlib import Path
 
 from .cookkey import BUNDLE_FORMAT, tool_versions
 from .errors import CookError
-from .fsutil import atomic_write, remove_stale_temps
-from .layout import MANIFEST_NAME, MANIFEST_VERSION, entry_path
+from .fsutil import remove_stale_temps, write_json
+from .layout import entry_path
 from .publish import publish, retire
 from .runtime.compat import parse_version
+from .runtime.constants import MANIFEST_NAME, MANIFEST_VERSION
 from .runtimes import verified_versions
 
 
@@ -54,8 +55,6 @@ def write_manifest(
     remove_stale_temps(platform_dir)
     publish(platform_dir, models)  # every blob under its content-hashed name first...
     target = platform_dir / MANIFEST_NAME
-    atomic_write(
-        target, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    )  # ...then the switch
+    write_json(target, manifest)  # ...then the switch
     retire(platform_dir, models)  # blobs no manifest lists go after a grace period
     return target

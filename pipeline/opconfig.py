@@ -16,19 +16,12 @@ from onnxruntime.tools.ort_format_model.utils import create_config_from_models
 
 from .errors import CookError
 from .fsutil import atomic_write
-from .layout import applied_variant_path
+from .layout import OPS_AND_TYPES_CONFIG, applied_variant_path, ops_config_names
 from .runtime.blob import decode_blob
 from .runtime.errors import BundleError
 
 # onnxruntime's writer logs every file at INFO on its own handler; the task prints its own line.
 logging.getLogger("ort_format_model.utils").setLevel(logging.WARNING)
-
-OPS_CONFIG = "required_operators.config"
-OPS_AND_TYPES_CONFIG = "required_operators_and_types.config"
-
-
-def config_names(type_reduction: bool) -> tuple[str, ...]:
-    return (OPS_CONFIG, OPS_AND_TYPES_CONFIG) if type_reduction else (OPS_CONFIG,)
 
 
 def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str, Any]]) -> list[Path]:
@@ -39,8 +32,8 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
     """
     reduced = {name: e for name, e in entries.items() if e["settings"]["reduced_build"]}
     type_reduction = any(e["settings"]["type_reduction"] for e in reduced.values())
-    wanted = config_names(type_reduction) if reduced else ()
-    for stale in set(config_names(True)) - set(wanted):  # a platform that stopped asking for it
+    wanted = ops_config_names(type_reduction) if reduced else ()
+    for stale in set(ops_config_names(True)) - set(wanted):  # a platform that stopped asking for it
         (platform_dir / stale).unlink(missing_ok=True)
     if not reduced:
         return []
@@ -94,7 +87,7 @@ def _write(platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_re
             if entry.get("saved_runtime_optimizations") and applied.is_file():
                 models.append(root / f"{name}.applied.ort")
                 models[-1].write_bytes(applied.read_bytes())
-        for config in config_names(type_reduction):
+        for config in ops_config_names(type_reduction):
             output = root / config
             _create_config(platform_dir, models, output, config == OPS_AND_TYPES_CONFIG, root)
             # Name models by their bundle name, not by this temporary folder.

@@ -17,6 +17,7 @@ from .errors import ModelError
 from .facts import onnx_graphs
 from .large import session_input, tensor_bytes
 from .profile import CookSettings
+from .runtime.constants import Arch, ModelFormat, OptimizationStyle
 
 # Never a GPU EP: with DirectML registered, partitioning steals initializers and the saved file has
 # no weights (DESIGN.md trap 1, the seed thread).
@@ -30,7 +31,7 @@ LEVELS = {
 
 def disabled_optimizers(settings: CookSettings) -> list[str]:
     """NCHWc layouts depend on the build machine's vector width: only for x86_64 targets that ask."""
-    if settings.arch == "x86_64" and settings.allow_nchwc:
+    if settings.arch == Arch.X86_64 and settings.allow_nchwc:
         return []
     return ["NchwcTransformer"]
 
@@ -41,10 +42,10 @@ def session_options(settings: CookSettings, output: Path, saved: str = "save") -
     options.optimized_model_filepath = str(output)
     options.log_severity_level = 3  # the NCHWc warning is handled by disabled_optimizers
     # As onnxruntime's own converter does: int8 QDQ kernels are a win on arm only.
-    options.add_session_config_entry("session.qdqisint8allowed", "1" if settings.arch == "arm64" else "0")
-    if settings.format == "ort":
+    options.add_session_config_entry("session.qdqisint8allowed", "1" if settings.arch == Arch.ARM64 else "0")
+    if settings.format == ModelFormat.ORT:
         options.add_session_config_entry("session.save_model_format", "ORT")
-        if settings.optimization_style == "runtime":
+        if settings.optimization_style == OptimizationStyle.RUNTIME:
             options.add_session_config_entry("optimization.minimal_build_optimizations", saved)
     return options
 
@@ -97,7 +98,7 @@ def _run(
                 f"({free:,} bytes free); free disk space and run `doit cook` again"
             ) from None
         hint = _hint(str(exc))
-        if settings.format == "ort" and "do not support type" in str(exc):
+        if settings.format == ModelFormat.ORT and "do not support type" in str(exc):
             hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
             hint += ".cook.yaml"
         raise ModelError(
@@ -142,7 +143,7 @@ def optimize(
         output = Path(tmp) / f"model.{settings.format}"
         _run(model, settings, where, session_options(settings, output, saved), work_dir, also_disabled)
         data = output.read_bytes()
-    return data if settings.format == "ort" else tidy_onnx(data)
+    return data if settings.format == ModelFormat.ORT else tidy_onnx(data)
 
 
 def tidy_onnx(data: bytes) -> bytes:

@@ -25,6 +25,15 @@ from typing import Any
 import yaml
 
 from .errors import ProfileError
+from .runtime.compat import OLDEST_SUPPORTED
+from .runtime.constants import (
+    ALLOWED_CONFIG_PREFIXES,
+    OPTIMIZATION_LEVELS,
+    UNSAFE_CONFIG_ENTRIES,
+    Arch,
+    ModelFormat,
+    OptimizationStyle,
+)
 
 DEFAULTS_PATH = Path(__file__).with_name("defaults.yaml")
 MAX_SETTINGS_FILE_BYTES = 1024 * 1024
@@ -40,10 +49,10 @@ Scalar = str | int | float | bool
 Options = tuple[tuple[str, tuple[tuple[str, Scalar], ...]], ...]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "format": ("ort", "onnx"),
-    "optimization_level": ("basic", "extended", "all"),
-    "optimization_style": ("fixed", "runtime"),
-    "arch": ("x86_64", "arm64"),
+    "format": tuple(f.value for f in ModelFormat),
+    "optimization_level": OPTIMIZATION_LEVELS[1:],  # "disable" would ship an unoptimized model
+    "optimization_style": tuple(s.value for s in OptimizationStyle),
+    "arch": tuple(a.value for a in Arch),
     "weights": ("auto", "inline", "external"),
 }
 _RANGES: dict[str, tuple[float, float | None]] = {
@@ -53,27 +62,13 @@ _RANGES: dict[str, tuple[float, float | None]] = {
     "rtol": (0, None),
     "atol": (0, None),
 }
-# pipeline.runtime.compat.OLDEST_SUPPORTED (not imported: the runtime package loads onnxruntime;
-# a test keeps the two in step).
-OLDEST_RUNTIME = (1, 16)
 _RUNTIME_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?")
 # Per-EP session options a profile may set; any other name must be an onnxruntime config entry,
 # which always contains a dot (e.g. "session.intra_op.allow_spinning") and takes a string.
 _SESSION_OPTIONS: dict[str, type | tuple[str, ...]] = {
     "enable_mem_pattern": bool,
     "execution_mode": ("sequential", "parallel"),
-    "graph_optimization_level": ("disable", "basic", "extended", "all"),
-}
-# The runtime loader accepts only these config entries from a blob (pipeline/runtime/session.py,
-# ALLOWED_CONFIG_PREFIXES; a test keeps the two in step).
-_CONFIG_PREFIXES = ("session.", "optimization.", "mlas.")
-# The same keys the loader refuses (pipeline/runtime/session.py, _UNSAFE_CONFIG_KEYS; a test keeps
-# the two in step): a blob the game cannot load must not pass its cook.
-_FORBIDDEN_CONFIG_ENTRIES = {
-    "session.use_ort_model_bytes_for_initializers": "sessions are created from bytes in Python, where this "
-    "reads freed memory: wrong outputs or a crash (DESIGN trap 4)",
-    "session.use_ort_model_bytes_directly": "from Python the bytes are freed before the session is "
-    "initialized (DESIGN trap 4); the loader refuses it",
+    "graph_optimization_level": OPTIMIZATION_LEVELS,
 }
 _PLATFORM_ONLY_KEYS = frozenset(
     {"include", "exclude", "description", "runtime_check", "runtime_check_off_reason", "allow_empty"}
@@ -329,7 +324,7 @@ def _cook_settings(platform_name: str, values: Mapping[str, Any]) -> CookSetting
         optimization_style=values["optimization_style"],
         # NCHWc ops depend on the build machine's x86 vector width; never ship them to another CPU
         # (DESIGN trap 2, as onnxruntime's own converter does).
-        allow_nchwc=values["allow_nchwc"] and values["arch"] == "x86_64",
+        allow_nchwc=values["allow_nchwc"] and values["arch"] == Arch.X86_64,
         arch=values["arch"],
         runtime_version=values["runtime_version"],
         execution_providers=providers,
@@ -649,8 +644,8 @@ def _check_runtime_version(name: str, value: str) -> list[str]:
     if not _RUNTIME_VERSION.fullmatch(value):
         return [f'{name!r} must be an onnxruntime version like "1.24" or "1.24.4"; got {value!r}']
     major, minor = (int(part) for part in value.split(".")[:2])
-    if (major, minor) < OLDEST_RUNTIME:
-        oldest = ".".join(map(str, OLDEST_RUNTIME))
+    if (major, minor) < OLDEST_SUPPORTED:
+        oldest = ".".join(map(str, OLDEST_SUPPORTED))
         return [
             f"{name!r} is {value}, older than {oldest}, the oldest onnxruntime this cooker targets (ORT "
             f"format v6 and the measured opset limits start there); use {oldest} or newer"
@@ -739,13 +734,14 @@ def _check_ep_mapping(name: str, ep: Any, options: Any) -> list[str]:
 
 
 def _check_session_option(name: str, option: str, value: Any) -> list[str]:
-    if option in _FORBIDDEN_CONFIG_ENTRIES:
-        return [f"{name!r} must not be set: {_FORBIDDEN_CONFIG_ENTRIES[option]}"]
+    if option in UNSAFE_CONFIG_ENTRIES:
+        return [f"{name!r} must not be set: {UNSAFE_CONFIG_ENTRIES[option]}"]
     if "." in option:
-        if not option.startswith(_CONFIG_PREFIXES):
+        if not option.startswith(ALLOWED_CONFIG_PREFIXES):
             return [
-                f"{name!r}: only onnxruntime config entries starting with {', '.join(_CONFIG_PREFIXES)} may "
-                "travel in a blob (others, such as ep.context_file_path, can make an EP write files)"
+                f"{name!r}: only onnxruntime config entries starting with "
+                f"{', '.join(ALLOWED_CONFIG_PREFIXES)} may travel in a blob (others, such as "
+                "ep.context_file_path, can make an EP write files)"
             ]
         if isinstance(value, str):
             return []
@@ -845,18 +841,18 @@ def _check_ep_option_names(values: Mapping[str, Any], source: str, prefix: str =
 def _check_combination(values: Mapping[str, Any], origins: Mapping[str, str]) -> list[str]:
     """Rules between settings, checked on the merged values; each problem names where both came from."""
     problems = []
-    if values["optimization_style"] == "runtime" and values["format"] != "ort":
+    if values["optimization_style"] == OptimizationStyle.RUNTIME and values["format"] != ModelFormat.ORT:
         problems.append(
             f"{origins['optimization_style']}: 'optimization_style' runtime requires 'format' ort (saved "
             f"runtime optimizations exist only in ORT format); got format {values['format']!r} from "
             f"{origins['format']}"
         )
-    if values["reduced_build"] and values["format"] != "ort":
+    if values["reduced_build"] and values["format"] != ModelFormat.ORT:
         problems.append(
             f"{origins['reduced_build']}: 'reduced_build' requires 'format' ort (reduced onnxruntime builds "
             f"load only ORT-format models); got format {values['format']!r} from {origins['format']}"
         )
-    if values["weights"] == "external" and values["format"] == "ort":
+    if values["weights"] == "external" and values["format"] == ModelFormat.ORT:
         problems.append(
             f"{origins['weights']}: 'weights' external requires 'format' onnx (an ORT-format model cannot "
             f"refer to weights outside it when loaded from memory); got format {values['format']!r} from "

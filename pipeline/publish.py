@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .fsutil import atomic_write
+from .fsutil import atomic_write, write_json
 from .layout import STAMPS_DIR
 
 # How long a blob stays after a new manifest stopped listing it: readers that opened the previous
@@ -108,7 +108,7 @@ def retire(platform_dir: Path, listed: Mapping[str, dict[str, Any]], now: float 
             path.unlink(missing_ok=True)
         else:
             current[relative] = since
-    atomic_write(ledger_path, json.dumps(current, sort_keys=True).encode())
+    write_json(ledger_path, current)
 
 
 def remove_published(platform_dir: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .cookkey import tool_versions
 from .errors import CookError
-from .fsutil import STALE_TEMP_SECONDS, atomic_write
+from .fsutil import STALE_TEMP_SECONDS, write_json
 from .job import RuntimeCheck
 from .runtime.compat import parse_version
 
@@ -178,7 +178,7 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
             f"version the platform ships: {'; '.join(failures)}. Convert the source to an older opset or "
             f"raise runtime_version in {check.profile} if the target ships a newer onnxruntime"
         )
-    atomic_write(check.result_path, (json.dumps(report, indent=2, sort_keys=True) + "\n").encode())
+    write_json(check.result_path, report)
     return report
 
 

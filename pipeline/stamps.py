@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .cookkey import file_sha256
-from .fsutil import atomic_write
+from .fsutil import write_json
 
 STAMP_VERSION = 1
 
@@ -33,10 +33,7 @@ def record(outputs: Sequence[Path], stamp_file: Path, sources: Mapping[str, list
     """Record size, times and sha256 of every existing path of ``outputs`` in ``stamp_file``, with
     ``sources``: the same, for the source files as the cook read them."""
     files = {str(path): [*_stat(path), file_sha256(path)] for path in outputs if path.is_file()}
-    text = json.dumps(
-        {"version": STAMP_VERSION, "files": files, "sources": dict(sources or {})}, sort_keys=True
-    )
-    atomic_write(stamp_file, text.encode())
+    write_json(stamp_file, {"version": STAMP_VERSION, "files": files, "sources": dict(sources or {})})
 
 
 def changed(outputs: Sequence[Path], stamp_file: Path) -> list[str]:

@@ -24,25 +24,19 @@ from .cookkey import BUNDLE_FORMAT, canonical_json, task_key
 from .errors import CookError, ProfileError
 from .job import CookJob, RuntimeCheck
 from .layout import (
-    MANIFEST_NAME,
-    SIGNATURE_NAME,
     applied_variant_path,
     blob_path,
     cook_stamps_path,
     entry_path,
     manifest_stamps_path,
+    ops_config_names,
     runtime_check_path,
     verify_data_path,
 )
 from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
 from .publish import remove_published
+from .runtime.constants import MANIFEST_NAME, SIGNATURE_NAME, OptimizationStyle
 from .stamps import OutputsIntact, record
-
-# Same names as pipeline.opconfig, which imports onnxruntime (a test keeps them in step).
-OPS_CONFIGS = {
-    False: ("required_operators.config",),
-    True: ("required_operators.config", "required_operators_and_types.config"),
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,7 +350,7 @@ def _platform_jobs(
 def cook_targets(job: CookJob) -> list[Path]:
     settings, name = job.settings, job.asset.name
     targets = [blob_path(job.platform_dir, name, settings.format), entry_path(job.platform_dir, name)]
-    if settings.reduced_build and settings.optimization_style == "runtime":
+    if settings.reduced_build and settings.optimization_style == OptimizationStyle.RUNTIME:
         targets.append(applied_variant_path(job.platform_dir, name))
     if settings.verify:
         targets.append(verify_data_path(job.platform_dir, name))
@@ -404,7 +398,7 @@ def _manifest_task(
 ) -> dict[str, Any]:
     names = [job.asset.name for job in jobs]
     type_reduction = any(job.settings.type_reduction for job in jobs)
-    configs = OPS_CONFIGS[type_reduction] if any(job.settings.reduced_build for job in jobs) else ()
+    configs = ops_config_names(type_reduction) if any(job.settings.reduced_build for job in jobs) else ()
     results = [check.result_path for check in checks]
     off_reason = None if platform.runtime_check else platform.runtime_check_off_reason
     signature = (SIGNATURE_NAME,) if signing_key is not None else ()

@@ -15,6 +15,7 @@ from onnx import numpy_helper
 
 from .profile import CookSettings
 from .runtime.blob import TENSOR_DTYPES, WEIGHT_ALIGNMENT, TensorRef, Weights
+from .runtime.constants import ModelFormat
 
 # Initializers smaller than this stay in the graph (shapes, axes, scales: cheaper inline).
 MIN_EXTERNAL_TENSOR = 1 << 10
@@ -46,7 +47,7 @@ def movable(tensor: onnx.TensorProto) -> int:
 
 def wants_external(settings: CookSettings, model: onnx.ModelProto) -> bool:
     """Whether this cook stores the model's weights in a separate section (ONNX format only)."""
-    if settings.format != "onnx" or settings.weights == "inline":
+    if settings.format != ModelFormat.ONNX or settings.weights == "inline":
         return False
     if settings.weights == "external":
         return True

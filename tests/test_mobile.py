@@ -10,7 +10,7 @@ import pytest
 from onnxruntime.tools import reduced_build_config_parser
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
-from pipeline import opconfig, tasks
+from pipeline import layout, opconfig
 from pipeline.cook import cook
 from pipeline.errors import ModelError
 from pipeline.layout import applied_variant_path, blob_path
@@ -78,16 +78,16 @@ def test_operator_config_lists_exactly_the_cooked_operators_and_parses_back(tmp_
 
     written = opconfig.write_operator_configs(platform_dir, entries)
 
-    assert [p.name for p in written] == [opconfig.OPS_CONFIG, opconfig.OPS_AND_TYPES_CONFIG]
+    assert [p.name for p in written] == [layout.OPS_CONFIG, layout.OPS_AND_TYPES_CONFIG]
     cooked = set()
     for name in entries:
         cooked |= ort_operators(decode_blob(blob_path(platform_dir, name, "ort").read_bytes())[1])
         cooked |= ort_operators(applied_variant_path(platform_dir, name).read_bytes())
     # After optimization: the replayed FusedConv is required, BatchNormalization (folded away) is not.
     assert ("com.microsoft", "FusedConv") in cooked and ("ai.onnx", "BatchNormalization") not in cooked
-    assert config_operators(platform_dir / opconfig.OPS_CONFIG) == cooked
-    assert config_operators(platform_dir / opconfig.OPS_AND_TYPES_CONFIG, type_reduction=True) == cooked
-    text = (platform_dir / opconfig.OPS_CONFIG).read_text()
+    assert config_operators(platform_dir / layout.OPS_CONFIG) == cooked
+    assert config_operators(platform_dir / layout.OPS_AND_TYPES_CONFIG, type_reduction=True) == cooked
+    text = (platform_dir / layout.OPS_CONFIG).read_text()
     assert "# - extra/mlp.ort" in text and str(tmp_path) not in text
 
 
@@ -97,11 +97,6 @@ def test_no_config_without_reduced_build(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, "format: ort\n")
     entries = {"net": cook(job_for(assets, "net", settings, tmp_path / "build"))}
     assert opconfig.write_operator_configs(tmp_path / "build" / "target", entries) == []
-
-
-def test_task_graph_names_the_same_config_files() -> None:
-    assert tasks.OPS_CONFIGS[False] == opconfig.config_names(False)
-    assert tasks.OPS_CONFIGS[True] == opconfig.config_names(True)
 
 
 def dynamic_batch_model() -> onnx.ModelProto:
@@ -164,7 +159,7 @@ def test_a_platform_that_stops_asking_loses_its_stale_configs(tmp_path: Path) ->
     opconfig.write_operator_configs(
         platform_dir, {"net": cook(job_for(assets, "net", typed, tmp_path / "build"))}
     )
-    assert (platform_dir / opconfig.OPS_AND_TYPES_CONFIG).is_file()
+    assert (platform_dir / layout.OPS_AND_TYPES_CONFIG).is_file()
     plain = settings_for(tmp_path, "format: ort\n")
     assert (
         opconfig.write_operator_configs(
@@ -173,6 +168,6 @@ def test_a_platform_that_stops_asking_loses_its_stale_configs(tmp_path: Path) ->
         == []
     )
     assert (
-        not (platform_dir / opconfig.OPS_CONFIG).exists()
-        and not (platform_dir / opconfig.OPS_AND_TYPES_CONFIG).exists()
+        not (platform_dir / layout.OPS_CONFIG).exists()
+        and not (platform_dir / layout.OPS_AND_TYPES_CONFIG).exists()
     )

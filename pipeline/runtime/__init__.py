@@ -5,58 +5,55 @@ Ships inside games: imports only onnxruntime, numpy, zstandard and the standard 
     from pipeline.runtime import open_bundle
     bundle = open_bundle("build/windows-dml")
     session = bundle.session("mnist")
+
+The names below load on first use (PEP 562), so that the standard-library-only modules of this
+package (``constants``, ``compat``) can be imported without loading onnxruntime, as the cooker does
+when doit loads its tasks.
 """
 
-from .blob import (
-    BLOB_FORMAT_VERSION,
-    DEFAULT_MAX_MODEL_SIZE,
-    BlobHeader,
-    Unpacked,
-    decode_blob,
-    read_header,
-    unpack_blob,
-)
-from .bundle import Bundle, open_bundle
-from .errors import (
-    BlobTooLargeError,
-    BundleError,
-    BundleReplacedError,
-    ChecksumMismatchError,
-    CorruptBlobError,
-    IncompatibleRuntimeError,
-    ManifestError,
-    NotABlobError,
-    SessionCreateError,
-    SignatureError,
-    TruncatedBlobError,
-    UnknownModelError,
-    UnsupportedBlobVersionError,
-)
-from .session import choose_providers, session_from_blob
+from __future__ import annotations
 
-__all__ = [
-    "BLOB_FORMAT_VERSION",
-    "DEFAULT_MAX_MODEL_SIZE",
-    "BlobHeader",
-    "BlobTooLargeError",
-    "Bundle",
-    "BundleError",
-    "BundleReplacedError",
-    "ChecksumMismatchError",
-    "CorruptBlobError",
-    "IncompatibleRuntimeError",
-    "ManifestError",
-    "NotABlobError",
-    "SessionCreateError",
-    "SignatureError",
-    "TruncatedBlobError",
-    "UnknownModelError",
-    "Unpacked",
-    "UnsupportedBlobVersionError",
-    "choose_providers",
-    "decode_blob",
-    "open_bundle",
-    "read_header",
-    "session_from_blob",
-    "unpack_blob",
-]
+import importlib
+from typing import Any
+
+# name -> the submodule that defines it
+_EXPORTS: dict[str, str] = {
+    "BLOB_FORMAT_VERSION": "constants",
+    "DEFAULT_MAX_MODEL_SIZE": "blob",
+    "BlobHeader": "blob",
+    "Unpacked": "blob",
+    "decode_blob": "blob",
+    "read_header": "blob",
+    "unpack_blob": "blob",
+    "Bundle": "bundle",
+    "open_bundle": "bundle",
+    "BlobTooLargeError": "errors",
+    "BundleError": "errors",
+    "BundleReplacedError": "errors",
+    "ChecksumMismatchError": "errors",
+    "CorruptBlobError": "errors",
+    "IncompatibleRuntimeError": "errors",
+    "ManifestError": "errors",
+    "NotABlobError": "errors",
+    "SessionCreateError": "errors",
+    "SignatureError": "errors",
+    "TruncatedBlobError": "errors",
+    "UnknownModelError": "errors",
+    "UnsupportedBlobVersionError": "errors",
+    "choose_providers": "session",
+    "session_from_blob": "session",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -26,6 +26,7 @@ import numpy as np
 import zstandard
 
 from .compat import parse_version
+from .constants import BLOB_FORMAT_VERSION, LEGACY_BLOB_FORMAT_VERSION, TWO_GIB, ModelFormat
 from .errors import (
     BlobTooLargeError,
     ChecksumMismatchError,
@@ -53,8 +54,6 @@ from .frames import (
     check_raw as check_raw_frames,
 )
 
-BLOB_FORMAT_VERSION = 2
-LEGACY_BLOB_FORMAT_VERSION = 1
 READABLE_VERSIONS = (LEGACY_BLOB_FORMAT_VERSION, BLOB_FORMAT_VERSION)
 HEADER_MAGIC = b"ONNXCOOK"
 # 0x184D2A50..0x184D2A5F are zstd skippable-frame magics; decoders ignore the frame's payload.
@@ -62,8 +61,8 @@ SKIPPABLE_MAGIC = 0x184D2A5E
 # A version-2 header lists every weight tensor: room for about 100,000 of them.
 MAX_HEADER_SIZE = 16 << 20
 # Models of up to 2 GiB load by default; a model with external weights may be larger (raise the limit).
-DEFAULT_MAX_MODEL_SIZE = 2 << 30
-MODEL_FORMATS = ("onnx", "ort")
+DEFAULT_MAX_MODEL_SIZE = TWO_GIB
+MODEL_FORMATS = tuple(f.value for f in ModelFormat)
 # Frames of this much content decode in parallel: small enough to spread a 2 MB model over the
 # cores, big enough that zstd loses nothing measurable and the header stays small.
 FRAME_CONTENT_SIZE = 1 << 20
@@ -437,7 +436,7 @@ def _v2_layout(fields: dict[str, Any], end: int) -> dict[str, Any]:
         raise CorruptBlobError("blob header declares a negative graph size")
     frames = _parse_frames(fields["frames"], end)
     weights = None if fields["weights"] is None else _parse_weights(fields["weights"])
-    if fields["model_format"] == "ort" and weights is not None:
+    if fields["model_format"] == ModelFormat.ORT and weights is not None:
         raise CorruptBlobError("blob header gives an ORT-format model external weights, which it cannot use")
     sizes = {"graph": graph_size, "weights": weights.size if weights else 0}
     for section in SECTIONS:

@@ -10,6 +10,7 @@ import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, BlobHeader, Unpacked, unpack_blob
 from .compat import format_version, parse_version
+from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
 from .errors import IncompatibleRuntimeError, SessionCreateError
 
 log = logging.getLogger("pipeline.runtime")
@@ -19,21 +20,18 @@ CPU = "CPUExecutionProvider"
 EXCLUSIVE_WITH_CPU = frozenset({"DmlExecutionProvider"})
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
-# Zero-copy loading from Python reads freed memory (DESIGN.md trap 4): refused even if a blob asks.
-_UNSAFE_CONFIG_KEYS = frozenset(
-    {"session.use_ort_model_bytes_for_initializers", "session.use_ort_model_bytes_directly"}
-)
-ALLOWED_CONFIG_PREFIXES = ("session.", "optimization.", "mlas.")
 _EXECUTION_MODES = {
     "sequential": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
     "parallel": onnxruntime.ExecutionMode.ORT_PARALLEL,
 }
-_OPTIMIZATION_LEVELS = {
-    "disable": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
+_LEVEL = onnxruntime.GraphOptimizationLevel
+_OPTIMIZATION_LEVELS = dict(
+    zip(
+        OPTIMIZATION_LEVELS,
+        (_LEVEL.ORT_DISABLE_ALL, _LEVEL.ORT_ENABLE_BASIC, _LEVEL.ORT_ENABLE_EXTENDED, _LEVEL.ORT_ENABLE_ALL),
+        strict=True,
+    )
+)
 
 
 def choose_providers(
@@ -79,8 +77,8 @@ def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[
             options.execution_mode = _EXECUTION_MODES[str(value)]
         elif key == "graph_optimization_level":
             options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(value)]
-        elif key in _UNSAFE_CONFIG_KEYS:
-            raise ValueError(f"{key} is unsafe when loading from Python memory (DESIGN.md trap 4)")
+        elif key in UNSAFE_CONFIG_ENTRIES:
+            raise ValueError(f"{key} is refused: {UNSAFE_CONFIG_ENTRIES[key]}")
         elif not key.startswith(ALLOWED_CONFIG_PREFIXES):
             # Other entries (e.g. ep.context_file_path) can make an EP write files: not from a blob.
             raise ValueError(

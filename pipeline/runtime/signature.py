@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .constants import SIGNATURE_NAME
 from .errors import SignatureError
 
-SIGNATURE_NAME = "manifest.json.sig"
 SIGNATURE_SIZE = 64  # raw Ed25519 signature
 
 

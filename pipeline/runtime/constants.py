@@ -1,0 +1,59 @@
+"""Names and limits shared by the cooker and the loader. Standard library only.
+
+The cooker reads these at doit's task-loading time, where onnxruntime must not be imported:
+``pipeline.runtime`` loads its onnxruntime-backed modules lazily, so importing this module (or
+``compat``) costs nothing more.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ModelFormat(str, Enum):
+    """What a platform ships: onnxruntime's flatbuffer format, or an ONNX protobuf."""
+
+    ORT = "ort"
+    ONNX = "onnx"
+
+
+class OptimizationStyle(str, Enum):
+    """ORT format only: optimizations applied at cook time, or saved and replayed at load."""
+
+    FIXED = "fixed"
+    RUNTIME = "runtime"
+
+
+class Arch(str, Enum):
+    """The target CPU architecture (decides the CPU-specific layouts a cook may use)."""
+
+    X86_64 = "x86_64"
+    ARM64 = "arm64"
+
+
+# The blob layout and the manifest that lists blobs (docs/bundle-format.md).
+BLOB_FORMAT_VERSION = 2
+LEGACY_BLOB_FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+SIGNATURE_NAME = "manifest.json.sig"
+
+# protobuf cannot serialize a message of 2 GiB or more, and flatbuffers (ORT format) cannot address
+# more: the one limit behind the loader's default guard, the ORT-format check and large models.
+TWO_GIB = 2 << 30
+
+# onnxruntime's graph optimization levels by the names profiles and blobs use, in increasing order.
+OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+
+# Session config entries a blob may carry: onnxruntime's own namespaces that change how a session
+# runs, never where it writes files (e.g. ep.context_file_path).
+ALLOWED_CONFIG_PREFIXES = ("session.", "optimization.", "mlas.")
+# Config entries refused in every blob, with the reason. From Python, onnxruntime copies the model
+# bytes into a temporary string that dies before the session is initialized (docs/design.md,
+# "Loading from memory"): zero-copy options would read freed memory.
+UNSAFE_CONFIG_ENTRIES: dict[str, str] = {
+    "session.use_ort_model_bytes_for_initializers": "sessions are created from bytes in Python, where this "
+    "reads freed memory: wrong outputs or a crash (docs/design.md, loading from memory)",
+    "session.use_ort_model_bytes_directly": "from Python the bytes are freed before the session is "
+    "initialized (docs/design.md, loading from memory); the loader refuses it",
+}
