@@ -126,16 +126,16 @@ def cook(job: CookJob) -> dict[str, Any]:
     written unless every step passed.
     """
     asset, settings = job.asset, job.settings
-    where = f"{asset.path} (model {asset.name!r}, platform {settings.platform!r})"
+    context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
     try:
-        return _cook(job, where)
+        return _cook(job)
     except CookError as exc:
-        message = str(exc)
-        raise type(exc)(message if message.startswith(str(asset.path)) else f"{where}: {message}") from None
+        raise exc.in_context(**context) from None
     except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
         raise CookError(
-            f"{where}: cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
-            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)"
+            f"cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
+            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)",
+            **context,
         ) from None
 
 
@@ -154,15 +154,15 @@ class _Variant:
     cooked: bytes | None  # the optimized model file, when it fits one protobuf or flatbuffer
 
 
-def _cook(job: CookJob, where: str) -> dict[str, Any]:
+def _cook(job: CookJob) -> dict[str, Any]:
     asset = job.asset
     read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
     sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
-    model = load_source(asset, where, read)
+    model = load_source(asset, read)
     fix_shapes(model, job.settings)
     asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
-    variant = _cook_with_style_fallback(job, model, where, read, key)
+    variant = _cook_with_style_fallback(job, model, read, key)
     job, settings, blob = variant.job, variant.job.settings, variant.blob
     options = job.settings.to_dict()
     fallback = next((f for f in variant.fallbacks if "disabled_optimizers" in f), None)
@@ -176,7 +176,6 @@ def _cook(job: CookJob, where: str) -> dict[str, Any]:
         applied = optimize(
             model,
             settings,
-            where,
             work_dir=job.platform_dir,
             saved="apply",
             also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
@@ -237,32 +236,30 @@ STYLE_FALLBACKS: tuple[dict[str, str], ...] = (
 LOAD_FAILURE = "the runtime loader cannot load the cooked blob"
 
 
-def _cook_with_style_fallback(
-    job: CookJob, model: onnx.ModelProto, where: str, read: SourceRead, key: str
-) -> _Variant:
+def _cook_with_style_fallback(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str) -> _Variant:
     """The platform's form of the model; for a runtime-style blob that does not load, the first
     fallback form that loads and verifies, recorded. Never a blob that failed to load."""
     try:
-        return _cook_variant(job, model, where, read, key)
+        return _cook_variant(job, model, read, key)
     except VerifyError as exc:
         if LOAD_FAILURE not in str(exc) or job.settings.optimization_style != OptimizationStyle.RUNTIME:
             raise
         if _style_pinned(job):
             raise VerifyError(
-                f"{exc}; the model pins `optimization_style` in its .cook.yaml, so no fallback was tried: "
-                "remove that line to let the cook fall back to the fixed style"
+                f"{exc.problem}; the model pins `optimization_style` in its .cook.yaml, so no fallback was "
+                "tried: remove that line to let the cook fall back to the fixed style"
             ) from None
-        first = str(exc)
+        first = exc.problem
     tried = []
     for change in STYLE_FALLBACKS:
         attempt = replace(job, settings=replace(job.settings, **change))
         described = ", ".join(f"{k} {v}" for k, v in change.items())
         try:
-            variant = _cook_variant(attempt, model, where, read, key)
+            variant = _cook_variant(attempt, model, read, key)
         except CookError as exc:  # a guard or the verification refuses this form too: the next one
-            tried.append(f"{described}: {str(exc).removeprefix(where + ': ')}")
+            tried.append(f"{described}: {exc.problem}")
             continue
-        why = first.split(": verification failed: ", 1)[-1]
+        why = first.removeprefix("verification failed: ")
         record = {"used": change, "instead_of": {"optimization_style": "runtime"}, "why": why}
         return replace(variant, fallbacks=[record, *variant.fallbacks])
     raise VerifyError(f"{first}; no fallback loads either ({'; '.join(tried)})")
@@ -283,16 +280,16 @@ def _style_pinned(job: CookJob) -> bool:
     return "optimization_style" in data or "optimization_style" in section
 
 
-def _cook_variant(job: CookJob, model: onnx.ModelProto, where: str, read: SourceRead, key: str) -> _Variant:
+def _cook_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str) -> _Variant:
     """Optimize, guard, compress and verify ``model`` with ``job``'s settings (no file written)."""
     asset, settings = job.asset, job.settings
     large = is_large(model)
     fallback: dict[str, Any] | None = None
     if large:
-        proto = _optimize_large(job, model, where)
+        proto = _optimize_large(job, model)
         cooked_facts, ort_version, model_size = onnx_facts(proto), None, tensor_bytes(proto)
     else:
-        cooked, fallback = _optimize_within_growth(job, model, where)
+        cooked, fallback = _optimize_within_growth(job, model)
         ort_version = ort_format_version(cooked)
         cooked_facts = (
             ort_facts(cooked)
@@ -307,7 +304,6 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, where: str, read: Source
         ort_format_version=ort_version,
         settings=settings,
         preferred_domains=ep_domains(settings.execution_providers[0]),
-        where=where,
     )
     options = settings.to_dict()
     graph, weights = externalize(proto, asset.name) if large else _split_weights(cooked, settings, asset.name)
@@ -329,7 +325,7 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, where: str, read: Source
     try:
         verification, verify_data = _verification(job, model, blob, read)
     except VerifyError as exc:
-        raise VerifyError(f"{where}: verification failed: {exc}") from None
+        raise VerifyError(f"verification failed: {exc.problem}") from None
     return _Variant(
         job=job,
         blob=blob,
@@ -348,19 +344,19 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, where: str, read: Source
 GROWTH_FALLBACK = ("ConstantFolding",)
 
 
-def _optimize_within_growth(job: CookJob, model: onnx.ModelProto, where: str) -> tuple[bytes, dict | None]:
+def _optimize_within_growth(job: CookJob, model: onnx.ModelProto) -> tuple[bytes, dict | None]:
     """The optimized model and, when constant folding inflated it past the settings' limits, the
     model cooked again without it (and what was done, for the manifest)."""
     settings = job.settings
     source = model.ByteSize()
-    cooked = optimize(model, settings, where, work_dir=job.platform_dir)
+    cooked = optimize(model, settings, work_dir=job.platform_dir)
     if not _inflated(len(cooked), source, settings):
         return cooked, None
-    again = optimize(model, settings, where, work_dir=job.platform_dir, also_disabled=GROWTH_FALLBACK)
+    again = optimize(model, settings, work_dir=job.platform_dir, also_disabled=GROWTH_FALLBACK)
     limits = f"`max_growth` {settings.max_growth:g}, `max_growth_bytes` {settings.max_growth_bytes:,}"
     if _inflated(len(again), source, settings):
         raise ModelError(
-            f"{where}: cooking makes the {source:,}-byte model {len(cooked):,} bytes, and still "
+            f"cooking makes the {source:,}-byte model {len(cooked):,} bytes, and still "
             f"{len(again):,} bytes without constant folding (over {limits}); if that size is expected, "
             f"raise `max_growth` or `max_growth_bytes` in {job.asset.path.with_suffix('.cook.yaml')}"
         )
@@ -377,7 +373,7 @@ def _inflated(cooked: int, source: int, settings: CookSettings) -> bool:
     return cooked > settings.max_growth * source and cooked - source > settings.max_growth_bytes
 
 
-def _optimize_large(job: CookJob, model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+def _optimize_large(job: CookJob, model: onnx.ModelProto) -> onnx.ModelProto:
     """Optimize a model over protobuf's 2 GB limit: only as ONNX, with its weights external."""
     settings, size = job.settings, tensor_bytes(model)
     section = (
@@ -385,17 +381,17 @@ def _optimize_large(job: CookJob, model: onnx.ModelProto, where: str) -> onnx.Mo
     )
     if settings.format == ModelFormat.ORT:
         raise ModelError(
-            f"{where}: the model holds {size:,} bytes of weights, over the 2 GB limit of the ORT format "
+            f"the model holds {size:,} bytes of weights, over the 2 GB limit of the ORT format "
             "(a flatbuffer, which cannot refer to weights outside it when loaded from memory); cook it as "
             f"ONNX with external weights: set `format: onnx` and `optimization_style: fixed` for it in the "
             f"{section}, or list this platform in its `skip_platforms`"
         )
     if settings.weights == "inline":
         raise ModelError(
-            f"{where}: the model holds {size:,} bytes of weights, over protobuf's 2 GB limit, so they "
+            f"the model holds {size:,} bytes of weights, over protobuf's 2 GB limit, so they "
             f"cannot stay inline: set `weights: auto` (or `external`) for it in the {section}"
         )
-    return optimize_large(model, settings, where, work_dir=job.platform_dir)
+    return optimize_large(model, settings, work_dir=job.platform_dir)
 
 
 def _split_weights(cooked: bytes, settings: CookSettings, name: str) -> tuple[bytes, Weights | None]:

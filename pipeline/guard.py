@@ -112,7 +112,6 @@ def guard(
     ort_format_version: str | None,
     settings: CookSettings,
     preferred_domains: Collection[str],
-    where: str,
 ) -> str:
     """Fail once with every problem; otherwise return the oldest onnxruntime version that loads the model."""
     runtime_problems, needed = check_runtime_version(cooked, ort_format_version, settings)
@@ -124,5 +123,5 @@ def guard(
         *check_size(model_size, settings),
     ]
     if problems or needed is None:
-        raise GuardError(f"{where}: the cooked model fails its guards: " + "; ".join(problems))
+        raise GuardError("the cooked model fails its guards: " + "; ".join(problems))
     return format_version(needed)

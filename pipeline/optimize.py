@@ -51,7 +51,7 @@ def session_options(settings: CookSettings, output: Path, saved: str = "save") -
 
 
 def optimize_large(
-    model: onnx.ModelProto, settings: CookSettings, where: str, work_dir: Path | None = None
+    model: onnx.ModelProto, settings: CookSettings, work_dir: Path | None = None
 ) -> onnx.ModelProto:
     """``optimize`` for an ONNX-format model over protobuf's 2 GB limit: the optimized model is saved
     with external data and returned as a proto holding its weights in memory."""
@@ -66,7 +66,7 @@ def optimize_large(
         options.add_session_config_entry(
             "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
         )
-        _run(model, settings, where, options, work_dir)
+        _run(model, settings, options, work_dir)
         optimized = onnx.load_model(str(output), load_external_data=True)
     _drop_unused_opsets(optimized)
     return optimized
@@ -75,7 +75,6 @@ def optimize_large(
 def _run(
     model: onnx.ModelProto,
     settings: CookSettings,
-    where: str,
     options: onnxruntime.SessionOptions,
     work_dir: Path | None,
     also_disabled: tuple[str, ...] = (),
@@ -94,7 +93,7 @@ def _run(
         free = shutil.disk_usage(output.parent).free
         if free < 2 * tensor_bytes(model):  # onnxruntime's message does not say why it could not save
             raise ModelError(
-                f"{where}: cannot save the optimized model into {output.parent}: No space left on device "
+                f"cannot save the optimized model into {output.parent}: No space left on device "
                 f"({free:,} bytes free); free disk space and run `doit cook` again"
             ) from None
         hint = _hint(str(exc))
@@ -102,7 +101,7 @@ def _run(
             hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
             hint += ".cook.yaml"
         raise ModelError(
-            f"{where}: onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
+            f"onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
             f"(into {output.parent}): {exc}{hint}"
         ) from None
 
@@ -123,7 +122,6 @@ def _hint(message: str) -> str:
 def optimize(
     model: onnx.ModelProto,
     settings: CookSettings,
-    where: str,
     work_dir: Path | None = None,
     *,
     saved: str = "save",
@@ -141,7 +139,7 @@ def optimize(
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
         output = Path(tmp) / f"model.{settings.format}"
-        _run(model, settings, where, session_options(settings, output, saved), work_dir, also_disabled)
+        _run(model, settings, session_options(settings, output, saved), work_dir, also_disabled)
         data = output.read_bytes()
     return data if settings.format == ModelFormat.ORT else tidy_onnx(data)
 

@@ -56,34 +56,37 @@ def read_sources(asset: AssetModel) -> SourceRead:
     return SourceRead(data, stamps)
 
 
-def load_source(
-    asset: AssetModel, where: str | None = None, read: SourceRead | None = None
-) -> onnx.ModelProto:
+def load_source(asset: AssetModel, read: SourceRead | None = None) -> onnx.ModelProto:
     """Load, check and normalize ``asset``; external data is loaded into the returned proto.
 
-    ``where`` starts every error message (the cook passes the model file and the platform); with
-    ``read``, the model is made from those bytes, not read from disk again.
+    Errors carry the model file and name; with ``read``, the model is made from those bytes, not read
+    from disk again.
     """
-    where = where or f"{asset.path} (model {asset.name!r})"
-    read = read or read_sources(asset)
+    try:
+        return _load_source(asset, read or read_sources(asset))
+    except ModelError as exc:
+        raise exc.in_context(model_path=asset.path, model_name=asset.name) from None
+
+
+def _load_source(asset: AssetModel, read: SourceRead) -> onnx.ModelProto:
     try:
         model = onnx.load_model_from_string(read.data[asset.path])
     except Exception as exc:  # protobuf's DecodeError, OSError, ValueError... all mean the same here
         raise ModelError(
-            f"{where} is not a readable ONNX model ({type(exc).__name__}: {exc}); re-export it from its "
+            f"the file is not a readable ONNX model ({type(exc).__name__}: {exc}); re-export it from its "
             "training framework or restore it from source control"
         ) from None
-    _check_external_data(model, asset, where)
+    _check_external_data(model, asset)
     try:
         _load_external_data(model, {path.name: read.data[path] for path in asset.external_data})
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{where}: cannot read its external data ({exc})") from None
+        raise ModelError(f"cannot read its external data ({exc})") from None
     # Before the checker: an IR<4 model whose initializers are not all listed as inputs breaks an
     # IR-3 rule the checker enforces, yet onnxruntime runs it; as IR 4 it is valid (issue 13).
     normalize(model)
     sort_nodes(model.graph)
-    _check(model, asset, where)
-    _check_loadable(model, where)
+    _check(model, asset)
+    _check_loadable(model)
     import_default_opset(model)
     return model
 
@@ -106,7 +109,7 @@ def _load_external_data(model: onnx.ModelProto, files: Mapping[str, bytes]) -> N
         del tensor.external_data[:]
 
 
-def _check_external_data(model: onnx.ModelProto, asset: AssetModel, where: str) -> None:
+def _check_external_data(model: onnx.ModelProto, asset: AssetModel) -> None:
     """External data must be one of the model's tracked sidecar files, inside the assets folder."""
     allowed = {path.name for path in asset.external_data}
     for tensor in external_data_helper._get_all_tensors(model):
@@ -116,25 +119,25 @@ def _check_external_data(model: onnx.ModelProto, asset: AssetModel, where: str) 
             location = external_data_helper.ExternalDataInfo(tensor).location
         except ValueError as exc:  # a negative or non-numeric offset/length
             raise ModelError(
-                f"{where}: tensor {tensor.name!r} has malformed external data fields ({exc}); re-save the "
+                f"tensor {tensor.name!r} has malformed external data fields ({exc}); re-save the "
                 "model with its data beside it"
             ) from None
         if os.path.isabs(location) or os.path.normpath(location) != os.path.basename(location):
             raise ModelError(
-                f"{where}: tensor {tensor.name!r} points at external data {location!r} outside the model's "
+                f"tensor {tensor.name!r} points at external data {location!r} outside the model's "
                 "folder; re-save the model with its data beside it"
             )
         if location not in allowed:
             expected = asset.path.with_suffix(".onnx.data").name
             raise ModelError(
-                f"{where}: tensor {tensor.name!r} keeps its weights in {location!r}, which is not tracked; "
+                f"tensor {tensor.name!r} keeps its weights in {location!r}, which is not tracked; "
                 f"re-save the model with location={expected!r} so that edits to the data re-cook it"
             )
         if (asset.path.parent / location).resolve().parent != asset.path.parent.resolve():
-            raise ModelError(f"{where}: external data {location!r} is a link out of the model's folder")
+            raise ModelError(f"external data {location!r} is a link out of the model's folder")
 
 
-def _check(model: onnx.ModelProto, asset: AssetModel, where: str) -> None:
+def _check(model: onnx.ModelProto, asset: AssetModel) -> None:
     # Not full_check: onnx 1.23's strict shape inference rejects valid models, e.g. MeanVariance-
     # Normalization-13 without `axes` (its function body's `Constant value_ints=@axes` misses the
     # default). onnxruntime infers shapes itself when optimize() loads the model, and refuses there.
@@ -144,23 +147,24 @@ def _check(model: onnx.ModelProto, asset: AssetModel, where: str) -> None:
     except onnx.checker.ValidationError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(
-            f"{where} fails the ONNX checker: {first_line}; fix the model at its source (exporter) "
+            f"the model fails the ONNX checker: {first_line}; fix the model at its source (exporter) "
             "before cooking"
         ) from None
 
 
-def _check_loadable(model: onnx.ModelProto, where: str) -> None:
+def _check_loadable(model: onnx.ModelProto) -> None:
     """What the checker lets through but no onnxruntime can cook, with the fix."""
     if not model.graph.output:
         raise ModelError(
-            f"{where} has no graph outputs, so it computes nothing a game could read; re-export it with "
+            "the model has no graph outputs, so it computes nothing a game could read; re-export it with "
             "its outputs listed (e.g. `output_names=` in torch.onnx.export)"
         )
     release, newest_opset, _ = RUNTIME_LIMITS[-1]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset > newest_opset:
         raise ModelError(
-            f"{where} imports opset {opset}, newer than any onnxruntime this cooker knows runs (onnxruntime "
+            f"the model imports opset {opset}, newer than any onnxruntime this cooker knows runs "
+            f"(onnxruntime "
             f"{'.'.join(map(str, release))}: opset {newest_opset}); convert it with "
             f"`onnx.version_converter.convert_version(model, {newest_opset})` or re-export it with "
             f"opset {newest_opset} or older"

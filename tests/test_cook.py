@@ -128,8 +128,8 @@ def test_nchwc_only_for_x86_64_targets_that_ask(tmp_path: Path) -> None:
     base = "format: onnx\noptimization_level: all\nexecution_providers: [CPUExecutionProvider]\n"
     arm = settings_for(tmp_path, base + "arch: arm64\n", "arm")
     x86_opt_in = settings_for(tmp_path, base + "arch: x86_64\nallow_nchwc: true\n", "x86")
-    arm_domains = onnx_facts(onnx.load_from_string(optimize(model, arm, "net"))).domains_used
-    x86_domains = onnx_facts(onnx.load_from_string(optimize(model, x86_opt_in, "net"))).domains_used
+    arm_domains = onnx_facts(onnx.load_from_string(optimize(model, arm))).domains_used
+    x86_domains = onnx_facts(onnx.load_from_string(optimize(model, x86_opt_in))).domains_used
     assert "com.microsoft.nchwc" not in arm_domains
     assert "com.microsoft.nchwc" in x86_domains
 
@@ -157,10 +157,12 @@ def test_guard_catches_a_model_whose_weights_were_stolen(tmp_path: Path) -> None
             ort_format_version=None,
             settings=settings,
             preferred_domains=("",),
-            where="net.onnx (model 'net', platform 'windows-dml')",
         )
-    message = str(failure.value)
-    assert "weights were dropped" in message and "nothing produces" in message and "net.onnx" in message
+    message = str(failure.value.in_context(model_path="net.onnx", model_name="net", platform="windows-dml"))
+    assert message.startswith(
+        "net.onnx (model 'net', platform 'windows-dml'): the cooked model fails its guards"
+    )
+    assert "weights were dropped" in message and "nothing produces" in message
 
 
 def mlp_model() -> onnx.ModelProto:
@@ -213,7 +215,7 @@ def test_ir3_initializer_inputs_are_normalized_before_basic_optimization(tmp_pat
     """Trap 3: unnormalized, `basic` leaves a required input with no data; normalized, it cooks."""
     settings = settings_for(tmp_path, "format: onnx\nexecution_providers: [CPUExecutionProvider]\n")
     raw = legacy_ir3_model()
-    broken = onnx_facts(onnx.load_from_string(optimize(raw, settings, "legacy")))
+    broken = onnx_facts(onnx.load_from_string(optimize(raw, settings)))
     assert set(broken.inputs) - set(onnx_facts(raw).inputs), "onnxruntime no longer shows trap 3"
     with pytest.raises(GuardError, match="requires input"):
         guard_module.guard(
@@ -223,13 +225,12 @@ def test_ir3_initializer_inputs_are_normalized_before_basic_optimization(tmp_pat
             ort_format_version=None,
             settings=settings,
             preferred_domains=("",),
-            where="legacy",
         )
 
     normalized = legacy_ir3_model()
     assert normalize(normalized) is True
     assert normalized.ir_version == 4 and [v.name for v in normalized.graph.input] == ["x"]
-    cooked = onnx_facts(onnx.load_from_string(optimize(normalized, settings, "legacy")))
+    cooked = onnx_facts(onnx.load_from_string(optimize(normalized, settings)))
     assert cooked.inputs == ("x",) and cooked.missing_values == ()
 
 
@@ -376,9 +377,9 @@ def optional_identity_model() -> onnx.ModelProto:
 def test_optional_types_in_ort_format_say_to_use_onnx(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, "format: ort\n")
     with pytest.raises(ModelError, match=r"ORT format cannot store optional-typed values.*format: onnx"):
-        optimize(optional_identity_model(), settings, "opt.onnx")
+        optimize(optional_identity_model(), settings)
     onnx_settings = settings_for(tmp_path, "format: onnx\n", "onnx-target")
-    assert optimize(optional_identity_model(), onnx_settings, "opt.onnx")
+    assert optimize(optional_identity_model(), onnx_settings)
 
 
 @pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not really a zip"])

@@ -203,8 +203,8 @@ def test_truncated_model_is_refused_naming_the_file(tmp_path: Path, keep: float)
         tmp_path,
         assets,
         "cut",
-        rf"^{re.escape(str(path))} \(model 'cut', platform '[^']+'\) "
-        "(is not a readable ONNX model|fails the ONNX checker)",
+        rf"^{re.escape(str(path))} \(model 'cut', platform '[^']+'\): "
+        "(the file is not a readable ONNX model|the model fails the ONNX checker)",
     )
 
 
@@ -248,8 +248,8 @@ def test_file_that_is_not_an_onnx_model_is_refused_naming_the_file(
         tmp_path,
         assets,
         "stray",
-        rf"^{re.escape(str(path))} \(model 'stray', platform '[^']+'\) "
-        "(is not a readable ONNX model|fails the ONNX checker)",
+        rf"^{re.escape(str(path))} \(model 'stray', platform '[^']+'\): "
+        "(the file is not a readable ONNX model|the model fails the ONNX checker)",
     )
 
 
@@ -277,11 +277,11 @@ def _huge_initializer(tensor_data: bytes | None) -> onnx.ModelProto:
     ("content", "message"),
     [
         # ir_version 8, then field 7 (graph) whose length prefix claims 2**40 bytes
-        (b"\x08\x08\x3a" + varint(2**40) + bytes(16), "is not a readable ONNX model"),
+        (b"\x08\x08\x3a" + varint(2**40) + bytes(16), "the file is not a readable ONNX model"),
         # field 7 claims 2**31 bytes: just over protobuf's own 2 GB limit
-        (b"\x08\x08\x3a" + varint(2**31) + bytes(16), "is not a readable ONNX model"),
-        (_huge_initializer(None).SerializeToString(), "fails the ONNX checker"),
-        (_huge_initializer(bytes(16)).SerializeToString(), "fails the ONNX checker"),
+        (b"\x08\x08\x3a" + varint(2**31) + bytes(16), "the file is not a readable ONNX model"),
+        (_huge_initializer(None).SerializeToString(), "the model fails the ONNX checker"),
+        (_huge_initializer(bytes(16)).SerializeToString(), "the model fails the ONNX checker"),
     ],
     ids=["length-2**40", "length-2**31", "dims-1e12-no-data", "dims-1e12-16-bytes"],
 )
@@ -294,7 +294,7 @@ def test_absurd_protobuf_sizes_are_refused_in_bounded_memory(
     path.write_bytes(content)
     result = run_bounded({"what": "load_source", "assets": str(assets), "name": "absurd"})
     assert result["error"] == "ModelError"
-    assert re.match(rf"{re.escape(str(path))} \(model 'absurd'\) {message}", result["message"]), result
+    assert re.match(rf"{re.escape(str(path))} \(model 'absurd'\): {message}", result["message"]), result
 
 
 @pytest.mark.parametrize(
@@ -327,7 +327,7 @@ def test_external_tensor_with_huge_dims_is_refused_in_bounded_memory(tmp_path: P
     save(model, path)
     result = run_bounded({"what": "load_source", "assets": str(assets), "name": "absurd"})
     assert result["error"] == "ModelError"
-    assert result["message"].startswith(f"{path} (model 'absurd') fails the ONNX checker"), result
+    assert result["message"].startswith(f"{path} (model 'absurd'): the model fails the ONNX checker"), result
 
 
 @pytest.mark.parametrize(
