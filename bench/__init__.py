@@ -1,4 +1,4 @@
-"""Benchmarks of onnx-cooker (issues 5 and 11): session-ready time, inference time, decompression,
+"""Benchmarks of onnx-cooker: session-ready time, inference time, decompression,
 size, cook throughput, no-op rebuilds, peak memory, and a model over 2 GB (``--huge``).
 
 ``python -m bench`` (from the repository root) builds its own inputs in a temporary folder (a set of

@@ -419,7 +419,7 @@ def _load_section(r: Results, j: Judged) -> list[str]:
         "The loader's own share: `unpack_blob(bytes)` alone (header and frame checks, zstd frames "
         "decoded in parallel with their content checksums, raw weights checked by their CRC-32s and used "
         "in place), timed in the same "
-        "rounds, and its share of the session-ready time. Target (issue 5): under "
+        "rounds, and its share of the session-ready time. Target: under "
         f"{UNPACK_SHARE_TARGET:.0%} for `{r.graph_model}`'s ORT-format blobs "
         f"({_verdict(j.share_ok, r.quick)}).",
         "",

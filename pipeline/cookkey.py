@@ -1,4 +1,4 @@
-"""The cook key: everything that goes into a bundle, and nothing else (DESIGN.md "The cook key").
+"""The cook key: everything that goes into a bundle, and nothing else (docs/design.md, "The cook key").
 
 Loaded by ``dodo.py`` at task-loading time: standard library only. The versions of onnx and
 onnxruntime come from package metadata, so that computing the key never imports them.

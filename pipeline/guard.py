@@ -51,7 +51,8 @@ def check_weights(source: ModelFacts, cooked: ModelFacts) -> list[str]:
 def check_domains(
     source: ModelFacts, cooked: ModelFacts, settings: CookSettings, preferred_domains: Collection[str]
 ) -> list[str]:
-    """Optimization may not add operator domains the platform's preferred EP cannot run (trap 2)."""
+    """Optimization may not add operator domains the platform's preferred EP cannot run
+    (docs/design.md, "Operators the target EP cannot run")."""
     problems = []
     preferred = settings.execution_providers[0]
     added = cooked.domains_used - source.domains_used
@@ -74,7 +75,8 @@ def check_domains(
 def check_runtime_version(
     cooked: ModelFacts, ort_format_version: str | None, settings: CookSettings
 ) -> tuple[list[str], tuple[int, int] | None]:
-    """The target's onnxruntime must load the cooked opset, IR and ORT format (trap 6).
+    """The target's onnxruntime must load the cooked opset, IR and ORT format (docs/design.md,
+    "Runtime versions").
 
     Returns the problems and the oldest onnxruntime that loads the model (None if none known).
     """

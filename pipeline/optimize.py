@@ -20,7 +20,7 @@ from .profile import CookSettings
 from .runtime.constants import Arch, ModelFormat, OptimizationStyle
 
 # Never a GPU EP: with DirectML registered, partitioning steals initializers and the saved file has
-# no weights (DESIGN.md trap 1, the seed thread).
+# no weights (docs/design.md, "Cooking with the CPU EP only").
 COOK_PROVIDERS = ["CPUExecutionProvider"]
 LEVELS = {
     "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,

@@ -18,7 +18,7 @@ from .large import is_large
 from .runtime.compat import RUNTIME_LIMITS
 
 # Initializers listed as graph inputs became optional with IR 4; below that, onnxruntime's
-# basic-level ConstantSharing leaves required inputs with no data behind (DESIGN.md trap 3).
+# basic-level ConstantSharing leaves required inputs with no data behind (docs/design.md, "Old models").
 FIRST_IR_WITHOUT_INITIALIZER_INPUTS = 4
 # A model that imports no default-domain opset (e.g. ai.onnx.ml only) gets one: onnxruntime would
 # otherwise import its own newest when cooking, and the cooked model would need that runtime. The
@@ -82,7 +82,7 @@ def _load_source(asset: AssetModel, read: SourceRead) -> onnx.ModelProto:
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot read its external data ({exc})") from None
     # Before the checker: an IR<4 model whose initializers are not all listed as inputs breaks an
-    # IR-3 rule the checker enforces, yet onnxruntime runs it; as IR 4 it is valid (issue 13).
+    # IR-3 rule the checker enforces, yet onnxruntime runs it; as IR 4 it is valid.
     normalize(model)
     sort_nodes(model.graph)
     _check(model, asset)

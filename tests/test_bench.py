@@ -1,4 +1,4 @@
-"""The benchmark (bench/, issue 5) keeps working: its quick mode runs end to end and reports everything.
+"""The benchmark (bench/) keeps working: its quick mode runs end to end and reports everything.
 
 Speeds are never asserted: the machine is shared and noisy, and quick mode uses tiny inputs.
 """

@@ -1,4 +1,4 @@
-"""The cook of one (platform, model), run without doit on purpose-built models: each DESIGN.md trap."""
+"""The cook of one (platform, model), without doit, on purpose-built models: each rule of docs/design.md."""
 
 from __future__ import annotations
 
@@ -143,7 +143,8 @@ def test_guard_names_nchwc_ops_on_a_target_that_did_not_ask(tmp_path: Path) -> N
 
 
 def test_guard_catches_a_model_whose_weights_were_stolen(tmp_path: Path) -> None:
-    """Trap 1 as the seed thread saw it: a saved model with no initializers (the few-KB file)."""
+    """A GPU EP during the cook as it was first seen: a saved model with no initializers (the few-KB
+    file; docs/design.md, "Cooking with the CPU EP only")."""
     source_model = conv_bn_relu_model()
     broken = onnx.ModelProto()
     broken.CopyFrom(source_model)
@@ -216,7 +217,9 @@ def test_ir3_initializer_inputs_are_normalized_before_basic_optimization(tmp_pat
     settings = settings_for(tmp_path, "format: onnx\nexecution_providers: [CPUExecutionProvider]\n")
     raw = legacy_ir3_model()
     broken = onnx_facts(onnx.load_from_string(optimize(raw, settings)))
-    assert set(broken.inputs) - set(onnx_facts(raw).inputs), "onnxruntime no longer shows trap 3"
+    assert set(broken.inputs) - set(onnx_facts(raw).inputs), (
+        "onnxruntime no longer loses IR-3 initializers (docs/design.md, Old models)"
+    )
     with pytest.raises(GuardError, match="requires input"):
         guard_module.guard(
             source=onnx_facts(raw),

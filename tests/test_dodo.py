@@ -1,7 +1,7 @@
 """End to end: the real `doit` in a subprocess on a temporary copy of the project (tests/conftest.py).
 
 What is cooked must run like its source; what is up to date must stay untouched, and exactly the
-tasks whose inputs changed (DESIGN.md "The cook key") must re-run.
+tasks whose inputs changed (docs/design.md, "The cook key") must re-run.
 """
 
 from __future__ import annotations

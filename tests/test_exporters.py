@@ -300,7 +300,8 @@ def test_quantized_export_cooks_and_matches_its_source(
 
     assert all(output["ok"] for output in entry["verification"]["outputs"])
     if (kind, net_name) in REPLAY_FAILS and settings.optimization_style == "runtime":
-        # The QDQ attention's saved selector records cannot be replayed: the cook fell back (issue 13).
+        # Its saved selector records cannot be replayed: the cook fell back (docs/design.md,
+        # "Runtime-style replay of QDQ models").
         (fallback,) = entry["fallbacks"]
         assert fallback["instead_of"] == {"optimization_style": "runtime"}
         assert "runtime optimization record" in fallback["why"]

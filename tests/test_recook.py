@@ -1,4 +1,4 @@
-"""The moments around a re-cook (issue 12): real doit runs in a subprocess on a small project."""
+"""The moments around a re-cook: real doit runs in a subprocess on a small project."""
 
 from __future__ import annotations
 

@@ -181,7 +181,7 @@ def test_saved_runtime_optimizations_flag(saved: bool, models: dict[str, bytes])
 def test_zero_copy_initializers_are_never_enabled(
     fmt: str, saved: bool, providers: list[str] | None, models: dict[str, bytes]
 ) -> None:
-    # DESIGN.md trap 4: from Python this option makes onnxruntime read freed memory.
+    # docs/design.md, "Loading from memory": from Python this option makes onnxruntime read freed memory.
     header = header_of(
         make_blob(
             models[fmt],

@@ -1,4 +1,4 @@
-"""External weights: ONNX models' big initializers in the blob's weights section (issue 11).
+"""External weights: ONNX models' big initializers in the blob's weights section (docs/bundle-format.md).
 
 Real cooks, real onnxruntime sessions, real zstd; models built here with onnx.helper, seeded.
 """

@@ -1,4 +1,4 @@
-"""Which onnxruntime versions can load which models (DESIGN.md trap 6).
+"""Which onnxruntime versions can load which models (docs/design.md, "Runtime versions").
 
 Shared by the cooker (static check against a platform's ``runtime_version``) and the loader
 (check against the installed onnxruntime before handing it the bytes). Standard library only.

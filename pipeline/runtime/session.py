@@ -16,7 +16,7 @@ from .errors import IncompatibleRuntimeError, SessionCreateError
 log = logging.getLogger("pipeline.runtime")
 
 CPU = "CPUExecutionProvider"
-# DirectML can only share a session with the CPU EP (DESIGN.md trap 5).
+# DirectML can only share a session with the CPU EP (docs/design.md, "DirectML sessions").
 EXCLUSIVE_WITH_CPU = frozenset({"DmlExecutionProvider"})
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
@@ -94,7 +94,7 @@ def session_options_for(
     """Session options for this blob on these EPs: each EP's required options, saved optimizations.
 
     ``session.use_ort_model_bytes_for_initializers`` is never set: from Python it reads freed memory
-    (DESIGN.md trap 4).
+    (docs/design.md, "Loading from memory").
     """
     options = base if base is not None else onnxruntime.SessionOptions()
     for ep in providers:
