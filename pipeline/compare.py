@@ -14,7 +14,9 @@ import numpy as np
 
 
 @dataclass(frozen=True, kw_only=True)
-class OutputError:
+class OutputDifference:
+    """How far one output of the cooked model is from the source's, and whether that is within tolerance."""
+
     name: str
     max_abs: float
     max_rel: float
@@ -23,12 +25,12 @@ class OutputError:
 
 def compare(
     expected: Mapping[str, Any], actual: Mapping[str, Any], rtol: float, atol: float
-) -> list[OutputError]:
+) -> list[OutputDifference]:
     """One result per output: tensors, sequence outputs (lists) and optionals without a value (None)."""
     return [_compare(name, want, actual[name], rtol, atol) for name, want in expected.items()]
 
 
-def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> OutputError:
+def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> OutputDifference:
     if isinstance(want, dict) or isinstance(got, dict):  # a map (e.g. ZipMap): same keys, values
         if not (isinstance(want, dict) and isinstance(got, dict)) or want.keys() != got.keys():
             return _differs(name)
@@ -37,7 +39,7 @@ def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> Output
         if not (isinstance(want, list) and isinstance(got, list)) or len(want) != len(got):
             return _differs(name)
         parts = [_compare(name, w, g, rtol, atol) for w, g in zip(want, got, strict=True)]
-        return OutputError(
+        return OutputDifference(
             name=name,
             max_abs=max((p.max_abs for p in parts), default=0.0),
             max_rel=max((p.max_rel for p in parts), default=0.0),
@@ -66,12 +68,12 @@ def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> Output
     max_abs = float(diff.max(initial=0.0))
     max_rel = float((diff / np.maximum(np.abs(want64[finite]), np.finfo(np.float64).tiny)).max(initial=0.0))
     ok = nonfinite_same and bool(np.all(diff <= atol + rtol * np.abs(want64[finite])))
-    return OutputError(name=name, max_abs=max_abs, max_rel=max_rel, ok=ok)
+    return OutputDifference(name=name, max_abs=max_abs, max_rel=max_rel, ok=ok)
 
 
-def _same(name: str) -> OutputError:
-    return OutputError(name=name, max_abs=0.0, max_rel=0.0, ok=True)
+def _same(name: str) -> OutputDifference:
+    return OutputDifference(name=name, max_abs=0.0, max_rel=0.0, ok=True)
 
 
-def _differs(name: str) -> OutputError:
-    return OutputError(name=name, max_abs=float("inf"), max_rel=float("inf"), ok=False)
+def _differs(name: str) -> OutputDifference:
+    return OutputDifference(name=name, max_abs=float("inf"), max_rel=float("inf"), ok=False)

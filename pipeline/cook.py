@@ -35,7 +35,7 @@ from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
 from .weights import externalize, wants_external
 
 
-def signature(values: Any) -> list[dict[str, Any]]:
+def io_signature(values: Any) -> list[dict[str, Any]]:
     def dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
         shape = value.type.tensor_type.shape
         return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in shape.dim]
@@ -197,8 +197,8 @@ def _cook(job: CookJob) -> dict[str, Any]:
         "model_sha256": header.model_sha256,
         "blob_sha256": _sha256(blob),
         "cook_key": key,
-        "inputs": signature(feed_inputs(model.graph)),
-        "outputs": signature(model.graph.output),
+        "inputs": io_signature(feed_inputs(model.graph)),
+        "outputs": io_signature(model.graph.output),
         "execution_providers": list(settings.execution_providers),
         "provider_options": options["provider_options"],
         "ep_session_options": options["ep_session_options"],

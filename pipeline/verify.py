@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from .compare import OutputError, compare
+from .compare import OutputDifference, compare
 from .errors import VerifyError
 from .facts import feed_inputs
 from .large import session_input
@@ -133,7 +133,7 @@ def reference_outputs(
 
 def verify(
     blob: bytes, reference: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], settings: CookSettings
-) -> list[OutputError]:
+) -> list[OutputDifference]:
     """Run the cooked blob through the runtime loader on the CPU and compare every output."""
     try:
         session = session_from_blob(blob, providers=CPU_ONLY, max_model_size=TRUSTED_SIZE)

@@ -18,7 +18,7 @@ from .blob import DEFAULT_MAX_MODEL_SIZE, MAX_HEADER_SIZE, unpack_blob
 from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .session import ProviderSpec, session_from_unpacked
-from .signature import SIGNATURE_SIZE, verify_signature
+from .trust import SIGNATURE_SIZE, verify_signature
 
 MAX_MANIFEST_SIZE = 64 << 20
 _REQUIRED_ENTRY_FIELDS: dict[str, type] = {"file": str, "format": str, "blob_sha256": str, "blob_size": int}
