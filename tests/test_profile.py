@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.eprules import EP_RULES
 from pipeline.errors import CookError, ProfileError
 from pipeline.profile import (
-    DEFAULTS_PATH,
     CookSettings,
     Platform,
     ep_domains,
@@ -25,6 +25,8 @@ from pipeline.profile import (
     load_platforms,
     resolve,
 )
+from pipeline.settings_docs import SCHEMA_LINE
+from pipeline.settings_table import DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "platforms"
@@ -77,9 +79,10 @@ def test_shipped_platform_loads_and_resolves(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_platform_file_starts_with_an_intent_comment(name: str) -> None:
-    first_line = (SHIPPED_DIR / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[0]
-    assert first_line.startswith("# ") and len(first_line) > 20
+def test_shipped_platform_file_starts_with_the_schema_line_then_an_intent_comment(name: str) -> None:
+    schema_line, intent = (SHIPPED_DIR / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[:2]
+    assert schema_line == SCHEMA_LINE
+    assert intent.startswith("# ") and len(intent) > 20
 
 
 def test_windows_dml_gets_directml_session_rules() -> None:
@@ -94,17 +97,15 @@ def test_windows_dml_gets_directml_session_rules() -> None:
 
 
 def test_defaults_pass_their_own_validation(platforms_dir: Path) -> None:
-    defaults = {k: v for k, v in yaml.safe_load(DEFAULTS_PATH.read_text()).items() if not k.startswith("_")}
-    explicit = load_one(platforms_dir, yaml.safe_dump(defaults), name="explicit")
+    explicit = load_one(platforms_dir, yaml.safe_dump(dict(DEFAULTS)), name="explicit")
     write(platforms_dir / "explicit.yaml", "")
     empty = load_one(platforms_dir, "", name="explicit")
     assert resolve(explicit, {}, {}) == resolve(empty, {}, {})
 
 
 def test_ep_domains_from_the_data_table() -> None:
-    table = yaml.safe_load(DEFAULTS_PATH.read_text())["_execution_providers"]
-    for ep, rule in table.items():
-        assert ep_domains(ep) == tuple(rule["domains"])
+    for ep, rule in EP_RULES.items():
+        assert ep_domains(ep) == rule.domains
     assert "com.microsoft.nchwc" in ep_domains("CPUExecutionProvider")
     assert ep_domains("ConsoleGpuExecutionProvider") == ("",)
 

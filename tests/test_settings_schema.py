@@ -1,0 +1,150 @@
+"""The settings table as the single source: the README's table and docs/settings.schema.json are
+generated from it and kept equal here; the schema validates the shipped platform files and agrees
+with the cooker's own checks on wrong values; CookSettings and Platform get their fields from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from pipeline.errors import ProfileError
+from pipeline.profile import CookSettings, Platform, load_platforms
+from pipeline.settings_docs import (
+    README_PATH,
+    README_TABLE,
+    SCHEMA_LINE,
+    SCHEMA_PATH,
+    readme_table,
+    rows,
+    schema,
+    schema_text,
+    yaml_text,
+)
+from pipeline.settings_table import AS_ABOVE, COOK_SETTINGS, DEFAULTS, PLATFORM_SETTINGS, SETTINGS
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "platforms").glob("*.yaml"))
+REGENERATE = "regenerate with `python -m pipeline.settings_docs --write`"
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.protocols.Validator:
+    committed = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator_class = jsonschema.validators.validator_for(committed)
+    validator_class.check_schema(committed)
+    return validator_class(committed)
+
+
+def test_committed_schema_is_the_generated_one() -> None:
+    assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(), REGENERATE
+
+
+def test_readme_settings_table_is_the_generated_one() -> None:
+    (table,) = README_TABLE.findall(README_PATH.read_text(encoding="utf-8"))
+    assert table == readme_table(), REGENERATE
+
+
+def test_readme_table_has_a_row_per_setting_or_group() -> None:
+    lines = readme_table().splitlines()
+    assert lines[:2] == ["| key | default | meaning |", "|---|---|---|"]
+    assert len(lines) == 2 + len(rows()) and all(line.count(" | ") == 2 for line in lines[2:])
+    assert "| `rtol`, `atol` | `1.0e-4`, `1.0e-5` | verification tolerances |" in lines
+    assert '| `include`, `exclude` | `["*"]`, `[]` |' in readme_table()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_schema_validates_the_shipped_platform_file(path: Path, validator: Any) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == SCHEMA_LINE
+    assert (path.parent / SCHEMA_LINE.split("$schema=")[1]).resolve() == SCHEMA_PATH
+    validator.validate(yaml.safe_load(text))
+
+
+def test_schema_accepts_every_default_spelled_out(validator: Any) -> None:
+    validator.validate(dict(DEFAULTS))
+
+
+# Each wrong file, refused by the schema (in an editor) and by the cooker (with its own message).
+WRONG = {
+    "unknown key": {"optimisation_level": "basic"},
+    "not a choice": {"format": "tflite"},
+    "out of range": {"compression_level": 99},
+    "below the minimum": {"rtol": -1.0},
+    "quoted boolean": {"verify": "yes"},
+    "version as a number": {"runtime_version": 1.2},
+    "version text": {"runtime_version": "latest"},
+    "no provider": {"execution_providers": []},
+    "repeated provider": {"execution_providers": ["CPUExecutionProvider", "CPUExecutionProvider"]},
+    "empty glob": {"include": [""]},
+    "two-line description": {"description": "a\nb"},
+    "dimension size 0": {"verify_dims": {"batch": 0}},
+    "shape size 0": {"fixed_shapes": {"images": [1, 0]}},
+    "option as a list": {"provider_options": {"CPUExecutionProvider": {"arena": [1]}}},
+    "unknown session option": {"ep_session_options": {"CPUExecutionProvider": {"execution_mod": "parallel"}}},
+    "session option choice": {"ep_session_options": {"CPUExecutionProvider": {"execution_mode": "fast"}}},
+    "config entry as a number": {
+        "ep_session_options": {"CPUExecutionProvider": {"session.intra_op.allow_spinning": 0}}
+    },
+    "config entry that writes files": {
+        "ep_session_options": {"CPUExecutionProvider": {"ep.context_file_path": "x"}}
+    },
+    "unsafe config entry": {
+        "ep_session_options": {"CPUExecutionProvider": {"session.use_ort_model_bytes_directly": "1"}}
+    },
+}
+
+
+@pytest.mark.parametrize("data", WRONG.values(), ids=WRONG.keys())
+def test_schema_and_cooker_refuse_a_wrong_value(data: dict[str, Any], validator: Any, tmp_path: Path) -> None:
+    assert not validator.is_valid(data)
+    (tmp_path / "target.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ProfileError):
+        load_platforms(tmp_path, {})
+
+
+def test_schema_and_cooker_accept_a_full_platform(validator: Any, tmp_path: Path) -> None:
+    data = {
+        "format": "onnx",
+        "arch": "x86_64",
+        "runtime_version": "1.24",
+        "execution_providers": ["DmlExecutionProvider", "CPUExecutionProvider"],
+        "provider_options": {"DmlExecutionProvider": {"device_id": 0, "name": "x", "on": True}},
+        "ep_session_options": {"CPUExecutionProvider": {"session.intra_op.allow_spinning": "0"}},
+        "rtol": 0,
+        "fixed_shapes": {"images": [1, 3, 224, 224]},
+        "include": ["vision/*"],
+        "runtime_check": False,
+        "runtime_check_off_reason": "no wheel",
+    }
+    validator.validate(data)
+    (tmp_path / "target.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    load_platforms(tmp_path, {})
+
+
+def test_every_choice_is_documented() -> None:
+    docs = {setting.name: doc for settings, doc in rows() for setting in settings}
+    for setting in SETTINGS:
+        assert all(f"`{choice}`" in docs[setting.name] for choice in setting.choices), setting.name
+
+
+def test_table_rows_are_well_formed() -> None:
+    assert SETTINGS[0].doc != AS_ABOVE
+    assert len({setting.name for setting in SETTINGS}) == len(SETTINGS)
+    for setting in SETTINGS:
+        assert "\n" not in setting.doc and "|" not in setting.doc, setting.name
+        assert yaml.safe_load(f"key: {yaml_text(setting.default)}")["key"] == setting.default, setting.name
+    assert set(schema()["properties"]) == set(DEFAULTS)
+
+
+def test_frozen_classes_get_their_fields_from_the_table() -> None:
+    cook_fields = [field.name for field in dataclasses.fields(CookSettings)]
+    assert cook_fields == ["platform", *(setting.name for setting in COOK_SETTINGS)]
+    platform_fields = [field.name for field in dataclasses.fields(Platform)]
+    assert platform_fields == ["name", "path", *(setting.name for setting in PLATFORM_SETTINGS), "settings"]
+    assert CookSettings.__module__ == Platform.__module__ == "pipeline.profile"
