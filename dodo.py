@@ -6,17 +6,17 @@
 
 from pathlib import Path
 
-from pipeline.buildlock import hold_build_lock
+from pipeline.buildlock import hold_build_lock, prepare_build_folder
 from pipeline.tasks import cook_tasks, environment, folders
 
 ENV = environment()
 ROOT = Path(__file__).resolve().parent
 BUILD = folders(ENV, ROOT).build
-hold_build_lock(BUILD)  # a second doit on the same build folder waits; doit keeps its state there
+prepare_build_folder(BUILD)  # doit keeps its state there, for every command (`doit list` too)
 
 DOIT_CONFIG = {
     "default_tasks": ["cook"],
-    # Only the sqlite3 backend is safe with `doit -n` (DESIGN.md trap 9).
+    # Only the sqlite3 backend is safe with `doit -n` (docs/design.md, "doit").
     "backend": "sqlite3",
     "dep_file": str(BUILD / ".doit.db"),
 }
@@ -24,4 +24,7 @@ DOIT_CONFIG = {
 
 def task_cook():
     """Cook every model for every platform into build/<platform>/ (blobs + manifest.json)."""
+    # Commands that run or clean tasks hold the build folder: a second `doit cook` waits for the
+    # first; `doit list`, `info` and `help` do not.
+    hold_build_lock(BUILD)
     yield from cook_tasks(ENV, ROOT)

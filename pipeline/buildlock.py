@@ -1,53 +1,75 @@
-"""One doit process at a time per build folder: a second one waits instead of racing the first.
+"""The build folder: made when dodo.py loads, and held by one doit process at a time.
 
-doit's state database and the manifests are per build folder; two `doit cook` runs on the same
-folder would interleave their writes. Standard library only (taken when dodo.py loads).
+doit opens its state database in the build folder for every command, so dodo.py makes the folder
+(or says in one line why it cannot) when it loads. The lock (``filelock``, on ``.cook.lock``) is
+taken only by doit commands that run tasks or change the build folder: a second `doit cook` on the
+same folder waits for the first instead of interleaving its writes, while `doit list`, `doit info`
+and `doit help` never wait for a running cook. Standard library only until the lock is taken.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
-from typing import IO
+from typing import Any, NoReturn
 
 LOCK_NAME = ".cook.lock"
-_held: list[IO[str]] = []  # kept open (and locked) until the process exits
+# doit commands that only read the tasks and doit's state: they run beside a cook.
+READ_ONLY_COMMANDS = frozenset({"list", "info", "help", "dumpdb", "tabcompletion"})
+_held: dict[Path, Any] = {}  # the locks this process holds, until it exits
 
 
-def _lock(handle: IO[str], blocking: bool) -> bool:
-    if os.name == "nt":
-        import msvcrt
+def _refuse(build: Path, exc: OSError) -> NoReturn:
+    """A read-only or foreign build folder: one line, not a traceback."""
+    sys.stderr.write(
+        f"ERROR: cannot use build folder {build}: {exc.strerror or exc} ({exc.filename or build}); "
+        "make it writable, or point COOK_BUILD_DIR at a folder you can write\n"
+    )
+    raise SystemExit(3) from None
 
-        # LK_LOCK retries for about 10 s, then raises: loop for a blocking wait.
-        while True:
-            try:
-                msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK if blocking else msvcrt.LK_NBLCK, 1)
-                return True
-            except OSError:
-                if not blocking:
-                    return False
-    import fcntl
 
+def prepare_build_folder(build: Path) -> None:
+    """Make ``build`` (doit keeps its state there); exit with one line if it cannot be written."""
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except BlockingIOError:
-        return False
-    return True
+        build.mkdir(parents=True, exist_ok=True)
+        if not os.access(build, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(build))
+    except OSError as exc:
+        _refuse(build, exc)
+
+
+def doit_command() -> str | None:
+    """The name of the doit command ("run", "list", ...) loading the tasks, or None outside doit.
+
+    doit hands the running command to its task loader only, not to dodo.py: it is found on the
+    stack of the task-creator call.
+    """
+    command_class = getattr(sys.modules.get("doit.cmd_base"), "Command", None)
+    frame = sys._getframe(1)
+    while command_class is not None and frame is not None:
+        command = frame.f_locals.get("self")
+        if isinstance(command, command_class):
+            return command.name
+        frame = frame.f_back
+    return None
 
 
 def hold_build_lock(build: Path) -> None:
-    """Block until no other process holds ``build``'s lock, then hold it until this process exits."""
+    """Unless the doit command only reads: wait until no other process holds ``build``'s lock, then
+    hold it until this process exits. Outside doit (no command found) the lock is taken too."""
+    if doit_command() in READ_ONLY_COMMANDS or build in _held:
+        return
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(build / LOCK_NAME)
     try:
-        build.mkdir(parents=True, exist_ok=True)
-        handle = (build / LOCK_NAME).open("a+", encoding="utf-8")
-    except OSError as exc:  # a read-only or foreign build folder: one line, not a traceback
-        sys.stderr.write(
-            f"ERROR: cannot use build folder {build}: {exc.strerror or exc} ({exc.filename or build}); "
-            "make it writable, or point COOK_BUILD_DIR at a folder you can write\n"
-        )
-        raise SystemExit(3) from None
-    if not _lock(handle, blocking=False):
-        sys.stderr.write(f"another doit process is using {build}; waiting for it to finish...\n")
-        _lock(handle, blocking=True)
-    _held.append(handle)
+        try:
+            lock.acquire(blocking=False)
+        except Timeout:
+            sys.stderr.write(f"another doit process is using {build}; waiting for it to finish...\n")
+            lock.acquire()
+    except OSError as exc:
+        _refuse(build, exc)
+    _held[build] = lock

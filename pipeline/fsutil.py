@@ -66,6 +66,11 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def json_bytes(value: Any) -> bytes:
+    """``value`` as the cooker writes JSON files: indented, keys sorted, a final newline."""
+    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
 def write_json(path: Path, value: Any) -> None:
-    """``value`` as indented JSON with sorted keys and a final newline, written atomically."""
-    atomic_write(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+    """``value`` as ``json_bytes``, written atomically."""
+    atomic_write(path, json_bytes(value))

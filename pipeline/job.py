@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cookkey
 from .assets import AssetModel
 from .profile import CookSettings
 
@@ -25,9 +26,15 @@ class RuntimeCheck:
 
 @dataclass(frozen=True, kw_only=True)
 class CookJob:
-    """Everything one (platform, model) cook needs; picklable for ``doit -n``."""
+    """Everything one (platform, model) cook needs; picklable for ``doit -n``.
+
+    ``task_key`` is derived from the settings (and the tool versions) when the job is made.
+    """
 
     asset: AssetModel
     settings: CookSettings
-    task_key: str
     platform_dir: Path
+    task_key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task_key", cookkey.task_key(self.settings.to_dict()))

@@ -20,7 +20,7 @@ from doit.task import clean_targets
 from doit.tools import config_changed
 
 from .assets import AssetModel, discover
-from .cookkey import BUNDLE_FORMAT, canonical_json, task_key
+from .cookkey import BUNDLE_FORMAT, canonical_json
 from .errors import CookError, ProfileError
 from .job import CookJob, RuntimeCheck
 from .layout import (
@@ -334,14 +334,7 @@ def _platform_jobs(
         except ProfileError as exc:
             problems.extend(exc.problems)
             continue
-        jobs.append(
-            CookJob(
-                asset=asset,
-                settings=settings,
-                task_key=task_key(settings.to_dict()),
-                platform_dir=build / platform.name,
-            )
-        )
+        jobs.append(CookJob(asset=asset, settings=settings, platform_dir=build / platform.name))
     if problems:
         raise ProfileError(problems)
     return jobs

@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from runtime_helpers import mlp_model, run_source, sample_input, tiny_model, to_ort_format
+from runtime_helpers import run_source, sample_input, to_ort_format
+
+from tests.models import mixed_weights_model, tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 # What `doit cook` reads; build/ is never copied, so a copy always starts from nothing cooked.
@@ -20,7 +22,7 @@ _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 @pytest.fixture(scope="module")
 def mlp() -> Any:
     """A model with float32, int64 and float16 initializers big enough to go to a weights section."""
-    return mlp_model(seed=0)
+    return mixed_weights_model(seed=0)
 
 
 @pytest.fixture(scope="module")

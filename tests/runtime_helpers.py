@@ -1,4 +1,4 @@
-"""Shared helpers for the runtime-loader tests: tiny models built inline, blobs, crafted headers."""
+"""Shared helpers for the runtime-loader tests: blobs, crafted headers (models: tests/models.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 from pipeline.runtime.blob import (
     HEADER_MAGIC,
@@ -29,12 +29,10 @@ from pipeline.runtime.blob import (
 )
 from pipeline.runtime.compat import ort_format_version
 from pipeline.weights import externalize
+from tests.models import IN_FEATURES
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = ["CPUExecutionProvider"]
-IN_FEATURES = 16
-OUT_FEATURES = 8
-MLP_HIDDEN = 64
 
 # Defaults of encode_blob's header fields; tests override what they are about.
 HEADER_DEFAULTS: dict[str, Any] = {
@@ -45,30 +43,8 @@ HEADER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def tiny_model(seed: int = 0) -> onnx.ModelProto:
-    """``y = Relu(x @ W + b)`` with seeded weights; small, yet its weights are real initializers."""
-    rng = np.random.default_rng(seed)
-    weight = rng.standard_normal((IN_FEATURES, OUT_FEATURES)).astype(np.float32)
-    bias = rng.standard_normal(OUT_FEATURES).astype(np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "W"], ["xw"]),
-            helper.make_node("Add", ["xw", "b"], ["pre"]),
-            helper.make_node("Relu", ["pre"], ["y"]),
-        ],
-        f"tiny{seed}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, IN_FEATURES])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, OUT_FEATURES])],
-        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "b")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
 def numpy_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    """What ``tiny_model`` computes, evaluated with numpy from the model's own initializers."""
+    """What ``tests.models.tiny_model`` computes, evaluated with numpy from the model's own initializers."""
     weights = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     return np.maximum(x @ weights["W"] + weights["b"], 0)
 
@@ -91,40 +67,6 @@ def to_ort_format(onnx_bytes: bytes, out_dir: Path) -> bytes:
     options.add_session_config_entry("session.save_model_format", "ORT")
     onnxruntime.InferenceSession(onnx_bytes, options, providers=CPU)
     return path.read_bytes()
-
-
-def mlp_model(seed: int = 0) -> onnx.ModelProto:
-    """Like ``tiny_model`` (x: [N, 16] -> y: [N, 8]) but with three initializers big enough to move to
-    a blob's weights section, of three data types: float32 ``W1``, int64 ``perm``, float16 ``W2h``.
-    The small float32 bias ``b1`` stays in the graph."""
-    rng = np.random.default_rng(seed)
-    w1 = rng.standard_normal((IN_FEATURES, MLP_HIDDEN)).astype(np.float32)
-    b1 = rng.standard_normal(MLP_HIDDEN).astype(np.float32)
-    perm = rng.integers(0, MLP_HIDDEN, 3 * MLP_HIDDEN).astype(np.int64)
-    w2 = rng.standard_normal((3 * MLP_HIDDEN, OUT_FEATURES)).astype(np.float16)
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "W1"], ["xw"]),
-            helper.make_node("Add", ["xw", "b1"], ["pre"]),
-            helper.make_node("Relu", ["pre"], ["h"]),
-            helper.make_node("Gather", ["h", "perm"], ["picked"], axis=1),
-            helper.make_node("Cast", ["W2h"], ["W2"], to=TensorProto.FLOAT),
-            helper.make_node("MatMul", ["picked", "W2"], ["y"]),
-        ],
-        f"mlp{seed}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, IN_FEATURES])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, OUT_FEATURES])],
-        [
-            numpy_helper.from_array(w1, "W1"),
-            numpy_helper.from_array(b1, "b1"),
-            numpy_helper.from_array(perm, "perm"),
-            numpy_helper.from_array(w2, "W2h"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
 
 
 def initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# The benchmarks' smoke run (a quick bench in a subprocess) and the sizes it would generate.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 # The runtime check's onnxruntime environments, shared with the other end-to-end tests.
 RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"

@@ -13,7 +13,6 @@ from onnx import TensorProto, helper, numpy_helper
 from pipeline import guard as guard_module
 from pipeline.assets import discover
 from pipeline.cook import cook
-from pipeline.cookkey import task_key
 from pipeline.errors import GuardError, ModelError, VerifyError
 from pipeline.facts import onnx_facts, ort_facts
 from pipeline.job import CookJob
@@ -22,9 +21,9 @@ from pipeline.optimize import optimize
 from pipeline.profile import CookSettings, load_platforms, resolve
 from pipeline.runtime import decode_blob, session_from_blob
 from pipeline.source import load_source, normalize
+from tests.models import RNG_SEED, conv_bn_relu_model, mlp_model, model_of, relu_model
 
 REPO = Path(__file__).resolve().parents[1]
-RNG_SEED = 7
 CPU = ["CPUExecutionProvider"]
 
 
@@ -43,39 +42,7 @@ def shipped_settings(platform_name: str, **overrides: object) -> CookSettings:
 
 def job_for(assets: Path, name: str, settings: CookSettings, build: Path) -> CookJob:
     asset = next(a for a in discover(assets) if a.name == name)
-    return CookJob(
-        asset=asset,
-        settings=settings,
-        task_key=task_key(settings.to_dict()),
-        platform_dir=build / settings.platform,
-    )
-
-
-def conv_bn_relu_model() -> onnx.ModelProto:
-    """Conv + BatchNormalization + Relu: the pattern CPU optimizers fuse into device-specific ops."""
-    rng = np.random.default_rng(RNG_SEED)
-    initializers = [
-        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
-        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "scale"),
-        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias"),
-        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "mean"),
-        numpy_helper.from_array(rng.random(16).astype(np.float32) + 0.5, "var"),
-    ]
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"]),
-        helper.make_node("Relu", ["b"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "conv_bn_relu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return CookJob(asset=asset, settings=settings, platform_dir=build / settings.platform)
 
 
 def save(model: onnx.ModelProto, folder: Path, name: str) -> Path:
@@ -166,28 +133,6 @@ def test_guard_catches_a_model_whose_weights_were_stolen(tmp_path: Path) -> None
     assert "weights were dropped" in message and "nothing produces" in message
 
 
-def mlp_model() -> onnx.ModelProto:
-    """A small MLP (MatMul, Add, Sigmoid) beside the conv net in multi-model projects."""
-    rng = np.random.default_rng(RNG_SEED + 1)
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "w"], ["m"]),
-            helper.make_node("Add", ["m", "b"], ["a"]),
-            helper.make_node("Sigmoid", ["a"], ["y"]),
-        ],
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [
-            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
-            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
 def legacy_ir3_model() -> onnx.ModelProto:
     """IR 3: initializers are also graph inputs; two equal constants invite ConstantSharing."""
     rng = np.random.default_rng(RNG_SEED)
@@ -207,9 +152,7 @@ def legacy_ir3_model() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes, "legacy", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], tensors
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)])
-    model.ir_version = 3
-    return model
+    return model_of(graph, opset=7, ir_version=3)
 
 
 def test_ir3_initializer_inputs_are_normalized_before_basic_optimization(tmp_path: Path) -> None:
@@ -243,22 +186,10 @@ def test_shipped_legacy_asset_cooks_for_every_platform(tmp_path: Path) -> None:
         assert [i["name"] for i in entry["inputs"]] == ["data"]
 
 
-def opset_model(opset: int) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "relu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
-
-
 def test_too_new_opset_rejected_for_old_runtime_accepted_for_new(tmp_path: Path) -> None:
     """Trap 6: opset 26 needs onnxruntime 1.28; windows-dml ships 1.24.4."""
     assets = tmp_path / "assets"
-    save(opset_model(26), assets, "relu26")
+    save(relu_model(26), assets, "relu26")
     with pytest.raises(GuardError, match=r"needs onnxruntime 1\.28 or newer.*runtime_version is 1\.24\.4"):
         cook(job_for(assets, "relu26", shipped_settings("windows-dml"), tmp_path / "build"))
     entry = cook(job_for(assets, "relu26", shipped_settings("android"), tmp_path / "build"))
@@ -275,7 +206,7 @@ def test_garbage_model_fails_with_its_path_and_nothing_written(tmp_path: Path) -
 
 
 def test_model_failing_the_checker_is_refused(tmp_path: Path) -> None:
-    model = opset_model(17)
+    model = relu_model(17)
     model.graph.node[0].input[0] = "nowhere"
     assets = tmp_path / "assets"
     save(model, assets, "bad")
@@ -284,7 +215,7 @@ def test_model_failing_the_checker_is_refused(tmp_path: Path) -> None:
 
 
 def test_symbolic_dim_without_a_size_says_how_to_fix(tmp_path: Path) -> None:
-    model = opset_model(17)
+    model = relu_model(17)
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     assets = tmp_path / "assets"
@@ -301,7 +232,7 @@ def test_symbolic_dim_without_a_size_says_how_to_fix(tmp_path: Path) -> None:
 
 def test_sample_inputs_with_wrong_keys_are_refused(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
-    save(opset_model(17), assets, "relu")
+    save(relu_model(17), assets, "relu")
     np.savez(assets / "relu.inputs.npz", wrong=np.zeros((2, 3), np.float32))
     with pytest.raises(VerifyError, match=r"relu\.inputs\.npz.*missing \['x'\].*unknown \['wrong'\]"):
         cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))
@@ -337,13 +268,13 @@ def test_external_data_is_tracked_and_cooked(tmp_path: Path) -> None:
 
 def test_cook_key_changes_with_source_bytes_and_settings(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
-    path = save(opset_model(17), assets, "relu")
+    path = save(relu_model(17), assets, "relu")
     first = cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))["cook_key"]
     again = cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))["cook_key"]
     other_settings = cook(
         job_for(assets, "relu", shipped_settings("android", compression_level=3), tmp_path / "build")
     )["cook_key"]
-    model = opset_model(17)
+    model = relu_model(17)
     model.doc_string = "changed"
     onnx.save(model, path)
     other_bytes = cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))["cook_key"]
@@ -353,7 +284,7 @@ def test_cook_key_changes_with_source_bytes_and_settings(tmp_path: Path) -> None
 @pytest.mark.parametrize("sidecar", ["relu.inputs.npz", "relu.cook.yaml"])
 def test_sidecar_linking_out_of_the_assets_folder_is_refused(tmp_path: Path, sidecar: str) -> None:
     assets = tmp_path / "assets"
-    save(opset_model(17), assets, "relu")
+    save(relu_model(17), assets, "relu")
     outside = tmp_path / f"outside-{sidecar}"
     outside.write_bytes(b"")
     (assets / sidecar).symlink_to(outside)
@@ -372,9 +303,7 @@ def optional_identity_model() -> onnx.ModelProto:
         [helper.make_value_info("x", optional)],
         [helper.make_value_info("y", optional)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return model_of(graph)
 
 
 def test_optional_types_in_ort_format_say_to_use_onnx(tmp_path: Path) -> None:
@@ -388,7 +317,7 @@ def test_optional_types_in_ort_format_say_to_use_onnx(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not really a zip"])
 def test_empty_or_damaged_sample_inputs_are_a_clean_error(tmp_path: Path, content: bytes) -> None:
     assets = tmp_path / "assets"
-    save(opset_model(17), assets, "relu")
+    save(relu_model(17), assets, "relu")
     (assets / "relu.inputs.npz").write_bytes(content)
     with pytest.raises(
         VerifyError, match=r"relu\.inputs\.npz: (cannot read sample inputs|not a \.npz archive)"
@@ -432,9 +361,7 @@ def constant_of_shape_model(size: int) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size, size])],
         [shape],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return model_of(graph)
 
 
 @pytest.mark.parametrize("platform", ["android", "windows-dml"])
@@ -506,8 +433,7 @@ def qdq_attention_model(tmp_path: Path) -> Path:
         [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, seq, width])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = model_of(graph)
     source = tmp_path / "float.onnx"
     onnx.save(model, source)
     batches = iter([{"x": rng.standard_normal((1, seq, width)).astype(np.float32)} for _ in range(8)])
@@ -529,6 +455,7 @@ def qdq_attention_model(tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_runtime_style_blob_that_does_not_load_falls_back_and_says_so(tmp_path: Path) -> None:
     qdq_attention_model(tmp_path)
     entry = cook(job_for(tmp_path / "assets", "qdq", shipped_settings("android"), tmp_path / "build"))

@@ -27,11 +27,16 @@ import onnxruntime
 import onnxruntime.tools.ort_format_model  # noqa: F401  (puts ort_flatbuffers_py on sys.path)
 import pytest
 import yaml
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
 from pipeline.assets import discover
 from pipeline.runtime import decode_blob, open_bundle, unpack_blob
+from pipeline.settings_table import DEFAULTS
+from tests.models import large_matmul_model
+
+# Every test here runs the real doit in a subprocess.
+pytestmark = pytest.mark.slow
 
 PLATFORMS = ("android", "console", "ios", "windows-dml")
 FORMATS = {"windows-dml": "onnx", "android": "ort", "ios": "ort", "console": "ort"}
@@ -363,7 +368,7 @@ def test_platform_yaml_edits_that_change_no_setting_recook_nothing(project: Path
     ios = project / "platforms" / "ios.yaml"
     original = ios.read_text(encoding="utf-8")
     lines = [line for line in original.splitlines() if line.strip()]
-    default_level = yaml.safe_load((project / "pipeline" / "defaults.yaml").read_text())["compression_level"]
+    default_level = DEFAULTS["compression_level"]
     edits = {
         "a comment": "\n".join(["# a comment that changes nothing", *lines]),
         "keys reordered": "\n".join(reversed(lines)),
@@ -596,17 +601,7 @@ LARGE_SHAPE = (1024, 10240)  # 40 MiB of float32 weights, inline: long enough to
 
 
 def write_large_model(path: Path, seed: int) -> None:
-    weights = np.random.default_rng(seed).standard_normal(LARGE_SHAPE).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])],
-        "large",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, LARGE_SHAPE[0]])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, LARGE_SHAPE[1]])],
-        [numpy_helper.from_array(weights, "W")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    onnx.save(large_matmul_model(*LARGE_SHAPE, seed=seed), str(path))
 
 
 def assert_nothing_half_written(build: Path, when: str) -> None:

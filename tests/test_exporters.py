@@ -26,6 +26,9 @@ from pipeline.layout import blob_path
 from pipeline.runtime import session_from_blob
 from tests.test_cook import SHIPPED_PLATFORMS, job_for, shipped_settings
 
+# torch exports and quantizers, each model cooked for every platform: tens of seconds.
+pytestmark = pytest.mark.slow
+
 SEED = 11
 CPU = ["CPUExecutionProvider"]
 BATCH = {"batch": 2}  # the exporters' dynamic batch axis, sized for verification

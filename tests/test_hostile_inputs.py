@@ -26,13 +26,12 @@ from runtime_helpers import make_blob, to_ort_format
 
 from pipeline.assets import discover
 from pipeline.cook import cook
-from pipeline.cookkey import task_key
 from pipeline.errors import CookError, ModelError, ProfileError
 from pipeline.job import CookJob
 from pipeline.profile import load_model_settings, load_platforms, resolve
+from tests.models import matmul_model, model_of, with_symbolic_batch
 
 REPO = Path(__file__).resolve().parents[1]
-RNG_SEED = 11
 HANG_GUARD = 120  # seconds; only stops a hung child, asserts nothing about speed
 LOAD_LIMIT = 2 << 30  # address space for a child that only reads a model or a settings file
 COOK_LIMIT = 3 << 30  # a child that also runs onnxruntime (its thread pools reserve address space)
@@ -40,25 +39,6 @@ TRACEBACK = "Traceback (most recent call last)"
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def matmul_model(seed: int = RNG_SEED) -> onnx.ModelProto:
-    """``y = x @ W + b`` with seeded weights: small, with real initializers to cut into or move out."""
-    rng = np.random.default_rng(seed)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])],
-        "matmul",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        [
-            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W"),
-            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
 
 
 def save(model: onnx.ModelProto, path: Path) -> Path:
@@ -95,9 +75,7 @@ def job_for(assets: Path, name: str, build: Path, platform: str = "windows-dml")
     platforms = load_platforms(REPO / "platforms", {})
     overrides = load_model_settings(asset.settings_path, [p.name for p in platforms])
     settings = resolve(next(p for p in platforms if p.name == platform), overrides, {})
-    return CookJob(
-        asset=asset, settings=settings, task_key=task_key(settings.to_dict()), platform_dir=build / platform
-    )
+    return CookJob(asset=asset, settings=settings, platform_dir=build / platform)
 
 
 def files_under(root: Path) -> set[str]:
@@ -149,7 +127,6 @@ _CHILD = textwrap.dedent(
         elif what == "cook":
             from pipeline.assets import discover
             from pipeline.cook import cook
-            from pipeline.cookkey import task_key
             from pipeline.job import CookJob
             from pipeline.profile import load_model_settings, load_platforms, resolve
             asset = next(a for a in discover(Path(request["assets"])) if a.name == request["name"])
@@ -157,8 +134,8 @@ _CHILD = textwrap.dedent(
             platform = next(p for p in platforms if p.name == request["platform"])
             overrides = load_model_settings(asset.settings_path, [p.name for p in platforms])
             settings = resolve(platform, overrides, {})
-            key, build = task_key(settings.to_dict()), Path(request["build"]) / platform.name
-            cook(CookJob(asset=asset, settings=settings, task_key=key, platform_dir=build))
+            build = Path(request["build"]) / platform.name
+            cook(CookJob(asset=asset, settings=settings, platform_dir=build))
         else:
             raise SystemExit(f"unknown request {what!r}")
     except CookError as exc:
@@ -268,9 +245,7 @@ def _huge_initializer(tensor_data: bytes | None) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [10**6, 10**6])],
         [tensor],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return model_of(graph)
 
 
 @pytest.mark.parametrize(
@@ -344,6 +319,7 @@ def test_external_data_with_malformed_offset_or_length_is_refused(
     assert_cook_refused(tmp_path, assets, "malformed", expected)
 
 
+@pytest.mark.slow
 def test_model_whose_constant_expands_to_40_gb_fails_cleanly_in_bounded_memory(tmp_path: Path) -> None:
     """A few hundred bytes of protobuf whose ConstantOfShape makes a 10**10-float tensor when run."""
     shape = numpy_helper.from_array(np.array([100_000, 100_000], np.int64), "shape")
@@ -362,8 +338,7 @@ def test_model_whose_constant_expands_to_40_gb_fails_cleanly_in_bounded_memory(t
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [100_000, 100_000])],
         [shape],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = model_of(graph)
     assets, build = tmp_path / "assets", tmp_path / "build"
     path = save(model, assets / "bomb.onnx")
     request = {
@@ -638,6 +613,7 @@ def test_yaml_scalars_python_cannot_convert_are_refused(tmp_path: Path, kind: st
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow
 def test_many_problems_give_a_bounded_message(tmp_path: Path, kind: str) -> None:
     lines = [f"k{index:06d}: {index}\n" for index in range(16_000)]
     request, path = settings_file(tmp_path, kind, "".join(lines))
@@ -684,10 +660,7 @@ def test_model_settings_that_are_not_utf8_are_refused(tmp_path: Path, content: b
 
 
 def symbolic_batch_model() -> onnx.ModelProto:
-    model = matmul_model()
-    for value in (model.graph.input[0], model.graph.output[0]):
-        value.type.tensor_type.shape.dim[0].dim_param = "batch"
-    return model
+    return with_symbolic_batch(matmul_model())
 
 
 @pytest.mark.parametrize(
@@ -708,6 +681,7 @@ def symbolic_batch_model() -> onnx.ModelProto:
         pytest.param("fixed_shapes: {x: [100000000000000000000, 8]}\n", id="fixed_shapes-1e20"),
     ],
 )
+@pytest.mark.slow
 def test_absurd_dimension_sizes_in_settings_fail_cleanly_in_bounded_memory(tmp_path: Path, text: str) -> None:
     assets, build = tmp_path / "assets", tmp_path / "build"
     path = save(symbolic_batch_model(), assets / "dyn.onnx")
@@ -731,6 +705,7 @@ def test_absurd_dimension_sizes_in_settings_fail_cleanly_in_bounded_memory(tmp_p
 # --- end to end: the real doit --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_doit_cook_refuses_an_escaping_asset_with_one_message_per_platform(project: Path) -> None:
     assets = project / "assets"
     path = save_with_external_data(assets, "escape", location="../escape.onnx.data")

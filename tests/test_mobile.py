@@ -18,7 +18,8 @@ from pipeline.optimize import session_options
 from pipeline.runtime import decode_blob
 from pipeline.runtime.session import session_options_for
 from pipeline.usability import usability
-from tests.test_cook import conv_bn_relu_model, job_for, mlp_model, save, settings_for, shipped_settings
+from tests.models import conv_bn_relu_model, mlp_model, with_symbolic_batch
+from tests.test_cook import job_for, save, settings_for, shipped_settings
 
 
 def ort_operators(data: bytes) -> set[tuple[str, str]]:
@@ -101,10 +102,7 @@ def test_no_config_without_reduced_build(tmp_path: Path) -> None:
 
 def dynamic_batch_model() -> onnx.ModelProto:
     """A conv net with a symbolic batch: NNAPI cannot take nodes whose input shapes are dynamic."""
-    model = conv_bn_relu_model()
-    for value in (model.graph.input[0], model.graph.output[0]):
-        value.type.tensor_type.shape.dim[0].dim_param = "batch"
-    return model
+    return with_symbolic_batch(conv_bn_relu_model())
 
 
 def test_fixing_the_batch_dim_changes_the_nnapi_verdict(tmp_path: Path) -> None:

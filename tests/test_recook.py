@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.runtime import BundleReplacedError, ChecksumMismatchError, open_bundle
+from tests.models import model_of
 from tests.test_reliability import REPO, TRACEBACK, doit, small_project
 
 
@@ -34,6 +35,7 @@ def published(project: Path, name: str) -> Path:
 # --- 4. an empty or missing assets folder does not empty every bundle ----------------------------
 
 
+@pytest.mark.slow
 def test_empty_assets_folder_is_an_error_and_writes_nothing(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     first = doit(project, "cook")
@@ -53,6 +55,7 @@ def test_empty_assets_folder_is_an_error_and_writes_nothing(tmp_path: Path) -> N
     assert (project / "build" / "android" / "manifest.json").read_bytes() == manifest
 
 
+@pytest.mark.slow
 def test_platform_whose_globs_select_nothing_is_an_error(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     profile = project / "platforms" / "android.yaml"
@@ -65,6 +68,7 @@ def test_platform_whose_globs_select_nothing_is_an_error(tmp_path: Path) -> None
     assert not (project / "build" / "android").exists()
 
 
+@pytest.mark.slow
 def test_intended_empty_bundle_is_written_with_allow_empty(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     profile = project / "platforms" / "android.yaml"
@@ -75,6 +79,7 @@ def test_intended_empty_bundle_is_written_with_allow_empty(tmp_path: Path) -> No
     assert manifest["models"] == {}
 
 
+@pytest.mark.slow
 def test_allow_empty_is_a_platform_only_setting(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     (project / "assets" / "net.cook.yaml").write_text("allow_empty: true\n")
@@ -90,6 +95,7 @@ def _cook_stamps(project: Path, name: str) -> dict:
     return json.loads((project / "build" / "android" / ".stamps" / "cook" / f"{name}.json").read_text())
 
 
+@pytest.mark.slow
 def test_source_rewritten_with_the_same_size_and_mtime_is_cooked_again(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -115,7 +121,8 @@ def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path
     from pipeline import cook as cook_module
     from pipeline.layout import cook_stamps_path
     from pipeline.stamps import OutputsIntact
-    from tests.test_cook import job_for, mlp_model, save, shipped_settings
+    from tests.models import mlp_model
+    from tests.test_cook import job_for, save, shipped_settings
 
     assets = tmp_path / "assets"
     source = save(mlp_model(), assets, "net")
@@ -166,6 +173,7 @@ def cooked_project(tmp_path: Path, runtime_check: bool) -> Path:
 
 
 @pytest.mark.parametrize("runtime_check", [True, False])
+@pytest.mark.slow
 def test_flipped_byte_in_a_staged_blob_is_cooked_again(tmp_path: Path, runtime_check: bool) -> None:
     project = cooked_project(tmp_path, runtime_check)
     blob = project / "build" / "android" / ".entries" / "net.ort.zst"
@@ -182,6 +190,7 @@ def test_flipped_byte_in_a_staged_blob_is_cooked_again(tmp_path: Path, runtime_c
 
 
 @pytest.mark.parametrize("runtime_check", [True, False])
+@pytest.mark.slow
 def test_flipped_byte_in_a_published_blob_is_published_again(tmp_path: Path, runtime_check: bool) -> None:
     project = cooked_project(tmp_path, runtime_check)
     blob = published(project, "net")
@@ -199,6 +208,7 @@ def test_flipped_byte_in_a_published_blob_is_published_again(tmp_path: Path, run
     assert again.returncode == 0 and "changed since the last cook" not in again.stderr
 
 
+@pytest.mark.slow
 def test_touched_but_unchanged_output_is_not_cooked_again(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -211,6 +221,7 @@ def test_touched_but_unchanged_output_is_not_cooked_again(tmp_path: Path) -> Non
     }
 
 
+@pytest.mark.slow
 def test_edited_manifest_is_written_again(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -247,6 +258,7 @@ print("\n".join(errors[:3]))
 """
 
 
+@pytest.mark.slow
 def test_readers_never_see_a_half_replaced_bundle(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -273,6 +285,7 @@ def test_readers_never_see_a_half_replaced_bundle(tmp_path: Path) -> None:
     assert opened > 10
 
 
+@pytest.mark.slow
 def test_partly_failed_cook_keeps_the_previous_bundle_loadable(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -290,6 +303,7 @@ def test_partly_failed_cook_keeps_the_previous_bundle_loadable(tmp_path: Path) -
         bundle.session(name, providers=["CPUExecutionProvider"])
 
 
+@pytest.mark.slow
 def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path: Path) -> None:
     from pipeline import publish
 
@@ -317,6 +331,7 @@ def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path:
         fresh.session(name, providers=["CPUExecutionProvider"])
 
 
+@pytest.mark.slow
 def test_published_blob_unpacks_with_stock_zstd(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -339,11 +354,10 @@ def int4_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    return model
+    return model_of(graph, opset=21, ir_version=10)
 
 
+@pytest.mark.slow
 def test_failure_of_onnxruntimes_reduced_build_tool_is_a_clean_error_naming_the_model(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     shutil.copy2(REPO / "platforms" / "console.yaml", project / "platforms" / "console.yaml")
@@ -359,6 +373,7 @@ def test_failure_of_onnxruntimes_reduced_build_tool_is_a_clean_error_naming_the_
     assert "`type_reduction: false`" in output
 
 
+@pytest.mark.slow
 def test_read_only_build_folder_is_one_clear_line(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         # root ignores permission bits: make the build folder a file instead (as unusable).
@@ -378,7 +393,8 @@ def test_read_only_build_folder_is_one_clear_line(tmp_path: Path) -> None:
 def test_all_nan_sample_inputs_are_refused(tmp_path: Path) -> None:
     from pipeline.cook import cook as cook_one
     from pipeline.errors import VerifyError
-    from tests.test_cook import job_for, mlp_model, save, shipped_settings
+    from tests.models import mlp_model
+    from tests.test_cook import job_for, save, shipped_settings
 
     assets = tmp_path / "assets"
     model = mlp_model()

@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.runtime import ChecksumMismatchError, SignatureError, decode_blob, open_bundle
 from pipeline.signing import keygen
-from tests.test_cook import conv_bn_relu_model, mlp_model
+from tests.models import conv_bn_relu_model, large_matmul_model, mlp_model
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
@@ -34,21 +32,6 @@ def small_project(root: Path) -> Path:
     onnx.save(conv_bn_relu_model(), root / "assets" / "net.onnx")
     onnx.save(mlp_model(), root / "assets" / "mlp.onnx")
     return root
-
-
-def large_model() -> onnx.ModelProto:
-    """A MatMul with 4 MiB of seeded random (incompressible) weights."""
-    weights = np.random.default_rng(5).standard_normal((1024, 1024)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "large",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
-        [numpy_helper.from_array(weights, "w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -69,6 +52,7 @@ def assert_bundle_intact(platform_dir: Path, names: set[str]) -> None:
         decode_blob(bundle.read_blob(name))
 
 
+@pytest.mark.slow
 def test_two_cooks_on_one_build_folder_at_once_end_with_a_correct_bundle(tmp_path: Path) -> None:
     project = small_project(tmp_path / "project")
     command = [sys.executable, "-m", "doit", "cook"]
@@ -87,6 +71,54 @@ def test_two_cooks_on_one_build_folder_at_once_end_with_a_correct_bundle(tmp_pat
     assert_bundle_intact(project / "build" / "android", {"net", "mlp"})
 
 
+# Holds a build folder's lock (as a running `doit cook` does) until its stdin closes.
+_HOLD_LOCK = (
+    "import sys; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
+    "print('held', flush=True); sys.stdin.read()"
+)
+
+
+@pytest.mark.slow
+def test_list_does_not_wait_for_a_running_cook_but_cook_does(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "project")
+    (project / "build").mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(project / "build" / ".cook.lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for command in (["list", "--all"], ["info", "cook:android:net"], ["help", "cook:android:net"]):
+            run = subprocess.run(
+                [sys.executable, "-m", "doit", *command],
+                cwd=project,
+                env=env(),
+                capture_output=True,
+                text=True,
+                timeout=60,  # it would wait for ever if it took the lock
+            )
+            assert "cook:android:net" in run.stdout + run.stderr, (command, run.stdout + run.stderr)
+            assert "waiting" not in run.stderr and TRACEBACK not in run.stderr, (command, run.stderr)
+        cook = subprocess.Popen(
+            [sys.executable, "-m", "doit", "cook"],
+            cwd=project,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        waiting = cook.stderr.readline()
+        assert waiting == f"another doit process is using {project / 'build'}; waiting for it to finish...\n"
+        assert cook.poll() is None and not list((project / "build").glob("android/*"))
+    finally:
+        holder.communicate(timeout=60)  # closing its stdin releases the lock
+    output, errors = cook.communicate(timeout=600)
+    assert cook.returncode == 0, output + errors
+    assert_bundle_intact(project / "build" / "android", {"net", "mlp"})
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A 24 MiB tmpfs (we run as root on this machine kind); unmounted afterwards."""
@@ -102,6 +134,7 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
+@pytest.mark.slow
 def test_full_disk_fails_cleanly_and_keeps_the_previous_bundle(tmp_path: Path, small_disk: Path) -> None:
     project = small_project(tmp_path / "project")
     build = small_disk / "build"
@@ -112,7 +145,8 @@ def test_full_disk_fails_cleanly_and_keeps_the_previous_bundle(tmp_path: Path, s
     # The new version of the model needs ~4 MiB; leave 512 KiB: enough for doit's own small state
     # writes, not for the blob. (With not one block left, doit's sqlite state database fails first
     # and doit prints its own traceback: see docs/reliability.md.)
-    onnx.save(large_model(), project / "assets" / "net.onnx")
+    large = large_matmul_model(1024, 1024, seed=5)  # 4 MiB of incompressible weights
+    onnx.save(large, project / "assets" / "net.onnx")
     stats = os.statvfs(small_disk)
     (small_disk / "filler").write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - (512 << 10)))
 
@@ -145,6 +179,7 @@ def copy_bundle(platform_dir: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(platform_dir, tmp_path / "bundle"))
 
 
+@pytest.mark.slow
 def test_signed_bundle_opens_with_the_studio_key(signed: tuple[Path, Path, Path]) -> None:
     platform_dir, _, public = signed
     bundle = open_bundle(platform_dir, public_keys=[public.read_bytes()])
@@ -152,6 +187,7 @@ def test_signed_bundle_opens_with_the_studio_key(signed: tuple[Path, Path, Path]
     assert (platform_dir / "manifest.json.sig").stat().st_size == 64
 
 
+@pytest.mark.slow
 def test_modified_manifest_is_refused(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
     platform_dir, _, public = signed
     bundle_dir = copy_bundle(platform_dir, tmp_path)
@@ -162,6 +198,7 @@ def test_modified_manifest_is_refused(signed: tuple[Path, Path, Path], tmp_path:
         open_bundle(bundle_dir, public_keys=[public.read_bytes()])
 
 
+@pytest.mark.slow
 def test_replaced_blob_is_refused_although_the_manifest_is_signed(
     signed: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
@@ -176,6 +213,7 @@ def test_replaced_blob_is_refused_although_the_manifest_is_signed(
         open_bundle(bundle_dir, public_keys=[public.read_bytes()])
 
 
+@pytest.mark.slow
 def test_unsigned_or_foreign_signed_bundles_are_refused(
     signed: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
@@ -190,6 +228,7 @@ def test_unsigned_or_foreign_signed_bundles_are_refused(
     assert set(open_bundle(bundle_dir).names) == {"net", "mlp"}  # without keys, no signature is asked for
 
 
+@pytest.mark.slow
 def test_key_rotation_trusts_old_and_new_keys_during_the_switch(
     signed: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:

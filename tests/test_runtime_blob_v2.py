@@ -1058,6 +1058,7 @@ def test_header_that_lies_about_the_layout_is_corrupt(lie: str, weighted: dict) 
         session_from_blob(crafted, providers=CPU)
 
 
+@pytest.mark.slow
 def test_more_than_max_frames_is_corrupt(plain: bytes) -> None:
     assert MAX_FRAMES == 1 << 16
     crafted = edited(plain, _set("frames", [["graph", "zstd", 1, 0, 0]] * (MAX_FRAMES + 1)))

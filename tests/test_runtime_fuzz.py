@@ -43,7 +43,6 @@ from runtime_helpers import (
     run_source,
     sample_input,
     split_blob,
-    tiny_model,
     write_bundle,
 )
 
@@ -71,6 +70,7 @@ from pipeline.runtime.blob import (
     Weights,
 )
 from pipeline.runtime.frames import RAW_CRC_PIECE, RAW_PREFIX_SIZE, crc_count
+from tests.models import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_GUARD = 20  # seconds; the loader answers at once or hangs for ever: this only ends a hung child
@@ -447,6 +447,7 @@ field_values = {
     drop=st.just(set()) | st.sets(st.sampled_from(sorted(field_values)), min_size=1, max_size=2),
     ascii_only=st.booleans(),
 )
+@pytest.mark.slow
 def test_header_fields_of_any_json_value_raise_only_bundle_errors(
     name: str,
     version: int,
@@ -974,6 +975,7 @@ def test_random_manifests_raise_only_bundle_errors(
 
 @FUZZ
 @given(plan=manifest_plans)
+@pytest.mark.slow
 def test_manifest_entries_of_any_value_raise_only_bundle_errors(
     plan: dict[str, Any], folder: Folder, expected: np.ndarray
 ) -> None:
@@ -984,6 +986,7 @@ def test_manifest_entries_of_any_value_raise_only_bundle_errors(
 
 @FUZZ
 @given(steps=mutations, indent=st.sampled_from([None, 2]))
+@pytest.mark.slow
 def test_mutated_manifest_bytes_raise_only_bundle_errors(
     steps: list[tuple[str, float, int]], indent: int | None, folder: Folder, expected: np.ndarray
 ) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runtime_helpers import REPO, make_blob, run_source, sample_input, tiny_model, to_ort_format
+from runtime_helpers import REPO, make_blob, run_source, sample_input, to_ort_format
+
+from tests.models import tiny_model
 
 COOKING_ONLY = ("onnx", "yaml", "doit", "flatbuffers")
 

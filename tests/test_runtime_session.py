@@ -22,7 +22,6 @@ from runtime_helpers import (
     numpy_reference,
     run_source,
     sample_input,
-    tiny_model,
     write_bundle,
 )
 
@@ -36,6 +35,7 @@ from pipeline.runtime.errors import (
     UnknownModelError,
 )
 from pipeline.runtime.session import check_runtime, choose_providers, session_from_blob, session_options_for
+from tests.models import tiny_model
 
 DML = "DmlExecutionProvider"
 XNNPACK = "XnnpackExecutionProvider"

@@ -18,7 +18,8 @@ from pipeline.layout import runtime_check_path
 from pipeline.manifest import write_manifest
 from pipeline.profile import load_platforms
 from pipeline.runtimes import RuntimeCheckError, ensure_runtime, environment_dir, run_check
-from tests.test_cook import conv_bn_relu_model, job_for, opset_model, save, shipped_settings
+from tests.models import conv_bn_relu_model, relu_model
+from tests.test_cook import job_for, save, shipped_settings
 
 RUNTIMES_CACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "runtimes"
 OLD_RUNTIME = "1.24.4"  # windows-dml's: the newest onnxruntime-directml
@@ -62,7 +63,7 @@ def test_blobs_run_in_the_target_version_and_the_manifest_says_so(tmp_path: Path
 
 def test_a_blob_the_target_version_cannot_load_fails_the_check(tmp_path: Path) -> None:
     """Cooked for a 1.32 target, an opset-26 model must not pass a check in 1.24.4."""
-    save(opset_model(26), tmp_path / "assets", "relu26")
+    save(relu_model(26), tmp_path / "assets", "relu26")
     platform_dir = cook_all(tmp_path, "android", ["relu26"])
     check = check_for(platform_dir, ["relu26"], OLD_RUNTIME, Path("platforms/android.yaml"))
 
@@ -73,6 +74,7 @@ def test_a_blob_the_target_version_cannot_load_fails_the_check(tmp_path: Path) -
     assert not check.result_path.exists()
 
 
+@pytest.mark.slow
 def test_an_uninstallable_runtime_says_how_to_turn_the_check_off(tmp_path: Path) -> None:
     profile = tmp_path / "platforms" / "retro.yaml"
     with pytest.raises(RuntimeCheckError) as failure:
@@ -154,6 +156,7 @@ def test_unwritable_runtimes_folder_names_the_folder_and_the_fix(tmp_path: Path)
     assert str(blocked) in message and "COOK_RUNTIMES_DIR" in message and str(profile) in message
 
 
+@pytest.mark.slow
 def test_a_registry_that_never_answers_times_out_with_the_hint(tmp_path: Path, monkeypatch) -> None:
     """A real pip against a local server that accepts connections and never answers."""
     server = socket.socket()

@@ -21,6 +21,7 @@ from pipeline.profile import ProfileError
 from pipeline.runtime import BundleError, read_header, session_from_blob, unpack_blob
 from pipeline.runtime.blob import WEIGHT_ALIGNMENT
 from pipeline.weights import AUTO_EXTERNAL_BYTES, MIN_EXTERNAL_TENSOR, externalize, wants_external
+from tests.models import model_of
 from tests.test_cook import job_for, save, settings_for, shipped_settings
 
 CPU = ["CPUExecutionProvider"]
@@ -51,9 +52,7 @@ def mlp(layers: int = 3, width: int = WIDTH, seed: int = 11) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return model_of(graph)
 
 
 def feed(width: int = WIDTH) -> dict[str, np.ndarray]:

@@ -1,7 +1,7 @@
 """Run every ONNX backend test case through the cooker for every platform, in parallel, and judge it.
 
 Two phases: baselines and cooks (worker processes, one per core), then each platform's runtime check
-of the blobs that passed. ``python -m tests.conformance`` (see ``--help``) runs the whole suite and
+of the blobs that passed. ``python -m conformance`` (see ``--help``) runs the whole suite and
 regenerates ``docs/conformance.md``; ``tests/test_conformance.py`` runs the same as the gate.
 """
 
@@ -39,7 +39,7 @@ from .report import render
 from .runtime_check import check_platforms
 from .worker import CaseResult, PlatformResult, clean, run_case
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = REPO / "docs" / "conformance.md"
 EXCLUDED = "excluded"
 
@@ -224,7 +224,7 @@ def _bump(counts: dict[str, int], key: str) -> None:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.conformance", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="worker processes")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated loader kinds")
     parser.add_argument("--match", help="run only cases whose name matches this glob (no doc written)")

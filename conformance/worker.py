@@ -27,7 +27,6 @@ import yaml
 
 from pipeline.assets import discover
 from pipeline.cook import cook
-from pipeline.cookkey import task_key
 from pipeline.errors import CookError
 from pipeline.job import CookJob
 from pipeline.profile import CookSettings, Platform, load_model_settings, resolve
@@ -244,12 +243,7 @@ def _cook_and_check(
     (asset,) = discover(assets)
     overrides = load_model_settings(asset.settings_path, [platform.name])
     settings = resolve(platform, overrides, {}, model_source=str(asset.settings_path or asset.path))
-    job = CookJob(
-        asset=asset,
-        settings=settings,
-        task_key=task_key(settings.to_dict()),
-        platform_dir=scratch / settings.platform,
-    )
+    job = CookJob(asset=asset, settings=settings, platform_dir=scratch / settings.platform)
     try:
         entry = cook(job)
     except CookError as exc:

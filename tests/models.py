@@ -1,0 +1,162 @@
+"""The small, seeded ONNX models the tests build (``onnx.helper`` graphs), in one place.
+
+Every builder returns a fresh ModelProto; weights come from ``numpy.random.default_rng(seed)``, so the
+same call builds the same bytes. Models only one test needs stay beside that test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RNG_SEED = 7
+# tiny_model and mixed_weights_model: x [N, 16] -> y [N, 8].
+IN_FEATURES = 16
+OUT_FEATURES = 8
+MLP_HIDDEN = 64
+
+
+def model_of(graph: onnx.GraphProto, *, opset: int = 17, ir_version: int = 8) -> onnx.ModelProto:
+    """``graph`` as a model importing the default domain at ``opset``."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
+def dense_model(
+    inputs: int,
+    outputs: int,
+    *,
+    batch: int | None,
+    seed: int,
+    activation: str | None = None,
+    name: str = "dense",
+) -> onnx.ModelProto:
+    """``y = activation(x @ W + b)``: x [batch, inputs] (``None``: a symbolic batch), W [inputs,
+    outputs] then b [outputs] drawn from the seeded generator."""
+    rng = np.random.default_rng(seed)
+    weight = rng.standard_normal((inputs, outputs)).astype(np.float32)
+    bias = rng.standard_normal(outputs).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["pre" if activation else "y"]),
+    ]
+    if activation:
+        nodes.append(helper.make_node(activation, ["pre"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, outputs])],
+        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "b")],
+    )
+    model = model_of(graph)
+    onnx.checker.check_model(model)
+    return model
+
+
+def tiny_model(seed: int = 0) -> onnx.ModelProto:
+    """``y = Relu(x @ W + b)``, x [N, 16] -> y [N, 8]: the runtime loader tests' subject."""
+    return dense_model(
+        IN_FEATURES, OUT_FEATURES, batch=None, seed=seed, activation="Relu", name=f"tiny{seed}"
+    )
+
+
+def mlp_model() -> onnx.ModelProto:
+    """A small MLP (MatMul, Add, Sigmoid), x [1, 8] -> y [1, 4], beside the conv net in projects."""
+    return dense_model(8, 4, batch=1, seed=RNG_SEED + 1, activation="Sigmoid", name="mlp")
+
+
+def matmul_model(seed: int = 11) -> onnx.ModelProto:
+    """``y = x @ W + b``, x [2, 8] -> y [2, 4]: real initializers to cut into or move out."""
+    return dense_model(8, 4, batch=2, seed=seed, name="matmul")
+
+
+def mixed_weights_model(seed: int = 0) -> onnx.ModelProto:
+    """Like ``tiny_model`` (x: [N, 16] -> y: [N, 8]) but with three initializers big enough to move to
+    a blob's weights section, of three data types: float32 ``W1``, int64 ``perm``, float16 ``W2h``.
+    The small float32 bias ``b1`` stays in the graph."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.standard_normal((IN_FEATURES, MLP_HIDDEN)).astype(np.float32)
+    b1 = rng.standard_normal(MLP_HIDDEN).astype(np.float32)
+    perm = rng.integers(0, MLP_HIDDEN, 3 * MLP_HIDDEN).astype(np.int64)
+    w2 = rng.standard_normal((3 * MLP_HIDDEN, OUT_FEATURES)).astype(np.float16)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W1"], ["xw"]),
+            helper.make_node("Add", ["xw", "b1"], ["pre"]),
+            helper.make_node("Relu", ["pre"], ["h"]),
+            helper.make_node("Gather", ["h", "perm"], ["picked"], axis=1),
+            helper.make_node("Cast", ["W2h"], ["W2"], to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["picked", "W2"], ["y"]),
+        ],
+        f"mlp{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, IN_FEATURES])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, OUT_FEATURES])],
+        [
+            numpy_helper.from_array(w1, "W1"),
+            numpy_helper.from_array(b1, "b1"),
+            numpy_helper.from_array(perm, "perm"),
+            numpy_helper.from_array(w2, "W2h"),
+        ],
+    )
+    model = model_of(graph)
+    onnx.checker.check_model(model)
+    return model
+
+
+def large_matmul_model(rows: int, columns: int, *, seed: int) -> onnx.ModelProto:
+    """``y = x @ W``, x [1, rows]: ``rows`` x ``columns`` seeded random (incompressible) float32 weights."""
+    weights = np.random.default_rng(seed).standard_normal((rows, columns)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "large",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, columns])],
+        [numpy_helper.from_array(weights, "W")],
+    )
+    return model_of(graph)
+
+
+def conv_bn_relu_model() -> onnx.ModelProto:
+    """Conv + BatchNormalization + Relu: the pattern CPU optimizers fuse into device-specific ops."""
+    rng = np.random.default_rng(RNG_SEED)
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "scale"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "mean"),
+        numpy_helper.from_array(rng.random(16).astype(np.float32) + 0.5, "var"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"]),
+        helper.make_node("Relu", ["b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_bn_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+        initializers,
+    )
+    return model_of(graph)
+
+
+def relu_model(opset: int) -> onnx.ModelProto:
+    """One Relu, x [2, 3] -> y [2, 3], importing ``opset`` (IR 10)."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    return model_of(graph, opset=opset, ir_version=10)
+
+
+def with_symbolic_batch(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the first dimension of its first input and output named ``batch``."""
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return model
