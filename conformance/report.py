@@ -41,10 +41,11 @@ Outcomes per case and platform:
 
 - **pass** (correct): cooked, loaded, every output matches the reference.
 - **refused** (correct): the platform cannot take the model, decided apart from the cooker: its
-  opset/IR is newer than the platform's `runtime_version` loads (DESIGN trap 6), or onnxruntime
-  cannot write it in ORT format (the cook failed, and the same cook where the platform could take
-  it, with `runtime_version` raised to the installed onnxruntime or `format: onnx`, passes); or the
-  blob failed the runtime check and the platform's onnxruntime fails the case's source model too.
+  opset/IR is newer than the platform's `runtime_version` loads (docs/design.md, "Runtime
+  versions"), or onnxruntime cannot write it in ORT format (the cook failed, and the same cook
+  where the platform could take it, with `runtime_version` raised to the installed onnxruntime or
+  `format: onnx`, passes); or the blob failed the runtime check and the platform's onnxruntime
+  fails the case's source model too.
 - **excluded** (accepted): failed, and listed with its reason in `{exclusions}`.
 - **fail** (a bug): any other outcome: {failures}.
 """
@@ -84,7 +85,8 @@ def _runtime_checks(summary: Summary) -> str:
         "## Runtime check",
         "",
         "After the cooks, every platform's passing blobs run in the exact onnxruntime the platform "
-        "ships (`pipeline.runtimes.run_check`, as `doit cook` does; an isolated environment per version).",
+        "ships (`pipeline.target_check.run_check`, as `doit cook` does; an isolated environment per "
+        "version).",
         "",
     ]
     if not summary.runtime_checks:

@@ -1,6 +1,6 @@
 """After the cooks: every platform's passing blobs run in the exact onnxruntime the platform ships.
 
-This is the runtime check ``doit cook`` runs after a platform's cooks (``pipeline.runtimes.run_check``,
+This is the runtime check ``doit cook`` runs after a platform's cooks (``pipeline.target_check.run_check``,
 an isolated environment per onnxruntime version, cached like doit's under ``build/.runtimes``). It
 fails a whole platform at once, so the models that fail are found by bisection: a few more checks
 when something fails, none when nothing does.
@@ -33,7 +33,7 @@ from pipeline.job import RuntimeCheck
 from pipeline.layout import runtime_check_path
 from pipeline.profile import Platform, resolve
 from pipeline.runtime.compat import parse_version
-from pipeline.runtimes import ensure_runtime, run_check
+from pipeline.target_check import ensure_runtime, run_check
 
 from . import outcome
 from .cases import Case

@@ -148,7 +148,7 @@ def refusal_reason(case: Case, source: onnx.ModelProto, settings: CookSettings) 
     """Why the platform cannot take this model at all, and the settings under which it could.
 
     Decided apart from the cooker: the source's opset/IR against the platform's runtime_version
-    (DESIGN trap 6), and whether onnxruntime itself can write the model in ORT format.
+    (docs/design.md, "Runtime versions"), and whether onnxruntime itself can write the model in ORT format.
     """
     too_old = runtime_too_old(source, settings)
     if too_old is not None:

@@ -13,7 +13,7 @@ from .layout import entry_path
 from .publish import publish, retire
 from .runtime.compat import parse_version
 from .runtime.constants import MANIFEST_NAME, MANIFEST_VERSION
-from .runtimes import verified_versions
+from .target_check import verified_versions
 
 
 def write_manifest(

@@ -262,7 +262,7 @@ def _runtime_checks(
 
 
 def run_runtime_checks(checks: list[RuntimeCheck]) -> TaskFailed | None:
-    from .runtimes import run_check
+    from .target_check import run_check
 
     for check in checks:
         try:

@@ -1,9 +1,9 @@
 """Load and run cooked blobs in whatever onnxruntime this interpreter has; print a JSON report.
 
 Runs inside the isolated environment of a target's exact onnxruntime version, started by
-``pipeline.runtimes``; imports only the runtime loader, numpy and the standard library.
+``pipeline.target_check``; imports only the runtime loader, numpy and the standard library.
 
-    python -m pipeline.runtime_worker <platform dir> <name> [<name> ...]
+    python -m pipeline.target_check_worker <platform dir> <name> [<name> ...]
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ OFF_HINT = "set `runtime_check: false` with a `runtime_check_off_reason` in {pro
 PACKAGE = Path(__file__).resolve().parent
 # What the worker needs of this package; copied beside it so the target environment imports nothing
 # of the cooking environment (a PYTHONPATH to our site-packages would bring its onnxruntime along).
-WORKER_FILES = ("__init__.py", "compare.py", "layout.py", "runtime_worker.py")
-WORKER_START = "import sys; sys.path.insert(0, sys.argv.pop(1)); from pipeline.runtime_worker import main; "
-WORKER_START += "sys.exit(main(sys.argv[1:]))"
+WORKER_FILES = ("__init__.py", "compare.py", "layout.py", "target_check_worker.py")
+WORKER_START = "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+WORKER_START += "from pipeline.target_check_worker import main; sys.exit(main(sys.argv[1:]))"
 
 
 class RuntimeCheckError(CookError):
