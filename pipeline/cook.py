@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -14,10 +15,11 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .cache import CookCache
 from .cookkey import cook_key, tool_versions
 from .errors import CookError, ModelError, VerifyError
 from .facts import feed_inputs, onnx_facts, ort_facts
-from .fsutil import atomic_write, write_json
+from .fsutil import atomic_write, json_bytes
 from .guard import guard
 from .job import CookJob
 from .large import is_large, tensor_bytes
@@ -119,16 +121,17 @@ def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> byte
     return buffer.getvalue()
 
 
-def cook(job: CookJob) -> dict[str, Any]:
+def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
     """Cook one model for one platform; writes its blob and manifest entry, returns the entry.
 
-    Raises a ``CookError`` whose message names the model file, the platform and the fix; nothing is
-    written unless every step passed.
+    With a ``cache``, an entry stored under the same cook key (and checked) is written instead of
+    cooking, and what a cook writes is stored. Raises a ``CookError`` whose message names the model
+    file, the platform and the fix; nothing is written unless every step passed.
     """
     asset, settings = job.asset, job.settings
     context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
     try:
-        return _cook(job)
+        return _cook(job, cache)
     except CookError as exc:
         raise exc.in_context(**context) from None
     except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
@@ -154,11 +157,17 @@ class _Variant:
     cooked: bytes | None  # the optimized model file, when it fits one protobuf or flatbuffer
 
 
-def _cook(job: CookJob) -> dict[str, Any]:
+def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     asset = job.asset
     read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
     sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
+    target = blob_path(job.platform_dir, asset.name, job.settings.format)
+    if cache is not None:
+        staged_as = target.relative_to(job.platform_dir).as_posix()
+        cached = cache.fetch(key, asset.name, job.settings.platform, staged_as)
+        if cached is not None:
+            return _write_outputs(job, cached.files, read)
     model = load_source(asset, read)
     fix_shapes(model, job.settings)
     asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
@@ -181,7 +190,6 @@ def _cook(job: CookJob) -> dict[str, Any]:
             also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
         )
     report = usability(model, settings, work_dir=job.platform_dir)
-    target = blob_path(job.platform_dir, asset.name, settings.format)
     header, _ = read_header(blob)
     entry = {
         "name": asset.name,
@@ -210,20 +218,37 @@ def _cook(job: CookJob) -> dict[str, Any]:
         "verification": verification,
         "usability": report,
     }
+    files = {"blob": blob, "entry": json_bytes(entry)}
+    if verify_data is not None:
+        files["verify"] = verify_data
     if applied is not None:
-        atomic_write(applied_variant_path(job.platform_dir, asset.name), applied)
-    data_path = verify_data_path(job.platform_dir, asset.name)
-    if verify_data is None:  # verify is off: no task lists the file
+        files["applied"] = applied
+    written = _write_outputs(job, files, read)
+    if cache is not None:
+        cache.upload(key, files)
+    return written
+
+
+def _write_outputs(job: CookJob, files: Mapping[str, bytes], read: SourceRead) -> dict[str, Any]:
+    """Write what a cook made (or a cache entry holds), by role, each file atomically, the manifest
+    entry last; record it all for the up-to-date check. Returns the entry."""
+    name, platform_dir = job.asset.name, job.platform_dir
+    target = blob_path(platform_dir, name, job.settings.format)
+    applied_path = applied_variant_path(platform_dir, name)
+    if "applied" in files:
+        atomic_write(applied_path, files["applied"])
+    data_path = verify_data_path(platform_dir, name)
+    if "verify" not in files:  # verify is off: no task lists the file
         data_path.unlink(missing_ok=True)
     else:
-        atomic_write(data_path, verify_data)
-    atomic_write(target, blob)
-    write_json(entry_path(job.platform_dir, asset.name), entry)
-    outputs = [target, entry_path(job.platform_dir, asset.name), data_path]
-    if applied is not None:
-        outputs.append(applied_variant_path(job.platform_dir, asset.name))
-    record(outputs, cook_stamps_path(job.platform_dir, asset.name), sources=read.stamps)
-    return entry
+        atomic_write(data_path, files["verify"])
+    atomic_write(target, files["blob"])
+    atomic_write(entry_path(platform_dir, name), files["entry"])
+    outputs = [target, entry_path(platform_dir, name), data_path]
+    if "applied" in files:
+        outputs.append(applied_path)
+    record(outputs, cook_stamps_path(platform_dir, name), sources=read.stamps)
+    return json.loads(files["entry"])
 
 
 # When a runtime-style ORT blob does not load (onnxruntime cannot replay some saved runtime

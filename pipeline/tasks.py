@@ -20,6 +20,7 @@ from doit.task import clean_targets
 from doit.tools import config_changed
 
 from .assets import AssetModel, discover
+from .cache import CacheConfig, config_from_env
 from .cookkey import BUNDLE_FORMAT, canonical_json
 from .errors import CookError, ProfileError
 from .job import CookJob, RuntimeCheck
@@ -36,6 +37,7 @@ from .layout import (
 from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
 from .publish import remove_published
 from .runtime.constants import MANIFEST_NAME, SIGNATURE_NAME, OptimizationStyle
+from .shard import Shard, assign, shard_from_env
 from .stamps import OutputsIntact, record
 
 
@@ -63,14 +65,19 @@ def folders(env: Mapping[str, str], root: Path) -> Folders:
     )
 
 
-def run_cook(job: CookJob) -> TaskFailed | None:
+def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFailed | None:
+    from .cache import CookCache
     from .cook import cook  # heavy: onnx and onnxruntime
 
+    cache = CookCache(cache_config) if cache_config is not None else None
     try:
-        entry = cook(job)  # also records what it read and wrote (pipeline.stamps)
+        entry = cook(job, cache)  # also records what it read and wrote (pipeline.stamps)
     except CookError as exc:
-        return TaskFailed(str(exc))
-    sys.stdout.write(_summary(entry) + "\n")  # one write: lines stay whole under `doit -n`
+        notes = "".join(f"\n{note}" for note in cache.notes) if cache is not None else ""
+        return TaskFailed(str(exc) + notes)
+    summary = _summary(entry) + (" (from the cook cache)" if cache is not None and cache.hit else "")
+    lines = [summary, *(cache.notes if cache is not None else [])]
+    sys.stdout.write("\n".join(lines) + "\n")  # one write: lines stay whole under `doit -n`
     return None
 
 
@@ -186,16 +193,48 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         plans = _plans(platforms, assets, model_settings, where.build, env)
         _refuse_empty(plans, where.assets, len(assets))
         key_digest = _key_digest(where.signing_key)
+        cache, shard = config_from_env(env), shard_from_env(env)
+        if shard is not None:
+            mine = _shard_share(plans, shard, cache)
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
+    if shard is not None:  # cooks only, into the cache: the assembling `doit cook` does the rest
+        yield from (_cook_task(job, cache) for _, jobs in plans for job in jobs if id(job) in mine)
+        return
     for platform, jobs in plans:
         platform_dir = where.build / platform.name
         for job in jobs:
-            yield _cook_task(job)
+            yield _cook_task(job, cache)
         checks = _runtime_checks(platform, jobs, platform_dir, where.runtimes, env)
         if checks:
             yield _runtime_check_task(platform, jobs, checks)
         yield _manifest_task(platform, jobs, platform_dir, checks, where.signing_key, key_digest)
+
+
+def _shard_share(
+    plans: list[tuple[Platform, list[CookJob]]], shard: Shard, cache: CacheConfig | None
+) -> set[int]:
+    """The ids of the jobs this agent cooks: a deterministic, size-balanced share (pipeline.shard)."""
+    if cache is None or not cache.writes:
+        raise CookError(
+            f"COOK_SHARD={shard} cooks a share of the models into the shared cook cache, so it needs "
+            "COOK_CACHE (in readwrite mode, the default); then run `doit cook` without COOK_SHARD to "
+            "assemble the bundles from the cache"
+        )
+    jobs = [job for _, platform_jobs in plans for job in platform_jobs]
+    weights = [(id(job), _source_bytes(job)) for job in jobs]
+    assigned = assign(weights, shard.count)
+    return {job_id for job_id, index in assigned.items() if index == shard.index}
+
+
+def _source_bytes(job: CookJob) -> int:
+    total = 0
+    for path in job.asset.source_files:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            continue  # the cook itself will say what is missing
+    return total
 
 
 def _refuse_empty(plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int) -> None:
@@ -350,13 +389,13 @@ def cook_targets(job: CookJob) -> list[Path]:
     return targets
 
 
-def _cook_task(job: CookJob) -> dict[str, Any]:
+def _cook_task(job: CookJob, cache: CacheConfig | None) -> dict[str, Any]:
     settings = job.settings
     return {
         "name": f"{settings.platform}:{job.asset.name}",
         "doc": f"cook {job.asset.name} for {settings.platform} "
         f"({settings.format}, {settings.optimization_level}, {settings.optimization_style})",
-        "actions": [(run_cook, [job])],
+        "actions": [(run_cook, [job, cache])],
         "file_dep": [str(path) for path in job.asset.source_files],
         "targets": [str(path) for path in cook_targets(job)],
         "uptodate": [

@@ -1,0 +1,323 @@
+"""A shared cache of cooked results for build farms: a folder or an S3 bucket, keyed by the cook key.
+
+One entry holds everything a cook writes for one (platform, model): the blob, its manifest entry,
+the verification data and the applied variant (reduced builds). Entries are written data first and
+their index object last, so a reader never sees half an entry; everything read back is checked like
+a blob a game loads (sizes, sha256s, the blob's frames, the cook key in its header) before it is
+written into the build. The cache is optional: a store that cannot be reached costs one warning line
+and the cook runs locally, unless ``COOK_CACHE_REQUIRED=1``.
+
+Settings, from the environment (read once by ``dodo.py``):
+
+- ``COOK_CACHE``: ``/path``, ``file:///path`` (a folder: local, NFS or SMB mount) or
+  ``s3://bucket/prefix`` (any S3-compatible store; endpoint and credentials the standard AWS way:
+  ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ...).
+- ``COOK_CACHE_MODE``: ``readwrite`` (default; CI agents) or ``read`` (developer machines).
+- ``COOK_CACHE_REQUIRED``: ``1`` turns an unreachable cache into a failed cook.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+from .errors import CookError
+from .fsutil import atomic_write
+
+CACHE_ENV = "COOK_CACHE"
+MODE_ENV = "COOK_CACHE_MODE"
+REQUIRED_ENV = "COOK_CACHE_REQUIRED"
+MODES = ("readwrite", "read")
+INDEX_VERSION = 1
+# What one entry holds: role -> object name under the entry's folder.
+ROLES = ("blob", "entry", "verify", "applied")
+# S3: fail in seconds when the server is down, not after minutes of retries.
+S3_CONNECT_TIMEOUT = 5.0
+S3_READ_TIMEOUT = 60.0
+S3_ATTEMPTS = 2
+
+
+class CacheError(CookError):
+    """The cache cannot be used (unreachable, refused) or returned something that is not an entry."""
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Where the cache is and how to use it; picklable (travels in every ``CookJob``)."""
+
+    url: str
+    mode: str = "readwrite"
+    required: bool = False
+
+    @property
+    def writes(self) -> bool:
+        return self.mode == "readwrite"
+
+
+def config_from_env(env: Mapping[str, str]) -> CacheConfig | None:
+    """The cache settings, or None when ``COOK_CACHE`` is unset; a bad value is a clear error."""
+    url = env.get(CACHE_ENV, "").strip()
+    if not url:
+        return None
+    mode = env.get(MODE_ENV, "readwrite").strip() or "readwrite"
+    if mode not in MODES:
+        raise CookError(f"{MODE_ENV}={mode!r}: use one of {', '.join(MODES)}")
+    scheme = urlparse(url).scheme
+    if scheme not in ("", "file", "s3") and not _is_windows_drive(url):
+        raise CookError(f"{CACHE_ENV}={url!r}: use a folder path, file:///path or s3://bucket/prefix")
+    return CacheConfig(url=url, mode=mode, required=env.get(REQUIRED_ENV, "") == "1")
+
+
+def _is_windows_drive(url: str) -> bool:
+    return len(url) > 2 and url[1] == ":" and url[0].isalpha()
+
+
+class Store(Protocol):
+    """A flat namespace of objects; ``get`` returns None for an object that does not exist."""
+
+    description: str
+
+    def get(self, name: str) -> bytes | None: ...
+
+    def put(self, name: str, data: bytes) -> None: ...
+
+
+@dataclass
+class FolderStore:
+    """Objects as files under ``root``, each written through a temp file and a rename."""
+
+    root: Path
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        self.description = self.description or str(self.root)
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            return (self.root / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CacheError(f"cannot read {self.root / name}: {exc.strerror or exc}") from None
+
+    def put(self, name: str, data: bytes) -> None:
+        try:
+            atomic_write(self.root / name, data)
+        except OSError as exc:
+            raise CacheError(f"cannot write {self.root / name}: {exc.strerror or exc}") from None
+
+
+@dataclass
+class S3Store:
+    """Objects in an S3 bucket under a prefix, through boto3 (imported only when used)."""
+
+    bucket: str
+    prefix: str
+    client: Any = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        self.description = self.description or f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        if self.client is None:
+            self.client = _s3_client()
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix.strip('/')}/{name}" if self.prefix.strip("/") else name
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            answer = self.client.get_object(Bucket=self.bucket, Key=self._key(name))
+            return answer["Body"].read()
+        except Exception as exc:  # botocore raises many types; absence is one code among them
+            if _s3_code(exc) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise CacheError(f"cannot read {self.description}/{name}: {_s3_reason(exc)}") from None
+
+    def put(self, name: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
+        except Exception as exc:
+            raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
+
+
+def _s3_client() -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise CacheError(
+            "an s3:// cache needs boto3: pip install 'onnx-cooker[s3]' (or pip install boto3)"
+        ) from None
+    config = Config(
+        connect_timeout=S3_CONNECT_TIMEOUT,
+        read_timeout=S3_READ_TIMEOUT,
+        retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"},
+    )
+    return boto3.client("s3", config=config)
+
+
+def _s3_code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def _s3_reason(exc: Exception) -> str:
+    code = _s3_code(exc)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{code}: {text}" if code and code not in text else text
+
+
+def open_store(config: CacheConfig) -> Store:
+    parsed = urlparse(config.url)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise CacheError(f"{CACHE_ENV}={config.url!r} names no bucket: use s3://bucket/prefix")
+        return S3Store(bucket=parsed.netloc, prefix=parsed.path.strip("/"))
+    path = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(config.url)
+    return FolderStore(root=path.expanduser())
+
+
+def entry_digest(cook_key: str) -> str:
+    """The name of a cook key's entry: its sha256 (a cook key is a long JSON-ish string)."""
+    return hashlib.sha256(cook_key.encode()).hexdigest()
+
+
+def _object_name(digest: str, role: str) -> str:
+    return f"objects/{digest[:2]}/{digest}/{role}"
+
+
+def _index_name(digest: str) -> str:
+    return f"index/{digest[:2]}/{digest}.json"
+
+
+@dataclass(frozen=True)
+class Cached:
+    """What one cook wrote, by role (``blob``, ``entry``, ``verify``, ``applied``): the bytes."""
+
+    files: Mapping[str, bytes]
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        return json.loads(self.files["entry"])
+
+
+@dataclass
+class CookCache:
+    """A store used by one cook: lookups, uploads, and the warning lines to show in its summary."""
+
+    config: CacheConfig
+    store: Store | None = None
+    notes: list[str] = field(default_factory=list)
+    hit: bool = False
+
+    def _store(self) -> Store | None:
+        if self.store is None:
+            try:
+                self.store = open_store(self.config)
+            except CacheError as exc:
+                self._unusable(exc)
+        return self.store
+
+    def _unusable(self, exc: CacheError) -> None:
+        if self.config.required:
+            raise CacheError(f"the cook cache is required ({REQUIRED_ENV}=1) but unusable: {exc.problem}")
+        self.notes.append(f"warning: cook cache unusable, cooking locally: {exc.problem}")
+        self.store = None
+        self.config = CacheConfig(self.config.url, mode="off")  # one warning per cook
+
+    def fetch(self, cook_key: str, name: str, platform: str, blob_file: str) -> Cached | None:
+        """The checked entry for ``cook_key``, or None (absent, unreachable, or refused)."""
+        if self.config.mode == "off" or (store := self._store()) is None:
+            return None
+        digest = entry_digest(cook_key)
+        try:
+            index = store.get(_index_name(digest))
+            if index is None:
+                return None
+            files = _fetch_files(store, digest, index, cook_key)
+            check_entry(files, cook_key, name, platform, blob_file)
+        except CacheError as exc:
+            if isinstance(exc, PoisonedEntry):
+                self.notes.append(
+                    f"warning: cook cache entry {digest[:16]} refused, cooked again: {exc.problem}"
+                )
+                return None
+            self._unusable(exc)
+            return None
+        self.hit = True
+        return Cached(files)
+
+    def upload(self, cook_key: str, files: Mapping[str, bytes]) -> None:
+        """Store what a cook wrote: every object first, the index last (readers see all or nothing)."""
+        if not self.config.writes or (store := self._store()) is None:
+            return
+        digest = entry_digest(cook_key)
+        index = {"version": INDEX_VERSION, "cook_key": cook_key, "files": {}}
+        try:
+            for role, data in files.items():
+                store.put(_object_name(digest, role), data)
+                index["files"][role] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            store.put(_index_name(digest), json.dumps(index, sort_keys=True).encode())
+        except CacheError as exc:
+            self._unusable(exc)
+
+
+class PoisonedEntry(CacheError):
+    """An entry whose bytes are not what its index or its key promise: ignored and cooked again."""
+
+
+def _fetch_files(store: Store, digest: str, raw_index: bytes, cook_key: str) -> dict[str, bytes]:
+    try:
+        index = json.loads(raw_index)
+        listed = index["files"]
+        assert index["version"] == INDEX_VERSION and isinstance(listed, dict)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        raise PoisonedEntry("its index is not a version-1 index") from None
+    if index.get("cook_key") != cook_key:
+        raise PoisonedEntry("its index is for another cook key")
+    if not {"blob", "entry"} <= set(listed) <= set(ROLES):
+        raise PoisonedEntry(f"its index lists {sorted(listed)}")
+    files = {}
+    for role, expected in listed.items():
+        data = store.get(_object_name(digest, role))
+        if data is None:
+            raise PoisonedEntry(f"its {role} object is missing")
+        if len(data) != expected.get("size") or hashlib.sha256(data).hexdigest() != expected.get("sha256"):
+            raise PoisonedEntry(f"its {role} object does not match the size and sha256 of its index")
+        files[role] = data
+    return files
+
+
+def check_entry(files: Mapping[str, bytes], cook_key: str, name: str, platform: str, blob_file: str) -> None:
+    """Refuse an entry unless its blob loads like a game loads it and everything names ``cook_key``."""
+    from .runtime.blob import unpack_blob
+    from .runtime.errors import BundleError
+
+    blob = files["blob"]
+    try:
+        entry = json.loads(files["entry"])
+        unpacked = unpack_blob(blob)  # header, frames, checksums: what the loader checks
+    except ValueError as exc:
+        raise PoisonedEntry(f"its manifest entry is not JSON ({exc})") from None
+    except BundleError as exc:
+        raise PoisonedEntry(f"its blob is damaged ({exc})") from None
+    header = unpacked.header
+    expected = {"cook key": cook_key, "name": name, "platform": platform}
+    found_header = {"cook key": header.cook_key, "name": header.name, "platform": header.platform}
+    found_entry = {
+        "cook key": entry.get("cook_key"),
+        "name": entry.get("name"),
+        "platform": (entry.get("settings") or {}).get("platform"),
+    }
+    for what, value in expected.items():
+        if found_header[what] != value or found_entry[what] != value:
+            raise PoisonedEntry(f"its blob or entry is for another {what}")
+    if entry.get("blob_sha256") != hashlib.sha256(blob).hexdigest() or entry.get("blob_size") != len(blob):
+        raise PoisonedEntry("its blob does not match the sha256 and size of its manifest entry")
+    if entry.get("file") != blob_file:
+        raise PoisonedEntry(f"its entry names the blob {entry.get('file')!r}, not {blob_file!r}")

@@ -1,0 +1,388 @@
+"""The shared cook cache: a folder and a real S3-compatible server (moto's, on localhost, through the
+real boto3 client). Hits, misses, uploads, poisoned entries, servers that are down or stop midway, a
+read-only credential."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.assets import discover
+from pipeline.cache import (
+    CacheConfig,
+    CacheError,
+    CookCache,
+    FolderStore,
+    S3Store,
+    _index_name,
+    _object_name,
+    config_from_env,
+    entry_digest,
+)
+from pipeline.cook import cook
+from pipeline.errors import CookError
+from pipeline.job import CookJob
+from pipeline.layout import blob_path, entry_path
+from tests.models import conv_bn_relu_model
+from tests.s3server import S3Server, s3_server
+from tests.test_cook import save, shipped_settings
+from tests.test_reliability import TRACEBACK, assert_bundle_intact, doit, env, small_project
+
+BUCKET = "cook-cache"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[S3Server]:
+    with s3_server() as running:
+        running.client().create_bucket(Bucket=BUCKET)
+        yield running
+
+
+def project(tmp_path: Path, build: str = "build") -> tuple[Path, Path]:
+    assets = tmp_path / "assets"
+    if not assets.exists():
+        save(conv_bn_relu_model(), assets, "net")
+    return assets, tmp_path / build
+
+
+# ONNX blobs are byte-identical from cook to cook (ORT-format ones differ in a table's order), so
+# that a re-cook can be compared with a cache hit byte for byte.
+PLATFORM = "windows-dml"
+
+
+def job(assets: Path, build: Path, platform: str = PLATFORM) -> CookJob:
+    asset = next(a for a in discover(assets) if a.name == "net")
+    settings = shipped_settings(platform)
+    return CookJob(asset=asset, settings=settings, platform_dir=build / platform)
+
+
+def outputs(build: Path) -> dict[str, bytes]:
+    platform_dir = build / PLATFORM
+    return {
+        "blob": blob_path(platform_dir, "net", "onnx").read_bytes(),
+        "entry": entry_path(platform_dir, "net").read_bytes(),
+    }
+
+
+def folder_cache(root: Path, **options: object) -> CookCache:
+    return CookCache(CacheConfig(url=str(root), **options))
+
+
+def s3_cache(server: S3Server, prefix: str, **options: object) -> CookCache:
+    store = S3Store(bucket=BUCKET, prefix=prefix, client=server.client())
+    return CookCache(CacheConfig(url=f"s3://{BUCKET}/{prefix}", **options), store=store)
+
+
+def test_settings_come_from_the_environment_and_bad_values_are_named() -> None:
+    assert config_from_env({}) is None
+    config = config_from_env(
+        {"COOK_CACHE": "s3://b/p", "COOK_CACHE_MODE": "read", "COOK_CACHE_REQUIRED": "1"}
+    )
+    assert config == CacheConfig(url="s3://b/p", mode="read", required=True) and not config.writes
+    with pytest.raises(CookError, match="COOK_CACHE_MODE='sometimes': use one of readwrite, read"):
+        config_from_env({"COOK_CACHE": "/c", "COOK_CACHE_MODE": "sometimes"})
+    with pytest.raises(CookError, match=r"COOK_CACHE='ftp://x': use a folder path, file:///path or s3://"):
+        config_from_env({"COOK_CACHE": "ftp://x"})
+
+
+@pytest.mark.parametrize("backend", ["folder", "s3"])
+def test_a_second_build_folder_gets_the_same_outputs_from_the_cache_without_cooking(
+    tmp_path: Path, server: S3Server, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets, first = project(tmp_path, "first")
+    make = (
+        (lambda: folder_cache(tmp_path / "cache"))
+        if backend == "folder"
+        else (lambda: s3_cache(server, "p1"))
+    )
+    cooking = make()
+    entry = cook(job(assets, first), cooking)
+    assert not cooking.hit and cooking.notes == []
+
+    import pipeline.cook as cook_module
+
+    def no_cooking(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cache hit must not optimize anything")
+
+    monkeypatch.setattr(cook_module, "optimize", no_cooking)
+    _, second = project(tmp_path, "second")
+    assembling = make()
+    assert cook(job(assets, second), assembling) == entry
+    assert assembling.hit and assembling.notes == []
+    assert outputs(second) == outputs(first)  # byte for byte, blob and manifest entry
+
+
+def test_a_changed_source_misses(tmp_path: Path) -> None:
+    assets, build = project(tmp_path)
+    cook(job(assets, build), folder_cache(tmp_path / "cache"))
+    model = conv_bn_relu_model()
+    model.graph.initializer[0].raw_data = bytes(len(model.graph.initializer[0].raw_data))
+    save(model, assets, "net")
+    again = folder_cache(tmp_path / "cache")
+    cook(job(assets, build), again)
+    assert not again.hit
+
+
+def _poison_blob(store: FolderStore | S3Store, cook_key: str, blob: bytes) -> None:
+    """Replace an entry's blob with other bytes and make its index agree (as a broken or hostile
+    writer could): only the checks against the key and the entry can catch it."""
+    digest = entry_digest(cook_key)
+    store.put(_object_name(digest, "blob"), blob)
+    index = json.loads(store.get(_index_name(digest)))
+    index["files"]["blob"] = {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    store.put(_index_name(digest), json.dumps(index).encode())
+
+
+@pytest.mark.parametrize("backend", ["folder", "s3"])
+def test_a_poisoned_entry_is_refused_in_one_line_cooked_again_and_overwritten(
+    tmp_path: Path, server: S3Server, backend: str
+) -> None:
+    assets, first = project(tmp_path, "first")
+    make = (
+        (lambda: folder_cache(tmp_path / "cache"))
+        if backend == "folder"
+        else (lambda: s3_cache(server, "p2"))
+    )
+    entry = cook(job(assets, first), make())
+    # The blob of another platform's cook of the same model: a valid blob, with the wrong cook key.
+    other = cook(job(assets, tmp_path / "other", "console"), None)
+    store = make()._store()
+    _poison_blob(
+        store, entry["cook_key"], blob_path(tmp_path / "other" / "console", "net", "ort").read_bytes()
+    )
+    assert other["cook_key"] != entry["cook_key"]
+
+    _, second = project(tmp_path, "second")
+    refusing = make()
+    assert cook(job(assets, second), refusing) == entry  # cooked again, locally
+    assert not refusing.hit
+    (note,) = refusing.notes
+    assert note.startswith("warning: cook cache entry") and "refused, cooked again" in note
+    assert "\n" not in note
+    assert outputs(second) == outputs(first)
+    # The re-cook overwrote the entry: the next agent hits again.
+    _, third = project(tmp_path, "third")
+    hitting = make()
+    cook(job(assets, third), hitting)
+    assert hitting.hit and outputs(third) == outputs(first)
+
+
+def test_damaged_bytes_under_a_valid_index_are_refused(tmp_path: Path) -> None:
+    assets, first = project(tmp_path, "first")
+    entry = cook(job(assets, first), folder_cache(tmp_path / "cache"))
+    digest = entry_digest(entry["cook_key"])
+    blob_object = tmp_path / "cache" / _object_name(digest, "blob")
+    damaged = bytearray(blob_object.read_bytes())
+    damaged[-10] ^= 0xFF
+    blob_object.write_bytes(bytes(damaged))
+    refusing = folder_cache(tmp_path / "cache")
+    cook(job(assets, tmp_path / "second"), refusing)
+    assert not refusing.hit and "does not match the size and sha256 of its index" in refusing.notes[0]
+
+
+def test_a_server_that_is_down_costs_one_warning_unless_the_cache_is_required(tmp_path: Path) -> None:
+    from tests.s3server import free_port
+
+    assets, build = project(tmp_path)
+    down = S3Store(
+        bucket=BUCKET, prefix="x", client=S3Server(f"http://127.0.0.1:{free_port()}", None).client()
+    )
+    cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/x"), store=down)
+    entry = cook(job(assets, build), cache)
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    (note,) = cache.notes  # the failed lookup; the upload is not tried again
+    assert note.startswith(
+        "warning: cook cache unusable, cooking locally: cannot read s3://cook-cache/x/index/"
+    )
+    required = CookCache(CacheConfig(url=f"s3://{BUCKET}/x", required=True), store=down)
+    with pytest.raises(CacheError, match=r"required \(COOK_CACHE_REQUIRED=1\) but unusable"):
+        cook(job(assets, tmp_path / "again"), required)
+
+
+def test_a_server_that_stops_mid_upload_leaves_no_readable_half_entry(tmp_path: Path) -> None:
+    assets, build = project(tmp_path)
+    with s3_server() as short_lived:
+        short_lived.client().create_bucket(Bucket=BUCKET)
+        store = S3Store(bucket=BUCKET, prefix="p", client=short_lived.client())
+        real_put = store.put
+
+        def put_then_die(name: str, data: bytes) -> None:
+            real_put(name, data)
+            short_lived.stop()  # the first object arrived; the server is gone for the rest
+
+        store.put = put_then_die  # type: ignore[method-assign]
+        cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/p"), store=store)
+        cook(job(assets, build), cache)
+        assert "cook cache unusable" in cache.notes[0]
+    # The same thing against a folder: the index is written last, so a reader sees no entry at all.
+    folder = FolderStore(tmp_path / "cache")
+    real = folder.put
+    written: list[str] = []
+
+    def put_and_stop_before_index(name: str, data: bytes) -> None:
+        if name.startswith("index/"):
+            raise CacheError("the agent was stopped")
+        written.append(name)
+        real(name, data)
+
+    folder.put = put_and_stop_before_index  # type: ignore[method-assign]
+    cook(job(assets, tmp_path / "b2"), CookCache(CacheConfig(url=str(tmp_path / "cache")), store=folder))
+    assert written and all(name.startswith("objects/") for name in written)
+    reader = folder_cache(tmp_path / "cache")
+    cook(job(assets, tmp_path / "b3"), reader)
+    assert not reader.hit and reader.notes == []  # a clean miss, no complaint
+
+
+def test_a_server_that_stops_mid_download_means_a_local_cook(tmp_path: Path) -> None:
+    assets, build = project(tmp_path)
+    with s3_server() as short_lived:
+        short_lived.client().create_bucket(Bucket=BUCKET)
+        cook(job(assets, build), s3_cache(short_lived, "p"))
+        store = S3Store(bucket=BUCKET, prefix="p", client=short_lived.client())
+        real_get = store.get
+
+        def get_then_die(name: str) -> bytes | None:
+            data = real_get(name)
+            short_lived.stop()  # the index arrived; the objects will not
+            return data
+
+        store.get = get_then_die  # type: ignore[method-assign]
+        cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/p"), store=store)
+        entry = cook(job(assets, tmp_path / "second"), cache)
+    assert not cache.hit and "cook cache unusable" in cache.notes[0]
+    assert outputs(tmp_path / "second")["entry"] == outputs(build)["entry"]
+    assert entry["verification"]["outputs"][0]["ok"] is True
+
+
+def test_a_read_only_credential_reads_hits_and_never_fails_a_cook(tmp_path: Path) -> None:
+    assets, build = project(tmp_path)
+    # Requests after the first 7 (the setup below) are checked against IAM users and policies.
+    with s3_server(unauthenticated_requests=7) as server:
+        admin = server.client()
+        admin.create_bucket(Bucket=BUCKET)
+        iam = __import__("boto3").client("iam", **_iam_args(server))
+        keys = {}
+        for user, actions in (("agent", ["s3:*"]), ("developer", ["s3:GetObject", "s3:ListBucket"])):
+            iam.create_user(UserName=user)
+            document = {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],
+            }
+            iam.put_user_policy(UserName=user, PolicyName=f"{user}-s3", PolicyDocument=json.dumps(document))
+            made = iam.create_access_key(UserName=user)["AccessKey"]
+            keys[user] = (made["AccessKeyId"], made["SecretAccessKey"])
+
+        def cache_for(user: str, mode: str) -> CookCache:
+            store = S3Store(bucket=BUCKET, prefix="ro", client=server.client(*keys[user]))
+            return CookCache(CacheConfig(url=f"s3://{BUCKET}/ro", mode=mode), store=store)
+
+        # A developer machine with a read-only key, configured readwrite by mistake: its upload is
+        # refused by the server, one warning, and the cook itself succeeds.
+        mistaken = cache_for("developer", "readwrite")
+        cook(job(assets, build), mistaken)
+        assert len(mistaken.notes) == 1 and "AccessDenied" in mistaken.notes[0]
+        cook(job(assets, tmp_path / "agent"), cache_for("agent", "readwrite"))  # CI fills the cache
+        reading = cache_for("developer", "read")
+        cook(job(assets, tmp_path / "dev"), reading)
+        assert reading.hit and reading.notes == []
+
+
+def _iam_args(server: S3Server) -> dict[str, str]:
+    return {
+        "endpoint_url": server.endpoint,
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "region_name": "us-east-1",
+    }
+
+
+# --- whole `doit cook` runs in a subprocess: agents sharing one cache --------------------------------
+
+
+def agent(tmp_path: Path, name: str) -> Path:
+    """A fresh checkout on another agent: the project's code and assets, no build folder, no doit state."""
+    return small_project(tmp_path / name)
+
+
+def cooked_tasks(output: str) -> list[str]:
+    """The cook sub-tasks doit ran (it prints ".  cook:<platform>:<model>" before each)."""
+    return [
+        line.split()[1]
+        for line in output.splitlines()
+        if line.startswith(".  cook:") and line.count(":") == 2
+    ]
+
+
+def models_of(project: Path) -> dict:
+    return json.loads((project / "build" / "android" / "manifest.json").read_text())["models"]
+
+
+@pytest.mark.slow
+def test_one_agent_cooks_another_assembles_the_same_bundle_from_s3_with_zero_cooks(
+    tmp_path: Path, server: S3Server
+) -> None:
+    cache = {"COOK_CACHE": f"s3://{BUCKET}/agents", **server.env()}
+    first = agent(tmp_path, "ci-agent")
+    cooking = doit(first, "cook", **cache)
+    assert cooking.returncode == 0, cooking.stdout + cooking.stderr
+    assert "from the cook cache" not in cooking.stdout
+
+    second = agent(tmp_path, "other-agent")
+    assembling = doit(second, "cook", **cache)
+    assert assembling.returncode == 0, assembling.stdout + assembling.stderr
+    ran = cooked_tasks(assembling.stdout)
+    assert sorted(ran) == ["cook:android:mlp", "cook:android:net"]
+    assert assembling.stdout.count("(from the cook cache)") == 2 and "warning" not in assembling.stdout
+    assert models_of(second) == models_of(first)  # the same blobs, byte for byte (ORT ones included)
+    assert_bundle_intact(second / "build" / "android", {"net", "mlp"})
+
+
+@pytest.mark.slow
+def test_two_shards_cook_concurrently_into_a_folder_cache_then_one_run_assembles_everything(
+    tmp_path: Path,
+) -> None:
+    cache = {"COOK_CACHE": str(tmp_path / "shared-cache")}
+    shards = [agent(tmp_path, f"shard-{i}") for i in range(2)]
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-m", "doit", "cook"],
+            cwd=project,
+            env=env(COOK_SHARD=f"{i}/2", **cache),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i, project in enumerate(shards)
+    ]
+    outputs = [process.communicate(timeout=600)[0] for process in running]
+    assert all(process.returncode == 0 for process in running), outputs
+    shares = [cooked_tasks(output) for output in outputs]
+    # Each model cooked exactly once, by one shard; no shard writes a manifest.
+    assert sorted(shares[0] + shares[1]) == ["cook:android:mlp", "cook:android:net"] and all(shares)
+    assert not any((project / "build" / "android" / "manifest.json").exists() for project in shards)
+
+    assembler = agent(tmp_path, "assemble")
+    assembled = doit(assembler, "cook", **cache)
+    assert assembled.returncode == 0, assembled.stdout + assembled.stderr
+    assert assembled.stdout.count("(from the cook cache)") == 2
+    assert_bundle_intact(assembler / "build" / "android", {"net", "mlp"})
+
+
+@pytest.mark.slow
+def test_a_shard_without_a_cache_is_refused_with_the_fix(tmp_path: Path) -> None:
+    project = agent(tmp_path, "p")
+    run = doit(project, "cook", COOK_SHARD="0/2")
+    assert run.returncode != 0
+    assert (
+        "COOK_SHARD=0/2 cooks a share of the models into the shared cook cache, so it needs COOK_CACHE"
+        in (run.stdout + run.stderr)
+    )
+    assert TRACEBACK not in run.stdout + run.stderr
+    bad = doit(project, "cook", COOK_SHARD="2/2", COOK_CACHE=str(tmp_path / "c"))
+    assert "COOK_SHARD='2/2': use i/N with 0 <= i < N" in bad.stdout + bad.stderr
