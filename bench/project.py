@@ -78,6 +78,7 @@ def doit(
     runtimes: Path,
     log: Path,
     check: bool = True,
+    extra_env: dict[str, str] | None = None,
 ) -> Run:
     """Run ``python -m doit <args>`` in ``project`` on the given assets/build folders; a failure raises
     ``BenchError`` unless ``check`` is false (then see ``Run.returncode`` and the log).
@@ -94,6 +95,7 @@ def doit(
         COOK_RUNTIMES_DIR=str(runtimes),
         PYTHONDONTWRITEBYTECODE="1",
     )
+    env.update(extra_env or {})  # e.g. COOK_CACHE for the build-farm measurements (bench/farm.py)
     command = [sys.executable, "-m", "doit", *args]
     with log.open("wb") as output:
         before, machine_before = resource.getrusage(resource.RUSAGE_CHILDREN), machine_cpu_seconds()

@@ -195,6 +195,10 @@ def _index_name(digest: str) -> str:
     return f"index/{digest[:2]}/{digest}.json"
 
 
+def _check_name(digest: str) -> str:
+    return f"checks/{digest[:2]}/{digest}.json"
+
+
 @dataclass(frozen=True)
 class Cached:
     """What one cook wrote, by role (``blob``, ``entry``, ``verify``, ``applied``): the bytes."""
@@ -263,6 +267,41 @@ class CookCache:
                 store.put(_object_name(digest, role), data)
                 index["files"][role] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
             store.put(_index_name(digest), json.dumps(index, sort_keys=True).encode())
+        except CacheError as exc:
+            self._unusable(exc)
+
+    def fetch_check(self, check_key: str, version: str, names: list[str]) -> dict[str, Any] | None:
+        """A runtime check's report stored under ``check_key`` (the target onnxruntime version and the
+        sha256 of every blob it loaded), if it is one for exactly these models and all of them passed."""
+        if self.config.mode == "off" or (store := self._store()) is None:
+            return None
+        name = _check_name(entry_digest(check_key))
+        try:
+            raw = store.get(name)
+        except CacheError as exc:
+            self._unusable(exc)
+            return None
+        if raw is None:
+            return None
+        try:
+            stored = json.loads(raw)
+            report = stored["report"]
+            passed = all(report["models"][model]["ok"] for model in names)
+            fits = stored["check_key"] == check_key and report["onnxruntime"] == version
+        except (ValueError, KeyError, TypeError):
+            passed = fits = False
+        if not (passed and fits):
+            self.notes.append(f"warning: cook cache check report {name} refused, checking again")
+            return None
+        self.hit = True
+        return report
+
+    def upload_check(self, check_key: str, report: Mapping[str, Any]) -> None:
+        if not self.config.writes or (store := self._store()) is None:
+            return
+        data = json.dumps({"check_key": check_key, "report": report}, sort_keys=True).encode()
+        try:
+            store.put(_check_name(entry_digest(check_key)), data)  # one object: whole or absent
         except CacheError as exc:
             self._unusable(exc)
 

@@ -207,7 +207,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
             yield _cook_task(job, cache)
         checks = _runtime_checks(platform, jobs, platform_dir, where.runtimes, env)
         if checks:
-            yield _runtime_check_task(platform, jobs, checks)
+            yield _runtime_check_task(platform, jobs, checks, cache)
         yield _manifest_task(platform, jobs, platform_dir, checks, where.signing_key, key_digest)
 
 
@@ -300,27 +300,51 @@ def _runtime_checks(
     ]
 
 
-def run_runtime_checks(checks: list[RuntimeCheck]) -> TaskFailed | None:
+def run_runtime_checks(
+    checks: list[RuntimeCheck], cache_config: CacheConfig | None = None
+) -> TaskFailed | None:
+    from .cache import CookCache
+    from .fsutil import write_json
     from .target_check import run_check
 
     for check in checks:
+        cache = CookCache(cache_config) if cache_config is not None else None
         try:
-            report = run_check(check)
+            key = _check_key(check)
+            report = cache.fetch_check(key, check.runtime_version, list(check.names)) if cache else None
+            if report is not None:
+                write_json(check.result_path, report)
+            else:
+                report = run_check(check)
+                if cache is not None:
+                    cache.upload_check(key, report)
         except CookError as exc:
             return TaskFailed(str(exc))
         except OSError as exc:
             return TaskFailed(
                 f"{check.platform}: runtime check failed ({exc.strerror or exc}); free disk space"
             )
-        sys.stdout.write(
+        line = (
             f"{check.platform}: {len(report['models'])} model(s) load and match in onnxruntime "
-            f"{report['onnxruntime']}\n"
+            f"{report['onnxruntime']}{' (from the cook cache)' if cache is not None and cache.hit else ''}"
         )
+        sys.stdout.write("\n".join([line, *(cache.notes if cache is not None else [])]) + "\n")
     return None
 
 
+def _check_key(check: RuntimeCheck) -> str:
+    """What a runtime check's outcome depends on: the target version and the exact blobs it loads."""
+    blobs = {}
+    for name in check.names:
+        entry = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))
+        blobs[name] = entry["blob_sha256"]
+    return canonical_json(
+        {"check": "runtime", "version": check.runtime_version, "format": BUNDLE_FORMAT, "blobs": blobs}
+    )
+
+
 def _runtime_check_task(
-    platform: Platform, jobs: list[CookJob], checks: list[RuntimeCheck]
+    platform: Platform, jobs: list[CookJob], checks: list[RuntimeCheck], cache: CacheConfig | None
 ) -> dict[str, Any]:
     deps = [path for job in jobs for path in cook_targets(job) if path.suffix in (".zst", ".npz", ".json")]
     versions = [check.runtime_version for check in checks]
@@ -328,7 +352,7 @@ def _runtime_check_task(
         "basename": "runtime_check",
         "name": platform.name,
         "doc": f"run {platform.name}'s blobs in onnxruntime {', '.join(versions)}, the version it ships",
-        "actions": [(run_runtime_checks, [checks])],
+        "actions": [(run_runtime_checks, [checks, cache])],
         "file_dep": [str(path) for path in deps],
         "targets": [str(check.result_path) for check in checks],
         "uptodate": [config_changed(_digest(canonical_json({"versions": versions, "python": sys.version})))],

@@ -338,7 +338,9 @@ def test_one_agent_cooks_another_assembles_the_same_bundle_from_s3_with_zero_coo
     assert assembling.returncode == 0, assembling.stdout + assembling.stderr
     ran = cooked_tasks(assembling.stdout)
     assert sorted(ran) == ["cook:android:mlp", "cook:android:net"]
-    assert assembling.stdout.count("(from the cook cache)") == 2 and "warning" not in assembling.stdout
+    # Both cooks and the runtime check's report came from the cache: nothing cooked, nothing checked.
+    assert assembling.stdout.count("(from the cook cache)") == 3 and "warning" not in assembling.stdout
+    assert "load and match in onnxruntime" in assembling.stdout
     assert models_of(second) == models_of(first)  # the same blobs, byte for byte (ORT ones included)
     assert_bundle_intact(second / "build" / "android", {"net", "mlp"})
 
@@ -386,3 +388,21 @@ def test_a_shard_without_a_cache_is_refused_with_the_fix(tmp_path: Path) -> None
     assert TRACEBACK not in run.stdout + run.stderr
     bad = doit(project, "cook", COOK_SHARD="2/2", COOK_CACHE=str(tmp_path / "c"))
     assert "COOK_SHARD='2/2': use i/N with 0 <= i < N" in bad.stdout + bad.stderr
+
+
+def test_a_runtime_check_report_is_reused_only_for_the_same_blobs_version_and_a_pass(tmp_path: Path) -> None:
+    report = {"onnxruntime": "1.24.4", "models": {"net": {"ok": True}, "mlp": {"ok": True}}}
+    writer = folder_cache(tmp_path / "cache")
+    writer.upload_check("key-1", report)
+    reader = folder_cache(tmp_path / "cache")
+    assert reader.fetch_check("key-1", "1.24.4", ["net", "mlp"]) == report and reader.hit
+    assert folder_cache(tmp_path / "cache").fetch_check("key-2", "1.24.4", ["net"]) is None  # other blobs
+    wrong_version = folder_cache(tmp_path / "cache")
+    assert wrong_version.fetch_check("key-1", "1.28.0", ["net"]) is None
+    assert "refused, checking again" in wrong_version.notes[0]
+    failed = {"onnxruntime": "1.24.4", "models": {"net": {"ok": False, "error": "boom"}}}
+    writer.upload_check("key-3", failed)
+    assert folder_cache(tmp_path / "cache").fetch_check("key-3", "1.24.4", ["net"]) is None
+    read_only = folder_cache(tmp_path / "ro", mode="read")
+    read_only.upload_check("key-4", report)
+    assert not (tmp_path / "ro").exists()  # read mode never writes

@@ -1,0 +1,254 @@
+"""``python -m bench.farm [--quick]``: the shared cook cache on a build farm, measured side by side.
+
+1. A fresh agent (no build folder, no doit state) running ``doit -n 2 cook`` against a warm cache
+   (S3 on localhost: moto's server and the real boto3 client), vs the cold ``doit -n 2 cook`` that
+   filled it.
+2. Two shard processes (``COOK_SHARD=0/2`` and ``1/2``) cooking at once on separate build folders into
+   one folder cache, then one ``doit cook`` assembling every bundle from it, vs one process cooking
+   everything (``doit cook``).
+3. One cache hit over S3 on localhost, per (platform, model): index, objects, checks.
+
+Rounds alternate the variants; medians. Writes bench/results-farm.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import models
+from .machine import describe
+from .project import EXAMPLES, REPO, BenchError, Run, copy_project, doit, platform_names, warm_up
+
+WARM_GOAL = 0.10  # warm-cache cook / cold cook
+SHARD_GOAL = 0.60  # (2 shards at once + assemble) / one process
+BUCKET = "cook-cache"
+
+
+@dataclass(frozen=True)
+class Farm:
+    tasks: int  # cook tasks (platform, model)
+    cold: list[Run]  # doit -n 2 cook, filling the S3 cache
+    warm: list[Run]  # doit -n 2 cook on a fresh agent, every cook a hit
+    one_process: list[Run]  # doit cook, no cache
+    shards: list[float]  # wall time of the two shard processes running at once
+    assemble: list[Run]  # doit cook from the folder cache the shards filled
+    hit_s: list[float]  # one hit over S3, per (platform, model), median over entries per round
+    quick: bool
+    machine: dict[str, str]
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def _concurrent_shards(project: Path, runtimes: Path, logs: Path, cache: Path, round_: int) -> float:
+    """Both shard processes at once; the wall time until the slower one ends."""
+    import threading
+
+    results: list[Run] = []
+    errors: list[BenchError] = []
+
+    def shard(index: int) -> None:
+        try:
+            results.append(
+                doit(
+                    project,
+                    ["cook"],
+                    assets="assets",
+                    build=f"build-shard-{round_}-{index}",
+                    runtimes=runtimes,
+                    log=logs / f"shard-{round_}-{index}.log",
+                    extra_env={"COOK_CACHE": str(cache), "COOK_SHARD": f"{index}/2"},
+                )
+            )
+        except BenchError as exc:
+            errors.append(exc)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=shard, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - started
+
+
+def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str) -> float:
+    """The median time of one S3 hit over every (platform, model) the build holds."""
+    import os
+
+    from pipeline.cache import CacheConfig, CookCache
+
+    os.environ.update(server_env)
+    times = []
+    for platform in platform_names(project):
+        manifest = json.loads((project / build / platform / "manifest.json").read_text())
+        for name, entry in manifest["models"].items():
+            staged = f".entries/{name}.{entry['format']}.zst"
+            cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/{prefix}"))
+            start = time.perf_counter()
+            hit = cache.fetch(entry["cook_key"], name, platform, staged)
+            times.append(time.perf_counter() - start)
+            if hit is None:
+                raise BenchError(f"no S3 cache hit for {platform}/{name}: {cache.notes}")
+    return _median(times)
+
+
+def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
+    from tests.s3server import s3_server
+
+    logs = workdir / "logs"
+    logs.mkdir(parents=True)
+    project = copy_project(workdir / "project")
+    models.write_assets(EXAMPLES, project / "assets", models.QUICK if quick else models.FULL)
+    print("farm: warm-up cook", file=sys.stderr)
+    warm_up(project, runtimes, logs)
+    repeats = 1 if quick else 3
+    farm: dict[str, list] = {k: [] for k in ("cold", "warm", "one", "shards", "assemble", "hit")}
+    with s3_server() as server:
+        server.client().create_bucket(Bucket=BUCKET)
+        for i in range(repeats):
+            s3 = {"COOK_CACHE": f"s3://{BUCKET}/round{i}", **server.env()}
+            print(f"farm: round {i + 1}/{repeats}: cold cook into S3, then a fresh agent", file=sys.stderr)
+            for kind, build in (("cold", f"build-cold-{i}"), ("warm", f"build-warm-{i}")):
+                farm[kind].append(
+                    doit(
+                        project,
+                        ["-n", "2", "cook"],
+                        assets="assets",
+                        build=build,
+                        runtimes=runtimes,
+                        log=logs / f"{build}.log",
+                        extra_env=s3,
+                    )
+                )
+            farm["hit"].append(_hit_cost(project, f"build-warm-{i}", server.env(), f"round{i}"))
+            print(f"farm: round {i + 1}/{repeats}: two shards and assemble vs one process", file=sys.stderr)
+            cache = workdir / f"folder-cache-{i}"
+            order = ["one", "shards"] if i % 2 == 0 else ["shards", "one"]
+            for kind in order:
+                if kind == "one":
+                    build = f"build-one-{i}"
+                    farm["one"].append(
+                        doit(
+                            project,
+                            ["cook"],
+                            assets="assets",
+                            build=build,
+                            runtimes=runtimes,
+                            log=logs / f"{build}.log",
+                        )
+                    )
+                else:
+                    farm["shards"].append(_concurrent_shards(project, runtimes, logs, cache, i))
+                    build = f"build-assemble-{i}"
+                    farm["assemble"].append(
+                        doit(
+                            project,
+                            ["cook"],
+                            assets="assets",
+                            build=build,
+                            runtimes=runtimes,
+                            log=logs / f"{build}.log",
+                            extra_env={"COOK_CACHE": str(cache)},
+                        )
+                    )
+            for leftover in project.glob(f"build-*-{i}*"):
+                if not leftover.name.startswith(("build-warm", "build-cold")):
+                    shutil.rmtree(leftover)
+    log = (logs / "build-warm-0.log").read_text()
+    hits = log.count("(from the cook cache)")
+    tasks = sum(line.startswith(".  cook:") and line.count(":") == 2 for line in log.splitlines())
+    if hits != tasks:
+        raise BenchError(
+            f"the fresh agent cooked {tasks - hits} of {tasks} tasks instead of hitting the cache"
+        )
+    return Farm(
+        tasks=tasks,
+        cold=farm["cold"],
+        warm=farm["warm"],
+        one_process=farm["one"],
+        shards=farm["shards"],
+        assemble=farm["assemble"],
+        hit_s=farm["hit"],
+        quick=quick,
+        machine=describe(),
+    )
+
+
+def render(farm: Farm) -> str:
+    cold = _median([r.wall_s for r in farm.cold])
+    warm = _median([r.wall_s for r in farm.warm])
+    one = _median([r.wall_s for r in farm.one_process])
+    sharded = _median([s + a.wall_s for s, a in zip(farm.shards, farm.assemble, strict=True)])
+    hit = _median(farm.hit_s)
+    assemble = _median([a.wall_s for a in farm.assemble])
+    judged = not farm.quick
+
+    def verdict(ok: bool) -> str:
+        return ("met" if ok else "**missed**") if judged else "not judged (quick mode)"
+
+    lines = [
+        "# onnx-cooker benchmarks: the shared cook cache on a build farm",
+        "",
+        f"Written by `python -m bench.farm{' --quick' if farm.quick else ''}` on {farm.machine['date']}; "
+        f"{farm.machine['cores']}, {farm.machine.get('CPU', '')}. Every number is the median of "
+        f"{len(farm.cold)} round(s); the variants of a round run one after the other, in alternating order. "
+        f"The project: the bench models of `bench/models.py` and the example assets, {farm.tasks} cook tasks "
+        "(platform, model) over 4 platforms, every check on (verification, the runtime check in each "
+        "platform's exact onnxruntime).",
+        "",
+        "| # | measurement | goal | measured | result |",
+        "|---|---|---|---|---|",
+        f"| 1 | fresh agent, warm S3 cache (`doit -n 2 cook`) vs the cold `doit -n 2 cook` that filled it "
+        f"| <= {WARM_GOAL:.2f}x | {warm:.1f} s vs {cold:.1f} s: {warm / cold:.2f}x "
+        f"| {verdict(warm / cold <= WARM_GOAL)} |",
+        f"| 2 | 2 shard processes at once into a folder cache, then `doit cook` assembling, vs one process "
+        f"(`doit cook`) | <= {SHARD_GOAL:.2f}x | {sharded:.1f} s "
+        f"({_median(farm.shards):.1f} s shards + {assemble:.1f} s assemble) "
+        f"vs {one:.1f} s: {sharded / one:.2f}x | {verdict(sharded / one <= SHARD_GOAL)} |",
+        f"| 3 | one cache hit over S3 on localhost, per (platform, model) | reported | "
+        f"{hit * 1000:.1f} ms (index, objects, sha256s, the blob unpacked and its header checked) | - |",
+        "",
+        "What the warm run still does: doit loads the tasks, every cook task fetches and checks its entry "
+        "and writes it through the same atomic writes as a cook, then each platform's runtime check loads "
+        "its blobs in the platform's exact onnxruntime and its manifest is written; those last two are "
+        "most of its time.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.farm", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny inputs, one round: a smoke test")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-farm.md")
+    parser.add_argument("--runtimes-dir", type=Path, default=REPO / "build" / ".runtimes")
+    parser.add_argument("--workdir", type=Path)
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="onnx-cooker-farm-", dir=args.workdir))
+    try:
+        farm = measure(args.quick, root, args.runtimes_dir.resolve())
+        args.output.write_text(render(farm), encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
