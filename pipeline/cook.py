@@ -19,11 +19,18 @@ from .cache import CookCache
 from .cookkey import cook_key, tool_versions
 from .errors import CookError, ModelError, VerifyError
 from .facts import feed_inputs, onnx_facts, ort_facts
-from .fsutil import atomic_write, json_bytes
+from .fsutil import atomic_write, json_bytes, write_json
 from .guard import guard
 from .job import CookJob
 from .large import is_large, tensor_bytes
-from .layout import applied_variant_path, blob_path, cook_stamps_path, entry_path, verify_data_path
+from .layout import (
+    applied_variant_path,
+    blob_path,
+    cook_stamps_path,
+    entry_path,
+    step_times_path,
+    verify_data_path,
+)
 from .optimize import optimize, optimize_large
 from .profile import CookSettings, ep_domains
 from .runtime.blob import BlobHeader, Weights, encode_blob, read_header
@@ -32,6 +39,7 @@ from .runtime.constants import ModelFormat, OptimizationStyle
 from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
 from .stamps import record
+from .steptimes import recording, step
 from .usability import usability
 from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
 from .weights import externalize, wants_external
@@ -71,15 +79,17 @@ def _verification(
     settings = job.settings
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
-    feeds, origin = _feeds(job, model, read)
-    _refuse_meaningless(feeds, origin)
-    try:
-        reference = reference_outputs(model, feeds, job.platform_dir)
-    except Exception as exc:  # onnxruntime errors on the source itself
-        raise ModelError(
-            f"onnxruntime cannot run the source model on the verification inputs: {exc}"
-        ) from None
-    results = verify(blob, reference, feeds, settings)
+    with step("verify: the source's outputs"):
+        feeds, origin = _feeds(job, model, read)
+        _refuse_meaningless(feeds, origin)
+        try:
+            reference = reference_outputs(model, feeds, job.platform_dir)
+        except Exception as exc:  # onnxruntime errors on the source itself
+            raise ModelError(
+                f"onnxruntime cannot run the source model on the verification inputs: {exc}"
+            ) from None
+    with step("verify: the cooked blob, through the loader"):
+        results = verify(blob, reference, feeds, settings)
     report = {
         "inputs": origin,
         "rtol": settings.rtol,
@@ -131,7 +141,10 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
     asset, settings = job.asset, job.settings
     context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
     try:
-        return _cook(job, cache)
+        with recording() as times:
+            entry = _cook(job, cache)
+        write_json(step_times_path(job.platform_dir, asset.name), times)
+        return entry
     except CookError as exc:
         raise exc.in_context(**context) from None
     except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
@@ -159,17 +172,20 @@ class _Variant:
 
 def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     asset = job.asset
-    read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
-    sources = {path.name: read.sha256(path) for path in asset.source_files}
+    with step("read and hash the sources"):
+        read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
+        sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
     target = blob_path(job.platform_dir, asset.name, job.settings.format)
     if cache is not None:
         staged_as = target.relative_to(job.platform_dir).as_posix()
-        cached = cache.fetch(key, asset.name, job.settings.platform, staged_as)
+        with step("cook cache lookup"):
+            cached = cache.fetch(key, asset.name, job.settings.platform, staged_as)
         if cached is not None:
             return _write_outputs(job, cached.files, read)
-    model = load_source(asset, read)
-    fix_shapes(model, job.settings)
+    with step("load, check and normalize"):
+        model = load_source(asset, read)
+        fix_shapes(model, job.settings)
     asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
     variant = _cook_with_style_fallback(job, model, read, key)
     job, settings, blob = variant.job, variant.job.settings, variant.blob
@@ -182,14 +198,16 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     if settings.reduced_build and fell_back and variant.cooked is not None:
         applied = variant.cooked  # fell back to the fixed style: the blob's model is the applied one
     elif settings.reduced_build and settings.optimization_style == OptimizationStyle.RUNTIME:
-        applied = optimize(
-            model,
-            settings,
-            work_dir=job.platform_dir,
-            saved="apply",
-            also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
-        )
-    report = usability(model, settings, work_dir=job.platform_dir)
+        with step("applied variant (reduced build)"):
+            applied = optimize(
+                model,
+                settings,
+                work_dir=job.platform_dir,
+                saved="apply",
+                also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
+            )
+    with step("EP usability report"):
+        report = usability(model, settings, work_dir=job.platform_dir)
     header, _ = read_header(blob)
     entry = {
         "name": asset.name,
@@ -223,9 +241,11 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
         files["verify"] = verify_data
     if applied is not None:
         files["applied"] = applied
-    written = _write_outputs(job, files, read)
+    with step("write the outputs"):
+        written = _write_outputs(job, files, read)
     if cache is not None:
-        cache.upload(key, files)
+        with step("cook cache upload"):
+            cache.upload(key, files)
     return written
 
 
@@ -311,10 +331,12 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: s
     large = is_large(model)
     fallback: dict[str, Any] | None = None
     if large:
-        proto = _optimize_large(job, model)
+        with step("optimize and serialize"):
+            proto = _optimize_large(job, model)
         cooked_facts, ort_version, model_size = onnx_facts(proto), None, tensor_bytes(proto)
     else:
-        cooked, fallback = _optimize_within_growth(job, model)
+        with step("optimize and serialize"):
+            cooked, fallback = _optimize_within_growth(job, model)
         ort_version = ort_format_version(cooked)
         cooked_facts = (
             ort_facts(cooked)
@@ -322,31 +344,35 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: s
             else onnx_facts(onnx.load_from_string(cooked))
         )
         model_size = len(cooked)
-    min_runtime = guard(
-        source=onnx_facts(model),
-        cooked=cooked_facts,
-        model_size=model_size,
-        ort_format_version=ort_version,
-        settings=settings,
-        preferred_domains=ep_domains(settings.execution_providers[0]),
-    )
+    with step("guard"):
+        min_runtime = guard(
+            source=onnx_facts(model),
+            cooked=cooked_facts,
+            model_size=model_size,
+            ort_format_version=ort_version,
+            settings=settings,
+            preferred_domains=ep_domains(settings.execution_providers[0]),
+        )
     options = settings.to_dict()
-    graph, weights = externalize(proto, asset.name) if large else _split_weights(cooked, settings, asset.name)
-    blob = encode_blob(
-        graph,
-        level=settings.compression_level,
-        weights=weights,
-        model_format=settings.format,
-        platform=settings.platform,
-        name=asset.name,
-        cook_key=key,
-        min_runtime_version=min_runtime,
-        ort_format_version=ort_version,
-        saved_runtime_optimizations=settings.optimization_style == OptimizationStyle.RUNTIME,
-        execution_providers=settings.execution_providers,
-        provider_options=options["provider_options"],
-        ep_session_options=options["ep_session_options"],
-    )
+    with step("compress"):
+        graph, weights = (
+            externalize(proto, asset.name) if large else _split_weights(cooked, settings, asset.name)
+        )
+        blob = encode_blob(
+            graph,
+            level=settings.compression_level,
+            weights=weights,
+            model_format=settings.format,
+            platform=settings.platform,
+            name=asset.name,
+            cook_key=key,
+            min_runtime_version=min_runtime,
+            ort_format_version=ort_version,
+            saved_runtime_optimizations=settings.optimization_style == OptimizationStyle.RUNTIME,
+            execution_providers=settings.execution_providers,
+            provider_options=options["provider_options"],
+            ep_session_options=options["ep_session_options"],
+        )
     try:
         verification, verify_data = _verification(job, model, blob, read)
     except VerifyError as exc:

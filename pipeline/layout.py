@@ -47,5 +47,10 @@ def cook_stamps_path(platform_dir: Path, name: str) -> Path:
     return platform_dir / STAMPS_DIR / "cook" / f"{name}.json"
 
 
+def step_times_path(platform_dir: Path, name: str) -> Path:
+    """Wall seconds per step of the last cook of ``name`` (pipeline.steptimes; read by the bench)."""
+    return platform_dir / STAMPS_DIR / "times" / f"{name}.json"
+
+
 def manifest_stamps_path(platform_dir: Path) -> Path:
     return platform_dir / STAMPS_DIR / "manifest.json"

@@ -197,3 +197,28 @@ def test_full_sizes_meet_the_issue() -> None:
     assert result["nodes"] >= 2000
     assert 250e6 <= result["weights"] < 2e9  # a 268 MB MatMul stack; blobs must stay under 2 GB
     assert result["huge"] > 2**31  # --huge: past what protobuf and the ORT format hold
+
+
+def test_farm_benchmark_runs_and_reports_its_three_measurements(tmp_path: Path) -> None:
+    """bench/farm.py's quick mode: a cold cook into a real S3 server, a fresh agent that must hit the
+    cache for every cook task (the run fails otherwise), two shards and an assembly."""
+    output = tmp_path / "farm.md"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.farm",
+            "--quick",
+            *("--output", str(output), "--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = output.read_text(encoding="utf-8")
+    rows = [line for line in report.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2", "| 3"]
+    assert all("not judged (quick mode)" in row for row in rows[:2]) and " ms " in rows[2]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("onnx-cooker-farm-")]

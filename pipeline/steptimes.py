@@ -1,0 +1,36 @@
+"""Where a cook's time goes: wall seconds per step, written beside the cook's stamps for the bench.
+
+Standard library only. ``recording()`` collects the ``step(...)`` timings of the code it wraps (a
+context variable, so concurrent cooks in threads keep theirs apart); outside it, ``step`` costs a
+lookup and records nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+_current: ContextVar[dict[str, float] | None] = ContextVar("cook_step_times", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[dict[str, float]]:
+    times: dict[str, float] = {}
+    token = _current.set(times)
+    try:
+        yield times
+    finally:
+        _current.reset(token)
+
+
+@contextmanager
+def step(name: str) -> Iterator[None]:
+    times = _current.get()
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if times is not None:
+            times[name] = times.get(name, 0.0) + time.perf_counter() - start
