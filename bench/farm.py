@@ -7,6 +7,8 @@
    one folder cache, then one ``doit cook`` assembling every bundle from it, vs one process cooking
    everything (``doit cook``).
 3. One cache hit over S3 on localhost, per (platform, model): index, objects, checks.
+4. Where a cold cook's time goes, per step (``.stamps/times`` of every cook, and the runtime check),
+   against onnxruntime's own converter (``convert_onnx_models_to_ort``) on the same models.
 
 Rounds alternate the variants; medians. Writes bench/results-farm.md.
 """
@@ -42,6 +44,9 @@ class Farm:
     shards: list[float]  # wall time of the two shard processes running at once
     assemble: list[Run]  # doit cook from the folder cache the shards filled
     hit_s: list[float]  # one hit over S3, per (platform, model), median over entries per round
+    steps: dict[str, float]  # cook step -> wall seconds summed over the first cold cook's tasks
+    converter: list[float]  # convert_onnx_models_to_ort over every model, once per round
+    platforms: int
     quick: bool
     machine: dict[str, str]
 
@@ -105,6 +110,48 @@ def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str
     return _median(times)
 
 
+def _converter(project: Path, workdir: Path, round_: int) -> float:
+    """onnxruntime's own ORT converter over a copy of the same models: what one platform costs it."""
+    import subprocess
+
+    folder = workdir / f"converter-{round_}"
+    shutil.copytree(project / "assets", folder)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "onnxruntime.tools.convert_onnx_models_to_ort",
+            "--allow_conversion_failures",
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(folder)
+    if done.returncode != 0:
+        raise BenchError(f"onnxruntime's converter failed: {done.stderr[-2000:]}")
+    return elapsed
+
+
+def _step_times(build: Path) -> dict[str, float]:
+    """Wall seconds per cook step, summed over every cook of ``build``, and the runtime checks."""
+    from pipeline.layout import STAMPS_DIR, check_times_path
+
+    totals: dict[str, float] = {}
+    for times in build.glob(f"*/{STAMPS_DIR}/times/**/*.json"):
+        for step, seconds in json.loads(times.read_text()).items():
+            totals[step] = totals.get(step, 0.0) + seconds
+    for platform_dir in build.iterdir():
+        check = check_times_path(platform_dir)
+        if check.is_file():
+            seconds = sum(json.loads(check.read_text()).values())
+            totals["runtime check (per platform)"] = totals.get("runtime check (per platform)", 0.0) + seconds
+    return totals
+
+
 def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
     from tests.s3server import s3_server
 
@@ -115,7 +162,7 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
     print("farm: warm-up cook", file=sys.stderr)
     warm_up(project, runtimes, logs)
     repeats = 1 if quick else 3
-    farm: dict[str, list] = {k: [] for k in ("cold", "warm", "one", "shards", "assemble", "hit")}
+    farm: dict[str, list] = {k: [] for k in ("cold", "warm", "one", "shards", "assemble", "hit", "converter")}
     with s3_server() as server:
         server.client().create_bucket(Bucket=BUCKET)
         for i in range(repeats):
@@ -134,6 +181,9 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
                     )
                 )
             farm["hit"].append(_hit_cost(project, f"build-warm-{i}", server.env(), f"round{i}"))
+            if i == 0:
+                steps = _step_times(project / "build-cold-0")
+            farm["converter"].append(_converter(project, workdir, i))
             print(f"farm: round {i + 1}/{repeats}: two shards and assemble vs one process", file=sys.stderr)
             cache = workdir / f"folder-cache-{i}"
             order = ["one", "shards"] if i % 2 == 0 else ["shards", "one"]
@@ -168,7 +218,7 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
                 if not leftover.name.startswith(("build-warm", "build-cold")):
                     shutil.rmtree(leftover)
     log = (logs / "build-warm-0.log").read_text()
-    hits = log.count("(from the cook cache)")
+    hits = sum("/.entries/" in line and line.endswith("(from the cook cache)") for line in log.splitlines())
     tasks = sum(line.startswith(".  cook:") and line.count(":") == 2 for line in log.splitlines())
     if hits != tasks:
         raise BenchError(
@@ -182,6 +232,9 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
         shards=farm["shards"],
         assemble=farm["assemble"],
         hit_s=farm["hit"],
+        steps=steps,
+        converter=farm["converter"],
+        platforms=len(platform_names(project)),
         quick=quick,
         machine=describe(),
     )
@@ -194,6 +247,9 @@ def render(farm: Farm) -> str:
     sharded = _median([s + a.wall_s for s, a in zip(farm.shards, farm.assemble, strict=True)])
     hit = _median(farm.hit_s)
     assemble = _median([a.wall_s for a in farm.assemble])
+    converter = _median(farm.converter)
+    platforms = farm.platforms
+    total_steps = sum(farm.steps.values()) or 1.0
     judged = not farm.quick
 
     def verdict(ok: bool) -> str:
@@ -206,8 +262,8 @@ def render(farm: Farm) -> str:
         f"{farm.machine['cores']}, {farm.machine.get('CPU', '')}. Every number is the median of "
         f"{len(farm.cold)} round(s); the variants of a round run one after the other, in alternating order. "
         f"The project: the bench models of `bench/models.py` and the example assets, {farm.tasks} cook tasks "
-        "(platform, model) over 4 platforms, every check on (verification, the runtime check in each "
-        "platform's exact onnxruntime).",
+        f"(platform, model) over {farm.platforms} platforms, every check on (verification, the runtime "
+        "check in each platform's exact onnxruntime).",
         "",
         "| # | measurement | goal | measured | result |",
         "|---|---|---|---|---|",
@@ -220,6 +276,21 @@ def render(farm: Farm) -> str:
         f"vs {one:.1f} s: {sharded / one:.2f}x | {verdict(sharded / one <= SHARD_GOAL)} |",
         f"| 3 | one cache hit over S3 on localhost, per (platform, model) | reported | "
         f"{hit * 1000:.1f} ms (index, objects, sha256s, the blob unpacked and its header checked) | - |",
+        f"| 4 | cold `doit -n 2 cook` vs onnxruntime's converter (`convert_onnx_models_to_ort`, fixed "
+        f"style) on the same models, once per platform | <= 2.00x | {cold:.1f} s vs {converter:.1f} s x "
+        f"{platforms} platforms = {converter * platforms:.1f} s: {cold / (converter * platforms):.2f}x "
+        f"| {verdict(cold / (converter * platforms) <= 2.0)} |",
+        "",
+        "Where the first cold cook's time goes (wall seconds summed over its cook tasks, which `-n 2` runs "
+        "two at a time; from `.stamps/times/` of every cook and the runtime check's own timing):",
+        "",
+        "| step | seconds | share |",
+        "|---|---|---|",
+        *(
+            f"| {step} | {seconds:.1f} | {seconds / total_steps:.1%} |"
+            for step, seconds in sorted(farm.steps.items(), key=lambda item: -item[1])
+        ),
+        f"| **all** | **{total_steps:.1f}** | |",
         "",
         "What the warm run still does: doit loads the tasks, every cook task fetches and checks its entry "
         "and writes it through the same atomic writes as a cook, then each platform's runtime check loads "

@@ -18,6 +18,7 @@ Settings, from the environment (read once by ``dodo.py``):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -145,6 +146,7 @@ class S3Store:
             raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
 
 
+@functools.cache  # one client per process: a doit worker runs many cooks, creating one costs ~20 ms
 def _s3_client() -> Any:
     try:
         import boto3

@@ -52,5 +52,10 @@ def step_times_path(platform_dir: Path, name: str) -> Path:
     return platform_dir / STAMPS_DIR / "times" / f"{name}.json"
 
 
+def check_times_path(platform_dir: Path) -> Path:
+    """Wall seconds of the last runtime check, per onnxruntime version (read by the bench)."""
+    return platform_dir / STAMPS_DIR / "runtime-check-times.json"
+
+
 def manifest_stamps_path(platform_dir: Path) -> Path:
     return platform_dir / STAMPS_DIR / "manifest.json"

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from .job import CookJob, RuntimeCheck
 from .layout import (
     applied_variant_path,
     blob_path,
+    check_times_path,
     cook_stamps_path,
     entry_path,
     manifest_stamps_path,
@@ -307,8 +309,10 @@ def run_runtime_checks(
     from .fsutil import write_json
     from .target_check import run_check
 
+    times: dict[str, float] = {}
     for check in checks:
         cache = CookCache(cache_config) if cache_config is not None else None
+        started = time.perf_counter()
         try:
             key = _check_key(check)
             report = cache.fetch_check(key, check.runtime_version, list(check.names)) if cache else None
@@ -324,6 +328,8 @@ def run_runtime_checks(
             return TaskFailed(
                 f"{check.platform}: runtime check failed ({exc.strerror or exc}); free disk space"
             )
+        times[check.runtime_version] = time.perf_counter() - started
+        write_json(check_times_path(check.platform_dir), times)
         line = (
             f"{check.platform}: {len(report['models'])} model(s) load and match in onnxruntime "
             f"{report['onnxruntime']}{' (from the cook cache)' if cache is not None and cache.hit else ''}"
