@@ -13,6 +13,7 @@ from .errors import ModelError
 
 SETTINGS_SUFFIX = ".cook.yaml"
 INPUTS_SUFFIX = ".inputs.npz"
+CALIB_SUFFIX = ".calib.npz"  # calibration inputs for `precision: int8-static`
 # A model's external data must live beside it as <stem>.onnx.data or <stem>.data, so that the task
 # graph can track it without parsing the model when doit loads tasks.
 EXTERNAL_DATA_SUFFIXES = (".onnx.data", ".data")
@@ -31,11 +32,12 @@ class AssetModel:
     external_data: tuple[Path, ...]
     settings_path: Path | None
     inputs_path: Path | None
+    calib_path: Path | None = None
 
     @property
     def source_files(self) -> tuple[Path, ...]:
         """Every file whose bytes go into the cook (tracked by doit's file_dep)."""
-        extra = (self.inputs_path,) if self.inputs_path else ()
+        extra = tuple(path for path in (self.inputs_path, self.calib_path) if path is not None)
         return (self.path, *self.external_data, *extra)
 
 
@@ -84,7 +86,8 @@ def discover(assets_dir: Path) -> tuple[AssetModel, ...]:
         )
         settings = stem.with_name(stem.name + SETTINGS_SUFFIX)
         inputs = stem.with_name(stem.name + INPUTS_SUFFIX)
-        for sidecar in (*external, settings, inputs):
+        calib = stem.with_name(stem.name + CALIB_SUFFIX)
+        for sidecar in (*external, settings, inputs, calib):
             if sidecar.is_file():
                 _inside(assets_dir, sidecar, name)
         models.append(
@@ -94,6 +97,7 @@ def discover(assets_dir: Path) -> tuple[AssetModel, ...]:
                 external_data=external,
                 settings_path=settings if settings.is_file() else None,
                 inputs_path=inputs if inputs.is_file() else None,
+                calib_path=calib if calib.is_file() else None,
             )
         )
     return tuple(models)

@@ -31,7 +31,11 @@ from .layout import (
     step_times_path,
     verify_data_path,
 )
+from .manifest import shrink_hint
 from .optimize import optimize, optimize_large
+from .precision import DEFAULT_GATES, FP32, INT8_STATIC, gate, gate_error, load_calibration, verify_tolerances
+from .precision import accuracy as precision_accuracy
+from .precision import convert as convert_precision
 from .profile import CookSettings, ep_domains
 from .runtime.blob import BlobHeader, Weights, encode_blob, read_header
 from .runtime.compat import ort_format_version
@@ -76,7 +80,7 @@ def _verification(
     job: CookJob, model: onnx.ModelProto, blob: bytes, read: SourceRead
 ) -> tuple[dict[str, Any], bytes | None]:
     """The verification report, and its inputs with the source's outputs (an .npz) for the runtime check."""
-    settings = job.settings
+    settings = verify_tolerances(job.settings)
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
     with step("verify: the source's outputs"):
@@ -168,6 +172,7 @@ class _Variant:
     verify_data: bytes | None
     fallbacks: list[dict[str, Any]]
     cooked: bytes | None  # the optimized model file, when it fits one protobuf or flatbuffer
+    weight_bytes: int  # of the cooked model's initializers
 
 
 def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
@@ -186,8 +191,16 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     with step("load, check and normalize"):
         model = load_source(asset, read)
         fix_shapes(model, job.settings)
+    source_model, precision = model, {"precision": job.settings.precision}
+    if job.settings.precision != FP32:
+        with step("precision variant"):
+            model, precision = _precision_variant(job, model, read)
     asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
     variant = _cook_with_style_fallback(job, model, read, key)
+    if job.settings.precision != FP32:
+        with step("accuracy gate"):
+            precision["accuracy"] = _accuracy_gate(job, source_model, model, read, precision)
+    _check_blob_budget(job, variant)
     job, settings, blob = variant.job, variant.job.settings, variant.blob
     options = job.settings.to_dict()
     fallback = next((f for f in variant.fallbacks if "disabled_optimizers" in f), None)
@@ -213,11 +226,17 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
         "name": asset.name,
         "format": settings.format,
         "file": target.relative_to(job.platform_dir).as_posix(),
-        "source_size": sum(len(read.data[path]) for path in asset.source_files if path != asset.inputs_path),
+        "source_size": sum(
+            len(read.data[path])
+            for path in asset.source_files
+            if path not in (asset.inputs_path, asset.calib_path)
+        ),
         "model_size": model_size,
         "blob_size": len(blob),
         "weights": _weights_entry(header),
         "fallbacks": variant.fallbacks,
+        "precision": precision,
+        "weight_bytes": variant.weight_bytes,
         "source_sha256": sources[asset.path.name],
         "sources": sources,
         "model_sha256": header.model_sha256,
@@ -269,6 +288,66 @@ def _write_outputs(job: CookJob, files: Mapping[str, bytes], read: SourceRead) -
         outputs.append(applied_path)
     record(outputs, cook_stamps_path(platform_dir, name), sources=read.stamps)
     return json.loads(files["entry"])
+
+
+def _precision_variant(
+    job: CookJob, model: onnx.ModelProto, read: SourceRead
+) -> tuple[onnx.ModelProto, dict]:
+    """The model at the settings' precision (pipeline.precision), and what made it."""
+    settings, asset = job.settings, job.asset
+    calibration, origin = None, ""
+    if settings.precision == INT8_STATIC:
+        if asset.calib_path is not None:
+            calibration = load_calibration(asset.calib_path, read.data[asset.calib_path])
+            origin = asset.calib_path.name
+        else:  # no real inputs: the verification inputs, and the manifest says so
+            feeds, inputs = _feeds(job, model, read)
+            calibration, origin = [feeds], f"the verification inputs ({inputs}); no {asset.name}.calib.npz"
+    return convert_precision(
+        model,
+        settings.precision,
+        keep_ops=settings.precision_keep_ops,
+        calibration=calibration,
+        calibration_origin=origin,
+        work_dir=job.platform_dir,
+    )
+
+
+def _accuracy_gate(
+    job: CookJob, source: onnx.ModelProto, variant: onnx.ModelProto, read: SourceRead, record: dict
+) -> dict[str, Any]:
+    """The variant against the fp32 source on the verification inputs; fails the cook past the gate."""
+    settings = job.settings
+    feeds, origin = _feeds(job, source, read)
+    want = reference_outputs(source, feeds, job.platform_dir)
+    got = reference_outputs(variant, feeds, job.platform_dir)
+    rows = precision_accuracy(want, got)
+    defaults = DEFAULT_GATES[settings.precision]
+    limits = {
+        "min_cosine": settings.precision_min_cosine or defaults["min_cosine"],
+        "min_top1": settings.precision_min_top1 or defaults["min_top1"],
+    }
+    failures = gate(rows, settings.precision, limits)
+    if failures:
+        calibration = record.get("options", {}).get("calibration", "")
+        raise gate_error(settings.precision, failures, rows, calibration)
+    return {"inputs": origin, "limits": limits, "outputs": rows}
+
+
+def _check_blob_budget(job: CookJob, variant: _Variant) -> None:
+    budget, size = job.settings.max_blob_bytes, len(variant.blob)
+    if budget and size > budget:
+        estimate = shrink_hint(
+            {
+                "blob_size": size,
+                "weight_bytes": variant.weight_bytes,
+                "precision": {"precision": job.settings.precision},
+            }
+        )
+        raise ModelError(
+            f"the blob is {size:,} bytes, over its max_blob_bytes of {budget:,} ({estimate}); set "
+            f"`precision` in {job.asset.path.with_suffix('.cook.yaml')}, or raise max_blob_bytes"
+        )
 
 
 # When a runtime-style ORT blob does not load (onnxruntime cannot replay some saved runtime
@@ -387,6 +466,7 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: s
         verify_data=verify_data,
         fallbacks=[fallback] if fallback else [],
         cooked=None if large else cooked,
+        weight_bytes=cooked_facts.initializer_bytes,
     )
 
 

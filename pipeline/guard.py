@@ -106,6 +106,24 @@ def check_size(model_size: int, settings: CookSettings) -> list[str]:
     return []
 
 
+# EPs that take no dynamically quantized integer ops (DynamicQuantizeLinear, MatMulInteger): an
+# int8-dynamic model would run on their CPU fallback. They take QDQ int8 models (int8-static).
+NO_DYNAMIC_INT8 = frozenset({"NnapiExecutionProvider", "CoreMLExecutionProvider", "XnnpackExecutionProvider"})
+
+
+def check_precision(settings: CookSettings) -> list[str]:
+    """The variant must suit the platform's preferred EP (docs/design.md, "Operators the target EP
+    cannot run")."""
+    preferred = settings.execution_providers[0]
+    if settings.precision == "int8-dynamic" and preferred in NO_DYNAMIC_INT8:
+        return [
+            f"precision int8-dynamic makes DynamicQuantizeLinear/MatMulInteger nodes that {preferred} cannot "
+            "run (they would fall back to the CPU); use `precision: int8-static` (QDQ, which it takes) or "
+            "`fp16`"
+        ]
+    return []
+
+
 def guard(
     *,
     source: ModelFacts,
@@ -123,6 +141,7 @@ def guard(
         *check_domains(source, cooked, settings, preferred_domains),
         *runtime_problems,
         *check_size(model_size, settings),
+        *check_precision(settings),
     ]
     if problems or needed is None:
         raise GuardError("the cooked model fails its guards: " + "; ".join(problems))

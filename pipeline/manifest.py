@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .cookkey import BUNDLE_FORMAT, tool_versions
 from .errors import CookError
@@ -22,6 +23,7 @@ def write_manifest(
     names: Sequence[str],
     check_results: Sequence[Path] = (),
     check_off_reason: str | None = None,
+    max_bundle_bytes: int = 0,
 ) -> Path:
     """Merge the entries of ``names`` into ``platform_dir/manifest.json`` (atomically).
 
@@ -44,6 +46,7 @@ def write_manifest(
         entry = models[name]
         cooked = {entry["cooked_with"]["onnxruntime"]} if "outputs" in entry["verification"] else set()
         entry["verified_on"] = sorted(cooked | checked.get(name, set()), key=parse_version)
+    check_bundle_budget(platform, models, max_bundle_bytes)
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "platform": platform,
@@ -58,3 +61,28 @@ def write_manifest(
     write_json(target, manifest)  # ...then the switch
     retire(platform_dir, models)  # blobs no manifest lists go after a grace period
     return target
+
+
+def check_bundle_budget(platform: str, models: Mapping[str, Mapping[str, Any]], budget: int) -> None:
+    """Refuse a bundle over ``max_bundle_bytes``, naming its biggest models and what would shrink them."""
+    total = sum(entry["blob_size"] for entry in models.values())
+    if not budget or total <= budget:
+        return
+    biggest = sorted(models.items(), key=lambda item: -item[1]["blob_size"])[:3]
+    named = "; ".join(f"{name} {entry['blob_size']:,} B ({shrink_hint(entry)})" for name, entry in biggest)
+    raise CookError(
+        f"platform {platform!r}: the bundle is {total:,} bytes, over its max_bundle_bytes of {budget:,} "
+        f"(no manifest written); biggest: {named}. Set `precision` for those models in their .cook.yaml, "
+        "leave some out with `skip_platforms`, or raise max_bundle_bytes"
+    )
+
+
+def shrink_hint(entry: Mapping[str, Any]) -> str:
+    """What a lower precision would make of a blob: estimated from its weight bytes."""
+    precision = (entry.get("precision") or {}).get("precision", "fp32")
+    if precision != "fp32":
+        return f"already {precision}"
+    weights = entry.get("weight_bytes") or 0
+    fp16 = entry["blob_size"] - weights // 2
+    int8 = entry["blob_size"] - weights * 3 // 4
+    return f"fp32; about {fp16:,} B as fp16, {int8:,} B as int8, estimated from its weights"

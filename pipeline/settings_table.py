@@ -192,6 +192,25 @@ SETTINGS: tuple[Setting, ...] = (
             "one warning line; if it is still that large, the cook fails with the sizes",
             low=1),
     Setting("max_growth_bytes", INT, 16777216, AS_ABOVE, low=0),
+    Setting("precision", TEXT, "fp32",
+            "`fp32` (the source as it is), `fp16` (weights and compute; inputs and outputs keep "
+            "their types), `int8-dynamic` (onnxruntime's `quantize_dynamic`) or `int8-static` (QDQ by "
+            "`quantize_static`, calibrated on `<model>.calib.npz`, else on the verification inputs); "
+            "the variant must pass the accuracy gate against the fp32 source",
+            choices=("fp32", "fp16", "int8-dynamic", "int8-static")),
+    Setting("precision_keep_ops", NAMES, [],
+            "operator types kept in fp32 in a lower-precision variant, e.g. `[Softmax, LayerNormalization]`",
+            check=check_names),
+    Setting("precision_min_cosine", FLOAT, 0.0,
+            "the accuracy gate, per output against the fp32 source: smallest cosine similarity and, "
+            "for class scores (rank 2), smallest top-1 agreement; 0 = the precision's default "
+            "(fp16: 0.999 and 0.99, int8: 0.98 and 0.9)",
+            low=0, high=1),
+    Setting("precision_min_top1", FLOAT, 0.0, AS_ABOVE, low=0, high=1),
+    Setting("max_blob_bytes", INT, 0,
+            "size budget of one model's blob; over it the cook fails naming the size and what precision "
+            "would fit (0 = no budget)",
+            low=0),
     Setting("include", NAMES, ["*"], "globs on model names selecting what this platform cooks",
             check=check_names, scope="platform"),
     Setting("exclude", NAMES, [], AS_ABOVE, check=check_names, scope="platform"),
@@ -200,6 +219,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime_check", BOOL, True,
             "run every blob in exactly `runtime_version`; turning it off needs a reason", scope="platform"),
     Setting("runtime_check_off_reason", TEXT, "", AS_ABOVE, scope="platform"),
+    Setting("max_bundle_bytes", INT, 0,
+            "size budget of the platform's bundle (all blobs); over it no manifest is written and the cook "
+            "fails naming the biggest models (0 = no budget)",
+            low=0, scope="platform"),
     Setting("allow_empty", BOOL, False,
             "a platform that selects no model fails the cook (nothing written) unless this is true",
             scope="platform"),

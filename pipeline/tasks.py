@@ -108,12 +108,15 @@ def run_manifest(
     check_results: list[Path],
     check_off_reason: str | None,
     signing_key: Path | None = None,
+    max_bundle_bytes: int = 0,
 ) -> TaskFailed | None:
     from .manifest import write_manifest
     from .opconfig import write_operator_configs
 
     try:
-        path = write_manifest(platform_dir, platform, names, check_results, check_off_reason)
+        path = write_manifest(
+            platform_dir, platform, names, check_results, check_off_reason, max_bundle_bytes
+        )
         manifest = json.loads(path.read_text(encoding="utf-8"))
         configs = write_operator_configs(platform_dir, manifest["models"])
         _sign(path, signing_key)
@@ -465,10 +468,25 @@ def _manifest_task(
     off_reason = None if platform.runtime_check else platform.runtime_check_off_reason
     signature = (SIGNATURE_NAME,) if signing_key is not None else ()
     state = {"models": names, "format": BUNDLE_FORMAT, "signing_key": key_digest, "check_off": off_reason}
+    if platform.max_bundle_bytes:
+        state["max_bundle_bytes"] = platform.max_bundle_bytes
     return {
         "name": platform.name,
         "doc": platform.description or f"cook every model for {platform.name} and write its manifest",
-        "actions": [(run_manifest, [platform_dir, platform.name, names, results, off_reason, signing_key])],
+        "actions": [
+            (
+                run_manifest,
+                [
+                    platform_dir,
+                    platform.name,
+                    names,
+                    results,
+                    off_reason,
+                    signing_key,
+                    platform.max_bundle_bytes,
+                ],
+            )
+        ],
         "file_dep": [str(entry_path(platform_dir, name)) for name in names] + [str(path) for path in results],
         "targets": [str(platform_dir / name) for name in (MANIFEST_NAME, *configs, *signature)],
         "uptodate": [

@@ -24,7 +24,7 @@ def inspect(path: Path) -> str:
             info = bundle.info(name)
             lines.append(
                 f"  {name}: {info['format']}, {info['file']}, {info['blob_size']:,} B"
-                f" (model {info.get('model_size', 0):,} B)"
+                f" (model {info.get('model_size', 0):,} B){_precision(info)}"
             )
         return "\n".join(lines)
     with path.open("rb") as stream:
@@ -32,6 +32,17 @@ def inspect(path: Path) -> str:
     header, _ = read_header(head)
     text = json.dumps({"file": str(path), **header.to_dict()}, indent=2)
     return "\n".join([text, "# unpack with stock tools:", *stock_unpack_commands(header, str(path))])
+
+
+def _precision(info: dict) -> str:
+    """``, fp16 by <converter>, worst cosine 0.9998 vs fp32`` for a variant; nothing for fp32."""
+    precision = info.get("precision") or {}
+    if precision.get("precision", "fp32") == "fp32":
+        return ""
+    outputs = (precision.get("accuracy") or {}).get("outputs", [])
+    cosines = [row["cosine"] for row in outputs if row.get("cosine") is not None]
+    worst = f", worst cosine {min(cosines):.6f} vs fp32" if cosines else ""
+    return f", {precision['precision']} by {precision.get('converter', '?')}{worst}"
 
 
 # The header frame is at most 16 MiB, plus its 8-byte prefix.

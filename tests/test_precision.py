@@ -1,0 +1,175 @@
+"""Precision variants (fp16, int8) gated by accuracy against the fp32 source, and size budgets."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.cook import cook
+from pipeline.errors import CookError, GuardError, ModelError, VerifyError
+from pipeline.layout import blob_path
+from pipeline.manifest import write_manifest
+from pipeline.runtime import session_from_blob
+from tests.models import conv_bn_relu_model
+from tests.test_cook import SHIPPED_PLATFORMS, job_for, save, shipped_settings
+
+CPU = ["CPUExecutionProvider"]
+SEED = 5
+
+
+def classifier_model() -> onnx.ModelProto:
+    """A small MLP classifier with weights big enough for size ratios to mean something: x [N, 64]
+    -> 256 hidden -> 256 hidden -> 10 class scores (rank 2: the gate checks top-1 agreement)."""
+    rng = np.random.default_rng(SEED)
+    sizes = [(64, 256), (256, 256), (256, 10)]
+    nodes, inits, x = [], [], "x"
+    for i, (fan_in, fan_out) in enumerate(sizes):
+        w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
+        b = (rng.standard_normal(fan_out) * 0.1).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        out = "y" if i == len(sizes) - 1 else f"h{i}"
+        nodes += [
+            helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [out if i == len(sizes) - 1 else f"a{i}"]),
+        ]
+        if i < len(sizes) - 1:
+            nodes.append(helper.make_node("Relu", [f"a{i}"], [out]))
+        x = out
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def cook_at(tmp_path: Path, model: onnx.ModelProto, platform: str, **settings: object) -> dict:
+    save(model, tmp_path / "assets", "m")
+    return cook(job_for(tmp_path / "assets", "m", shipped_settings(platform, **settings), tmp_path / "build"))
+
+
+# weight bytes of the cooked variant / of the fp32 cook: about 2x smaller for fp16, about 4x for int8
+# (scales, zero points and the fp32 biases keep it a little above a quarter)
+SHRINK = {"fp16": (0.45, 0.55), "int8-dynamic": (0.2, 0.35), "int8-static": (0.2, 0.4)}
+
+
+@pytest.mark.parametrize("platform", SHIPPED_PLATFORMS)
+@pytest.mark.parametrize("precision", sorted(SHRINK))
+def test_each_precision_cooks_shrinks_and_passes_the_gate(
+    tmp_path: Path, precision: str, platform: str
+) -> None:
+    if precision == "int8-dynamic" and platform in ("android", "ios"):  # NNAPI and CoreML take QDQ only
+        with pytest.raises(
+            GuardError, match=r"int8-dynamic makes .* cannot run .* use `precision: int8-static`"
+        ):
+            cook_at(tmp_path, classifier_model(), platform, precision=precision)
+        return
+    fp32 = cook_at(tmp_path / "fp32", classifier_model(), platform)
+    variant = cook_at(tmp_path / precision, classifier_model(), platform, precision=precision)
+
+    low, high = SHRINK[precision]
+    assert low <= variant["weight_bytes"] / fp32["weight_bytes"] <= high, (
+        variant["weight_bytes"],
+        fp32["weight_bytes"],
+    )
+    assert variant["blob_size"] < fp32["blob_size"]
+    record = variant["precision"]
+    assert record["precision"] == precision and record["converter"].startswith("onnxruntime.")
+    (row,) = record["accuracy"]["outputs"]
+    assert row["name"] == "y" and row["cosine"] >= record["accuracy"]["limits"]["min_cosine"]
+    assert row["top1"] is not None and row["top1"] >= record["accuracy"]["limits"]["min_top1"]
+    if precision == "int8-static":
+        assert record["options"]["calibration"].startswith("the verification inputs")
+    assert fp32["precision"] == {"precision": "fp32"}
+    # What ships runs through the loader, and its inputs and outputs keep the source's types.
+    blob = blob_path(tmp_path / precision / "build" / platform, "m", variant["format"]).read_bytes()
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    assert session_from_blob(blob, providers=CPU).run(None, {"x": x})[0].dtype == np.float32
+
+
+def test_calibration_file_is_used_and_recorded(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"x/{k}": rng.standard_normal((8, 64)).astype(np.float32) for k in range(4)})
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "m.calib.npz").write_bytes(buffer.getvalue())
+    entry = cook_at(tmp_path, classifier_model(), "android", precision="int8-static")
+    assert entry["precision"]["options"]["calibration"] == "m.calib.npz"
+    assert entry["precision"]["options"]["calibration_batches"] == 4
+    assert "m.calib.npz" in entry["sources"]  # a new calibration set re-cooks the model
+
+
+def test_a_bad_calibration_set_fails_the_gate_with_the_numbers_and_the_fix(tmp_path: Path) -> None:
+    # Calibrated on inputs a thousand times smaller than real ones: every activation saturates.
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32) * 1e-3)
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "m.calib.npz").write_bytes(buffer.getvalue())
+    with pytest.raises(VerifyError) as failure:
+        cook_at(tmp_path, classifier_model(), "console", precision="int8-static")
+    message = str(failure.value)
+    assert "the int8-static variant fails the accuracy gate against the fp32 source: y: cosine" in message
+    assert "calibrate on real inputs (`<model>.calib.npz`, calibrated now on m.calib.npz)" in message
+    assert message.startswith(str(tmp_path / "assets" / "m.onnx"))
+    assert not (tmp_path / "build" / "console" / ".entries" / "m.json").exists()
+
+
+def test_the_gate_can_be_tightened_per_model(tmp_path: Path) -> None:
+    with pytest.raises(
+        VerifyError, match=r"fp16 variant fails the accuracy gate.*y: cosine 0\.9\d{8} < 1\.0"
+    ):
+        cook_at(tmp_path, conv_bn_relu_model(), "windows-dml", precision="fp16", precision_min_cosine=1.0)
+
+
+def test_a_blob_over_its_budget_fails_naming_sizes_and_what_would_fit(tmp_path: Path) -> None:
+    with pytest.raises(ModelError) as failure:
+        cook_at(tmp_path, classifier_model(), "windows-dml", max_blob_bytes=50_000)
+    message = str(failure.value)
+    assert "over its max_blob_bytes of 50,000" in message and "as fp16" in message and "as int8" in message
+    assert cook_at(tmp_path / "ok", classifier_model(), "windows-dml", max_blob_bytes=10_000_000)["blob_size"]
+
+
+def test_a_bundle_over_its_budget_writes_no_manifest_and_names_the_biggest_models(tmp_path: Path) -> None:
+    entry = cook_at(tmp_path, classifier_model(), "windows-dml")
+    platform_dir = tmp_path / "build" / "windows-dml"
+    with pytest.raises(CookError) as failure:
+        write_manifest(platform_dir, "windows-dml", ["m"], max_bundle_bytes=entry["blob_size"] - 1)
+    message = str(failure.value)
+    assert f"the bundle is {entry['blob_size']:,} bytes, over its max_bundle_bytes" in message
+    assert "biggest: m " in message and "(no manifest written)" in message
+    assert not (platform_dir / "manifest.json").exists()
+    assert write_manifest(platform_dir, "windows-dml", ["m"], max_bundle_bytes=entry["blob_size"]).is_file()
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "inspect", str(platform_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert " m: onnx, " in shown.stdout
+
+
+def test_inspect_shows_the_precision_and_its_accuracy(tmp_path: Path) -> None:
+    cook_at(tmp_path, classifier_model(), "windows-dml", precision="fp16")
+    platform_dir = tmp_path / "build" / "windows-dml"
+    write_manifest(platform_dir, "windows-dml", ["m"])
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "inspect", str(platform_dir)],
+        capture_output=True,
+        text=True,
+    )
+    shown_line = shown.stdout.strip().splitlines()[-1]
+    assert "fp16 by onnxruntime.transformers.float16.convert_float_to_float16, worst cosine " in shown_line
+    assert float(shown_line.split("worst cosine ")[1].split()[0]) >= 0.999
+    manifest = json.loads((platform_dir / "manifest.json").read_text())
+    assert manifest["models"]["m"]["precision"]["options"]["keep_io_types"] is True
