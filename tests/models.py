@@ -160,3 +160,49 @@ def with_symbolic_batch(model: onnx.ModelProto) -> onnx.ModelProto:
     for value in (model.graph.input[0], model.graph.output[0]):
         value.type.tensor_type.shape.dim[0].dim_param = "batch"
     return model
+
+
+def transformer_block_model(width: int = 64, seq: int = 8, seed: int = RNG_SEED) -> onnx.ModelProto:
+    """One encoder block: single-head self-attention (MatMul, Softmax), residual + LayerNormalization,
+    a ReLU feed-forward of 2x width, residual + LayerNormalization. x [1, seq, width] -> y."""
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, rows: int, cols: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(
+            (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32), name
+        )
+
+    inits = [weight(n, width, width) for n in ("wq", "wk", "wv", "wo")]
+    inits += [weight("w1", width, 2 * width), weight("w2", 2 * width, width)]
+    inits += [numpy_helper.from_array(np.full((), np.sqrt(width), np.float32), "scale")]
+    for i in (1, 2):
+        inits += [
+            numpy_helper.from_array(np.ones(width, np.float32), f"g{i}"),
+            numpy_helper.from_array(np.zeros(width, np.float32), f"b{i}"),
+        ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Div", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["a"]),
+        helper.make_node("MatMul", ["a", "wo"], ["o"]),
+        helper.make_node("Add", ["o", "x"], ["r1"]),
+        helper.make_node("LayerNormalization", ["r1", "g1", "b1"], ["n1"], axis=-1),
+        helper.make_node("MatMul", ["n1", "w1"], ["f1"]),
+        helper.make_node("Relu", ["f1"], ["f1r"]),
+        helper.make_node("MatMul", ["f1r", "w2"], ["f2"]),
+        helper.make_node("Add", ["f2", "n1"], ["r2"]),
+        helper.make_node("LayerNormalization", ["r2", "g2", "b2"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "transformer_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, width])],
+        inits,
+    )
+    return model_of(graph)

@@ -18,7 +18,7 @@ from pipeline.errors import CookError, GuardError, ModelError, VerifyError
 from pipeline.layout import blob_path
 from pipeline.manifest import write_manifest
 from pipeline.runtime import session_from_blob
-from tests.models import conv_bn_relu_model
+from tests.models import conv_bn_relu_model, transformer_block_model
 from tests.test_cook import SHIPPED_PLATFORMS, job_for, save, shipped_settings
 
 CPU = ["CPUExecutionProvider"]
@@ -173,3 +173,18 @@ def test_inspect_shows_the_precision_and_its_accuracy(tmp_path: Path) -> None:
     assert float(shown_line.split("worst cosine ")[1].split()[0]) >= 0.999
     manifest = json.loads((platform_dir / "manifest.json").read_text())
     assert manifest["models"]["m"]["precision"]["options"]["keep_io_types"] is True
+
+
+@pytest.mark.parametrize("platform", SHIPPED_PLATFORMS)
+@pytest.mark.parametrize("precision", ["fp16", "int8-static"])
+@pytest.mark.parametrize(
+    "make", [conv_bn_relu_model, transformer_block_model], ids=["convnet", "transformer"]
+)
+def test_a_conv_net_and_a_transformer_block_pass_the_gate_at_each_precision(
+    tmp_path: Path, make: object, precision: str, platform: str
+) -> None:
+    fp32 = cook_at(tmp_path / "fp32", make(), platform)
+    variant = cook_at(tmp_path / precision, make(), platform, precision=precision)
+    assert variant["weight_bytes"] < fp32["weight_bytes"]
+    rows = variant["precision"]["accuracy"]["outputs"]
+    assert all(row["cosine"] >= variant["precision"]["accuracy"]["limits"]["min_cosine"] for row in rows)
