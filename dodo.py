@@ -7,6 +7,7 @@
 from pathlib import Path
 
 from pipeline.buildlock import hold_build_lock, prepare_build_folder
+from pipeline.progress import reporter_for
 from pipeline.tasks import cook_tasks, environment, folders
 
 ENV = environment()
@@ -19,6 +20,8 @@ DOIT_CONFIG = {
     # Only the sqlite3 backend is safe with `doit -n` (docs/design.md, "doit").
     "backend": "sqlite3",
     "dep_file": str(BUILD / ".doit.db"),
+    # A live progress line on a terminal; build/report.html at the end of every run.
+    "reporter": reporter_for(BUILD),
 }
 
 

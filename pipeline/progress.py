@@ -1,0 +1,132 @@
+"""doit's reporter for `doit cook`: a live progress line on a terminal, the cook report at the end.
+
+On a terminal, one line at the bottom says how many cook tasks are done of how many, which models
+are cooking, the time since the start and an estimate of what is left; it is redrawn as tasks start
+and end, and cleared before doit's own summary. Off a terminal (CI logs, pipes) the output is doit's
+plain lines, unchanged. Either way, the end of a run writes ``<build>/report.html`` (pipeline.report),
+with the failures of that run. Loaded by dodo.py: standard library and doit only.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from doit.reporter import ConsoleReporter
+
+CLEAR = "\r\x1b[K"
+
+
+def is_cook_task(name: str) -> bool:
+    """``cook:<platform>:<model>``: one (platform, model) cook, the unit the line counts."""
+    return name.startswith("cook:") and name.count(":") >= 2
+
+
+class CookReporter(ConsoleReporter):
+    """ConsoleReporter, plus the live line (terminals only) and the report at the end of a run."""
+
+    build: Path = Path("build")  # set by reporter_for
+
+    def __init__(self, outstream: TextIO, options: dict[str, Any]) -> None:
+        super().__init__(outstream, options)
+        self.live = bool(getattr(outstream, "isatty", lambda: False)())
+        self.total = 0
+        self.done = 0
+        self.running: dict[str, float] = {}
+        self.cook_seconds: list[float] = []
+        self.started = time.monotonic()
+
+    # --- doit's reporter interface -------------------------------------------------------------------
+
+    def initialize(self, tasks: Any, selected_tasks: Any) -> None:
+        super().initialize(tasks, selected_tasks)
+        self.total = sum(1 for name in tasks if is_cook_task(name))
+        from .report import clear_failures
+
+        clear_failures(self.build)  # the report shows the failures of this run
+
+    def execute_task(self, task: Any) -> None:
+        if is_cook_task(task.name):
+            self.running[task.name] = time.monotonic()
+        if self.live:
+            self._draw()
+        else:
+            super().execute_task(task)
+
+    def add_success(self, task: Any) -> None:
+        super().add_success(task)
+        self._finished(task)
+        from .report import clear_failure
+
+        clear_failure(self.build, task.name)
+
+    def add_failure(self, task: Any, fail: Any) -> None:
+        if self.live:
+            self.outstream.write(CLEAR)
+        super().add_failure(task, fail)
+        self._finished(task)
+        if type(fail).__name__ != "UnmetDependency":  # tasks skipped for another's failure: not news
+            from .report import record_failure
+
+            record_failure(self.build, task.name, fail.get_msg().strip())
+
+    def skip_uptodate(self, task: Any) -> None:
+        if self.live:
+            self._finished(task)
+        else:
+            super().skip_uptodate(task)
+            self._finished(task)
+
+    def complete_run(self) -> None:
+        if self.live:
+            self.outstream.write(CLEAR)
+        super().complete_run()
+        try:
+            from .report import write_report
+
+            path = write_report(self.build)
+            self.outstream.write(f"report: {path}\n")
+        except (OSError, ValueError, KeyError) as exc:  # the report never fails a cook
+            self.outstream.write(f"warning: cannot write the cook report: {exc}\n")
+
+    # --- the live line -----------------------------------------------------------------------------
+
+    def _finished(self, task: Any) -> None:
+        started = self.running.pop(task.name, None)
+        if is_cook_task(task.name):
+            self.done += 1
+            if started is not None:
+                self.cook_seconds.append(time.monotonic() - started)
+        if self.live:
+            self._draw()
+
+    def _draw(self) -> None:
+        elapsed = time.monotonic() - self.started
+        names = ", ".join(name.split(":", 1)[1] for name in list(self.running)[:3])
+        more = f" +{len(self.running) - 3}" if len(self.running) > 3 else ""
+        left = ""
+        if self.cook_seconds and self.total > self.done:
+            # cook tasks still to run, at the average pace so far, as many at a time as now run
+            pace = sum(self.cook_seconds) / len(self.cook_seconds)
+            left = f", about {_clock(pace * (self.total - self.done) / max(len(self.running), 1))} left"
+        line = f"[{self.done}/{self.total} cooked] {names}{more} | {_clock(elapsed)} elapsed{left}"
+        width = _width()
+        self.outstream.write(CLEAR + line[: width - 1] + "\r")
+        self.outstream.flush()
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def _width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def reporter_for(build: Path) -> type[CookReporter]:
+    """The reporter class doit instantiates (DOIT_CONFIG['reporter']), bound to this build folder."""
+    return type("CookReporter", (CookReporter,), {"build": build})

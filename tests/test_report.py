@@ -1,0 +1,201 @@
+"""The cook report (build/report.html) in a real browser, release-to-release diffs, and the live
+progress line of `doit cook` under a pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import pytest
+
+from tests.models import mlp_model
+from tests.test_reliability import TRACEBACK, doit, env, small_project
+
+pytestmark = pytest.mark.slow  # real doit runs and a browser
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "report.png"
+# As the machine's own notes advise for a closed network: no background connections at start.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def cooked_examples(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[Path], Path]) -> Path:
+    """The example assets cooked for every platform by `doit -n 2 cook`: the report it leaves."""
+    project = project_copier(tmp_path_factory.mktemp("report") / "project")
+    run = doit(project, "-n", "2", "cook")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "report: " in run.stdout
+    return project
+
+
+def manifests(build: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in build.glob("*/manifest.json")}
+
+
+def test_every_cook_writes_a_self_contained_report(cooked_examples: Path) -> None:
+    page = (cooked_examples / "build" / "report.html").read_text()
+    assert "First report of this build folder" in page
+    for reference in ("http://", "https://", "src=", "<link"):
+        assert reference not in page, f"the report refers to something outside itself: {reference}"
+
+
+def test_the_report_in_headless_chromium(cooked_examples: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    build = cooked_examples / "build"
+    expected = {platform: sorted(m["models"]) for platform, m in manifests(build).items()}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.goto((build / "report.html").as_uri())
+        page.wait_for_load_state("load")
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+        sections = page.eval_on_selector_all("section.platform", "els => els.map(e => e.dataset.platform)")
+        assert sorted(sections) == sorted(expected)
+        for platform, names in expected.items():
+            section = f'section.platform[data-platform="{platform}"]'
+            bars = page.eval_on_selector_all(
+                f"{section} svg.chart rect.bar", "els => els.map(e => e.dataset.model)"
+            )
+            assert sorted(bars) == names  # one bar per model
+            rows = page.eval_on_selector_all(
+                f"{section} table.models tbody tr", "els => els.map(e => e.dataset.model)"
+            )
+            assert sorted(rows) == names
+        # Sorting: a click on "model" sorts by name, a second click reverses.
+        first = f'section.platform[data-platform="{sections[0]}"]'
+        page.click(f"{first} table.models th >> text=model")
+        ascending = page.eval_on_selector_all(
+            f"{first} table.models tbody tr", "els => els.map(e => e.dataset.model)"
+        )
+        assert ascending == sorted(ascending)
+        page.click(f"{first} table.models th >> text=model")
+        descending = page.eval_on_selector_all(
+            f"{first} table.models tbody tr", "els => els.map(e => e.dataset.model)"
+        )
+        assert descending == sorted(ascending, reverse=True)
+        # Sorting by blob bytes is numeric, not by text.
+        page.click(f"{first} table.models th >> text=blob bytes")
+        sizes = page.eval_on_selector_all(
+            f"{first} table.models tbody tr td:nth-child(5)", "els => els.map(e => Number(e.dataset.v))"
+        )
+        assert sizes == sorted(sizes)
+        browser.close()
+    assert requested == [(build / "report.html").as_uri()], requested  # no network, nothing else loaded
+    assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_a_failure_and_the_changes_since_the_last_cook_are_reported(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    (project / "assets" / "mlp.onnx").unlink()  # removed
+    onnx.save(mlp_model(), project / "assets" / "added.onnx")  # added
+    (project / "assets" / "broken.onnx").write_bytes(b"not a model")
+    run = doit(project, "--continue", "cook")
+    assert run.returncode != 0 and TRACEBACK not in run.stdout + run.stderr
+    page = (project / "build" / "report.html").read_text()
+    assert "Failures (1)" in page and "cook:android:broken" in page and "not a readable ONNX model" in page
+    (project / "assets" / "broken.onnx").unlink()
+    again = doit(project, "cook")
+    assert again.returncode == 0, again.stdout + again.stderr
+    page = (project / "build" / "report.html").read_text()
+    assert "Failures" not in page  # fixed: gone from the report
+    assert "<td>added</td><td>added</td>" in page and "<td>mlp</td><td>removed</td>" in page
+
+
+def test_diff_names_added_removed_and_changed_models_and_gates_growth(tmp_path: Path) -> None:
+    old = small_project(tmp_path / "old")
+    assert doit(old, "cook").returncode == 0
+    new = tmp_path / "new"
+    shutil.copytree(old, new, ignore=shutil.ignore_patterns("build"))
+    (new / "assets" / "mlp.onnx").unlink()
+    onnx.save(mlp_model(), new / "assets" / "other.onnx")
+    (new / "assets" / "net.cook.yaml").write_text("compression_level: 1\n")  # a changed setting
+    assert doit(new, "cook").returncode == 0
+
+    command = [sys.executable, "-m", "pipeline.report", "diff", str(old / "build"), str(new / "build")]
+    shown = subprocess.run([*command, "--html", str(tmp_path / "diff.html")], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    lines = {tuple(line.split()[:3]) for line in shown.stdout.splitlines()}
+    assert {
+        ("android", "other", "added"),
+        ("android", "mlp", "removed"),
+        ("android", "net", "re-cooked"),
+    } <= lines
+    assert "settings" in next(line for line in shown.stdout.splitlines() if " net " in line)
+    assert "android: download " in shown.stdout
+    assert (tmp_path / "diff.html").read_text().count('class="bar"') == 2
+    gated = subprocess.run([*command, "--fail-if-grows", "0%"], capture_output=True, text=True)
+    grows = json.loads((new / "build" / "android" / "manifest.json").read_text())
+    total_new = sum(m["blob_size"] for m in grows["models"].values())
+    total_old = sum(
+        m["blob_size"]
+        for m in json.loads((old / "build" / "android" / "manifest.json").read_text())["models"].values()
+    )
+    assert gated.returncode == (1 if total_new > total_old else 0)
+    assert subprocess.run([*command, "--fail-if-grows", "1000%"], capture_output=True).returncode == 0
+    bad = subprocess.run([*command[:-1], str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "holds no <platform>/manifest.json" in bad.stderr
+
+
+def _run_in_pty(project: Path) -> str:
+    """`doit cook` with its output on a pseudo-terminal (as in an interactive shell); all it wrote."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "doit", "cook"],
+        cwd=project,
+        env={**env(), "COLUMNS": "120"},
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    chunks, deadline = [], time.monotonic() + 600
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 1.0)
+        if ready:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif process.poll() is not None:
+            break
+    process.wait(timeout=60)
+    os.close(leader)
+    assert process.returncode == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_a_live_progress_line_on_a_terminal_and_plain_lines_elsewhere(tmp_path: Path) -> None:
+    live = _run_in_pty(small_project(tmp_path / "tty"))
+    assert "[0/2 cooked]" in live and "[2/2 cooked]" in live and "elapsed" in live
+    # The line is cleared before doit's summary: the output ends on plain text, not on the line.
+    after_last_clear = live.rsplit("\x1b[K", 1)[-1]
+    assert "cooked]" not in after_last_clear and after_last_clear.strip().startswith("report: ")
+    plain = doit(small_project(tmp_path / "pipe"), "cook")
+    assert "cooked]" not in plain.stdout and "\x1b[" not in plain.stdout
+    assert ".  cook:android:net" in plain.stdout  # doit's own lines, as before
