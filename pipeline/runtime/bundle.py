@@ -17,7 +17,7 @@ import onnxruntime
 from .blob import DEFAULT_MAX_MODEL_SIZE, MAX_HEADER_SIZE, unpack_blob
 from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
-from .session import ProviderSpec, session_from_unpacked
+from .session import Progress, ProviderSpec, no_progress, session_from_unpacked
 from .trust import SIGNATURE_SIZE, verify_signature
 
 MAX_MANIFEST_SIZE = 64 << 20
@@ -81,21 +81,31 @@ class Bundle:
         max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
         threads: int | None = None,
         low_memory: bool = False,
+        progress: Progress | None = None,
     ) -> onnxruntime.InferenceSession:
-        """A session for model ``name``; see ``session_from_blob`` for ``providers``, ``threads`` and
-        ``low_memory``."""
+        """A session for model ``name``; see ``session_from_blob`` for ``providers``, ``threads``,
+        ``low_memory`` and ``progress`` (here also ``"read"``: the file read and checked against the
+        manifest's sha256)."""
+        report = progress or no_progress
+        report("read", 0.0)
         data = self.read_blob(name, max_model_size=max_model_size)
+        report("read", 1.0)
         # read_blob just checked the whole blob against the manifest's sha256 (tampering); the frames'
         # own checksums catch damage: no second hash of the model.
+        report("decompress", 0.0)
         unpacked = unpack_blob(
             data, max_model_size=max_model_size, threads=threads, check_sha256=False, check_raw=False
         )
+        report("decompress", 1.0)
         # Unless raw weights are used in place, the compressed blob is not needed any more, and
         # onnxruntime is about to copy the model: let it go first, a blob's worth off the peak.
         del data
-        return session_from_unpacked(
+        report("session", 0.0)
+        session = session_from_unpacked(
             unpacked, providers=providers, session_options=session_options, low_memory=low_memory
         )
+        report("session", 1.0)
+        return session
 
     def _open_blob(self, name: str, entry: Mapping[str, Any]) -> tuple[BinaryIO, int, Path]:
         """The open blob file of ``name``, its size and path: a regular file inside the bundle folder."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnxruntime
@@ -19,6 +19,14 @@ CPU = "CPUExecutionProvider"
 # DirectML can only share a session with the CPU EP (docs/design.md, "DirectML sessions").
 EXCLUSIVE_WITH_CPU = frozenset({"DmlExecutionProvider"})
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
+# progress(stage, fraction): stage "read" (Bundle.session), "decompress", then "session"; fraction 0.0
+# when the stage starts and 1.0 when it ends. For a loading screen; called on the caller's thread.
+Progress = Callable[[str, float], None]
+
+
+def no_progress(stage: str, fraction: float) -> None:
+    return None
+
 
 _EXECUTION_MODES = {
     "sequential": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
@@ -125,6 +133,7 @@ def session_from_blob(
     max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
     threads: int | None = None,
     low_memory: bool = False,
+    progress: Progress | None = None,
 ) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` for a cooked blob, created from memory.
 
@@ -140,12 +149,20 @@ def session_from_blob(
     ``low_memory`` turns off weight prepacking (``session.disable_prepacking``): the session then
     keeps no packed second copy of MatMul/Conv weights and loads faster, but may run slower. It is
     off by default; measure inference with and without it (bench/results.md) before choosing it.
-    Raises only ``BundleError`` subclasses.
+    ``progress(stage, fraction)``, if given, is called as each stage starts (0.0) and ends (1.0):
+    ``"decompress"`` (checks and decompression), then ``"session"`` (onnxruntime builds the session),
+    for a loading screen. Raises only ``BundleError`` subclasses.
     """
+    report = progress or no_progress
+    report("decompress", 0.0)
     unpacked = unpack_blob(data, max_model_size=max_model_size, threads=threads)
-    return session_from_unpacked(
+    report("decompress", 1.0)
+    report("session", 0.0)
+    session = session_from_unpacked(
         unpacked, providers=providers, session_options=session_options, low_memory=low_memory
     )
+    report("session", 1.0)
+    return session
 
 
 def session_from_unpacked(
