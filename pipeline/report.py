@@ -113,6 +113,17 @@ class Change:
     why: str
     old_size: int
     new_size: int
+    old_error: float | None = None  # max abs verification error (None: not verified or absent)
+    new_error: float | None = None
+
+    @property
+    def accuracy(self) -> str:
+        """``max abs error a -> b`` for a re-cooked model whose verification error changed."""
+        if self.old_error == self.new_error or self.kind != "re-cooked":
+            return ""
+        old = "not verified" if self.old_error is None else f"{self.old_error:.3g}"
+        new = "not verified" if self.new_error is None else f"{self.new_error:.3g}"
+        return f"max abs error {old} -> {new}"
 
 
 def summary(platforms: Mapping[str, Mapping[str, Model]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -157,7 +168,16 @@ def changes(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str,
                     if b.get(key) != a.get(key)
                 ] or ["the cooker's bundle format"]
                 found.append(
-                    Change(platform, name, "re-cooked", ", ".join(why), b["blob_size"], a["blob_size"])
+                    Change(
+                        platform,
+                        name,
+                        "re-cooked",
+                        ", ".join(why),
+                        b["blob_size"],
+                        a["blob_size"],
+                        b.get("max_abs"),
+                        a.get("max_abs"),
+                    )
                 )
     return found
 
@@ -258,7 +278,8 @@ def _changes_html(found: Sequence[Change], first: bool) -> str:
     if not found:
         return "<p>Nothing changed since the previous cook.</p>"
     rows = "".join(
-        f"<tr><td>{_e(c.platform)}</td><td>{_e(c.name)}</td><td>{_e(c.kind)}</td><td>{_e(c.why)}</td>"
+        f"<tr><td>{_e(c.platform)}</td><td>{_e(c.name)}</td><td>{_e(c.kind)}</td>"
+        f"<td>{_e(c.why + (f'; {c.accuracy}' if c.accuracy else ''))}</td>"
         f'<td class="n">{c.new_size - c.old_size:+,}</td></tr>'
         for c in found
     )
@@ -318,7 +339,9 @@ def write_report(build: Path) -> Path:
 def diff_table(found: Sequence[Change], old: Mapping, new: Mapping) -> str:
     lines = [f"{'platform':<14} {'model':<28} {'change':<10} {'size delta':>14}  why"]
     for c in found:
-        lines.append(f"{c.platform:<14} {c.name:<28} {c.kind:<10} {c.new_size - c.old_size:>+14,}  {c.why}")
+        accuracy = f"; {c.accuracy}" if c.accuracy else ""
+        size = f"{c.new_size - c.old_size:>+14,}"
+        lines.append(f"{c.platform:<14} {c.name:<28} {c.kind:<10} {size}  {c.why}{accuracy}")
     for platform in sorted(set(old) | set(new)):
         before = sum(m["blob_size"] for m in old.get(platform, {}).values())
         after = sum(m["blob_size"] for m in new.get(platform, {}).values())
