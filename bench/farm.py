@@ -15,12 +15,10 @@ Rounds alternate the variants; medians. Writes bench/results-farm.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +26,16 @@ from pathlib import Path
 
 from . import models
 from .machine import describe
-from .project import EXAMPLES, REPO, BenchError, Run, copy_project, doit, platform_names, warm_up
+from .project import (
+    EXAMPLES,
+    BenchError,
+    Run,
+    copy_project,
+    doit,
+    platform_names,
+    standalone_main,
+    warm_up,
+)
 
 WARM_GOAL = 0.10  # warm-cache cook / cold cook
 SHARD_GOAL = 0.60  # (2 shards at once + assemble) / one process
@@ -302,23 +309,7 @@ def render(farm: Farm) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.farm", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny inputs, one round: a smoke test")
-    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-farm.md")
-    parser.add_argument("--runtimes-dir", type=Path, default=REPO / "build" / ".runtimes")
-    parser.add_argument("--workdir", type=Path)
-    args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="onnx-cooker-farm-", dir=args.workdir))
-    try:
-        farm = measure(args.quick, root, args.runtimes_dir.resolve())
-        args.output.write_text(render(farm), encoding="utf-8")
-        print(f"wrote {args.output}", file=sys.stderr)
-    except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+    return standalone_main("farm", __doc__, measure, render, argv)
 
 
 if __name__ == "__main__":

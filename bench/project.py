@@ -8,9 +8,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "assets"
@@ -153,3 +154,36 @@ def replicate_examples(dest: Path, count: int) -> list[str]:
             shutil.copy2(file, target)
         names.append(f"{folder.name}/{asset.name}")
     return names
+
+
+def standalone_main(
+    name: str,
+    doc: str,
+    measure: Callable[[bool, Path, Path], Any],
+    render: Callable[[Any], str],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """The command line of a benchmark that writes its own report (``python -m bench.<name>``):
+    ``--quick``, ``--output`` (default bench/results-<name>.md), ``--runtimes-dir``, ``--workdir``;
+    measures in a temporary folder, removed afterwards."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny inputs, few rounds: a smoke test")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / f"results-{name}.md")
+    parser.add_argument("--runtimes-dir", type=Path, default=REPO / "build" / ".runtimes")
+    parser.add_argument("--workdir", type=Path)
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix=f"onnx-cooker-{name}-", dir=args.workdir))
+    try:
+        args.output.write_text(
+            render(measure(args.quick, root, args.runtimes_dir.resolve())), encoding="utf-8"
+        )
+        print(f"wrote {args.output}", file=sys.stderr)
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0

@@ -92,13 +92,7 @@ def _int8(
     calibration_origin: str,
     work_dir: Path | None,
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_dynamic,
-        quantize_static,
-    )
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     excluded = [node.name for node in model.graph.node if node.op_type in keep_ops and node.name]
     if work_dir is not None:
@@ -115,12 +109,6 @@ def _int8(
                 )
                 converter = "onnxruntime.quantization.quantize_dynamic"
             else:
-                batches = iter(calibration)
-
-                class Reader(CalibrationDataReader):
-                    def get_next(self) -> dict | None:
-                        return next(batches, None)
-
                 options = {
                     "quant_format": "QDQ",
                     "activation_type": "QUInt8",
@@ -130,21 +118,42 @@ def _int8(
                     "calibration_batches": len(calibration),
                     "nodes_to_exclude": excluded,
                 }
-                quantize_static(
-                    str(source),
-                    str(target),
-                    Reader(),
-                    quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8,
-                    per_channel=True,
-                    nodes_to_exclude=excluded,
-                )
+                quantize_qdq(source, target, calibration, per_channel=True, nodes_to_exclude=excluded)
                 converter = "onnxruntime.quantization.quantize_static"
         except Exception as exc:
             raise ModelError(f"onnxruntime's quantizer ({precision}) failed: {exc}") from None
         quantized = onnx.load(target)
     return quantized, {"precision": precision, "converter": converter, "options": options}
+
+
+def quantize_qdq(
+    source: Path,
+    target: Path,
+    batches: list[dict[str, np.ndarray]],
+    *,
+    per_channel: bool,
+    nodes_to_exclude: list[str] | None = None,
+) -> None:
+    """onnxruntime's ``quantize_static`` to QDQ (QUInt8 activations, QInt8 weights), calibrated on
+    ``batches`` (input name -> array, one dict per batch)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    remaining = iter(batches)
+
+    class Reader(CalibrationDataReader):
+        def get_next(self) -> dict | None:
+            return next(remaining, None)
+
+    quantize_static(
+        str(source),
+        str(target),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=per_channel,
+        nodes_to_exclude=nodes_to_exclude or [],
+    )
 
 
 def _named_nodes(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -222,3 +222,27 @@ def test_farm_benchmark_runs_and_reports_its_three_measurements(tmp_path: Path) 
     assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2", "| 3"]
     assert all("not judged (quick mode)" in row for row in rows[:2]) and " ms " in rows[2]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("onnx-cooker-farm-")]
+
+
+def test_precision_benchmark_reports_every_model_at_every_precision(tmp_path: Path) -> None:
+    output = tmp_path / "precision.md"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.precision",
+            "--quick",
+            *("--output", str(output), "--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = output.read_text(encoding="utf-8")
+    header = next(line for line in report.splitlines() if line.startswith("| model |"))
+    assert header.split(" | ")[1:] == ["fp32", "fp16", "int8-dynamic", "int8-static |"]
+    rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| model")]
+    assert {row.split(" | ")[0][2:] for row in rows} >= {*GENERATED, *EXAMPLES}
+    assert all(row.count(" | ") == 4 for row in rows)

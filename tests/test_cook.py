@@ -396,7 +396,7 @@ def test_a_model_that_stays_too_big_fails_naming_the_sizes_and_the_settings(tmp_
 def qdq_attention_model(tmp_path: Path) -> Path:
     """A small attention stack quantized to QDQ int8 by onnxruntime's quantize_static: its saved
     runtime optimizations (QDQ selector records) cannot be replayed by onnxruntime 1.32."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from pipeline.precision import quantize_qdq
 
     rng = np.random.default_rng(RNG_SEED)
     width, seq = 64, 8
@@ -436,22 +436,10 @@ def qdq_attention_model(tmp_path: Path) -> Path:
     model = model_of(graph)
     source = tmp_path / "float.onnx"
     onnx.save(model, source)
-    batches = iter([{"x": rng.standard_normal((1, seq, width)).astype(np.float32)} for _ in range(8)])
-
-    class Reader(CalibrationDataReader):
-        def get_next(self) -> dict | None:
-            return next(batches, None)
-
+    batches = [{"x": rng.standard_normal((1, seq, width)).astype(np.float32)} for _ in range(8)]
     target = tmp_path / "assets" / "qdq.onnx"
     target.parent.mkdir(parents=True, exist_ok=True)
-    quantize_static(
-        str(source),
-        str(target),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-    )
+    quantize_qdq(source, target, batches, per_channel=False)  # onnxruntime's quantize_static, QDQ
     return target
 
 

@@ -234,14 +234,10 @@ def test_exported_model_with_external_data_over_100_mb_cooks(tmp_path: Path, pla
 def quantize(kind: str, source: Path, target: Path, shape: tuple[int, ...]) -> None:
     """onnxruntime.quantization as its documentation runs it: pre-processing, then dynamic int8 or
     static QDQ int8 calibrated on seeded inputs."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_dynamic,
-        quantize_static,
-    )
+    from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from pipeline.precision import quantize_qdq
 
     target.parent.mkdir(parents=True, exist_ok=True)
     inline = target.with_name("float.onnx")  # the tool loses a .onnx.data file kept beside the model
@@ -254,21 +250,8 @@ def quantize(kind: str, source: Path, target: Path, shape: tuple[int, ...]) -> N
         quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8)
         return
     rng = np.random.default_rng(SEED)
-    batches = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(8)])
-
-    class Reader(CalibrationDataReader):
-        def get_next(self) -> dict | None:
-            return next(batches, None)
-
-    quantize_static(
-        str(prepared),
-        str(target),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-    )
+    batches = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(8)]
+    quantize_qdq(prepared, target, batches, per_channel=True)  # onnxruntime's quantize_static, QDQ
 
 
 QUANTIZED = [
