@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -176,24 +177,48 @@ def sort_nodes(graph: onnx.GraphProto) -> bool:
 
     The checker refuses unsorted nodes, onnxruntime sorts them itself: onnxruntime's own fp16
     converter (`keep_io_types=True`) writes its input Casts at the end. A graph with a cycle, or a
-    node reading a value nothing produces, is left as is for the checker to name.
+    node reading a value nothing produces, is left as is for the checker to name. Linear in the
+    graph's size (Kahn's algorithm, the earliest ready node first): graphs of many thousand nodes
+    are common.
     """
     available = {value.name for value in graph.input} | {tensor.name for tensor in graph.initializer}
-    available |= {tensor.name for tensor in graph.sparse_initializer}
-    pending, ordered = list(graph.node), []
-    while pending:
-        ready = [node for node in pending if _reads(node) <= available | {""}]
-        if not ready:
-            return False
-        for node in ready:
-            ordered.append(node)
-            available.update(node.output)
-        pending = [node for node in pending if all(node is not r for r in ready)]
-    if [id(n) for n in ordered] == [id(n) for n in graph.node]:
+    available |= {tensor.name for tensor in graph.sparse_initializer} | {""}
+    nodes = list(graph.node)
+    reads = [_reads(node) for node in nodes]
+    if _in_order(nodes, reads, set(available)):
         return False
-    sorted_nodes = [onnx.NodeProto.FromString(node.SerializeToString()) for node in ordered]
+    producer = {name: index for index, node in enumerate(nodes) for name in node.output}
+    waiting_on = [0] * len(nodes)  # producers in the graph each node still waits for
+    readers: dict[int, list[int]] = {}
+    for index, names in enumerate(reads):
+        for source in {producer[name] for name in names - available if name in producer}:
+            waiting_on[index] += 1
+            readers.setdefault(source, []).append(index)
+        if any(name not in available and name not in producer for name in names):
+            return False  # reads a value nothing produces: the checker names it
+    ready = [index for index, count in enumerate(waiting_on) if count == 0]
+    heapq.heapify(ready)
+    ordered = []
+    while ready:
+        index = heapq.heappop(ready)
+        ordered.append(index)
+        for reader in readers.get(index, ()):
+            waiting_on[reader] -= 1
+            if waiting_on[reader] == 0:
+                heapq.heappush(ready, reader)
+    if len(ordered) != len(nodes):
+        return False  # a cycle
+    sorted_nodes = [onnx.NodeProto.FromString(nodes[index].SerializeToString()) for index in ordered]
     del graph.node[:]
     graph.node.extend(sorted_nodes)
+    return True
+
+
+def _in_order(nodes: list[onnx.NodeProto], reads: list[set[str]], available: set[str]) -> bool:
+    for node, names in zip(nodes, reads, strict=True):
+        if not names <= available:
+            return False
+        available.update(node.output)
     return True
 
 
