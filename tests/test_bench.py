@@ -76,23 +76,28 @@ MACHINE_ROWS = ("date", "cores", "CPU", "Python", "onnx", "onnxruntime", "zstand
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> str:
-    tmp = tmp_path_factory.mktemp("bench")
+    return quick_bench("bench", tmp_path_factory.mktemp("bench"), "onnx-cooker-bench-")
+
+
+def quick_bench(module: str, tmp: Path, prefix: str) -> str:
+    """``python -m <module> --quick`` in a subprocess; the report it wrote. Its temporary folder
+    (``<prefix>*``) must be gone afterwards."""
     output = tmp / "results.md"
     completed = subprocess.run(
         [
             sys.executable,
             "-m",
-            "bench",
+            module,
             "--quick",
             *("--output", str(output), "--workdir", str(tmp), "--runtimes-dir", str(RUNTIMES_CACHE)),
         ],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    leftovers = [path.name for path in tmp.iterdir() if path.name.startswith("onnx-cooker-bench-")]
+    leftovers = [path.name for path in tmp.iterdir() if path.name.startswith(prefix)]
     assert not leftovers, f"the temporary folder was not removed: {leftovers}"
     return output.read_text(encoding="utf-8")
 
@@ -199,48 +204,19 @@ def test_full_sizes_meet_the_issue() -> None:
     assert result["huge"] > 2**31  # --huge: past what protobuf and the ORT format hold
 
 
-def test_farm_benchmark_runs_and_reports_its_three_measurements(tmp_path: Path) -> None:
+def test_farm_benchmark_runs_and_reports_its_measurements(tmp_path: Path) -> None:
     """bench/farm.py's quick mode: a cold cook into a real S3 server, a fresh agent that must hit the
-    cache for every cook task (the run fails otherwise), two shards and an assembly."""
-    output = tmp_path / "farm.md"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.farm",
-            "--quick",
-            *("--output", str(output), "--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = output.read_text(encoding="utf-8")
+    cache for every cook task (the run fails otherwise), two shards and an assembly, the converter."""
+    report = quick_bench("bench.farm", tmp_path, "onnx-cooker-farm-")
     rows = [line for line in report.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2", "| 3"]
-    assert all("not judged (quick mode)" in row for row in rows[:2]) and " ms " in rows[2]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("onnx-cooker-farm-")]
+    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2", "| 3", "| 4"]
+    assert all("not judged (quick mode)" in row for row in (rows[0], rows[1], rows[3])) and " ms " in rows[2]
+    steps = report.split("| step | seconds | share |", 1)[1]
+    assert "| optimize and serialize |" in steps and "| runtime check (per platform) |" in steps
 
 
 def test_precision_benchmark_reports_every_model_at_every_precision(tmp_path: Path) -> None:
-    output = tmp_path / "precision.md"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.precision",
-            "--quick",
-            *("--output", str(output), "--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = output.read_text(encoding="utf-8")
+    report = quick_bench("bench.precision", tmp_path, "onnx-cooker-precision-")
     header = next(line for line in report.splitlines() if line.startswith("| model |"))
     assert header.split(" | ")[1:] == ["fp32", "fp16", "int8-dynamic", "int8-static |"]
     rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| model")]
