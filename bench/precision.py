@@ -43,10 +43,11 @@ def _cook(project: Path, precision: str, runtimes: Path, logs: Path) -> dict:
 
 
 def _failure(log: str, name: str) -> str:
+    """The cook's own one-paragraph message for ``name``, shortened for a table cell."""
     for line in log.splitlines():
-        if f"(model '{name}'" in line and "accuracy gate" in line:
-            return line.split("): ", 1)[-1][:200]
-    return "did not cook (see the log)"
+        if f"(model '{name}', platform '{PLATFORM}')" in line:
+            return line.split("): ", 1)[-1].replace("|", "/")[:240]
+    return "did not cook (no message in the log)"
 
 
 def _load_ms(project: Path, precision: str, entries: dict, rounds: int) -> dict[str, float]:
@@ -96,7 +97,7 @@ def render(data: dict) -> str:
         f"{PLATFORM} (ONNX) at each precision (`COOK_SET_PRECISION`), default gate limits. Per model: the "
         "blob size (and its ratio to fp32), session-ready time from the blob in memory (CPU EP, median), "
         "and the worst output's cosine similarity and max abs error against the fp32 source on the "
-        "verification inputs; `gate` marks a variant the accuracy gate refused (not shipped).",
+        "verification inputs; `refused` marks a variant that did not cook, with the cook's message (not shipped).",
         "",
         "| model | " + " | ".join(PRECISIONS) + " |",
         "|---|" + "---|" * len(PRECISIONS),
@@ -107,7 +108,7 @@ def render(data: dict) -> str:
         for precision in PRECISIONS:
             entry = results[precision]["entries"].get(name)
             if entry is None:
-                cells.append(f"gate: {_failure(results[precision]['log'], name)}")
+                cells.append(f"refused: {_failure(results[precision]['log'], name)}")
                 continue
             size = entry["blob_size"]
             load = results[precision]["load_ms"][name]

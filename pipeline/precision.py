@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.version_converter
 
 from .errors import ModelError, VerifyError
 from .profile import CookSettings
@@ -29,6 +30,8 @@ INT8_DYNAMIC = "int8-dynamic"
 INT8_STATIC = "int8-static"
 PRECISIONS = (FP32, FP16, INT8_DYNAMIC, INT8_STATIC)
 CALIB_SUFFIX = ".calib.npz"
+# Per-channel QuantizeLinear/DequantizeLinear (an axis attribute) exist since opset 13.
+QDQ_MIN_OPSET = 13
 
 # The gate's limits when a model sets none: per output, the smallest cosine similarity with the fp32
 # source's output and, for class scores (rank 2, more than one class), the smallest share of rows
@@ -94,6 +97,9 @@ def _int8(
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    raised = _opset(model) < QDQ_MIN_OPSET
+    if raised:  # the quantizers raise older models only to opset 11, too old for per-channel QDQ
+        model = _converted(model, QDQ_MIN_OPSET)
     excluded = [node.name for node in model.graph.node if node.op_type in keep_ops and node.name]
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -123,7 +129,24 @@ def _int8(
         except Exception as exc:
             raise ModelError(f"onnxruntime's quantizer ({precision}) failed: {exc}") from None
         quantized = onnx.load(target)
+    if raised:
+        options["opset_raised_to"] = QDQ_MIN_OPSET
     return quantized, {"precision": precision, "converter": converter, "options": options}
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    try:
+        return onnx.version_converter.convert_version(model, opset)
+    except Exception as exc:  # the converter raises RuntimeError/ValidationError per unsupported op
+        raise ModelError(
+            f"int8 quantization needs opset {opset} or newer (the model has {_opset(model)}) and onnx's "
+            f"version converter cannot raise it: {str(exc).splitlines()[0]}; re-export the model at opset "
+            f">= {opset}"
+        ) from None
 
 
 def quantize_qdq(
