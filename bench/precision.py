@@ -97,7 +97,8 @@ def render(data: dict) -> str:
         f"{PLATFORM} (ONNX) at each precision (`COOK_SET_PRECISION`), default gate limits. Per model: the "
         "blob size (and its ratio to fp32), session-ready time from the blob in memory (CPU EP, median), "
         "and the worst output's cosine similarity and max abs error against the fp32 source on the "
-        "verification inputs; `refused` marks a variant that did not cook, with the cook's message (not shipped).",
+        "verification inputs; `refused` marks a variant that did not cook, with the cook's message "
+        "(not shipped).",
         "",
         "| model | " + " | ".join(PRECISIONS) + " |",
         "|---|" + "---|" * len(PRECISIONS),
