@@ -188,3 +188,13 @@ def test_a_conv_net_and_a_transformer_block_pass_the_gate_at_each_precision(
     assert variant["weight_bytes"] < fp32["weight_bytes"]
     rows = variant["precision"]["accuracy"]["outputs"]
     assert all(row["cosine"] >= variant["precision"]["accuracy"]["limits"]["min_cosine"] for row in rows)
+
+
+def test_an_old_opset_model_is_raised_to_opset_13_before_int8_qdq(tmp_path: Path) -> None:
+    """The quantizers raise old models to opset 11 only, where per-channel DequantizeLinear has no
+    axis: the shipped IR-3, opset-7 example cooks at int8-static once raised to 13 first."""
+    legacy = onnx.load(Path(__file__).resolve().parents[1] / "assets" / "legacy_ir3.onnx")
+    assert legacy.opset_import[0].version < 13
+    entry = cook_at(tmp_path, legacy, "windows-dml", precision="int8-static")
+    assert entry["precision"]["options"]["opset_raised_to"] == 13
+    assert entry["verification"]["outputs"][0]["ok"] is True
