@@ -198,3 +198,22 @@ def test_an_old_opset_model_is_raised_to_opset_13_before_int8_qdq(tmp_path: Path
     entry = cook_at(tmp_path, legacy, "windows-dml", precision="int8-static")
     assert entry["precision"]["options"]["opset_raised_to"] == 13
     assert entry["verification"]["outputs"][0]["ok"] is True
+
+
+@pytest.mark.slow
+def test_a_variant_passes_the_runtime_check_in_the_targets_exact_onnxruntime(tmp_path: Path) -> None:
+    """The runtime check compares at the tolerances the cook verified with (raised for fp16/int8),
+    not at the fp32 settings: a whole `doit cook` of windows-dml (onnxruntime 1.24.4) at fp16."""
+    import shutil
+
+    from tests.test_reliability import REPO, doit, small_project
+
+    project = small_project(tmp_path / "p")
+    shutil.copy2(REPO / "platforms" / "windows-dml.yaml", project / "platforms" / "windows-dml.yaml")
+    (project / "assets" / "net.cook.yaml").write_text("precision: fp16\n")
+    run = doit(project, "cook:windows-dml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "load and match in onnxruntime 1.24.4" in run.stdout
+    manifest = json.loads((project / "build" / "windows-dml" / "manifest.json").read_text())
+    assert manifest["models"]["net"]["precision"]["precision"] == "fp16"
+    assert "1.24.4" in manifest["models"]["net"]["verified_on"]
