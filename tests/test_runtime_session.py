@@ -376,11 +376,11 @@ def test_a_loading_screen_hears_each_stage_start_and_end(bundle_dir: Path) -> No
     heard: list[tuple[str, float]] = []
     bundle = open_bundle(bundle_dir)
     bundle.session("upscaler", providers=CPU, progress=lambda stage, done: heard.append((stage, done)))
-    stages = ["read", "decompress", "session"]
+    stages = ["read", "check", "decompress", "session"]
     assert heard == [(stage, done) for stage in stages for done in (0.0, 1.0)]
     heard.clear()
     session_from_blob(bundle.read_blob("denoiser"), providers=CPU, progress=lambda s, d: heard.append((s, d)))
-    assert heard == [(stage, done) for stage in stages[1:] for done in (0.0, 1.0)]
+    assert heard == [(stage, done) for stage in stages[2:] for done in (0.0, 1.0)]
 
 
 def test_unknown_model_suggests_a_near_miss(bundle_dir: Path) -> None:

@@ -43,6 +43,11 @@ class Bundle:
 
     def read_blob(self, name: str, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE) -> bytes:
         """The blob bytes of model ``name``, checked against the manifest's size and sha256."""
+        data, path = self._read(name, max_model_size)
+        self._check(name, data, path)
+        return data
+
+    def _read(self, name: str, max_model_size: int) -> tuple[bytes, Path]:
         entry = self._entry(name)
         if entry["blob_size"] > max_model_size + (max_model_size >> 8) + MAX_HEADER_SIZE:
             raise ManifestError(f"{self._where()}: model {name!r} declares an oversized blob")
@@ -50,12 +55,15 @@ class Bundle:
         with stream:
             # read(n) allocates n bytes up front: the file's own size bounds it, not the manifest's word.
             data = stream.read(min(size, entry["blob_size"]) + 1)
+        return data, path
+
+    def _check(self, name: str, data: bytes, path: Path) -> None:
+        entry = self._entry(name)
         if len(data) != entry["blob_size"] or hashlib.sha256(data).hexdigest() != entry["blob_sha256"]:
             raise ChecksumMismatchError(
                 f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
                 "damaged or replaced: re-run `doit cook`"
             )
-        return data
 
     def verify_blob(self, name: str) -> None:
         """Check model ``name``'s blob file against the manifest's size and sha256, streaming."""
@@ -84,12 +92,15 @@ class Bundle:
         progress: Progress | None = None,
     ) -> onnxruntime.InferenceSession:
         """A session for model ``name``; see ``session_from_blob`` for ``providers``, ``threads``,
-        ``low_memory`` and ``progress`` (here also ``"read"``: the file read and checked against the
-        manifest's sha256)."""
+        ``low_memory`` and ``progress`` (here also ``"read"``, the file read, and ``"check"``, its sha256
+        against the manifest's, before ``"decompress"`` and ``"session"``)."""
         report = progress or no_progress
         report("read", 0.0)
-        data = self.read_blob(name, max_model_size=max_model_size)
+        data, path = self._read(name, max_model_size)
         report("read", 1.0)
+        report("check", 0.0)
+        self._check(name, data, path)
+        report("check", 1.0)
         # read_blob just checked the whole blob against the manifest's sha256 (tampering); the frames'
         # own checksums catch damage: no second hash of the model.
         report("decompress", 0.0)
