@@ -7,6 +7,9 @@ from pathlib import Path
 ENTRIES_DIR = ".entries"
 STAMPS_DIR = ".stamps"
 CHECKS_DIR = ".checks"
+# The cook report in the build folder, and what it keeps between runs (pipeline.report).
+REPORT_NAME = "report.html"
+REPORT_STATE_DIR = ".report"
 # The operator lists written for a reduced onnxruntime build (pipeline.opconfig), without and with
 # type reduction.
 OPS_CONFIG = "required_operators.config"

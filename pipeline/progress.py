@@ -36,6 +36,7 @@ class CookReporter(ConsoleReporter):
         self.running: dict[str, float] = {}
         self.cook_seconds: list[float] = []
         self.started = time.monotonic()
+        self.ran_any = False  # a run that executed or skipped a task (not `doit clean`)
 
     # --- doit's reporter interface -------------------------------------------------------------------
 
@@ -47,6 +48,7 @@ class CookReporter(ConsoleReporter):
         clear_failures(self.build)  # the report shows the failures of this run
 
     def execute_task(self, task: Any) -> None:
+        self.ran_any = True
         if is_cook_task(task.name):
             self.running[task.name] = time.monotonic()
         if self.live:
@@ -72,6 +74,7 @@ class CookReporter(ConsoleReporter):
             record_failure(self.build, task.name, fail.get_msg().strip())
 
     def skip_uptodate(self, task: Any) -> None:
+        self.ran_any = True
         if self.live:
             self._finished(task)
         else:
@@ -82,6 +85,8 @@ class CookReporter(ConsoleReporter):
         if self.live:
             self.outstream.write(CLEAR)
         super().complete_run()
+        if not self.ran_any:
+            return
         try:
             from .report import write_report
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from .fsutil import atomic_write, write_json
+from .layout import REPORT_NAME, REPORT_STATE_DIR
 from .runtime.constants import MANIFEST_NAME
 
-REPORT_NAME = "report.html"
 # What the last report saw, to say what changed at the next one.
-SNAPSHOT_PATH = Path(".report") / "previous.json"
-FAILURES_DIR = Path(".report") / "failures"
+SNAPSHOT_PATH = Path(REPORT_STATE_DIR) / "previous.json"
+FAILURES_DIR = Path(REPORT_STATE_DIR) / "failures"
 COOKING_STEPS = ("optimize and serialize",)  # a cook that ran these cooked; one that did not was a cache hit
 
 

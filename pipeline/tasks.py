@@ -26,6 +26,8 @@ from .cookkey import BUNDLE_FORMAT, canonical_json
 from .errors import CookError, ProfileError
 from .job import CookJob, RuntimeCheck
 from .layout import (
+    REPORT_NAME,
+    REPORT_STATE_DIR,
     applied_variant_path,
     blob_path,
     check_times_path,
@@ -34,6 +36,7 @@ from .layout import (
     manifest_stamps_path,
     ops_config_names,
     runtime_check_path,
+    step_times_path,
     verify_data_path,
 )
 from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
@@ -242,6 +245,15 @@ def _source_bytes(job: CookJob) -> int:
     return total
 
 
+def _remove_report(build: Path) -> None:
+    """``doit clean``: the cook report (written by doit's reporter at the end of every run,
+    pipeline.progress) goes with the bundles; every platform's manifest task removes it."""
+    import shutil
+
+    (build / REPORT_NAME).unlink(missing_ok=True)
+    shutil.rmtree(build / REPORT_STATE_DIR, ignore_errors=True)
+
+
 def _refuse_empty(plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int) -> None:
     """A platform with no model to cook is almost always a wrong assets folder or a failed checkout:
     cooking it would replace a good bundle with an empty one. Refused, before anything is written,
@@ -365,7 +377,7 @@ def _runtime_check_task(
         "file_dep": [str(path) for path in deps],
         "targets": [str(check.result_path) for check in checks],
         "uptodate": [config_changed(_digest(canonical_json({"versions": versions, "python": sys.version})))],
-        "clean": True,
+        "clean": [clean_targets, (_remove, [check_times_path(checks[0].platform_dir)])],
         "verbosity": 2,
     }
 
@@ -439,7 +451,11 @@ def _cook_task(job: CookJob, cache: CacheConfig | None) -> dict[str, Any]:
                 cook_stamps_path(job.platform_dir, job.asset.name),
             ),
         ],
-        "clean": [clean_targets, (_remove, [cook_stamps_path(job.platform_dir, job.asset.name)])],
+        "clean": [
+            clean_targets,
+            (_remove, [cook_stamps_path(job.platform_dir, job.asset.name)]),
+            (_remove, [step_times_path(job.platform_dir, job.asset.name)]),
+        ],
         "verbosity": 2,
     }
 
@@ -501,6 +517,7 @@ def _manifest_task(
             clean_targets,
             (_remove, [manifest_stamps_path(platform_dir)]),
             (remove_published, [platform_dir]),
+            (_remove_report, [platform_dir.parent]),
         ],
         "verbosity": 2,
     }

@@ -735,6 +735,7 @@ def test_doit_cook_refuses_an_escaping_asset_with_one_message_per_platform(proje
         )
         assert block, f"no failure reported for escape on {platform}:\n{output}"
         assert str(path) in block.group(1) and "outside the model's folder" in block.group(1), block.group(1)
-    assert not [p for p in (project / "build").rglob("*escape*")], (
+    report_state = project / "build" / ".report"  # the report lists the failure: that is its job
+    assert not [p for p in (project / "build").rglob("*escape*") if report_state not in p.parents], (
         "something of the refused model was written"
     )
