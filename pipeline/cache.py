@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlparse
 
 from .errors import CookError
 from .fsutil import atomic_write
+from .runtime.compat import parse_version
 
 CACHE_ENV = "COOK_CACHE"
 MODE_ENV = "COOK_CACHE_MODE"
@@ -236,8 +237,11 @@ class CookCache:
         self.store = None
         self.config = CacheConfig(self.config.url, mode="off")  # one warning per cook
 
-    def fetch(self, cook_key: str, name: str, platform: str, blob_file: str) -> Cached | None:
-        """The checked entry for ``cook_key``, or None (absent, unreachable, or refused)."""
+    def fetch(
+        self, cook_key: str, name: str, platform: str, blob_file: str, parts: frozenset[str] | None = None
+    ) -> Cached | None:
+        """The checked entry for ``cook_key``, or None (absent, unreachable, or refused). ``parts``:
+        the roles the cook of this job writes (an entry with others, or without one, is refused)."""
         if self.config.mode == "off" or (store := self._store()) is None:
             return None
         digest = entry_digest(cook_key)
@@ -246,7 +250,14 @@ class CookCache:
             if index is None:
                 return None
             files = _fetch_files(store, digest, index, cook_key)
+            if parts is not None and set(files) != parts:
+                raise PoisonedEntry(f"it holds {sorted(files)}, where this cook writes {sorted(parts)}")
             check_entry(files, cook_key, name, platform, blob_file)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed entry's shape
+            self.notes.append(
+                f"warning: cook cache entry {digest[:16]} refused, cooked again: malformed ({exc!r})"
+            )
+            return None
         except CacheError as exc:
             if isinstance(exc, PoisonedEntry):
                 self.notes.append(
@@ -288,8 +299,9 @@ class CookCache:
         try:
             stored = json.loads(raw)
             report = stored["report"]
-            passed = all(report["models"][model]["ok"] for model in names)
-            fits = stored["check_key"] == check_key and report["onnxruntime"] == version
+            passed = all(report["models"][model]["ok"] is True for model in names)
+            same = parse_version(report["onnxruntime"]) == parse_version(version)
+            fits = stored["check_key"] == check_key and same
         except (ValueError, KeyError, TypeError):
             passed = fits = False
         if not (passed and fits):
@@ -306,6 +318,39 @@ class CookCache:
             store.put(_check_name(entry_digest(check_key)), data)  # one object: whole or absent
         except CacheError as exc:
             self._unusable(exc)
+
+
+# What the manifest, the summary line and the report read of an entry, with the type they expect.
+ENTRY_FIELDS: Mapping[str, type] = {
+    "name": str,
+    "format": str,
+    "file": str,
+    "blob_size": int,
+    "blob_sha256": str,
+    "cook_key": str,
+    "source_size": int,
+    "model_size": int,
+    "settings": dict,
+    "verification": dict,
+    "cooked_with": dict,
+    "execution_providers": list,
+    "fallbacks": list,
+}
+
+
+def _check_verify_data(data: bytes) -> None:
+    import io
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            names = archive.files
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise PoisonedEntry(f"its verification data is not an .npz ({exc})") from None
+    if not any(name.startswith("input/") for name in names):
+        raise PoisonedEntry("its verification data holds no inputs")
 
 
 class PoisonedEntry(CacheError):
@@ -342,11 +387,19 @@ def check_entry(files: Mapping[str, bytes], cook_key: str, name: str, platform: 
     blob = files["blob"]
     try:
         entry = json.loads(files["entry"])
-        unpacked = unpack_blob(blob)  # header, frames, checksums: what the loader checks
+        # header, frames, checksums: what the loader checks (models over 2 GiB included)
+        unpacked = unpack_blob(blob, max_model_size=1 << 62)
     except ValueError as exc:
         raise PoisonedEntry(f"its manifest entry is not JSON ({exc})") from None
     except BundleError as exc:
         raise PoisonedEntry(f"its blob is damaged ({exc})") from None
+    if not isinstance(entry, dict):
+        raise PoisonedEntry("its manifest entry is not a JSON object")
+    missing = [key for key, kind in ENTRY_FIELDS.items() if not isinstance(entry.get(key), kind)]
+    if missing:
+        raise PoisonedEntry(f"its manifest entry lacks {missing}")
+    if "verify" in files:
+        _check_verify_data(files["verify"])
     header = unpacked.header
     expected = {"cook key": cook_key, "name": name, "platform": platform}
     found_header = {"cook key": header.cook_key, "name": header.name, "platform": header.platform}

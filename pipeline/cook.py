@@ -185,7 +185,7 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     if cache is not None:
         staged_as = target.relative_to(job.platform_dir).as_posix()
         with step("cook cache lookup"):
-            cached = cache.fetch(key, asset.name, job.settings.platform, staged_as)
+            cached = cache.fetch(key, asset.name, job.settings.platform, staged_as, _parts(job.settings))
         if cached is not None:
             return _write_outputs(job, cached.files, read)
     with step("load, check and normalize"):
@@ -260,12 +260,21 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
         files["verify"] = verify_data
     if applied is not None:
         files["applied"] = applied
-    with step("write the outputs"):
-        written = _write_outputs(job, files, read)
-    if cache is not None:
+    if cache is not None:  # first: a required cache that refuses the upload fails the task, writing nothing
         with step("cook cache upload"):
             cache.upload(key, files)
-    return written
+    with step("write the outputs"):
+        return _write_outputs(job, files, read)
+
+
+def _parts(settings: CookSettings) -> frozenset[str]:
+    """What a cook of these settings writes, by role (a cache entry must hold exactly these)."""
+    parts = {"blob", "entry"}
+    if settings.verify:
+        parts.add("verify")
+    if settings.reduced_build and settings.optimization_style == OptimizationStyle.RUNTIME:
+        parts.add("applied")
+    return frozenset(parts)
 
 
 def _write_outputs(job: CookJob, files: Mapping[str, bytes], read: SourceRead) -> dict[str, Any]:
@@ -319,8 +328,14 @@ def _accuracy_gate(
     """The variant against the fp32 source on the verification inputs; fails the cook past the gate."""
     settings = job.settings
     feeds, origin = _feeds(job, source, read)
-    want = reference_outputs(source, feeds, job.platform_dir)
-    got = reference_outputs(variant, feeds, job.platform_dir)
+    _refuse_meaningless(feeds, origin)
+    try:
+        want = reference_outputs(source, feeds, job.platform_dir)
+        got = reference_outputs(variant, feeds, job.platform_dir)
+    except Exception as exc:  # onnxruntime errors on either model
+        raise ModelError(
+            f"onnxruntime cannot run the source or its {settings.precision} variant: {exc}"
+        ) from None
     rows = precision_accuracy(want, got)
     defaults = DEFAULT_GATES[settings.precision]
     limits = {

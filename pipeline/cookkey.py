@@ -17,7 +17,7 @@ from typing import Any
 from .runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 
 # Bump RECIPE whenever the cooking recipe changes what it writes for the same inputs.
-RECIPE = 1
+RECIPE = 2  # 2: precision and weight_bytes in every entry
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 

@@ -14,7 +14,7 @@ from typing import Any
 STALE_TEMP_SECONDS = 3600
 # Scratch folders of the cook's steps (optimizer output, usability check, operator config, runtime
 # check worker) inside a platform folder; removed on success, left behind only by a killed cook.
-SCRATCH_PREFIXES = (".optimize-", ".usability-", ".opconfig-", ".worker-")
+SCRATCH_PREFIXES = (".optimize-", ".usability-", ".opconfig-", ".worker-", ".quantize-")
 
 
 def _umask() -> int:

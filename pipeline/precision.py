@@ -29,7 +29,6 @@ FP16 = "fp16"
 INT8_DYNAMIC = "int8-dynamic"
 INT8_STATIC = "int8-static"
 PRECISIONS = (FP32, FP16, INT8_DYNAMIC, INT8_STATIC)
-CALIB_SUFFIX = ".calib.npz"
 # Per-channel QuantizeLinear/DequantizeLinear (an axis attribute) exist since opset 13.
 QDQ_MIN_OPSET = 13
 
@@ -215,6 +214,12 @@ def accuracy(source: Mapping[str, np.ndarray], variant: Mapping[str, np.ndarray]
             rows.append(row)
             continue
         a, b = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+        finite = np.isfinite(a)  # compared where the source is finite; the variant must be there too
+        if not np.isfinite(b[finite]).all():
+            row.update(max_abs=math.inf, max_rel=math.inf, cosine=None, top1=None, overflow=True)
+            rows.append(row)
+            continue
+        a, b = a[finite], b[finite]
         diff = np.abs(a - b)
         row["max_abs"] = float(diff.max()) if diff.size else 0.0
         row["max_rel"] = float((diff / np.maximum(np.abs(a), 1e-12)).max()) if diff.size else 0.0
@@ -232,12 +237,15 @@ def gate(rows: list[dict[str, Any]], precision: str, limits: Mapping[str, float]
     """What fails the gate, one phrase per output (empty: passed)."""
     failures = []
     for row in rows:
+        if row.get("overflow"):
+            failures.append(f"{row['name']}: the variant gives inf/NaN (overflow) where the source is finite")
+            continue
         if row.get("cosine") is None and row["max_abs"] != 0.0:
             failures.append(f"{row['name']}: differs (not a float output of the same shape)")
             continue
-        if row.get("cosine") is not None and row["cosine"] < limits["min_cosine"]:
+        if row.get("cosine") is not None and not row["cosine"] >= limits["min_cosine"]:
             failures.append(f"{row['name']}: cosine {row['cosine']:.9f} < {limits['min_cosine']}")
-        if row.get("top1") is not None and row["top1"] < limits["min_top1"]:
+        if row.get("top1") is not None and not row["top1"] >= limits["min_top1"]:
             failures.append(f"{row['name']}: top-1 agreement {row['top1']:.1%} < {limits['min_top1']:.0%}")
     return failures
 

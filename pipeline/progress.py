@@ -42,7 +42,14 @@ class CookReporter(ConsoleReporter):
 
     def initialize(self, tasks: Any, selected_tasks: Any) -> None:
         super().initialize(tasks, selected_tasks)
-        self.total = sum(1 for name in tasks if is_cook_task(name))
+        selected = set(selected_tasks or ()) or {"cook"}
+        # the cook tasks this run may execute: the selected ones, or those of a selected group
+        self.total = sum(
+            1
+            for name in tasks
+            if is_cook_task(name)
+            and (name in selected or any(name.startswith(f"{group}:") for group in selected))
+        )
         from .report import clear_failures
 
         clear_failures(self.build)  # the report shows the failures of this run
@@ -92,7 +99,7 @@ class CookReporter(ConsoleReporter):
 
             path = write_report(self.build)
             self.outstream.write(f"report: {path}\n")
-        except (OSError, ValueError, KeyError) as exc:  # the report never fails a cook
+        except Exception as exc:  # noqa: BLE001  the report never fails a cook
             self.outstream.write(f"warning: cannot write the cook report: {exc}\n")
 
     # --- the live line -----------------------------------------------------------------------------

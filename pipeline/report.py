@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .fsutil import atomic_write, write_json
-from .layout import REPORT_NAME, REPORT_STATE_DIR
+from .layout import REPORT_NAME, REPORT_STATE_DIR, step_times_path
 from .runtime.constants import MANIFEST_NAME
 
 # What the last report saw, to say what changed at the next one.
@@ -72,7 +72,7 @@ def read_build(build: Path) -> dict[str, dict[str, Model]]:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         models = {}
         for name, entry in sorted(manifest["models"].items()):
-            times_path = platform_dir / ".stamps" / "times" / f"{name}.json"
+            times_path = step_times_path(platform_dir, name)
             times = json.loads(times_path.read_text()) if times_path.is_file() else {}
             models[name] = Model(manifest["platform"], name, entry, times)
         platforms[manifest["platform"]] = models

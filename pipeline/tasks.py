@@ -353,6 +353,11 @@ def run_runtime_checks(
     return None
 
 
+# Bump whenever what the runtime check tests changes (its worker, its tolerances): cached reports of
+# an older check are not reused.
+CHECK_RECIPE = 2  # 2: compares at the tolerances the cook verified with
+
+
 def _check_key(check: RuntimeCheck) -> str:
     """What a runtime check's outcome depends on: the target version and the exact blobs it loads."""
     blobs = {}
@@ -360,7 +365,13 @@ def _check_key(check: RuntimeCheck) -> str:
         entry = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))
         blobs[name] = entry["blob_sha256"]
     return canonical_json(
-        {"check": "runtime", "version": check.runtime_version, "format": BUNDLE_FORMAT, "blobs": blobs}
+        {
+            "check": "runtime",
+            "recipe": CHECK_RECIPE,
+            "version": check.runtime_version,
+            "format": BUNDLE_FORMAT,
+            "blobs": blobs,
+        }
     )
 
 

@@ -406,3 +406,43 @@ def test_a_runtime_check_report_is_reused_only_for_the_same_blobs_version_and_a_
     read_only = folder_cache(tmp_path / "ro", mode="read")
     read_only.upload_check("key-4", report)
     assert not (tmp_path / "ro").exists()  # read mode never writes
+
+
+def _rewrite(store: FolderStore, cook_key: str, role: str, data: bytes | None) -> None:
+    """Replace (or drop) one part of an entry and make its index agree, as a broken writer could."""
+    digest = entry_digest(cook_key)
+    index = json.loads(store.get(_index_name(digest)))
+    if data is None:
+        del index["files"][role]
+    else:
+        store.put(_object_name(digest, role), data)
+        index["files"][role] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    store.put(_index_name(digest), json.dumps(index).encode())
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["entry lacks its verification", "entry is a list", "verify part missing", "index lists a string"],
+)
+def test_malformed_entries_with_agreeing_indexes_are_refused_never_written(
+    tmp_path: Path, damage: str
+) -> None:
+    assets, first = project(tmp_path, "first")
+    entry = cook(job(assets, first), folder_cache(tmp_path / "cache"))
+    store = FolderStore(tmp_path / "cache")
+    if damage == "entry lacks its verification":
+        broken = {k: v for k, v in entry.items() if k != "verification"}
+        _rewrite(store, entry["cook_key"], "entry", json.dumps(broken).encode())
+    elif damage == "entry is a list":
+        _rewrite(store, entry["cook_key"], "entry", b"[1, 2]")
+    elif damage == "verify part missing":
+        _rewrite(store, entry["cook_key"], "verify", None)
+    else:
+        digest = entry_digest(entry["cook_key"])
+        index = json.loads(store.get(_index_name(digest)))
+        index["files"]["blob"] = "not a mapping"
+        store.put(_index_name(digest), json.dumps(index).encode())
+    refusing = folder_cache(tmp_path / "cache")
+    assert cook(job(assets, tmp_path / "second"), refusing) == entry  # cooked again, locally
+    assert not refusing.hit and "refused, cooked again" in refusing.notes[0]
+    assert outputs(tmp_path / "second") == outputs(first)

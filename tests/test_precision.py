@@ -217,3 +217,16 @@ def test_a_variant_passes_the_runtime_check_in_the_targets_exact_onnxruntime(tmp
     manifest = json.loads((project / "build" / "windows-dml" / "manifest.json").read_text())
     assert manifest["models"]["net"]["precision"]["precision"] == "fp16"
     assert "1.24.4" in manifest["models"]["net"]["verified_on"]
+
+
+def test_the_gate_refuses_a_variant_that_overflows_to_inf_or_nan() -> None:
+    from pipeline.precision import accuracy, gate
+
+    source = {"y": np.array([[1.0, 70000.0], [2.0, 3.0]], np.float32)}
+    overflowed = {"y": np.array([[1.0, np.inf], [2.0, np.nan]], np.float32)}  # fp16 tops out at 65504
+    rows = accuracy(source, overflowed)
+    failures = gate(rows, "fp16", {"min_cosine": 0.999, "min_top1": 0.99})
+    assert failures == ["y: the variant gives inf/NaN (overflow) where the source is finite"]
+    # Where the source itself is not finite, only its finite values are compared.
+    same_nan = {"y": np.array([[1.0, np.nan], [2.0, 3.0]], np.float32)}
+    assert gate(accuracy(same_nan, same_nan), "fp16", {"min_cosine": 0.999, "min_top1": 0.99}) == []
