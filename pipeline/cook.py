@@ -195,11 +195,11 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     if job.settings.precision != FP32:
         with step("precision variant"):
             model, precision = _precision_variant(job, model, read)
-    asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
-    variant = _cook_with_style_fallback(job, model, read, key)
-    if job.settings.precision != FP32:
+    if job.settings.precision != FP32:  # before cooking: a variant that fails the gate costs no cook
         with step("accuracy gate"):
             precision["accuracy"] = _accuracy_gate(job, source_model, model, read, precision)
+    asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
+    variant = _cook_with_style_fallback(job, model, read, key)
     _check_blob_budget(job, variant)
     job, settings, blob = variant.job, variant.job.settings, variant.blob
     options = job.settings.to_dict()

@@ -11,7 +11,7 @@ from .errors import GuardError
 from .facts import ModelFacts
 from .profile import CookSettings
 from .runtime.compat import format_version, min_runtime_for, parse_version
-from .runtime.constants import TWO_GIB, Arch, ModelFormat
+from .runtime.constants import TWO_GIB, Arch, ModelFormat, Precision
 
 ORT_FORMAT_LIMIT = TWO_GIB  # flatbuffers cannot address more
 # Constant folding and BatchNorm fusion shrink weights a little; losing half of them is the seed
@@ -115,7 +115,7 @@ def check_precision(settings: CookSettings) -> list[str]:
     """The variant must suit the platform's preferred EP (docs/design.md, "Operators the target EP
     cannot run")."""
     preferred = settings.execution_providers[0]
-    if settings.precision == "int8-dynamic" and preferred in NO_DYNAMIC_INT8:
+    if settings.precision == Precision.INT8_DYNAMIC and preferred in NO_DYNAMIC_INT8:
         return [
             f"precision int8-dynamic makes DynamicQuantizeLinear/MatMulInteger nodes that {preferred} cannot "
             "run (they would fall back to the CPU); use `precision: int8-static` (QDQ, which it takes) or "

@@ -13,7 +13,7 @@ from .fsutil import remove_stale_temps, write_json
 from .layout import entry_path
 from .publish import publish, retire
 from .runtime.compat import parse_version
-from .runtime.constants import MANIFEST_NAME, MANIFEST_VERSION
+from .runtime.constants import MANIFEST_NAME, MANIFEST_VERSION, Precision
 from .target_check import verified_versions
 
 
@@ -79,8 +79,8 @@ def check_bundle_budget(platform: str, models: Mapping[str, Mapping[str, Any]], 
 
 def shrink_hint(entry: Mapping[str, Any]) -> str:
     """What a lower precision would make of a blob: estimated from its weight bytes."""
-    precision = (entry.get("precision") or {}).get("precision", "fp32")
-    if precision != "fp32":
+    precision = (entry.get("precision") or {}).get("precision", Precision.FP32.value)
+    if precision != Precision.FP32:
         return f"already {precision}"
     weights = entry.get("weight_bytes") or 0
     fp16 = entry["blob_size"] - weights // 2

@@ -23,12 +23,10 @@ import onnx.version_converter
 
 from .errors import ModelError, VerifyError
 from .profile import CookSettings
+from .runtime.constants import Precision
 
-FP32 = "fp32"
-FP16 = "fp16"
-INT8_DYNAMIC = "int8-dynamic"
-INT8_STATIC = "int8-static"
-PRECISIONS = (FP32, FP16, INT8_DYNAMIC, INT8_STATIC)
+FP32, FP16, INT8_DYNAMIC, INT8_STATIC = (p.value for p in Precision)
+PRECISIONS = tuple(p.value for p in Precision)
 # Per-channel QuantizeLinear/DequantizeLinear (an axis attribute) exist since opset 13.
 QDQ_MIN_OPSET = 13
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from .fsutil import atomic_write, write_json
 from .layout import REPORT_NAME, REPORT_STATE_DIR, step_times_path
-from .runtime.constants import MANIFEST_NAME
+from .runtime.constants import MANIFEST_NAME, Precision
 
 # What the last report saw, to say what changed at the next one.
 SNAPSHOT_PATH = Path(REPORT_STATE_DIR) / "previous.json"
@@ -38,7 +38,7 @@ class Model:
 
     @property
     def precision(self) -> str:
-        return (self.entry.get("precision") or {}).get("precision", "fp32")
+        return (self.entry.get("precision") or {}).get("precision", Precision.FP32.value)
 
     @property
     def max_abs(self) -> float | None:

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from . import eprules
-from .runtime.constants import OPTIMIZATION_LEVELS, Arch, ModelFormat, OptimizationStyle
+from .runtime.constants import OPTIMIZATION_LEVELS, Arch, ModelFormat, OptimizationStyle, Precision
 from .settingchecks import (
     MAX_DIM_SIZE,
     check_dim_sizes,
@@ -197,7 +197,7 @@ SETTINGS: tuple[Setting, ...] = (
             "their types), `int8-dynamic` (onnxruntime's `quantize_dynamic`) or `int8-static` (QDQ by "
             "`quantize_static`, calibrated on `<model>.calib.npz`, else on the verification inputs); "
             "the variant must pass the accuracy gate against the fp32 source",
-            choices=("fp32", "fp16", "int8-dynamic", "int8-static")),
+            choices=tuple(p.value for p in Precision)),
     Setting("precision_keep_ops", NAMES, [],
             "operator types kept in fp32 in a lower-precision variant, e.g. `[Softmax, LayerNormalization]`",
             check=check_names),

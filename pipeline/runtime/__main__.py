@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .blob import BlobHeader, read_header, unpack_blob
 from .bundle import open_bundle
+from .constants import Precision
 from .errors import BundleError
 from .frames import Frame
 
@@ -37,7 +38,7 @@ def inspect(path: Path) -> str:
 def _precision(info: dict) -> str:
     """``, fp16 by <converter>, worst cosine 0.9998 vs fp32`` for a variant; nothing for fp32."""
     precision = info.get("precision") or {}
-    if precision.get("precision", "fp32") == "fp32":
+    if precision.get("precision", Precision.FP32.value) == Precision.FP32:
         return ""
     outputs = (precision.get("accuracy") or {}).get("outputs", [])
     cosines = [row["cosine"] for row in outputs if row.get("cosine") is not None]

@@ -31,6 +31,15 @@ class Arch(str, Enum):
     ARM64 = "arm64"
 
 
+class Precision(str, Enum):
+    """The numeric precision a model ships at (the cooker's `precision` setting)."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8_DYNAMIC = "int8-dynamic"
+    INT8_STATIC = "int8-static"
+
+
 # The blob layout and the manifest that lists blobs (docs/bundle-format.md).
 BLOB_FORMAT_VERSION = 2
 LEGACY_BLOB_FORMAT_VERSION = 1
