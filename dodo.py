@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.buildlock import hold_build_lock, prepare_build_folder
 from pipeline.progress import reporter_for
+from pipeline.stamps import digest_checker
 from pipeline.tasks import cook_tasks, environment, folders
 
 ENV = environment()
@@ -22,6 +23,8 @@ DOIT_CONFIG = {
     "dep_file": str(BUILD / ".doit.db"),
     # A live progress line on a terminal; build/report.html at the end of every run.
     "reporter": reporter_for(BUILD),
+    # File dependencies checked with the sha256s the cooker already computed (pipeline.stamps).
+    "check_file_uptodate": digest_checker(BUILD),
 }
 
 

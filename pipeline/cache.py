@@ -207,6 +207,7 @@ class Cached:
     """What one cook wrote, by role (``blob``, ``entry``, ``verify``, ``applied``): the bytes."""
 
     files: Mapping[str, bytes]
+    digests: Mapping[str, str]  # sha256 by role, checked against the entry's index
 
     @property
     def entry(self) -> dict[str, Any]:
@@ -249,10 +250,10 @@ class CookCache:
             index = store.get(_index_name(digest))
             if index is None:
                 return None
-            files = _fetch_files(store, digest, index, cook_key)
+            files, digests = _fetch_files(store, digest, index, cook_key)
             if parts is not None and set(files) != parts:
                 raise PoisonedEntry(f"it holds {sorted(files)}, where this cook writes {sorted(parts)}")
-            check_entry(files, cook_key, name, platform, blob_file)
+            check_entry(files, cook_key, name, platform, blob_file, digests["blob"])
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed entry's shape
             self.notes.append(
                 f"warning: cook cache entry {digest[:16]} refused, cooked again: malformed ({exc!r})"
@@ -267,10 +268,11 @@ class CookCache:
             self._unusable(exc)
             return None
         self.hit = True
-        return Cached(files)
+        return Cached(files, digests)
 
-    def upload(self, cook_key: str, files: Mapping[str, bytes]) -> None:
-        """Store what a cook wrote: every object first, the index last (readers see all or nothing)."""
+    def upload(self, cook_key: str, files: Mapping[str, bytes], digests: Mapping[str, str]) -> None:
+        """Store what a cook wrote (``digests``: the sha256 of each file, by role): every object first,
+        the index last (readers see all or nothing)."""
         if not self.config.writes or (store := self._store()) is None:
             return
         digest = entry_digest(cook_key)
@@ -278,7 +280,7 @@ class CookCache:
         try:
             for role, data in files.items():
                 store.put(_object_name(digest, role), data)
-                index["files"][role] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                index["files"][role] = {"size": len(data), "sha256": digests[role]}
             store.put(_index_name(digest), json.dumps(index, sort_keys=True).encode())
         except CacheError as exc:
             self._unusable(exc)
@@ -338,6 +340,26 @@ ENTRY_FIELDS: Mapping[str, type] = {
 }
 
 
+def _operators_shape_ok(value: Any) -> bool:
+    """The shape ``opconfig.model_operators`` writes: ops as [domain, opset, op], types by "domain;op"."""
+    if not isinstance(value, dict) or set(value) != {"ops", "types"}:
+        return False
+    ops, types = value["ops"], value["types"]
+    return (
+        isinstance(ops, list)
+        and all(
+            isinstance(op, list)
+            and len(op) == 3
+            and isinstance(op[0], str)
+            and type(op[1]) is int
+            and isinstance(op[2], str)
+            for op in ops
+        )
+        and isinstance(types, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in types.items())
+    )
+
+
 def _check_verify_data(data: bytes) -> None:
     import io
     import zipfile
@@ -357,7 +379,11 @@ class PoisonedEntry(CacheError):
     """An entry whose bytes are not what its index or its key promise: ignored and cooked again."""
 
 
-def _fetch_files(store: Store, digest: str, raw_index: bytes, cook_key: str) -> dict[str, bytes]:
+def _fetch_files(
+    store: Store, digest: str, raw_index: bytes, cook_key: str
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The entry's objects, each checked against the size and sha256 its index lists, and those
+    sha256s by role."""
     try:
         index = json.loads(raw_index)
         listed = index["files"]
@@ -368,27 +394,40 @@ def _fetch_files(store: Store, digest: str, raw_index: bytes, cook_key: str) -> 
         raise PoisonedEntry("its index is for another cook key")
     if not {"blob", "entry"} <= set(listed) <= set(ROLES):
         raise PoisonedEntry(f"its index lists {sorted(listed)}")
-    files = {}
+    files, digests = {}, {}
     for role, expected in listed.items():
         data = store.get(_object_name(digest, role))
         if data is None:
             raise PoisonedEntry(f"its {role} object is missing")
-        if len(data) != expected.get("size") or hashlib.sha256(data).hexdigest() != expected.get("sha256"):
+        sha256 = hashlib.sha256(data).hexdigest()
+        if len(data) != expected.get("size") or sha256 != expected.get("sha256"):
             raise PoisonedEntry(f"its {role} object does not match the size and sha256 of its index")
-        files[role] = data
-    return files
+        files[role], digests[role] = data, sha256
+    return files, digests
 
 
-def check_entry(files: Mapping[str, bytes], cook_key: str, name: str, platform: str, blob_file: str) -> None:
-    """Refuse an entry unless its blob loads like a game loads it and everything names ``cook_key``."""
-    from .runtime.blob import unpack_blob
+def check_entry(
+    files: Mapping[str, bytes],
+    cook_key: str,
+    name: str,
+    platform: str,
+    blob_file: str,
+    blob_sha256: str | None = None,
+) -> None:
+    """Refuse an entry unless its blob is what its entry says (size and sha256, the way ``Bundle``
+    checks a blob before a game loads it), its header and frame layout are sound, and everything
+    names ``cook_key``. ``blob_sha256``: the blob's digest when the caller just computed it.
+
+    The frames are not decompressed: the blob's sha256 equals the one its cook recorded after
+    verifying that very blob through the loader, so decompressing it again proves nothing more."""
+    from .runtime.blob import check_layout
     from .runtime.errors import BundleError
 
     blob = files["blob"]
     try:
         entry = json.loads(files["entry"])
-        # header, frames, checksums: what the loader checks (models over 2 GiB included)
-        unpacked = unpack_blob(blob, max_model_size=1 << 62)
+        # header, its CRC, sizes and frame layout (models over 2 GiB included)
+        header, _ = check_layout(blob, max_model_size=1 << 62)
     except ValueError as exc:
         raise PoisonedEntry(f"its manifest entry is not JSON ({exc})") from None
     except BundleError as exc:
@@ -398,9 +437,10 @@ def check_entry(files: Mapping[str, bytes], cook_key: str, name: str, platform: 
     missing = [key for key, kind in ENTRY_FIELDS.items() if not isinstance(entry.get(key), kind)]
     if missing:
         raise PoisonedEntry(f"its manifest entry lacks {missing}")
+    if "operators" in entry and not _operators_shape_ok(entry["operators"]):
+        raise PoisonedEntry("its manifest entry's operator lists are malformed")
     if "verify" in files:
         _check_verify_data(files["verify"])
-    header = unpacked.header
     expected = {"cook key": cook_key, "name": name, "platform": platform}
     found_header = {"cook key": header.cook_key, "name": header.name, "platform": header.platform}
     found_entry = {
@@ -411,7 +451,8 @@ def check_entry(files: Mapping[str, bytes], cook_key: str, name: str, platform: 
     for what, value in expected.items():
         if found_header[what] != value or found_entry[what] != value:
             raise PoisonedEntry(f"its blob or entry is for another {what}")
-    if entry.get("blob_sha256") != hashlib.sha256(blob).hexdigest() or entry.get("blob_size") != len(blob):
+    digest = blob_sha256 or hashlib.sha256(blob).hexdigest()
+    if entry.get("blob_sha256") != digest or entry.get("blob_size") != len(blob):
         raise PoisonedEntry("its blob does not match the sha256 and size of its manifest entry")
     if entry.get("file") != blob_file:
         raise PoisonedEntry(f"its entry names the blob {entry.get('file')!r}, not {blob_file!r}")

@@ -27,17 +27,19 @@ from .layout import (
     applied_variant_path,
     blob_path,
     cook_stamps_path,
+    digest_memo_dir,
     entry_path,
     step_times_path,
     verify_data_path,
 )
 from .manifest import shrink_hint
+from .opconfig import model_operators
 from .optimize import optimize, optimize_large
 from .precision import DEFAULT_GATES, FP32, INT8_STATIC, gate, gate_error, load_calibration, verify_tolerances
 from .precision import accuracy as precision_accuracy
 from .precision import convert as convert_precision
 from .profile import CookSettings, ep_domains
-from .runtime.blob import BlobHeader, Weights, encode_blob, read_header
+from .runtime.blob import BlobHeader, Weights, decode_blob, encode_blob, read_header
 from .runtime.compat import ort_format_version
 from .runtime.constants import ModelFormat, OptimizationStyle
 from .shapes import fix_shapes
@@ -187,7 +189,7 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
         with step("cook cache lookup"):
             cached = cache.fetch(key, asset.name, job.settings.platform, staged_as, _parts(job.settings))
         if cached is not None:
-            return _write_outputs(job, cached.files, read)
+            return _write_outputs(job, cached.files, read, cached.digests)
     with step("load, check and normalize"):
         model = load_source(asset, read)
         fix_shapes(model, job.settings)
@@ -221,6 +223,11 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
             )
     with step("EP usability report"):
         report = usability(model, settings, work_dir=job.platform_dir)
+    operators = None
+    if settings.reduced_build:  # this model's share of the platform's reduced-build config
+        with step("operator lists"):
+            cooked = variant.cooked if variant.cooked is not None else decode_blob(blob)[1]
+            operators = model_operators([cooked] if applied is None else [cooked, applied])
     header, _ = read_header(blob)
     entry = {
         "name": asset.name,
@@ -255,16 +262,21 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
         "verification": verification,
         "usability": report,
     }
+    if operators is not None:
+        entry["operators"] = operators
     files = {"blob": blob, "entry": json_bytes(entry)}
     if verify_data is not None:
         files["verify"] = verify_data
     if applied is not None:
         files["applied"] = applied
+    # each file hashed once, for the cache index and the up-to-date records
+    digests = {role: _sha256(data) for role, data in files.items() if role != "blob"}
+    digests["blob"] = entry["blob_sha256"]
     if cache is not None:  # first: a required cache that refuses the upload fails the task, writing nothing
         with step("cook cache upload"):
-            cache.upload(key, files)
+            cache.upload(key, files, digests)
     with step("write the outputs"):
-        return _write_outputs(job, files, read)
+        return _write_outputs(job, files, read, digests)
 
 
 def _parts(settings: CookSettings) -> frozenset[str]:
@@ -277,9 +289,12 @@ def _parts(settings: CookSettings) -> frozenset[str]:
     return frozenset(parts)
 
 
-def _write_outputs(job: CookJob, files: Mapping[str, bytes], read: SourceRead) -> dict[str, Any]:
+def _write_outputs(
+    job: CookJob, files: Mapping[str, bytes], read: SourceRead, digests: Mapping[str, str]
+) -> dict[str, Any]:
     """Write what a cook made (or a cache entry holds), by role, each file atomically, the manifest
-    entry last; record it all for the up-to-date check. Returns the entry."""
+    entry last; record it all, with the files' sha256s (``digests``, by role), for the up-to-date
+    checks. Returns the entry."""
     name, platform_dir = job.asset.name, job.platform_dir
     target = blob_path(platform_dir, name, job.settings.format)
     applied_path = applied_variant_path(platform_dir, name)
@@ -292,10 +307,16 @@ def _write_outputs(job: CookJob, files: Mapping[str, bytes], read: SourceRead) -
         atomic_write(data_path, files["verify"])
     atomic_write(target, files["blob"])
     atomic_write(entry_path(platform_dir, name), files["entry"])
-    outputs = [target, entry_path(platform_dir, name), data_path]
+    paths = {"blob": target, "entry": entry_path(platform_dir, name), "verify": data_path}
     if "applied" in files:
-        outputs.append(applied_path)
-    record(outputs, cook_stamps_path(platform_dir, name), sources=read.stamps)
+        paths["applied"] = applied_path
+    record(
+        list(paths.values()),
+        cook_stamps_path(platform_dir, name),
+        sources=read.stamps,
+        digests={path: digests[role] for role, path in paths.items() if role in digests},
+        memo_dir=digest_memo_dir(platform_dir.parent),
+    )
     return json.loads(files["entry"])
 
 

@@ -45,6 +45,12 @@ def entry_path(platform_dir: Path, name: str) -> Path:
     return platform_dir / ENTRIES_DIR / f"{name}.json"
 
 
+def digest_memo_dir(build: Path) -> Path:
+    """The sha256s the cooker computed of the files it read and wrote, for doit's file checks
+    (pipeline.stamps.DigestChecker)."""
+    return build / STAMPS_DIR / "digests"
+
+
 def cook_stamps_path(platform_dir: Path, name: str) -> Path:
     """What a cook task wrote (pipeline.stamps), to notice outputs changed since."""
     return platform_dir / STAMPS_DIR / "cook" / f"{name}.json"

@@ -1,18 +1,28 @@
 """Reduced-operator build configurations: what a minimal onnxruntime build must contain.
 
-Written per platform over all of its cooked models, by onnxruntime's own config writer, in the
-format its build reads with ``--include_ops_by_config``.
+Written per platform over all of its cooked models, in the format onnxruntime's build reads with
+``--include_ops_by_config``. Each cook lists its own model's operators and their types with
+onnxruntime's own model processor (``model_operators``, kept in the manifest entry and so in the
+cook cache); the manifest task only merges those lists, byte for byte what onnxruntime's
+``create_config_from_models`` writes for the same models. Entries cooked before they carried the
+lists are read back from their blobs with that tool.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
-from collections.abc import Mapping
-from pathlib import Path
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from onnxruntime.tools.ort_format_model.operator_type_usage_processors import OperatorTypeUsageManager
+from onnxruntime.tools.ort_format_model.ort_model_processor import OrtFormatModelProcessor
 from onnxruntime.tools.ort_format_model.utils import create_config_from_models
+
+import ort_flatbuffers_py.fbs as fbs  # isort: skip  (on sys.path once ort_format_model is imported)
 
 from .errors import CookError
 from .fsutil import atomic_write
@@ -38,6 +48,8 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
     if not reduced:
         return []
     try:
+        if all("operators" in e for e in reduced.values()):
+            return _write_merged(platform_dir, reduced, type_reduction)
         return _write(platform_dir, reduced, type_reduction)
     except (BundleError, ValueError, OSError) as exc:
         raise CookError(
@@ -94,4 +106,101 @@ def _write(platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_re
             text = output.read_text(encoding="utf-8").replace(f"{root}/", "")
             atomic_write(platform_dir / config, text.encode())
             written.append(platform_dir / config)
+    return written
+
+
+class _BytesProcessor(OrtFormatModelProcessor):
+    """onnxruntime's ORT-model processor over bytes in memory instead of a file."""
+
+    def __init__(self, data: bytes, required_ops: dict, processors: OperatorTypeUsageManager) -> None:
+        buffer = bytearray(data)
+        if not fbs.InferenceSession.InferenceSession.InferenceSessionBufferHasIdentifier(buffer, 0):
+            raise ValueError("not an ORT-format model")
+        self._required_ops = required_ops
+        self._buffer = buffer
+        self._model = fbs.InferenceSession.InferenceSession.GetRootAsInferenceSession(buffer, 0).Model()
+        self._op_type_processors = processors
+
+
+def model_operators(models: Sequence[bytes]) -> dict[str, Any]:
+    """The operators of ORT-format ``models`` (one cooked model and its applied variant) and the
+    types each operator is used with, as onnxruntime's processor records them: ``{"ops": [[domain,
+    opset, op], ...], "types": {"domain;op": config entry}}``. JSON-ready, merged by
+    ``write_operator_configs``."""
+    required: dict[str, dict[int, set[str]]] = {}
+    manager = OperatorTypeUsageManager()
+    for data in models:
+        _BytesProcessor(data, required, manager).process()
+    ops = sorted(
+        (domain, opset, op)
+        for domain, opsets in required.items()
+        for opset, names in opsets.items()
+        for op in names
+    )
+    types = {}
+    for domain, _, op in ops:
+        entry = manager.get_config_entry(domain, op)
+        if entry is not None:
+            types[f"{domain};{op}"] = entry
+    return {"ops": [list(op) for op in ops], "types": types}
+
+
+def _union(a: Any, b: Any) -> Any:
+    """Two type records of one operator as one: what onnxruntime's processor would hold after
+    seeing both models (sets of types per input/output index, or sets of type triples)."""
+    if a is None:
+        return b
+    if isinstance(a, dict):
+        return {key: _union(a.get(key), b.get(key)) for key in a.keys() | b.keys()}
+    return sorted({tuple(x) if isinstance(x, list) else x for x in [*a, *b]})
+
+
+def _dump(record: Any) -> str:
+    """A merged type record as onnxruntime's processors write one (keys in their order, sorted lists)."""
+
+    def ordered(value: Any) -> Any:
+        if isinstance(value, dict):
+            keys = sorted(value, key=lambda k: (0, int(k), "") if k.isdigit() else (1, 0, k))
+            return {key: ordered(value[key]) for key in keys}
+        return [list(x) if isinstance(x, tuple) else x for x in value]
+
+    return json.dumps(ordered(record))
+
+
+def merged_config(models: Mapping[str, Mapping[str, Any]], with_types: bool) -> str:
+    """The config onnxruntime's ``create_config_from_models`` writes for these models, from each
+    model's ``model_operators`` record; keys are the model files as the header lists them."""
+    required: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    types: dict[str, Any] = {}
+    for record in models.values():
+        for domain, opset, op in record["ops"]:
+            required[domain][int(opset)].add(op)
+        for key, entry in record["types"].items():
+            types[key] = _union(types.get(key), json.loads(entry))
+    lines = ["# Generated from model/s:\n"]
+    lines += [f"# - {name}\n" for name in sorted(models, key=lambda n: PurePosixPath(n).parts)]
+    for domain in sorted(required):
+        for opset in sorted(required[domain]):
+            entries = [
+                op + (_dump(types[f"{domain};{op}"]) if with_types and f"{domain};{op}" in types else "")
+                for op in sorted(required[domain][opset])
+            ]
+            lines.append(f"{domain};{opset};{','.join(entries)}\n")
+    return "".join(lines)
+
+
+def _write_merged(
+    platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_reduction: bool
+) -> list[Path]:
+    records = {}
+    for name, entry in reduced.items():
+        # one record covers the model and its applied variant; the header names both files
+        records[f"{name}.ort"] = entry["operators"]
+        if entry.get("saved_runtime_optimizations") and applied_variant_path(platform_dir, name).is_file():
+            records[f"{name}.applied.ort"] = {"ops": [], "types": {}}
+    written = []
+    for config in ops_config_names(type_reduction):
+        text = merged_config(records, config == OPS_AND_TYPES_CONFIG)
+        atomic_write(platform_dir / config, text.encode())
+        written.append(platform_dir / config)
     return written

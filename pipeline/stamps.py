@@ -4,20 +4,24 @@ doit only checks that a task's targets exist. Each cook and manifest task record
 finishes, the size, modification time and sha256 of every file it wrote; a task whose outputs no
 longer match is not up to date. The check is cheap: a full hash only when size or time differ.
 
-Standard library only (used at task-loading time).
+Standard library and doit only (used at task-loading time).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from doit.dependency import FileChangedChecker
 
 from .cookkey import file_sha256
 from .fsutil import write_json
+from .layout import digest_memo_dir
 
 STAMP_VERSION = 1
 
@@ -29,11 +33,74 @@ def _stat(path: Path) -> list[int]:
     return [info.st_size, info.st_mtime_ns, info.st_ctime_ns]
 
 
-def record(outputs: Sequence[Path], stamp_file: Path, sources: Mapping[str, list[Any]] | None = None) -> None:
+def record(
+    outputs: Sequence[Path],
+    stamp_file: Path,
+    sources: Mapping[str, list[Any]] | None = None,
+    digests: Mapping[Path, str] | None = None,
+    memo_dir: Path | None = None,
+) -> None:
     """Record size, times and sha256 of every existing path of ``outputs`` in ``stamp_file``, with
-    ``sources``: the same, for the source files as the cook read them."""
-    files = {str(path): [*_stat(path), file_sha256(path)] for path in outputs if path.is_file()}
+    ``sources``: the same, for the source files as the cook read them. ``digests``: the sha256 of
+    outputs the caller just wrote from memory (not read back). With ``memo_dir``, every recorded file
+    is also remembered there for ``DigestChecker``."""
+    known = digests or {}
+    files = {
+        str(path): [*_stat(path), known.get(path) or file_sha256(path)] for path in outputs if path.is_file()
+    }
     write_json(stamp_file, {"version": STAMP_VERSION, "files": files, "sources": dict(sources or {})})
+    if memo_dir is not None:
+        for path, entry in [*files.items(), *(sources or {}).items()]:
+            remember(memo_dir, Path(path), entry)
+
+
+def _memo_path(memo_dir: Path, path: Path) -> Path:
+    return memo_dir / f"{hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:32]}.json"
+
+
+def remember(memo_dir: Path, path: Path, entry: Sequence[Any]) -> None:
+    """Keep ``path``'s [size, mtime_ns, ctime_ns, sha256] for ``known_sha256``."""
+    write_json(_memo_path(memo_dir, path), [str(path.absolute()), *entry])
+
+
+def known_sha256(memo_dir: Path, path: Path) -> str | None:
+    """The sha256 remembered for ``path`` if the file is still as it was then (size and times), else None."""
+    try:
+        memo = json.loads(_memo_path(memo_dir, path).read_text(encoding="utf-8"))
+        if memo[0] == str(path.absolute()) and list(memo[1:4]) == _stat(path):
+            return str(memo[4])
+    except (OSError, ValueError, IndexError, TypeError):
+        pass
+    return None
+
+
+class DigestChecker(FileChangedChecker):
+    """doit's file-dependency check with the cooker's sha256s: doit's default (``md5``) hashes every
+    file dependency again when a task finishes (every source once per platform, every blob again for
+    the runtime check: gigabytes on big models), where the cook has just hashed them. Same rules as
+    doit's: an unchanged mtime means unchanged, a new size means changed, else the digests decide. A
+    digest the cooker remembered (``memo_dir``, set by dodo.py) for the file as it is now is used
+    instead of reading the file."""
+
+    memo_dir: ClassVar[Path | None] = None
+
+    def check_modified(self, file_path: str, file_stat: os.stat_result, state: Sequence[Any]) -> bool:
+        timestamp, size, digest = state
+        if file_stat.st_mtime == timestamp:
+            return False
+        if file_stat.st_size != size:
+            return True
+        return bool(digest != self._sha256(Path(file_path)))
+
+    def get_state(self, dep: str, current_state: Sequence[Any] | None) -> tuple[float, int, str] | None:
+        timestamp = os.path.getmtime(dep)
+        if current_state and current_state[0] == timestamp:
+            return None
+        return timestamp, os.path.getsize(dep), self._sha256(Path(dep))
+
+    def _sha256(self, path: Path) -> str:
+        memo = self.memo_dir
+        return (known_sha256(memo, path) if memo is not None else None) or file_sha256(path)
 
 
 def changed(outputs: Sequence[Path], stamp_file: Path) -> list[str]:
@@ -93,3 +160,9 @@ def _shown(path: str) -> str:
         return os.path.relpath(path)
     except ValueError:  # another drive (Windows)
         return path
+
+
+def digest_checker(build: Path) -> type[DigestChecker]:
+    """``DigestChecker`` using the digests remembered in ``build`` (doit instantiates the class)."""
+    DigestChecker.memo_dir = digest_memo_dir(build)
+    return DigestChecker

@@ -92,6 +92,49 @@ def test_operator_config_lists_exactly_the_cooked_operators_and_parses_back(tmp_
     assert "# - extra/mlp.ort" in text and str(tmp_path) not in text
 
 
+def test_merged_operator_lists_equal_onnxruntimes_own_config_byte_for_byte(tmp_path: Path) -> None:
+    """Each cook lists its model's operators and types; the manifest merges them. The result must be
+    what onnxruntime's create_config_from_models writes from the cooked files themselves, with and
+    without types, and an entry cooked before it carried the lists is read back from its blob."""
+    from onnxruntime.tools.ort_format_model.utils import create_config_from_models
+
+    from tests.models import transformer_block_model
+
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    save(mlp_model(), assets, "extra/mlp")
+    save(transformer_block_model(), assets, "block")
+    settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
+    platform_dir = tmp_path / "build" / "target"
+    names = ("net", "extra/mlp", "block")
+    entries = {name: cook(job_for(assets, name, settings, tmp_path / "build")) for name in names}
+    assert all(set(entries[n]["operators"]) == {"ops", "types"} for n in names)
+    assert any(entries[n]["operators"]["types"] for n in names)
+
+    files = tmp_path / "files"
+    models = []
+    for name in names:
+        models.append(files / f"{name}.ort")
+        models[-1].parent.mkdir(parents=True, exist_ok=True)
+        models[-1].write_bytes(decode_blob(blob_path(platform_dir, name, "ort").read_bytes())[1])
+        models.append(files / f"{name}.applied.ort")
+        models[-1].write_bytes(applied_variant_path(platform_dir, name).read_bytes())
+    for config, types in ((layout.OPS_CONFIG, False), (layout.OPS_AND_TYPES_CONFIG, True)):
+        create_config_from_models(models, tmp_path / config, enable_type_reduction=types)
+    expected = {
+        config: (tmp_path / config).read_text().replace(f"{files}/", "")
+        for config in (layout.OPS_CONFIG, layout.OPS_AND_TYPES_CONFIG)
+    }
+
+    opconfig.write_operator_configs(platform_dir, entries)
+    merged = {config: (platform_dir / config).read_text() for config in expected}
+    assert merged == expected
+
+    without = {name: {k: v for k, v in e.items() if k != "operators"} for name, e in entries.items()}
+    opconfig.write_operator_configs(platform_dir, without)  # entries from before the lists existed
+    assert {config: (platform_dir / config).read_text() for config in expected} == expected
+
+
 def test_no_config_without_reduced_build(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
     save(conv_bn_relu_model(), assets, "net")

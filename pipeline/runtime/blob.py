@@ -569,6 +569,38 @@ class Unpacked:
         raise CorruptBlobError(f"tensor {ref.name!r} does not lie whole in one weights frame")
 
 
+def _where(header: BlobHeader) -> str:
+    return f"blob of model {header.name!r} ({header.platform})"
+
+
+def check_layout(
+    data: bytes | bytearray | memoryview, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE
+) -> tuple[BlobHeader, int]:
+    """The checks of ``unpack_blob`` that need no decompression: the header (and its CRC), the
+    declared sizes against ``max_model_size`` and the bytes present, and the frame layout. Returns
+    the header and where the frames start. For callers that already hold the blob's sha256 from a
+    trusted place (the cook cache) and need its header, not its model."""
+    header, offset = read_header(data)
+    view = memoryview(data).cast("B")
+    where = _where(header)
+    if header.model_size > max_model_size:
+        raise BlobTooLargeError(
+            f"{where} declares a {header.model_size:,}-byte model, over the limit of {max_model_size:,} "
+            "bytes; raise max_model_size if the model is genuinely that large"
+        )
+    if header.version == LEGACY_BLOB_FORMAT_VERSION:
+        return header, offset
+    present = len(view) - offset
+    if present < header.compressed_size:
+        raise TruncatedBlobError(
+            f"{where} is cut off: {present:,} of {header.compressed_size:,} bytes of frames present"
+        )
+    if present > header.compressed_size:
+        raise CorruptBlobError(f"{where} has {present - header.compressed_size:,} unexpected trailing bytes")
+    check_frames(view, header.frames, where)
+    return header, offset
+
+
 def unpack_blob(
     data: bytes | bytearray | memoryview,
     *,
@@ -586,24 +618,11 @@ def unpack_blob(
     against a sha256 (``Bundle``) skip the last. ``check_sha256`` adds a sha256 pass over
     version-1 blobs, whose header has nothing else.
     """
-    header, offset = read_header(data)
+    header, offset = check_layout(data, max_model_size=max_model_size)
     view = memoryview(data).cast("B")
-    where = f"blob of model {header.name!r} ({header.platform})"
-    if header.model_size > max_model_size:
-        raise BlobTooLargeError(
-            f"{where} declares a {header.model_size:,}-byte model, over the limit of {max_model_size:,} "
-            "bytes; raise max_model_size if the model is genuinely that large"
-        )
+    where = _where(header)
     if header.version == LEGACY_BLOB_FORMAT_VERSION:
         return Unpacked(header, _decode_v1(view[offset:], header, where, check_sha256=check_sha256))
-    present = len(view) - offset
-    if present < header.compressed_size:
-        raise TruncatedBlobError(
-            f"{where} is cut off: {present:,} of {header.compressed_size:,} bytes of frames present"
-        )
-    if present > header.compressed_size:
-        raise CorruptBlobError(f"{where} has {present - header.compressed_size:,} unexpected trailing bytes")
-    check_frames(view, header.frames, where)
     threads = threads if threads is not None else default_threads()
     if check_raw:
         check_raw_frames(view, header.frames, where, threads)
