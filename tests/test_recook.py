@@ -467,3 +467,40 @@ def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
     message = str(failure.value)
     assert message.startswith(str(source))
     assert re.search(expected, message), message
+
+
+def test_digest_checker_uses_a_remembered_sha256_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    from pipeline.stamps import DigestChecker, _stat, remember
+
+    memo = tmp_path / "memo"
+    source = tmp_path / "model.onnx"
+    source.write_bytes(b"weights" * 1000)
+    remember(memo, source, [*_stat(source), "remembered"])  # not the true digest: proves no read
+    checker = DigestChecker()
+    DigestChecker.memo_dir = memo
+    try:
+        assert checker.get_state(str(source), None)[2] == "remembered"
+        source.write_bytes(b"WEIGHTS" * 1000)  # same size, new content: the memo no longer applies
+        true = hashlib.sha256(source.read_bytes()).hexdigest()
+        assert checker.get_state(str(source), None)[2] == true
+        state = (source.stat().st_mtime - 1, source.stat().st_size, true)
+        assert not checker.check_modified(str(source), source.stat(), state)  # touched, same bytes
+        assert checker.check_modified(str(source), source.stat(), (state[0], state[1], "other"))
+    finally:
+        DigestChecker.memo_dir = None
+
+
+def test_doit_records_the_cookers_sha256s_and_a_touched_source_is_not_cooked_again(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    source = project / "assets" / "net.onnx"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    import sqlite3
+
+    with sqlite3.connect(project / "build" / ".doit.db") as db:
+        state = "\n".join(str(row) for row in db.execute("SELECT * FROM doit"))
+    assert digest in state  # doit's state holds the cooker's sha256 of the source, not an md5
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 5_000_000_000))
+    again = doit(project, "cook")
+    assert again.returncode == 0, again.stderr
+    assert ".  cook:android:net" not in again.stdout and "-- cook:android:net" in again.stdout
