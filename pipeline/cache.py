@@ -355,8 +355,8 @@ def _operators_shape_ok(value: Any) -> bool:
             and isinstance(op[2], str)
             for op in ops
         )
-        and isinstance(types, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in types.items())
+        and (types is None or isinstance(types, dict))
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in (types or {}).items())
     )
 
 

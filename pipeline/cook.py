@@ -29,6 +29,7 @@ from .layout import (
     cook_stamps_path,
     digest_memo_dir,
     entry_path,
+    reference_memo_dir,
     step_times_path,
     verify_data_path,
 )
@@ -38,6 +39,7 @@ from .optimize import optimize, optimize_large
 from .precision import DEFAULT_GATES, FP32, INT8_STATIC, gate, gate_error, load_calibration, verify_tolerances
 from .precision import accuracy as precision_accuracy
 from .precision import convert as convert_precision
+from .precision_options import resolved as resolved_options
 from .profile import CookSettings, ep_domains
 from .runtime.blob import BlobHeader, Weights, decode_blob, encode_blob, read_header
 from .runtime.compat import ort_format_version
@@ -47,7 +49,7 @@ from .source import SourceRead, load_source, read_sources
 from .stamps import record
 from .steptimes import recording, step
 from .usability import usability
-from .verify import load_inputs, reference_outputs, synthesize_inputs, verify
+from .verify import as_input_types, load_inputs, reference_outputs, synthesize_inputs, verify
 from .weights import externalize, wants_external
 
 
@@ -71,7 +73,8 @@ def io_signature(values: Any) -> list[dict[str, Any]]:
 def _feeds(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str]:
     asset = job.asset
     if asset.inputs_path is not None:
-        return load_inputs(asset.inputs_path, model, read.data[asset.inputs_path]), asset.inputs_path.name
+        feeds = load_inputs(asset.inputs_path, model, read.data[asset.inputs_path])
+        return as_input_types(model, feeds), asset.inputs_path.name
     settings_hint = str(asset.settings_path or asset.path.with_suffix(".cook.yaml"))
     inputs_hint = str(asset.path.with_suffix(".inputs.npz"))
     dims = dict(job.settings.verify_dims)
@@ -89,7 +92,9 @@ def _verification(
         feeds, origin = _feeds(job, model, read)
         _refuse_meaningless(feeds, origin)
         try:
-            reference = reference_outputs(model, feeds, job.platform_dir)
+            reference = reference_outputs(
+                model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent)
+            )
         except Exception as exc:  # onnxruntime errors on the source itself
             raise ModelError(
                 f"onnxruntime cannot run the source model on the verification inputs: {exc}"
@@ -337,6 +342,7 @@ def _precision_variant(
         model,
         settings.precision,
         keep_ops=settings.precision_keep_ops,
+        options=resolved_options(settings.precision, settings.to_dict()["precision_options"]),
         calibration=calibration,
         calibration_origin=origin,
         work_dir=job.platform_dir,
@@ -351,8 +357,8 @@ def _accuracy_gate(
     feeds, origin = _feeds(job, source, read)
     _refuse_meaningless(feeds, origin)
     try:
-        want = reference_outputs(source, feeds, job.platform_dir)
-        got = reference_outputs(variant, feeds, job.platform_dir)
+        want = reference_outputs(source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
+        got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
     except Exception as exc:  # onnxruntime errors on either model
         raise ModelError(
             f"onnxruntime cannot run the source or its {settings.precision} variant: {exc}"

@@ -51,6 +51,12 @@ def digest_memo_dir(build: Path) -> Path:
     return build / STAMPS_DIR / "digests"
 
 
+def reference_memo_dir(build: Path) -> Path:
+    """The source models' outputs on their verification inputs, shared by the platforms' cooks
+    (pipeline.verify.reference_outputs)."""
+    return build / STAMPS_DIR / "references"
+
+
 def cook_stamps_path(platform_dir: Path, name: str) -> Path:
     """What a cook task wrote (pipeline.stamps), to notice outputs changed since."""
     return platform_dir / STAMPS_DIR / "cook" / f"{name}.json"

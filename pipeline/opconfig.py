@@ -48,7 +48,10 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
     if not reduced:
         return []
     try:
-        if all("operators" in e for e in reduced.values()):
+        if all(
+            "operators" in e and (e["operators"]["types"] is not None or not type_reduction)
+            for e in reduced.values()
+        ):
             return _write_merged(platform_dir, reduced, type_reduction)
         return _write(platform_dir, reduced, type_reduction)
     except (BundleError, ValueError, OSError) as exc:
@@ -125,24 +128,40 @@ class _BytesProcessor(OrtFormatModelProcessor):
 def model_operators(models: Sequence[bytes]) -> dict[str, Any]:
     """The operators of ORT-format ``models`` (one cooked model and its applied variant) and the
     types each operator is used with, as onnxruntime's processor records them: ``{"ops": [[domain,
-    opset, op], ...], "types": {"domain;op": config entry}}``. JSON-ready, merged by
-    ``write_operator_configs``."""
-    required: dict[str, dict[int, set[str]]] = {}
-    manager = OperatorTypeUsageManager()
-    for data in models:
-        _BytesProcessor(data, required, manager).process()
-    ops = sorted(
-        (domain, opset, op)
-        for domain, opsets in required.items()
-        for opset, names in opsets.items()
-        for op in names
-    )
+    opset, op], ...], "types": {"domain;op": config entry}}``, ``types`` None when the processor
+    cannot name a type the model uses. JSON-ready, merged by ``write_operator_configs``."""
+    try:
+        required, manager = _process(models, OperatorTypeUsageManager())
+    except Exception:  # noqa: BLE001 (onnxruntime's tool: e.g. KeyError on a type it does not know)
+        # Types it cannot name: the operators alone; a typed config then comes from the tool itself,
+        # whose failure names the model (write_operator_configs).
+        required, _ = _process(models, None)
+        return {"ops": _ops(required), "types": None}
+    ops = _ops(required)
     types = {}
     for domain, _, op in ops:
         entry = manager.get_config_entry(domain, op)
         if entry is not None:
             types[f"{domain};{op}"] = entry
-    return {"ops": [list(op) for op in ops], "types": types}
+    return {"ops": ops, "types": types}
+
+
+def _process(
+    models: Sequence[bytes], manager: OperatorTypeUsageManager | None
+) -> tuple[dict[str, dict[int, set[str]]], OperatorTypeUsageManager | None]:
+    required: dict[str, dict[int, set[str]]] = {}
+    for data in models:
+        _BytesProcessor(data, required, manager).process()
+    return required, manager
+
+
+def _ops(required: Mapping[str, Mapping[int, set[str]]]) -> list[list[Any]]:
+    return sorted(
+        [domain, opset, op]
+        for domain, opsets in required.items()
+        for opset, names in opsets.items()
+        for op in names
+    )
 
 
 def _union(a: Any, b: Any) -> Any:
@@ -175,7 +194,7 @@ def merged_config(models: Mapping[str, Mapping[str, Any]], with_types: bool) -> 
     for record in models.values():
         for domain, opset, op in record["ops"]:
             required[domain][int(opset)].add(op)
-        for key, entry in record["types"].items():
+        for key, entry in (record["types"] or {}).items():
             types[key] = _union(types.get(key), json.loads(entry))
     lines = ["# Generated from model/s:\n"]
     lines += [f"# - {name}\n" for name in sorted(models, key=lambda n: PurePosixPath(n).parts)]

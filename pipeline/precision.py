@@ -22,6 +22,7 @@ import onnx
 import onnx.version_converter
 
 from .errors import ModelError, VerifyError
+from .precision_options import resolved as resolved_options
 from .profile import CookSettings
 from .runtime.constants import Precision
 
@@ -59,27 +60,33 @@ def convert(
     calibration: list[dict[str, np.ndarray]] | None,
     calibration_origin: str,
     work_dir: Path | None,
+    options: Mapping[str, Any] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
-    """The variant of ``model`` at ``precision`` and what made it (for the manifest)."""
+    """The variant of ``model`` at ``precision`` and what made it (for the manifest). ``options``:
+    the converter options (``pipeline.precision_options``; default: that precision's defaults)."""
+    chosen = options if options is not None else resolved_options(precision, {})
     if precision == FP16:
-        return _fp16(model, keep_ops)
+        return _fp16(model, keep_ops, chosen)
     if precision in (INT8_DYNAMIC, INT8_STATIC):
-        return _int8(model, precision, keep_ops, calibration or [], calibration_origin, work_dir)
+        return _int8(model, precision, keep_ops, calibration or [], calibration_origin, work_dir, chosen)
     raise ModelError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
 
 
-def _fp16(model: onnx.ModelProto, keep_ops: tuple[str, ...]) -> tuple[onnx.ModelProto, dict[str, Any]]:
+def _fp16(
+    model: onnx.ModelProto, keep_ops: tuple[str, ...], options: Mapping[str, Any]
+) -> tuple[onnx.ModelProto, dict[str, Any]]:
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     block = sorted({*DEFAULT_OP_BLOCK_LIST, *FP16_KEEP_DEFAULT, *keep_ops})
+    keep_io_types = bool(options["keep_io_types"])
     try:
-        half = convert_float_to_float16(model, keep_io_types=True, op_block_list=block)
+        half = convert_float_to_float16(model, keep_io_types=keep_io_types, op_block_list=block)
     except Exception as exc:  # the converter raises whatever its graph walk meets
         raise ModelError(f"onnxruntime's float16 converter failed: {exc}") from None
     record = {
         "precision": FP16,
         "converter": "onnxruntime.transformers.float16.convert_float_to_float16",
-        "options": {"keep_io_types": True, "op_block_list": block},
+        "options": {"keep_io_types": keep_io_types, "op_block_list": block},
     }
     return half, record
 
@@ -91,8 +98,9 @@ def _int8(
     calibration: list[dict[str, np.ndarray]],
     calibration_origin: str,
     work_dir: Path | None,
+    chosen: Mapping[str, Any],
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import quantize_dynamic
 
     raised = _opset(model) < QDQ_MIN_OPSET
     if raised:  # the quantizers raise older models only to opset 11, too old for per-channel QDQ
@@ -105,23 +113,22 @@ def _int8(
         named = _named_nodes(model)
         onnx.save(named, source)
         try:
+            options: dict[str, Any] = {**chosen, "nodes_to_exclude": excluded}
             if precision == INT8_DYNAMIC:
-                options = {"weight_type": "QInt8", "per_channel": False, "nodes_to_exclude": excluded}
                 quantize_dynamic(
-                    str(source), str(target), weight_type=QuantType.QInt8, nodes_to_exclude=excluded
+                    str(source),
+                    str(target),
+                    per_channel=chosen["per_channel"],
+                    reduce_range=chosen["reduce_range"],
+                    weight_type=_quant_type(chosen["weight_type"]),
+                    nodes_to_exclude=excluded,
                 )
                 converter = "onnxruntime.quantization.quantize_dynamic"
             else:
-                options = {
-                    "quant_format": "QDQ",
-                    "activation_type": "QUInt8",
-                    "weight_type": "QInt8",
-                    "per_channel": True,
-                    "calibration": calibration_origin,
-                    "calibration_batches": len(calibration),
-                    "nodes_to_exclude": excluded,
-                }
-                quantize_qdq(source, target, calibration, per_channel=True, nodes_to_exclude=excluded)
+                options.update(
+                    quant_format="QDQ", calibration=calibration_origin, calibration_batches=len(calibration)
+                )
+                quantize_qdq(source, target, calibration, nodes_to_exclude=excluded, **chosen)
                 converter = "onnxruntime.quantization.quantize_static"
         except Exception as exc:
             raise ModelError(f"onnxruntime's quantizer ({precision}) failed: {exc}") from None
@@ -146,6 +153,12 @@ def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         ) from None
 
 
+def _quant_type(name: str) -> Any:
+    from onnxruntime.quantization import QuantType
+
+    return {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[name]
+
+
 def quantize_qdq(
     source: Path,
     target: Path,
@@ -153,10 +166,28 @@ def quantize_qdq(
     *,
     per_channel: bool,
     nodes_to_exclude: list[str] | None = None,
+    reduce_range: bool = False,
+    activation_type: str = "uint8",
+    weight_type: str = "int8",
+    activation_symmetric: bool = False,
+    weight_symmetric: bool = True,
+    calibrate_method: str = "minmax",
 ) -> None:
-    """onnxruntime's ``quantize_static`` to QDQ (QUInt8 activations, QInt8 weights), calibrated on
-    ``batches`` (input name -> array, one dict per batch)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    """onnxruntime's ``quantize_static`` to QDQ (by default QUInt8 activations, symmetric QInt8
+    weights, MinMax calibration), calibrated on ``batches`` (input name -> array, one dict per
+    batch)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        quantize_static,
+    )
+
+    methods = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }
 
     remaining = iter(batches)
 
@@ -169,10 +200,13 @@ def quantize_qdq(
         str(target),
         Reader(),
         quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
+        activation_type=_quant_type(activation_type),
+        weight_type=_quant_type(weight_type),
         per_channel=per_channel,
+        reduce_range=reduce_range,
         nodes_to_exclude=nodes_to_exclude or [],
+        calibrate_method=methods[calibrate_method],
+        extra_options={"ActivationSymmetric": activation_symmetric, "WeightSymmetric": weight_symmetric},
     )
 
 

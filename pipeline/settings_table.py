@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from . import eprules
+from . import eprules, precision_options
 from .runtime.constants import OPTIMIZATION_LEVELS, Arch, ModelFormat, OptimizationStyle, Precision
 from .settingchecks import (
     MAX_DIM_SIZE,
@@ -105,6 +105,15 @@ EP_OPTIONS = Kind(  # sorted by EP name, then option
     freeze=_freeze_options,
     thaw=lambda options: {ep: dict(entries) for ep, entries in options},
     schema={"type": "object", "propertyNames": _NAME_SCHEMA, "additionalProperties": {"type": "object"}},
+)
+
+PRECISION_OPTIONS = Kind(  # sorted by precision, then option
+    dict,
+    "a mapping",
+    Options,
+    freeze=_freeze_options,
+    thaw=lambda options: {precision: dict(entries) for precision, entries in options},
+    schema={"type": "object"},
 )
 
 
@@ -201,6 +210,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("precision_keep_ops", NAMES, [],
             "operator types kept in fp32 in a lower-precision variant, e.g. `[Softmax, LayerNormalization]`",
             check=check_names),
+    Setting("precision_options", PRECISION_OPTIONS, {},
+            "converter options per precision over the defaults, e.g. `{int8-static: {per_channel: false, "
+            "calibrate_method: entropy}}`: fp16 `keep_io_types` (true); int8 `per_channel` (dynamic false, "
+            "static true), `reduce_range` (false), `weight_type` (int8 or uint8: int8); int8-static "
+            "`activation_type` (uint8 or int8: uint8), `activation_symmetric` (false), `weight_symmetric` "
+            "(true), `calibrate_method` (minmax, entropy or percentile: minmax)",
+            check=precision_options.check, schema=precision_options.schema()),
     Setting("precision_min_cosine", FLOAT, 0.0,
             "the accuracy gate, per output against the fp32 source: smallest cosine similarity and, "
             "for class scores (rank 2), smallest top-1 agreement; 0 = the precision's default "

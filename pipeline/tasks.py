@@ -6,6 +6,7 @@ and doit; the cooking code is imported inside the actions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,13 +29,16 @@ from .job import CookJob, RuntimeCheck
 from .layout import (
     REPORT_NAME,
     REPORT_STATE_DIR,
+    STAMPS_DIR,
     applied_variant_path,
     blob_path,
     check_times_path,
     cook_stamps_path,
+    digest_memo_dir,
     entry_path,
     manifest_stamps_path,
     ops_config_names,
+    reference_memo_dir,
     runtime_check_path,
     step_times_path,
     verify_data_path,
@@ -247,11 +251,17 @@ def _source_bytes(job: CookJob) -> int:
 
 def _remove_report(build: Path) -> None:
     """``doit clean``: the cook report (written by doit's reporter at the end of every run,
-    pipeline.progress) goes with the bundles; every platform's manifest task removes it."""
+    pipeline.progress) and the build folder's memos go with the bundles; every platform's manifest
+    task removes them."""
     import shutil
 
     (build / REPORT_NAME).unlink(missing_ok=True)
     shutil.rmtree(build / REPORT_STATE_DIR, ignore_errors=True)
+    # and the digests and source outputs the cooks remembered (pipeline.stamps, pipeline.verify)
+    shutil.rmtree(digest_memo_dir(build), ignore_errors=True)
+    shutil.rmtree(reference_memo_dir(build), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (build / STAMPS_DIR).rmdir()
 
 
 def _refuse_empty(plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int) -> None:

@@ -6,6 +6,7 @@ ships. The reference is the source model run by onnxruntime with optimizations o
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import zipfile
@@ -19,6 +20,7 @@ import onnxruntime
 from .compare import OutputDifference, compare
 from .errors import VerifyError
 from .facts import feed_inputs
+from .fsutil import atomic_write
 from .large import session_input
 from .profile import CookSettings
 from .runtime import BundleError, session_from_blob
@@ -29,6 +31,8 @@ MAX_SYNTHESIZED_BYTES = 1 << 30
 CPU_ONLY = ["CPUExecutionProvider"]
 # The cooker loads the blob it just wrote whatever its size (games keep the loader's 2 GiB guard).
 TRUSTED_SIZE = 1 << 62
+# Bump when what reference_outputs computes changes: remembered references are then recomputed.
+REFERENCE_RECIPE = 1
 
 
 def _fix_hint(where: str, settings_path: str) -> str:
@@ -120,15 +124,75 @@ def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -
     return feeds
 
 
+_FLOAT_TYPES = {
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.DOUBLE: np.float64,
+}
+
+
+def as_input_types(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` with float arrays cast to the float type each input of ``model`` declares: the
+    fp32 source's inputs for an fp16 variant that takes fp16 (``keep_io_types: false``)."""
+    declared = {value.name: value.type.tensor_type.elem_type for value in feed_inputs(model.graph)}
+    cast = dict(feeds)
+    for name, value in feeds.items():
+        wanted = _FLOAT_TYPES.get(declared.get(name, 0))
+        if wanted is not None and isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            cast[name] = value.astype(wanted, copy=False)
+    return cast
+
+
 def reference_outputs(
-    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], work_dir: Path | None = None
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    work_dir: Path | None = None,
+    memo_dir: Path | None = None,
 ) -> dict[str, np.ndarray]:
+    """The model's outputs on ``feeds``, run by onnxruntime on the CPU with optimizations off.
+
+    With ``memo_dir``, outputs are remembered there under the sha256 of the model's bytes, of the
+    inputs and of the onnxruntime version: the platforms' cooks of one model (same source, same
+    inputs) run the source once, not once per platform. Models over 2 GiB are not remembered.
+    """
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     with session_input(model, work_dir) as source:
+        key = _reference_key(source, feeds) if memo_dir is not None and isinstance(source, bytes) else None
+        if key is not None and (known := _remembered(memo_dir / f"{key}.npz")) is not None:
+            return known
         session = onnxruntime.InferenceSession(source, options, providers=CPU_ONLY)
         names = [output.name for output in session.get_outputs()]
-        return dict(zip(names, session.run(names, dict(feeds)), strict=True))
+        outputs = dict(zip(names, session.run(names, dict(feeds)), strict=True))
+    if key is not None and all(_plain_array(value) for value in outputs.values()):
+        buffer = io.BytesIO()
+        np.savez(buffer, **{f"{index}:{name}": value for index, (name, value) in enumerate(outputs.items())})
+        atomic_write(memo_dir / f"{key}.npz", buffer.getvalue())
+    return outputs
+
+
+def _plain_array(value: object) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype != object
+
+
+def _reference_key(model: bytes, feeds: Mapping[str, np.ndarray]) -> str:
+    digest = hashlib.sha256(f"reference {REFERENCE_RECIPE} onnxruntime {onnxruntime.__version__}\n".encode())
+    digest.update(hashlib.sha256(model).digest())
+    for name in sorted(feeds):
+        value = np.ascontiguousarray(feeds[name])
+        digest.update(f"{name}\0{value.dtype.str}\0{value.shape}\0".encode())
+        digest.update(value.tobytes() if value.dtype != object else repr(value.tolist()).encode())
+    return digest.hexdigest()
+
+
+def _remembered(path: Path) -> dict[str, np.ndarray] | None:
+    """Outputs remembered at ``path``, in their order; None if absent or unreadable (then recomputed)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            named = sorted((int(key.split(":", 1)[0]), key.split(":", 1)[1], data[key]) for key in data.files)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+        return None
+    return {name: value for _, name, value in named}
 
 
 def verify(

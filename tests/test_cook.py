@@ -500,3 +500,29 @@ def test_fp16_model_from_onnxruntimes_converter_cooks(tmp_path: Path, platform: 
     entry = cook(job_for(tmp_path / "assets", "half", settings, tmp_path / "build"))
     assert entry["verification"]["outputs"][0]["ok"] is True
     assert [i["type"] for i in entry["inputs"]] == ["tensor(float)"]  # the io types are kept
+
+
+def test_platforms_share_the_sources_reference_outputs(tmp_path: Path) -> None:
+    """The source is run once per model and inputs, not once per platform: the second platform's cook
+    reads the remembered outputs (shown by remembering wrong ones: its verification then fails)."""
+    from pipeline.layout import reference_memo_dir
+
+    assets, build = tmp_path / "assets", tmp_path / "build"
+    save(mlp_model(), assets, "net")
+    cook(job_for(assets, "net", shipped_settings("android"), build))
+    memo = reference_memo_dir(build)
+    (remembered,) = memo.glob("*.npz")
+    cook(job_for(assets, "net", shipped_settings("console"), build))
+    assert list(memo.glob("*.npz")) == [remembered]  # same model, same inputs: one reference
+
+    with np.load(remembered) as data:
+        wrong = {key: data[key] * 2 + 1 for key in data.files}
+    np.savez(remembered, **wrong)
+    with pytest.raises(VerifyError, match="outputs differ from the source"):
+        cook(job_for(assets, "net", shipped_settings("ios"), build))
+
+    model = mlp_model()
+    model.graph.initializer[0].raw_data = bytes(len(model.graph.initializer[0].raw_data))
+    save(model, assets, "net")  # another source: another reference, computed
+    cook(job_for(assets, "net", shipped_settings("ios"), build))
+    assert len(list(memo.glob("*.npz"))) == 2

@@ -230,3 +230,80 @@ def test_the_gate_refuses_a_variant_that_overflows_to_inf_or_nan() -> None:
     # Where the source itself is not finite, only its finite values are compared.
     same_nan = {"y": np.array([[1.0, np.nan], [2.0, 3.0]], np.float32)}
     assert gate(accuracy(same_nan, same_nan), "fp16", {"min_cosine": 0.999, "min_top1": 0.99}) == []
+
+
+def _qdq_weight_scales(blob: bytes) -> list[int]:
+    """Sizes of the scales of the QDQ weights' DequantizeLinear nodes in a cooked ONNX blob
+    (1 per tensor, one per output channel when per channel)."""
+    from pipeline.runtime import unpack_blob
+
+    unpacked = unpack_blob(blob)
+    model = onnx.load_from_string(bytes(unpacked.model))
+    sizes = {t.name: int(np.prod(t.dims)) for t in model.graph.initializer}
+    for ref in unpacked.header.weights.tensors if unpacked.header.weights else ():
+        sizes[ref.name] = int(np.prod(ref.dims))
+    weights = {t.name for t in model.graph.initializer if len(t.dims) == 2}
+    weights |= {ref.name for ref in (unpacked.header.weights.tensors if unpacked.header.weights else ())}
+    return sorted(
+        sizes[node.input[1]]
+        for node in model.graph.node
+        if node.op_type == "DequantizeLinear" and node.input[0] in weights and len(node.input) > 1
+    )
+
+
+def test_converter_options_are_overridden_per_model_and_recorded(tmp_path: Path) -> None:
+    """int8-static defaults to per-channel symmetric QDQ weights; a model turns per-channel off and
+    picks entropy calibration; the manifest records the options the converter ran with."""
+    default = cook_at(tmp_path / "default", classifier_model(), "windows-dml", precision="int8-static")
+    chosen = cook_at(
+        tmp_path / "chosen",
+        classifier_model(),
+        "windows-dml",
+        precision="int8-static",
+        precision_options={"int8-static": {"per_channel": False, "calibrate_method": "entropy"}},
+    )
+    assert default["precision"]["options"]["per_channel"] is True
+    assert default["precision"]["options"]["calibrate_method"] == "minmax"
+    assert chosen["precision"]["options"]["per_channel"] is False
+    assert chosen["precision"]["options"]["calibrate_method"] == "entropy"
+    assert chosen["cook_key"] != default["cook_key"]
+    per_channel, per_tensor = (
+        _qdq_weight_scales(blob_path(tmp_path / d / "build" / "windows-dml", "m", "onnx").read_bytes())
+        for d in ("default", "chosen")
+    )
+    assert per_tensor and set(per_tensor) == {1}  # one scale per weight tensor
+    assert per_channel and max(per_channel) > 1  # a scale per output channel
+
+
+def test_fp16_can_ship_fp16_inputs_and_outputs(tmp_path: Path) -> None:
+    entry = cook_at(
+        tmp_path, classifier_model(), "windows-dml", precision="fp16",
+        precision_options={"fp16": {"keep_io_types": False}},
+    )  # fmt: skip
+    assert entry["precision"]["options"]["keep_io_types"] is False
+    assert (
+        entry["inputs"][0]["type"] == "tensor(float16)" and entry["outputs"][0]["type"] == "tensor(float16)"
+    )
+    blob = blob_path(tmp_path / "build" / "windows-dml", "m", "onnx").read_bytes()
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float16)
+    assert session_from_blob(blob, providers=CPU).run(None, {"x": x})[0].dtype == np.float16
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"int9": {}}, r"'precision_options' keys must be precisions .*got 'int9'"),
+        ({"fp16": {"per_channel": True}}, r"'precision_options\.fp16\.per_channel' is not an option of fp16"),
+        ({"int8-static": {"calibrate_method": "kl"}}, r"calibrate_method' must be one of minmax, entropy"),
+        ({"int8-dynamic": {"per_channel": "yes"}}, r"per_channel' must be one of true, false; got 'yes'"),
+    ],
+)
+def test_wrong_converter_options_are_refused_with_the_choices(
+    tmp_path: Path, options: dict, message: str
+) -> None:
+    from pipeline.profile import load_platforms
+
+    (tmp_path / "platforms").mkdir()
+    (tmp_path / "platforms" / "target.yaml").write_text(f"precision_options: {json.dumps(options)}\n")
+    with pytest.raises(CookError, match=message):
+        load_platforms(tmp_path / "platforms", {})
