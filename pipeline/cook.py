@@ -33,7 +33,7 @@ from .layout import (
     step_times_path,
     verify_data_path,
 )
-from .manifest import shrink_hint
+from .manifest import measured_variants, shrink_hint
 from .opconfig import model_operators
 from .optimize import optimize, optimize_large
 from .precision import DEFAULT_GATES, FP32, INT8_STATIC, gate, gate_error, load_calibration, verify_tolerances
@@ -384,7 +384,8 @@ def _check_blob_budget(job: CookJob, variant: _Variant) -> None:
                 "blob_size": size,
                 "weight_bytes": variant.weight_bytes,
                 "precision": {"precision": job.settings.precision},
-            }
+            },
+            measured_variants(job.platform_dir.parent, job.asset.name),
         )
         raise ModelError(
             f"the blob is {size:,} bytes, over its max_blob_bytes of {budget:,} ({estimate}); set "

@@ -307,3 +307,19 @@ def test_wrong_converter_options_are_refused_with_the_choices(
     (tmp_path / "platforms" / "target.yaml").write_text(f"precision_options: {json.dumps(options)}\n")
     with pytest.raises(CookError, match=message):
         load_platforms(tmp_path / "platforms", {})
+
+
+def test_a_budget_message_uses_sizes_measured_on_other_platforms(tmp_path: Path) -> None:
+    """Where another platform of the build cooked the model at a lower precision, the budget
+    message gives that blob's real size instead of an estimate."""
+    save(classifier_model(), tmp_path / "assets", "m")
+    build = tmp_path / "build"
+    fp16 = cook(job_for(tmp_path / "assets", "m", shipped_settings("ios", precision="fp16"), build))
+    with pytest.raises(ModelError) as failure:
+        cook(job_for(tmp_path / "assets", "m", shipped_settings("console", max_blob_bytes=50_000), build))
+    message = str(failure.value)
+    assert f"{fp16['blob_size']:,} B as fp16 (measured: its ios blob)" in message
+    assert "as int8 (estimated from its weights)" in message and "about" in message
+    fp32 = cook(job_for(tmp_path / "assets", "m", shipped_settings("console"), build))
+    with pytest.raises(CookError, match=r"measured: its ios blob"):
+        write_manifest(build / "console", "console", ["m"], max_bundle_bytes=fp32["blob_size"] - 1)
