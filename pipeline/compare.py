@@ -24,13 +24,24 @@ class OutputDifference:
 
 
 def compare(
-    expected: Mapping[str, Any], actual: Mapping[str, Any], rtol: float, atol: float
+    expected: Mapping[str, Any],
+    actual: Mapping[str, Any],
+    rtol: float,
+    atol: float,
+    atol_of_range: float = 0.0,
 ) -> list[OutputDifference]:
-    """One result per output: tensors, sequence outputs (lists) and optionals without a value (None)."""
-    return [_compare(name, want, actual[name], rtol, atol) for name, want in expected.items()]
+    """One result per output: tensors, sequence outputs (lists) and optionals without a value (None).
+
+    ``atol_of_range`` raises each float output's atol to that share of its largest finite magnitude:
+    an int8 variant's rounding is a number of quantization steps, and a step is the output's range
+    over 255, so a fixed atol is too tight for outputs in the tens and meaningless for tiny ones.
+    """
+    return [_compare(name, want, actual[name], rtol, atol, atol_of_range) for name, want in expected.items()]
 
 
-def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> OutputDifference:
+def _compare(
+    name: str, want: Any, got: Any, rtol: float, atol: float, atol_of_range: float = 0.0
+) -> OutputDifference:
     if isinstance(want, dict) or isinstance(got, dict):  # a map (e.g. ZipMap): same keys, values
         if not (isinstance(want, dict) and isinstance(got, dict)) or want.keys() != got.keys():
             return _differs(name)
@@ -38,7 +49,7 @@ def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> Output
     if isinstance(want, list) or isinstance(got, list):  # a sequence: element by element
         if not (isinstance(want, list) and isinstance(got, list)) or len(want) != len(got):
             return _differs(name)
-        parts = [_compare(name, w, g, rtol, atol) for w, g in zip(want, got, strict=True)]
+        parts = [_compare(name, w, g, rtol, atol, atol_of_range) for w, g in zip(want, got, strict=True)]
         return OutputDifference(
             name=name,
             max_abs=max((p.max_abs for p in parts), default=0.0),
@@ -65,6 +76,8 @@ def _compare(name: str, want: Any, got: Any, rtol: float, atol: float) -> Output
     finite = np.isfinite(want64) & np.isfinite(got64)
     nonfinite_same = bool(np.array_equal(want64[~finite], got64[~finite], equal_nan=True))
     diff = np.abs(want64[finite] - got64[finite])
+    if atol_of_range:
+        atol = max(atol, atol_of_range * float(np.abs(want64[finite]).max(initial=0.0)))
     max_abs = float(diff.max(initial=0.0))
     max_rel = float((diff / np.maximum(np.abs(want64[finite]), np.finfo(np.float64).tiny)).max(initial=0.0))
     ok = nonfinite_same and bool(np.all(diff <= atol + rtol * np.abs(want64[finite])))

@@ -36,7 +36,16 @@ from .layout import (
 from .manifest import measured_variants, shrink_hint
 from .opconfig import model_operators
 from .optimize import optimize, optimize_large
-from .precision import DEFAULT_GATES, FP32, INT8_STATIC, gate, gate_error, load_calibration, verify_tolerances
+from .precision import (
+    DEFAULT_GATES,
+    FP32,
+    INT8_STATIC,
+    VERIFY_ATOL_OF_RANGE,
+    gate,
+    gate_error,
+    load_calibration,
+    verify_tolerances,
+)
 from .precision import accuracy as precision_accuracy
 from .precision import convert as convert_precision
 from .precision_options import resolved as resolved_options
@@ -105,6 +114,7 @@ def _verification(
         "inputs": origin,
         "rtol": settings.rtol,
         "atol": settings.atol,
+        **({"atol_of_range": of_range} if (of_range := VERIFY_ATOL_OF_RANGE.get(settings.precision)) else {}),
         "outputs": [asdict(r) for r in results],
     }
     return report, _verify_data(feeds, reference)

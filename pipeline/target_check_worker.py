@@ -50,7 +50,7 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
     # The tolerances the cook verified with: the settings', raised for a lower-precision variant.
     tolerances = {**entry["settings"], **entry.get("verification", {})}
     rtol, atol = tolerances["rtol"], tolerances["atol"]
-    results = compare(expected, actual, rtol, atol)
+    results = compare(expected, actual, rtol, atol, tolerances.get("atol_of_range", 0.0))
     failed = [r for r in results if not r.ok]
     error = None
     if failed:

@@ -22,6 +22,7 @@ from .errors import VerifyError
 from .facts import feed_inputs
 from .fsutil import atomic_write
 from .large import session_input
+from .precision import VERIFY_ATOL_OF_RANGE
 from .profile import CookSettings
 from .runtime import BundleError, session_from_blob
 
@@ -210,12 +211,16 @@ def verify(
     missing = sorted(set(reference) - set(actual))
     if missing:
         raise VerifyError(f"the cooked model lacks output(s) {missing}")
-    results = compare(reference, actual, settings.rtol, settings.atol)
+    results = compare(
+        reference, actual, settings.rtol, settings.atol, VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
+    )
     failed = [r for r in results if not r.ok]
     if failed:
         details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}, max rel {r.max_rel:.3g}" for r in failed)
+        of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
         raise VerifyError(
-            f"outputs differ from the source beyond rtol={settings.rtol:g}, atol={settings.atol:g} "
+            f"outputs differ from the source beyond rtol={settings.rtol:g}, atol={settings.atol:g}"
+            f"{f' or {of_range:g} of the output range' if of_range else ''} "
             f"({details}); "
             "if the difference is expected from fused kernels, raise rtol/atol in the model's .cook.yaml"
         )

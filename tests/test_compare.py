@@ -43,3 +43,17 @@ def test_float16_gets_at_least_two_ulps_float32_keeps_the_given_rtol() -> None:
     next_up = np.nextafter(value, np.float16(2.0))
     assert one(np.array([value]), np.array([next_up]))
     assert not one(np.array([1.0], np.float32), np.array([1.001], np.float32))
+
+
+def test_atol_of_range_scales_the_tolerance_with_each_outputs_magnitude() -> None:
+    """int8 variants: an error of a few quantization steps passes on an output in the tens, where a
+    fixed atol refuses it, and gives nothing extra to an output near zero."""
+    big = np.linspace(-20, 20, 64, dtype=np.float32)
+    small = np.linspace(-0.01, 0.01, 64, dtype=np.float32)
+    expected = {"big": big, "small": small}
+    actual = {"big": big + 0.5, "small": small + 0.005}
+    fixed = {r.name: r.ok for r in compare(expected, actual, 0.0, 0.15)}
+    scaled = {r.name: r.ok for r in compare(expected, actual, 0.0, 0.15, atol_of_range=0.05)}
+    assert fixed == {"big": False, "small": True}
+    assert scaled == {"big": True, "small": True}  # 0.05 of 20 is 1.0 >= 0.5
+    assert not compare({"big": big}, {"big": big + 1.5}, 0.0, 0.15, atol_of_range=0.05)[0].ok
