@@ -1277,3 +1277,17 @@ def test_damaged_raw_weights_are_caught_by_their_crc_and_in_a_bundle_by_the_blob
         session_from_blob(damaged, providers=CPU)
     with pytest.raises(ChecksumMismatchError, match=message):
         unpack_blob(damaged)
+
+
+def test_incompressible_graph_frames_are_stored_raw_without_the_platforms_level() -> None:
+    """A float-weight frame is judged by a fast probe (not compressed at the platform's level) and
+    stored raw; a structured frame is compressed at the platform's level."""
+    from pipeline.runtime import blob as blob_module
+
+    rng = np.random.default_rng(3)
+    floats = (rng.standard_normal(1 << 18) * 0.02).astype(np.float32).tobytes()  # one 1 MiB frame
+    text = (b"node Conv input x output y; " * ((1 << 20) // 28 + 1))[: 1 << 20]
+    assert not blob_module._probe_pays(memoryview(floats)) and blob_module._probe_pays(memoryview(text))
+    frames = blob_module._graph_frames(memoryview(floats + text), 10, None)
+    assert [f[0] for f in frames] == ["raw", "zstd"]
+    assert bytes(frames[0][1]) == floats and len(frames[1][1]) < len(text) // 10
