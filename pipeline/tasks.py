@@ -13,9 +13,9 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from doit.exceptions import InvalidDodoFile, TaskFailed
 from doit.task import clean_targets
@@ -48,6 +48,9 @@ from .publish import remove_published
 from .runtime.constants import MANIFEST_NAME, SIGNATURE_NAME, OptimizationStyle
 from .shard import Shard, assign, shard_from_env
 from .stamps import OutputsIntact, record
+
+if TYPE_CHECKING:
+    from .cache import CookCache
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,8 +213,16 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
             mine = _shard_share(plans, shard, cache)
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
-    if shard is not None:  # cooks only, into the cache: the assembling `doit cook` does the rest
-        yield from (_cook_task(job, cache) for _, jobs in plans for job in jobs if id(job) in mine)
+    if shard is not None:  # its cooks and their runtime checks, into the cache; no manifests
+        for platform, jobs in plans:
+            share = [job for job in jobs if id(job) in mine]
+            yield from (_cook_task(job, cache) for job in share)
+            checks = _runtime_checks(platform, share, where.build / platform.name, where.runtimes, env)
+            if checks:  # in the cook group (where the manifest task would be), so `doit cook` runs it
+                task = _runtime_check_task(platform, share, checks, cache)
+                del task["basename"]
+                task["doc"] = f"check this shard's {platform.name} blobs in onnxruntime, into the cook cache"
+                yield task
         return
     for platform, jobs in plans:
         platform_dir = where.build / platform.name
@@ -330,23 +341,19 @@ def _runtime_checks(
 def run_runtime_checks(
     checks: list[RuntimeCheck], cache_config: CacheConfig | None = None
 ) -> TaskFailed | None:
+    """Each check's models in the target onnxruntime, except those whose passing report for this
+    exact blob and version the cache holds; the new passes are stored there, one per model, so that
+    a shard's checks serve the agent that assembles the bundle."""
     from .cache import CookCache
     from .fsutil import write_json
-    from .target_check import run_check
 
     times: dict[str, float] = {}
     for check in checks:
         cache = CookCache(cache_config) if cache_config is not None else None
         started = time.perf_counter()
         try:
-            key = _check_key(check)
-            report = cache.fetch_check(key, check.runtime_version, list(check.names)) if cache else None
-            if report is not None:
-                write_json(check.result_path, report)
-            else:
-                report = run_check(check)
-                if cache is not None:
-                    cache.upload_check(key, report)
+            report, cached = _checked_models(check, cache)
+            write_json(check.result_path, report)
         except CookError as exc:
             return TaskFailed(str(exc))
         except OSError as exc:
@@ -355,32 +362,59 @@ def run_runtime_checks(
             )
         times[check.runtime_version] = time.perf_counter() - started
         write_json(check_times_path(check.platform_dir), times)
-        line = (
-            f"{check.platform}: {len(report['models'])} model(s) load and match in onnxruntime "
-            f"{report['onnxruntime']}{' (from the cook cache)' if cache is not None and cache.hit else ''}"
+        count = len(report["models"])
+        source = (
+            " (from the cook cache)"
+            if cached == count
+            else f" ({cached} of them from the cook cache)"
+            if cached
+            else ""
         )
+        version = report["onnxruntime"]
+        line = f"{check.platform}: {count} model(s) load and match in onnxruntime {version}{source}"
         sys.stdout.write("\n".join([line, *(cache.notes if cache is not None else [])]) + "\n")
     return None
 
 
+def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[str, Any], int]:
+    """The check's report, and how many of its models came from the cache."""
+    from .target_check import run_check
+
+    keys = {name: _check_key(check, name) for name in check.names}
+    models: dict[str, Any] = {}
+    version = check.runtime_version
+    for name, key in keys.items() if cache is not None else ():
+        stored = cache.fetch_check(key, check.runtime_version, [name])
+        if stored is not None:
+            models[name], version = stored["models"][name], stored["onnxruntime"]
+    cached = len(models)
+    missing = tuple(name for name in check.names if name not in models)
+    if missing:
+        report = run_check(replace(check, names=missing))  # raises if any model fails
+        version = report["onnxruntime"]
+        for name in missing:
+            models[name] = report["models"][name]
+            if cache is not None:
+                cache.upload_check(keys[name], {"onnxruntime": version, "models": {name: models[name]}})
+    return {"onnxruntime": version, "models": {name: models[name] for name in check.names}}, cached
+
+
 # Bump whenever what the runtime check tests changes (its worker, its tolerances): cached reports of
 # an older check are not reused.
-CHECK_RECIPE = 2  # 2: compares at the tolerances the cook verified with
+CHECK_RECIPE = 3  # 2: compares at the tolerances the cook verified with; 3: one report per model
 
 
-def _check_key(check: RuntimeCheck) -> str:
-    """What a runtime check's outcome depends on: the target version and the exact blobs it loads."""
-    blobs = {}
-    for name in check.names:
-        entry = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))
-        blobs[name] = entry["blob_sha256"]
+def _check_key(check: RuntimeCheck, name: str) -> str:
+    """What one model's runtime check depends on: the target version and the exact blob it loads."""
+    entry = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))
     return canonical_json(
         {
             "check": "runtime",
             "recipe": CHECK_RECIPE,
             "version": check.runtime_version,
             "format": BUNDLE_FORMAT,
-            "blobs": blobs,
+            "model": name,
+            "blob": entry["blob_sha256"],
         }
     )
 

@@ -369,10 +369,15 @@ def test_two_shards_cook_concurrently_into_a_folder_cache_then_one_run_assembles
     assert sorted(shares[0] + shares[1]) == ["cook:android:mlp", "cook:android:net"] and all(shares)
     assert not any((project / "build" / "android" / "manifest.json").exists() for project in shards)
 
+    # Each shard ran the runtime check of its own share, and stored one report per model.
+    assert all("android: 1 model(s) load and match in onnxruntime" in output for output in outputs)
+
     assembler = agent(tmp_path, "assemble")
     assembled = doit(assembler, "cook", **cache)
     assert assembled.returncode == 0, assembled.stdout + assembled.stderr
-    assert assembled.stdout.count("(from the cook cache)") == 2
+    assert assembled.stdout.count("(from the cook cache)") == 3  # two cooks and the runtime check
+    (check_line,) = [line for line in assembled.stdout.splitlines() if "load and match" in line]
+    assert check_line.startswith("android: 2 model(s)") and check_line.endswith("(from the cook cache)")
     assert_bundle_intact(assembler / "build" / "android", {"net", "mlp"})
 
 
