@@ -109,7 +109,8 @@ class FolderStore:
 
     def put(self, name: str, data: bytes) -> None:
         try:
-            atomic_write(self.root / name, data)
+            # no fsync: every object is checked against its index when read (0.1-0.8 s per 268 MB here)
+            atomic_write(self.root / name, data, durable=False)
         except OSError as exc:
             raise CacheError(f"cannot write {self.root / name}: {exc.strerror or exc}") from None
 

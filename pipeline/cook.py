@@ -34,7 +34,6 @@ from .layout import (
     verify_data_path,
 )
 from .manifest import measured_variants, shrink_hint
-from .opconfig import model_operators
 from .optimize import optimize, optimize_large
 from .precision import (
     DEFAULT_GATES,
@@ -57,7 +56,6 @@ from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
 from .stamps import record
 from .steptimes import recording, step
-from .usability import usability
 from .verify import as_input_types, load_inputs, reference_outputs, synthesize_inputs, verify
 from .weights import externalize, wants_external
 
@@ -236,6 +234,9 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
                 saved="apply",
                 also_disabled=tuple(fallback["disabled_optimizers"]) if fallback else (),
             )
+    from .opconfig import model_operators  # onnxruntime.tools: only cooks that need them import it
+    from .usability import usability
+
     with step("EP usability report"):
         report = usability(model, settings, work_dir=job.platform_dir)
     operators = None

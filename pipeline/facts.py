@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-import onnxruntime.tools.ort_format_model  # noqa: F401  (puts ort_flatbuffers_py on sys.path)
 
-import ort_flatbuffers_py.fbs as fbs  # isort: skip
+from .ortschema import fbs
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

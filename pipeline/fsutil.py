@@ -44,12 +44,14 @@ def remove_stale_temps(folder: Path, now: float | None = None) -> None:
             continue  # another process removed or replaced it first
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` through a temp file in the same folder, fsync'd, then renamed.
 
     An interrupted or failed write leaves the previous file (if any) untouched and no file that
     looks finished; the temp file is removed on failure. The file gets the usual permissions
-    (0666 less the umask), not mkstemp's private 0600.
+    (0666 less the umask), not mkstemp's private 0600. ``durable=False`` skips the fsync, for files
+    whose readers check them anyway (cook cache objects: a power cut can then leave a short file
+    under its final name, which the reader refuses).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -59,7 +61,8 @@ def atomic_write(path: Path, data: bytes) -> None:
                 os.fchmod(stream.fileno(), 0o666 & ~_umask())
             stream.write(data)
             stream.flush()
-            os.fsync(stream.fileno())
+            if durable:
+                os.fsync(stream.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

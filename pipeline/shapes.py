@@ -7,7 +7,6 @@ NNAPI and CoreML take far more of a model whose shapes are fixed; onnxruntime's 
 from __future__ import annotations
 
 import onnx
-from onnxruntime.tools import onnx_model_utils
 
 from .errors import ModelError
 from .profile import CookSettings
@@ -21,6 +20,8 @@ def fix_shapes(model: onnx.ModelProto, settings: CookSettings) -> bool:
     """
     if not settings.fixed_dims and not settings.fixed_shapes:
         return False
+    from onnxruntime.tools import onnx_model_utils  # imports torch when installed: only when used
+
     for name, size in settings.fixed_dims:
         onnx_model_utils.make_dim_param_fixed(model.graph, name, size)
     for input_name, shape in settings.fixed_shapes:

@@ -24,6 +24,7 @@ from doit.tools import config_changed
 from .assets import AssetModel, discover
 from .cache import CacheConfig, config_from_env
 from .cookkey import BUNDLE_FORMAT, canonical_json
+from .eprules import ep_usability_check
 from .errors import CookError, ProfileError
 from .job import CookJob, RuntimeCheck
 from .layout import (
@@ -43,9 +44,9 @@ from .layout import (
     step_times_path,
     verify_data_path,
 )
-from .profile import Platform, is_skipped, load_model_settings, load_platforms, resolve
+from .profile import CookSettings, Platform, is_skipped, load_model_settings, load_platforms, resolve
 from .publish import remove_published
-from .runtime.constants import MANIFEST_NAME, SIGNATURE_NAME, OptimizationStyle
+from .runtime.constants import MANIFEST_NAME, SIGNATURE_NAME, OptimizationStyle, Precision
 from .shard import Shard, assign, shard_from_env
 from .stamps import OutputsIntact, record
 
@@ -245,9 +246,22 @@ def _shard_share(
             "assemble the bundles from the cache"
         )
     jobs = [job for _, platform_jobs in plans for job in platform_jobs]
-    weights = [(id(job), _source_bytes(job)) for job in jobs]
+    weights = [(id(job), _source_bytes(job) * _passes(job.settings)) for job in jobs]
     assigned = assign(weights, shard.count)
     return {job_id for job_id, index in assigned.items() if index == shard.index}
+
+
+def _passes(settings: CookSettings) -> int:
+    """How many times a cook with these settings goes over the whole model, a proxy for its time
+    beside the model's size (measured on the bench set: a runtime-style reduced-build cook with an
+    NNAPI or CoreML usability report takes ~1.7x a fixed-style one of the same model)."""
+    passes = 2  # load and check; optimize and serialize
+    passes += 2 if settings.verify else 0  # the source's outputs; the cooked blob through the loader
+    runtime = settings.optimization_style == OptimizationStyle.RUNTIME
+    passes += 1 if settings.reduced_build and runtime else 0  # the applied variant
+    passes += 1 if any(ep_usability_check(ep) for ep in settings.execution_providers) else 0
+    passes += 1 if settings.precision != Precision.FP32 else 0  # the variant and its accuracy gate
+    return passes
 
 
 def _source_bytes(job: CookJob) -> int:
