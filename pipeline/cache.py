@@ -157,11 +157,20 @@ def _s3_client() -> Any:
         raise CacheError(
             "an s3:// cache needs boto3: pip install 'onnx-cooker[s3]' (or pip install boto3)"
         ) from None
-    config = Config(
-        connect_timeout=S3_CONNECT_TIMEOUT,
-        read_timeout=S3_READ_TIMEOUT,
-        retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"},
-    )
+    settings: dict[str, Any] = {
+        "connect_timeout": S3_CONNECT_TIMEOUT,
+        "read_timeout": S3_READ_TIMEOUT,
+        "retries": {"max_attempts": S3_ATTEMPTS, "mode": "standard"},
+        # Every object is checked against the sha256 of its index: botocore's own CRC pass over each
+        # upload and download (its default since 1.36) would hash the same bytes a second time.
+        "request_checksum_calculation": "when_required",
+        "response_checksum_validation": "when_required",
+    }
+    try:
+        config = Config(**settings)
+    except TypeError:  # botocore before 1.36: no such options (and no such default)
+        del settings["request_checksum_calculation"], settings["response_checksum_validation"]
+        config = Config(**settings)
     return boto3.client("s3", config=config)
 
 

@@ -10,6 +10,7 @@ import io
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,7 @@ from .runtime.compat import ort_format_version
 from .runtime.constants import ModelFormat, OptimizationStyle
 from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
-from .stamps import record
+from .stamps import record, remembered_sources
 from .steptimes import recording, step
 from .verify import as_input_types, load_inputs, reference_outputs, synthesize_inputs, verify
 from .weights import externalize, wants_external
@@ -192,13 +193,24 @@ class _Variant:
 
 def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     asset = job.asset
+    target = blob_path(job.platform_dir, asset.name, job.settings.format)
+    staged_as = target.relative_to(job.platform_dir).as_posix()
+    looked_up = None
+    if cache is not None and (known := remembered_sources(asset, digest_memo_dir(job.platform_dir.parent))):
+        # Another platform's cook of this model just hashed its sources, which are unchanged since
+        # (size and times): a hit needs only their digests, not their bytes.
+        looked_up = cook_key(job.task_key, {Path(path).name: stamp[3] for path, stamp in known.items()})
+        with step("cook cache lookup"):
+            cached = cache.fetch(
+                looked_up, asset.name, job.settings.platform, staged_as, _parts(job.settings)
+            )
+        if cached is not None:
+            return _write_outputs(job, cached.files, SourceRead({}, known), cached.digests)
     with step("read and hash the sources"):
         read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
         sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
-    target = blob_path(job.platform_dir, asset.name, job.settings.format)
-    if cache is not None:
-        staged_as = target.relative_to(job.platform_dir).as_posix()
+    if cache is not None and key != looked_up:
         with step("cook cache lookup"):
             cached = cache.fetch(key, asset.name, job.settings.platform, staged_as, _parts(job.settings))
         if cached is not None:

@@ -18,12 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from onnxruntime.tools.ort_format_model.operator_type_usage_processors import OperatorTypeUsageManager
-from onnxruntime.tools.ort_format_model.ort_model_processor import OrtFormatModelProcessor
-from onnxruntime.tools.ort_format_model.utils import create_config_from_models
-
-import ort_flatbuffers_py.fbs as fbs  # isort: skip  (on sys.path once ort_format_model is imported)
-
 from .errors import CookError
 from .fsutil import atomic_write
 from .layout import OPS_AND_TYPES_CONFIG, applied_variant_path, ops_config_names
@@ -63,6 +57,8 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
 def _create_config(platform_dir: Path, models: list[Path], output: Path, types: bool, root: Path) -> None:
     """onnxruntime's config writer; its failures (it raises anything, e.g. KeyError on a data type it
     does not know) become a CookError naming the model and the setting that avoids it."""
+    from onnxruntime.tools.ort_format_model.utils import create_config_from_models
+
     try:
         create_config_from_models(models, output, enable_type_reduction=types)
         return
@@ -112,17 +108,22 @@ def _write(platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_re
     return written
 
 
-class _BytesProcessor(OrtFormatModelProcessor):
-    """onnxruntime's ORT-model processor over bytes in memory instead of a file."""
+def _bytes_processor(data: bytes, required_ops: dict, processors: Any) -> Any:
+    """onnxruntime's ORT-model processor over bytes in memory instead of a file (its tools are
+    imported here: their package imports torch when it is installed)."""
+    from onnxruntime.tools.ort_format_model.ort_model_processor import OrtFormatModelProcessor
 
-    def __init__(self, data: bytes, required_ops: dict, processors: OperatorTypeUsageManager) -> None:
-        buffer = bytearray(data)
-        if not fbs.InferenceSession.InferenceSession.InferenceSessionBufferHasIdentifier(buffer, 0):
-            raise ValueError("not an ORT-format model")
-        self._required_ops = required_ops
-        self._buffer = buffer
-        self._model = fbs.InferenceSession.InferenceSession.GetRootAsInferenceSession(buffer, 0).Model()
-        self._op_type_processors = processors
+    from .ortschema import fbs
+
+    buffer = bytearray(data)
+    if not fbs.InferenceSession.InferenceSession.InferenceSessionBufferHasIdentifier(buffer, 0):
+        raise ValueError("not an ORT-format model")
+    processor = OrtFormatModelProcessor.__new__(OrtFormatModelProcessor)
+    processor._required_ops = required_ops
+    processor._buffer = buffer
+    processor._model = fbs.InferenceSession.InferenceSession.GetRootAsInferenceSession(buffer, 0).Model()
+    processor._op_type_processors = processors
+    return processor
 
 
 def model_operators(models: Sequence[bytes]) -> dict[str, Any]:
@@ -130,6 +131,8 @@ def model_operators(models: Sequence[bytes]) -> dict[str, Any]:
     types each operator is used with, as onnxruntime's processor records them: ``{"ops": [[domain,
     opset, op], ...], "types": {"domain;op": config entry}}``, ``types`` None when the processor
     cannot name a type the model uses. JSON-ready, merged by ``write_operator_configs``."""
+    from onnxruntime.tools.ort_format_model.operator_type_usage_processors import OperatorTypeUsageManager
+
     try:
         required, manager = _process(models, OperatorTypeUsageManager())
     except Exception:  # noqa: BLE001 (onnxruntime's tool: e.g. KeyError on a type it does not know)
@@ -146,12 +149,10 @@ def model_operators(models: Sequence[bytes]) -> dict[str, Any]:
     return {"ops": ops, "types": types}
 
 
-def _process(
-    models: Sequence[bytes], manager: OperatorTypeUsageManager | None
-) -> tuple[dict[str, dict[int, set[str]]], OperatorTypeUsageManager | None]:
+def _process(models: Sequence[bytes], manager: Any) -> tuple[dict[str, dict[int, set[str]]], Any]:
     required: dict[str, dict[int, set[str]]] = {}
     for data in models:
-        _BytesProcessor(data, required, manager).process()
+        _bytes_processor(data, required, manager).process()
     return required, manager
 
 

@@ -74,6 +74,22 @@ def known_sha256(memo_dir: Path, path: Path) -> str | None:
     return None
 
 
+def remembered_sources(asset: Any, memo_dir: Path) -> dict[str, list[Any]] | None:
+    """[size, mtime_ns, ctime_ns, sha256] of each of ``asset``'s source files, as remembered in
+    ``memo_dir`` while they are unchanged since; None unless every one of them is."""
+    found = {}
+    for path in asset.source_files:
+        try:
+            state = _stat(path)
+        except OSError:
+            return None
+        digest = known_sha256(memo_dir, path)
+        if digest is None:
+            return None
+        found[str(path)] = [*state, digest]
+    return found
+
+
 class DigestChecker(FileChangedChecker):
     """doit's file-dependency check with the cooker's sha256s: doit's default (``md5``) hashes every
     file dependency again when a task finishes (every source once per platform, every blob again for

@@ -451,3 +451,26 @@ def test_malformed_entries_with_agreeing_indexes_are_refused_never_written(
     assert cook(job(assets, tmp_path / "second"), refusing) == entry  # cooked again, locally
     assert not refusing.hit and "refused, cooked again" in refusing.notes[0]
     assert outputs(tmp_path / "second") == outputs(first)
+
+
+def test_a_fresh_agent_hashes_each_source_once_not_once_per_platform(tmp_path: Path) -> None:
+    """On a fresh agent, the first platform's hit hashes the model's sources; the other platforms'
+    hits take those digests (the files are unchanged since) and never read the sources."""
+    from pipeline.layout import step_times_path
+
+    assets, first = project(tmp_path, "first")
+    platforms = ("windows-dml", "console")
+    firsts = [cook(job(assets, first, p), folder_cache(tmp_path / "cache")) for p in platforms]
+    _, second = project(tmp_path, "second")
+    hits = [folder_cache(tmp_path / "cache") for _ in platforms]
+    entries = [cook(job(assets, second, p), cache) for p, cache in zip(platforms, hits, strict=True)]
+    assert all(cache.hit for cache in hits) and entries == firsts and outputs(second) == outputs(first)
+    steps = [json.loads(step_times_path(second / p, "net").read_text()) for p in platforms]
+    assert "read and hash the sources" in steps[0] and "read and hash the sources" not in steps[1]
+    assert entries[1]["source_sha256"] == hashlib.sha256((assets / "net.onnx").read_bytes()).hexdigest()
+
+    (assets / "net.onnx").write_bytes((assets / "net.onnx").read_bytes())  # rewritten: new ctime
+    again = folder_cache(tmp_path / "cache")
+    cook(job(assets, second, "console"), again)  # second's memo no longer matches the file
+    assert again.hit
+    assert "read and hash the sources" in json.loads(step_times_path(second / "console", "net").read_text())
