@@ -1,8 +1,8 @@
 """``python -m bench.farm [--quick]``: the shared cook cache on a build farm, measured side by side.
 
 1. A fresh agent (no build folder, no doit state) running ``doit -n 2 cook`` against a warm cache
-   (S3 on localhost: moto's server and the real boto3 client), vs the cold ``doit -n 2 cook`` that
-   filled it.
+   (S3 on localhost: moto's server and the real boto3 client; and a folder cache, as on a network
+   share), vs the cold ``doit -n 2 cook`` that filled it.
 2. Two shard processes (``COOK_SHARD=0/2`` and ``1/2``) cooking (and runtime-checking) their shares
    at once on separate build folders into one folder cache, then one ``doit -n 2 cook`` assembling
    every bundle from it (as the README's CI recipe does), vs one process cooking everything
@@ -48,6 +48,8 @@ class Farm:
     tasks: int  # cook tasks (platform, model)
     cold: list[Run]  # doit -n 2 cook, filling the S3 cache
     warm: list[Run]  # doit -n 2 cook on a fresh agent, every cook a hit
+    cold_folder: list[Run]  # the same two with a folder cache
+    warm_folder: list[Run]
     one_process: list[Run]  # doit cook, no cache
     shards: list[float]  # wall time of the two shard processes running at once
     assemble: list[Run]  # doit cook from the folder cache the shards filled
@@ -170,7 +172,8 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
     print("farm: warm-up cook", file=sys.stderr)
     warm_up(project, runtimes, logs)
     repeats = 1 if quick else 3
-    farm: dict[str, list] = {k: [] for k in ("cold", "warm", "one", "shards", "assemble", "hit", "converter")}
+    kinds = ("cold", "warm", "cold_folder", "warm_folder", "one", "shards", "assemble", "hit", "converter")
+    farm: dict[str, list] = {k: [] for k in kinds}
     with s3_server() as server:
         server.client().create_bucket(Bucket=BUCKET)
         for i in range(repeats):
@@ -189,6 +192,23 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
                     )
                 )
             farm["hit"].append(_hit_cost(project, f"build-warm-{i}", server.env(), f"round{i}"))
+            folder = {"COOK_CACHE": str(workdir / f"warm-folder-cache-{i}")}
+            for kind, build in (
+                ("cold_folder", f"build-cold-folder-{i}"),
+                ("warm_folder", f"build-warm-folder-{i}"),
+            ):
+                farm[kind].append(
+                    doit(
+                        project,
+                        ["-n", "2", "cook"],
+                        assets="assets",
+                        build=build,
+                        runtimes=runtimes,
+                        log=logs / f"{build}.log",
+                        extra_env=folder,
+                    )
+                )
+            shutil.rmtree(workdir / f"warm-folder-cache-{i}", ignore_errors=True)
             if i == 0:
                 steps = _step_times(project / "build-cold-0")
             farm["converter"].append(_converter(project, workdir, i))
@@ -223,7 +243,7 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
                         )
                     )
             for leftover in project.glob(f"build-*-{i}*"):
-                if not leftover.name.startswith(("build-warm", "build-cold")):
+                if not leftover.name.startswith(("build-warm-", "build-cold-")) or "folder" in leftover.name:
                     shutil.rmtree(leftover)
     log = (logs / "build-warm-0.log").read_text()
     hits = sum("/.entries/" in line and line.endswith("(from the cook cache)") for line in log.splitlines())
@@ -236,6 +256,8 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
         tasks=tasks,
         cold=farm["cold"],
         warm=farm["warm"],
+        cold_folder=farm["cold_folder"],
+        warm_folder=farm["warm_folder"],
         one_process=farm["one"],
         shards=farm["shards"],
         assemble=farm["assemble"],
@@ -251,6 +273,8 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
 def render(farm: Farm) -> str:
     cold = _median([r.wall_s for r in farm.cold])
     warm = _median([r.wall_s for r in farm.warm])
+    cold_folder = _median([r.wall_s for r in farm.cold_folder])
+    warm_folder = _median([r.wall_s for r in farm.warm_folder])
     one = _median([r.wall_s for r in farm.one_process])
     sharded = _median([s + a.wall_s for s, a in zip(farm.shards, farm.assemble, strict=True)])
     hit = _median(farm.hit_s)
@@ -278,6 +302,9 @@ def render(farm: Farm) -> str:
         f"| 1 | fresh agent, warm S3 cache (`doit -n 2 cook`) vs the cold `doit -n 2 cook` that filled it "
         f"| <= {WARM_GOAL:.2f}x | {warm:.1f} s vs {cold:.1f} s: {warm / cold:.2f}x "
         f"| {verdict(warm / cold <= WARM_GOAL)} |",
+        f"| 1 | the same with a folder cache (a network share's case) | <= {WARM_GOAL:.2f}x "
+        f"| {warm_folder:.1f} s vs {cold_folder:.1f} s: {warm_folder / cold_folder:.2f}x "
+        f"| {verdict(warm_folder / cold_folder <= WARM_GOAL)} |",
         f"| 2 | 2 shard processes at once into a folder cache, then `doit -n 2 cook` assembling, vs one "
         f"process (`doit cook`) | <= {SHARD_GOAL:.2f}x | {sharded:.1f} s "
         f"({_median(farm.shards):.1f} s shards + {assemble:.1f} s assemble) "
