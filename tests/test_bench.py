@@ -209,8 +209,9 @@ def test_farm_benchmark_runs_and_reports_its_measurements(tmp_path: Path) -> Non
     cache for every cook task (the run fails otherwise), two shards and an assembly, the converter."""
     report = quick_bench("bench.farm", tmp_path, "onnx-cooker-farm-")
     rows = [line for line in report.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2", "| 3", "| 4"]
-    assert all("not judged (quick mode)" in row for row in (rows[0], rows[1], rows[3])) and " ms " in rows[2]
+    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 1", "| 2", "| 3", "| 4"]  # 1: S3, folder
+    assert all("not judged (quick mode)" in row for row in (rows[0], rows[1], rows[2], rows[4]))
+    assert " ms " in rows[3] and "folder cache" in rows[1]
     steps = report.split("| step | seconds | share |", 1)[1]
     assert "| optimize and serialize |" in steps and "| runtime check (per platform) |" in steps
 
