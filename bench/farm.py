@@ -174,40 +174,31 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
     repeats = 1 if quick else 3
     kinds = ("cold", "warm", "cold_folder", "warm_folder", "one", "shards", "assemble", "hit", "converter")
     farm: dict[str, list] = {k: [] for k in kinds}
+
+    def cook(build: str, args: list[str], cache_env: dict[str, str] | None = None) -> Run:
+        """``doit <args>`` in the project into build folder ``build`` (its log beside the others)."""
+        return doit(
+            project,
+            args,
+            assets="assets",
+            build=build,
+            runtimes=runtimes,
+            log=logs / f"{build}.log",
+            extra_env=cache_env,
+        )
+
+    parallel = ["-n", "2", "cook"]
     with s3_server() as server:
         server.client().create_bucket(Bucket=BUCKET)
         for i in range(repeats):
             s3 = {"COOK_CACHE": f"s3://{BUCKET}/round{i}", **server.env()}
             print(f"farm: round {i + 1}/{repeats}: cold cook into S3, then a fresh agent", file=sys.stderr)
-            for kind, build in (("cold", f"build-cold-{i}"), ("warm", f"build-warm-{i}")):
-                farm[kind].append(
-                    doit(
-                        project,
-                        ["-n", "2", "cook"],
-                        assets="assets",
-                        build=build,
-                        runtimes=runtimes,
-                        log=logs / f"{build}.log",
-                        extra_env=s3,
-                    )
-                )
+            farm["cold"].append(cook(f"build-cold-{i}", parallel, s3))
+            farm["warm"].append(cook(f"build-warm-{i}", parallel, s3))
             farm["hit"].append(_hit_cost(project, f"build-warm-{i}", server.env(), f"round{i}"))
             folder = {"COOK_CACHE": str(workdir / f"warm-folder-cache-{i}")}
-            for kind, build in (
-                ("cold_folder", f"build-cold-folder-{i}"),
-                ("warm_folder", f"build-warm-folder-{i}"),
-            ):
-                farm[kind].append(
-                    doit(
-                        project,
-                        ["-n", "2", "cook"],
-                        assets="assets",
-                        build=build,
-                        runtimes=runtimes,
-                        log=logs / f"{build}.log",
-                        extra_env=folder,
-                    )
-                )
+            farm["cold_folder"].append(cook(f"build-cold-folder-{i}", parallel, folder))
+            farm["warm_folder"].append(cook(f"build-warm-folder-{i}", parallel, folder))
             shutil.rmtree(workdir / f"warm-folder-cache-{i}", ignore_errors=True)
             if i == 0:
                 steps = _step_times(project / "build-cold-0")
@@ -217,31 +208,10 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
             order = ["one", "shards"] if i % 2 == 0 else ["shards", "one"]
             for kind in order:
                 if kind == "one":
-                    build = f"build-one-{i}"
-                    farm["one"].append(
-                        doit(
-                            project,
-                            ["cook"],
-                            assets="assets",
-                            build=build,
-                            runtimes=runtimes,
-                            log=logs / f"{build}.log",
-                        )
-                    )
+                    farm["one"].append(cook(f"build-one-{i}", ["cook"]))
                 else:
                     farm["shards"].append(_concurrent_shards(project, runtimes, logs, cache, i))
-                    build = f"build-assemble-{i}"
-                    farm["assemble"].append(
-                        doit(
-                            project,
-                            ["-n", "2", "cook"],
-                            assets="assets",
-                            build=build,
-                            runtimes=runtimes,
-                            log=logs / f"{build}.log",
-                            extra_env={"COOK_CACHE": str(cache)},
-                        )
-                    )
+                    farm["assemble"].append(cook(f"build-assemble-{i}", parallel, {"COOK_CACHE": str(cache)}))
             for leftover in project.glob(f"build-*-{i}*"):
                 if not leftover.name.startswith(("build-warm-", "build-cold-")) or "folder" in leftover.name:
                     shutil.rmtree(leftover)
