@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from doit.dependency import FileChangedChecker
 
 from .cookkey import file_sha256
-from .fsutil import write_json
+from .fsutil import atomic_write, json_bytes, write_json
 from .layout import digest_memo_dir
 
 STAMP_VERSION = 1
@@ -60,7 +60,8 @@ def _memo_path(memo_dir: Path, path: Path) -> Path:
 
 def remember(memo_dir: Path, path: Path, entry: Sequence[Any]) -> None:
     """Keep ``path``'s [size, mtime_ns, ctime_ns, sha256] for ``known_sha256``."""
-    write_json(_memo_path(memo_dir, path), [str(path.absolute()), *entry])
+    # no fsync: a memo lost or cut short by a power cut reads as absent, and the file is hashed again
+    atomic_write(_memo_path(memo_dir, path), json_bytes([str(path.absolute()), *entry]), durable=False)
 
 
 def known_sha256(memo_dir: Path, path: Path) -> str | None:

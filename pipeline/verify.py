@@ -168,7 +168,7 @@ def reference_outputs(
     if key is not None and all(_plain_array(value) for value in outputs.values()):
         buffer = io.BytesIO()
         np.savez(buffer, **{f"{index}:{name}": value for index, (name, value) in enumerate(outputs.items())})
-        atomic_write(memo_dir / f"{key}.npz", buffer.getvalue())
+        atomic_write(memo_dir / f"{key}.npz", buffer.getvalue(), durable=False)  # unreadable: recomputed
     return outputs
 
 
