@@ -422,11 +422,11 @@ def check_entry(
     name: str,
     platform: str,
     blob_file: str,
-    blob_sha256: str | None = None,
+    blob_sha256: str,
 ) -> None:
     """Refuse an entry unless its blob is what its entry says (size and sha256, the way ``Bundle``
     checks a blob before a game loads it), its header and frame layout are sound, and everything
-    names ``cook_key``. ``blob_sha256``: the blob's digest when the caller just computed it.
+    names ``cook_key``. ``blob_sha256``: the blob's digest, computed by the caller (against the index).
 
     The frames are not decompressed: the blob's sha256 equals the one its cook recorded after
     verifying that very blob through the loader, so decompressing it again proves nothing more."""
@@ -461,8 +461,7 @@ def check_entry(
     for what, value in expected.items():
         if found_header[what] != value or found_entry[what] != value:
             raise PoisonedEntry(f"its blob or entry is for another {what}")
-    digest = blob_sha256 or hashlib.sha256(blob).hexdigest()
-    if entry.get("blob_sha256") != digest or entry.get("blob_size") != len(blob):
+    if entry.get("blob_sha256") != blob_sha256 or entry.get("blob_size") != len(blob):
         raise PoisonedEntry("its blob does not match the sha256 and size of its manifest entry")
     if entry.get("file") != blob_file:
         raise PoisonedEntry(f"its entry names the blob {entry.get('file')!r}, not {blob_file!r}")

@@ -187,18 +187,18 @@ def _dump(record: Any) -> str:
     return json.dumps(ordered(record))
 
 
-def merged_config(models: Mapping[str, Mapping[str, Any]], with_types: bool) -> str:
-    """The config onnxruntime's ``create_config_from_models`` writes for these models, from each
-    model's ``model_operators`` record; keys are the model files as the header lists them."""
+def merged_config(records: Sequence[Mapping[str, Any]], files: Sequence[str], with_types: bool) -> str:
+    """The config onnxruntime's ``create_config_from_models`` writes for ``files`` (the cooked model
+    files as its header lists them), from their ``model_operators`` records."""
     required: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
     types: dict[str, Any] = {}
-    for record in models.values():
+    for record in records:
         for domain, opset, op in record["ops"]:
             required[domain][int(opset)].add(op)
         for key, entry in (record["types"] or {}).items():
             types[key] = _union(types.get(key), json.loads(entry))
     lines = ["# Generated from model/s:\n"]
-    lines += [f"# - {name}\n" for name in sorted(models, key=lambda n: PurePosixPath(n).parts)]
+    lines += [f"# - {name}\n" for name in sorted(files, key=lambda n: PurePosixPath(n).parts)]
     for domain in sorted(required):
         for opset in sorted(required[domain]):
             entries = [
@@ -212,15 +212,16 @@ def merged_config(models: Mapping[str, Mapping[str, Any]], with_types: bool) -> 
 def _write_merged(
     platform_dir: Path, reduced: Mapping[str, Mapping[str, Any]], type_reduction: bool
 ) -> list[Path]:
-    records = {}
-    for name, entry in reduced.items():
-        # one record covers the model and its applied variant; the header names both files
-        records[f"{name}.ort"] = entry["operators"]
-        if entry.get("saved_runtime_optimizations") and applied_variant_path(platform_dir, name).is_file():
-            records[f"{name}.applied.ort"] = {"ops": [], "types": {}}
+    records = [entry["operators"] for entry in reduced.values()]  # each covers its applied variant
+    files = [f"{name}.ort" for name in reduced]
+    files += [
+        f"{name}.applied.ort"
+        for name, entry in reduced.items()
+        if entry.get("saved_runtime_optimizations") and applied_variant_path(platform_dir, name).is_file()
+    ]
     written = []
     for config in ops_config_names(type_reduction):
-        text = merged_config(records, config == OPS_AND_TYPES_CONFIG)
+        text = merged_config(records, files, config == OPS_AND_TYPES_CONFIG)
         atomic_write(platform_dir / config, text.encode())
         written.append(platform_dir / config)
     return written
