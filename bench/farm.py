@@ -100,24 +100,43 @@ def _concurrent_shards(project: Path, runtimes: Path, logs: Path, cache: Path, r
 
 
 def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str) -> float:
-    """The median time of one S3 hit over every (platform, model) the build holds."""
+    """The median time of one S3 hit over every (platform, model) the build holds: index, objects
+    streamed into temp files and hashed, the checks; the temp files are dropped."""
     import os
+    import tempfile
 
-    from pipeline.cache import CacheConfig, CookCache
+    from pipeline.cache import ROLES, CacheConfig, CookCache
 
     os.environ.update(server_env)
     times = []
-    for platform in platform_names(project):
-        manifest = json.loads((project / build / platform / "manifest.json").read_text())
-        for name, entry in manifest["models"].items():
-            staged = f".entries/{name}.{entry['format']}.zst"
-            cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/{prefix}"))
-            start = time.perf_counter()
-            hit = cache.fetch(entry["cook_key"], name, platform, staged)
-            times.append(time.perf_counter() - start)
-            if hit is None:
-                raise BenchError(f"no S3 cache hit for {platform}/{name}: {cache.notes}")
+    with tempfile.TemporaryDirectory(dir=project) as scratch:
+        for platform in platform_names(project):
+            manifest = json.loads((project / build / platform / "manifest.json").read_text())
+            for name, entry in manifest["models"].items():
+                staged = f".entries/{name}.{entry['format']}.zst"
+                roles = _roles(project / build / platform, name, entry["format"])
+                dests = {role: Path(scratch) / f"{role}-{i}" for i, role in enumerate(roles) if role in ROLES}
+                cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/{prefix}"))
+                start = time.perf_counter()
+                hit = cache.fetch(entry["cook_key"], name, platform, staged, dests)
+                times.append(time.perf_counter() - start)
+                if hit is None:
+                    raise BenchError(f"no S3 cache hit for {platform}/{name}: {cache.notes}")
+                hit.discard()
     return _median(times)
+
+
+def _roles(platform_dir: Path, name: str, model_format: str) -> list[str]:
+    """The roles a cook of ``name`` wrote into ``platform_dir`` (what its cache entry holds)."""
+    from pipeline.layout import applied_variant_path, blob_path, entry_path, verify_data_path
+
+    paths = {
+        "blob": blob_path(platform_dir, name, model_format),
+        "entry": entry_path(platform_dir, name),
+        "verify": verify_data_path(platform_dir, name),
+        "applied": applied_variant_path(platform_dir, name),
+    }
+    return [role for role, path in paths.items() if path.is_file()]
 
 
 def _converter(project: Path, workdir: Path, round_: int) -> float:

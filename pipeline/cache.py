@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 from .errors import CookError
-from .fsutil import atomic_write
+from .fsutil import atomic_write, copy_hashed, file_sha256, link_or_copy, temp_beside
 from .runtime.compat import parse_version
 
 CACHE_ENV = "COOK_CACHE"
@@ -42,6 +43,10 @@ ROLES = ("blob", "entry", "verify", "applied")
 S3_CONNECT_TIMEOUT = 5.0
 S3_READ_TIMEOUT = 60.0
 S3_ATTEMPTS = 2
+# Objects up to this size go in one PUT (S3 takes up to 5 GiB in one); bigger ones in parts.
+S3_SINGLE_PUT_LIMIT = 4 << 30
+S3_PART_BYTES = 256 << 20
+CHUNK_BYTES = 1 << 20  # objects are streamed through buffers of this size
 
 
 class CacheError(CookError):
@@ -80,13 +85,25 @@ def _is_windows_drive(url: str) -> bool:
 
 
 class Store(Protocol):
-    """A flat namespace of objects; ``get`` returns None for an object that does not exist."""
+    """A flat namespace of objects; ``get`` returns None for an object that does not exist.
+
+    Small objects (indexes, check reports) travel as bytes; an entry's files travel as files
+    (``get_file``/``put_file``), never whole in memory."""
 
     description: str
 
     def get(self, name: str) -> bytes | None: ...
 
     def put(self, name: str, data: bytes) -> None: ...
+
+    def get_file(self, name: str, dest: Path) -> str | None:
+        """Write the object to the new file ``dest`` (fsync'd) and return its sha256; None (and no
+        file) when the object does not exist."""
+        ...
+
+    def put_file(self, name: str, path: Path) -> None:
+        """Store the file ``path`` as the object ``name``, readable whole or not at all."""
+        ...
 
 
 @dataclass
@@ -113,6 +130,56 @@ class FolderStore:
             atomic_write(self.root / name, data, durable=False)
         except OSError as exc:
             raise CacheError(f"cannot write {self.root / name}: {exc.strerror or exc}") from None
+
+    def get_file(self, name: str, dest: Path) -> str | None:
+        """A hard link to the object where the build is on the cache's file system (no bytes written:
+        objects are never changed in place, only replaced or deleted), else a copy."""
+        source = self.root / name
+        try:
+            try:
+                os.link(source, dest)
+            except FileNotFoundError:
+                if not source.exists():
+                    return None
+                raise
+            except OSError:  # another file system (EXDEV), links refused (EPERM), or none at all
+                return copy_hashed(source, dest)
+            _flush(dest)  # durable like every build output (cheap: the object's pages are clean)
+            return file_sha256(dest)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            dest.unlink(missing_ok=True)
+            raise CacheError(f"cannot read {source}: {exc.strerror or exc}") from None
+
+    def put_file(self, name: str, path: Path) -> None:
+        """A hard link to the build's file where the cache is on its file system (the build replaces
+        its files, never rewrites them), else a copy; then renamed into place."""
+        target = self.root / name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temp = temp_beside(target)
+            try:
+                link_or_copy(path, temp)
+                os.replace(temp, target)
+            finally:
+                temp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise CacheError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def _flush(path: Path) -> None:
+    """fsync ``path`` where a read-only descriptor allows it (POSIX); elsewhere the copy did."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # Windows wants a writable descriptor: its copies were fsync'd as they were written
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -144,6 +211,39 @@ class S3Store:
     def put(self, name: str, data: bytes) -> None:
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
+        except Exception as exc:
+            raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
+
+    def get_file(self, name: str, dest: Path) -> str | None:
+        """The object streamed into ``dest`` and hashed on the way (never whole in memory)."""
+        digest = hashlib.sha256()
+        try:
+            answer = self.client.get_object(Bucket=self.bucket, Key=self._key(name))
+            with open(dest, "xb") as out:
+                for chunk in answer["Body"].iter_chunks(CHUNK_BYTES):
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        except Exception as exc:  # botocore raises many types; absence is one code among them
+            dest.unlink(missing_ok=True)
+            if _s3_code(exc) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise CacheError(f"cannot read {self.description}/{name}: {_s3_reason(exc)}") from None
+        return digest.hexdigest()
+
+    def put_file(self, name: str, path: Path) -> None:
+        """One PUT streamed from the file; in parts (multipart upload) past ``S3_SINGLE_PUT_LIMIT``.
+        S3 shows an object only once its PUT or its multipart upload completed."""
+        try:
+            if path.stat().st_size <= S3_SINGLE_PUT_LIMIT:
+                with path.open("rb") as body:
+                    self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=body)
+            else:
+                from boto3.s3.transfer import TransferConfig
+
+                parts = TransferConfig(multipart_threshold=S3_PART_BYTES, multipart_chunksize=S3_PART_BYTES)
+                self.client.upload_file(str(path), self.bucket, self._key(name), Config=parts)
         except Exception as exc:
             raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
 
@@ -214,14 +314,19 @@ def _check_name(digest: str) -> str:
 
 @dataclass(frozen=True)
 class Cached:
-    """What one cook wrote, by role (``blob``, ``entry``, ``verify``, ``applied``): the bytes."""
+    """A checked entry, by role (``blob``, ``entry``, ``verify``, ``applied``): each file placed in a
+    temp file beside where the cook writes it (``os.replace`` puts it there), and its sha256."""
 
-    files: Mapping[str, bytes]
+    staged: Mapping[str, Path]
     digests: Mapping[str, str]  # sha256 by role, checked against the entry's index
 
     @property
     def entry(self) -> dict[str, Any]:
-        return json.loads(self.files["entry"])
+        return json.loads(self.staged["entry"].read_bytes())
+
+    def discard(self) -> None:
+        for path in self.staged.values():
+            path.unlink(missing_ok=True)
 
 
 @dataclass
@@ -249,27 +354,29 @@ class CookCache:
         self.config = CacheConfig(self.config.url, mode="off")  # one warning per cook
 
     def fetch(
-        self, cook_key: str, name: str, platform: str, blob_file: str, parts: frozenset[str] | None = None
+        self, cook_key: str, name: str, platform: str, blob_file: str, dests: Mapping[str, Path]
     ) -> Cached | None:
-        """The checked entry for ``cook_key``, or None (absent, unreachable, or refused). ``parts``:
-        the roles the cook of this job writes (an entry with others, or without one, is refused)."""
+        """The checked entry for ``cook_key``, or None (absent, unreachable, or refused). ``dests``:
+        where the cook of this job writes each of its roles (an entry with other roles is refused);
+        the entry's files are placed beside them, in temp files, and nothing is left on a refusal."""
         if self.config.mode == "off" or (store := self._store()) is None:
             return None
         digest = entry_digest(cook_key)
+        staged: dict[str, Path] = {}
         try:
             index = store.get(_index_name(digest))
             if index is None:
                 return None
-            files, digests = _fetch_files(store, digest, index, cook_key)
-            if parts is not None and set(files) != parts:
-                raise PoisonedEntry(f"it holds {sorted(files)}, where this cook writes {sorted(parts)}")
-            check_entry(files, cook_key, name, platform, blob_file, digests["blob"])
+            digests = _fetch_files(store, digest, index, cook_key, dests, staged)
+            check_entry(staged, cook_key, name, platform, blob_file, digests["blob"])
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed entry's shape
+            Cached(staged, {}).discard()
             self.notes.append(
                 f"warning: cook cache entry {digest[:16]} refused, cooked again: malformed ({exc!r})"
             )
             return None
         except CacheError as exc:
+            Cached(staged, {}).discard()
             if isinstance(exc, PoisonedEntry):
                 self.notes.append(
                     f"warning: cook cache entry {digest[:16]} refused, cooked again: {exc.problem}"
@@ -277,20 +384,24 @@ class CookCache:
                 return None
             self._unusable(exc)
             return None
+        except BaseException:
+            Cached(staged, {}).discard()
+            raise
         self.hit = True
-        return Cached(files, digests)
+        return Cached(staged, digests)
 
-    def upload(self, cook_key: str, files: Mapping[str, bytes], digests: Mapping[str, str]) -> None:
-        """Store what a cook wrote (``digests``: the sha256 of each file, by role): every object first,
-        the index last (readers see all or nothing)."""
+    def upload(self, cook_key: str, files: Mapping[str, Path], digests: Mapping[str, str]) -> None:
+        """Store what a cook wrote (``files``: its files by role, ``digests``: their sha256s): every
+        object first, the index last (readers see all or nothing)."""
         if not self.config.writes or (store := self._store()) is None:
             return
         digest = entry_digest(cook_key)
         index = {"version": INDEX_VERSION, "cook_key": cook_key, "files": {}}
         try:
-            for role, data in files.items():
-                store.put(_object_name(digest, role), data)
-                index["files"][role] = {"size": len(data), "sha256": digests[role]}
+            for role, path in files.items():
+                size = path.stat().st_size
+                store.put_file(_object_name(digest, role), path)
+                index["files"][role] = {"size": size, "sha256": digests[role]}
             store.put(_index_name(digest), json.dumps(index, sort_keys=True).encode())
         except CacheError as exc:
             self._unusable(exc)
@@ -390,10 +501,15 @@ class PoisonedEntry(CacheError):
 
 
 def _fetch_files(
-    store: Store, digest: str, raw_index: bytes, cook_key: str
-) -> tuple[dict[str, bytes], dict[str, str]]:
-    """The entry's objects, each checked against the size and sha256 its index lists, and those
-    sha256s by role."""
+    store: Store,
+    digest: str,
+    raw_index: bytes,
+    cook_key: str,
+    dests: Mapping[str, Path],
+    staged: dict[str, Path],
+) -> dict[str, str]:
+    """Place the entry's objects beside ``dests`` (into ``staged``, by role), each checked against the
+    size and sha256 its index lists; returns those sha256s by role."""
     try:
         index = json.loads(raw_index)
         listed = index["files"]
@@ -404,44 +520,43 @@ def _fetch_files(
         raise PoisonedEntry("its index is for another cook key")
     if not {"blob", "entry"} <= set(listed) <= set(ROLES):
         raise PoisonedEntry(f"its index lists {sorted(listed)}")
-    files, digests = {}, {}
+    if set(listed) != set(dests):
+        raise PoisonedEntry(f"it holds {sorted(listed)}, where this cook writes {sorted(dests)}")
+    digests = {}
     for role, expected in listed.items():
-        data = store.get(_object_name(digest, role))
-        if data is None:
+        dest = dests[role]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        temp = temp_beside(dest)
+        sha256 = store.get_file(_object_name(digest, role), temp)
+        if sha256 is None:
             raise PoisonedEntry(f"its {role} object is missing")
-        sha256 = hashlib.sha256(data).hexdigest()
-        if len(data) != expected.get("size") or sha256 != expected.get("sha256"):
+        staged[role] = temp
+        if temp.stat().st_size != expected.get("size") or sha256 != expected.get("sha256"):
             raise PoisonedEntry(f"its {role} object does not match the size and sha256 of its index")
-        files[role], digests[role] = data, sha256
-    return files, digests
+        digests[role] = sha256
+    return digests
 
 
 def check_entry(
-    files: Mapping[str, bytes],
+    files: Mapping[str, Path],
     cook_key: str,
     name: str,
     platform: str,
     blob_file: str,
     blob_sha256: str,
 ) -> None:
-    """Refuse an entry unless its blob is what its entry says (size and sha256, the way ``Bundle``
-    checks a blob before a game loads it), its header and frame layout are sound, and everything
-    names ``cook_key``. ``blob_sha256``: the blob's digest, computed by the caller (against the index).
+    """Refuse an entry (its files by role) unless its blob is what its entry says (size and sha256,
+    the way ``Bundle`` checks a blob before a game loads it), its header and frame layout are sound,
+    and everything names ``cook_key``. ``blob_sha256``: the blob's digest, computed by the caller
+    (against the index).
 
     The frames are not decompressed: the blob's sha256 equals the one its cook recorded after
     verifying that very blob through the loader, so decompressing it again proves nothing more."""
-    from .runtime.blob import check_layout
-    from .runtime.errors import BundleError
-
-    blob = files["blob"]
     try:
-        entry = json.loads(files["entry"])
-        # header, its CRC, sizes and frame layout (models over 2 GiB included)
-        header, _ = check_layout(blob, max_model_size=1 << 62)
+        entry = json.loads(files["entry"].read_bytes())
     except ValueError as exc:
         raise PoisonedEntry(f"its manifest entry is not JSON ({exc})") from None
-    except BundleError as exc:
-        raise PoisonedEntry(f"its blob is damaged ({exc})") from None
+    blob_size, header = _blob_layout(files["blob"])
     if not isinstance(entry, dict):
         raise PoisonedEntry("its manifest entry is not a JSON object")
     missing = [key for key, kind in ENTRY_FIELDS.items() if not isinstance(entry.get(key), kind)]
@@ -450,7 +565,7 @@ def check_entry(
     if "operators" in entry and not _operators_shape_ok(entry["operators"]):
         raise PoisonedEntry("its manifest entry's operator lists are malformed")
     if "verify" in files:
-        _check_verify_data(files["verify"])
+        _check_verify_data(files["verify"].read_bytes())
     expected = {"cook key": cook_key, "name": name, "platform": platform}
     found_header = {"cook key": header.cook_key, "name": header.name, "platform": header.platform}
     found_entry = {
@@ -461,7 +576,35 @@ def check_entry(
     for what, value in expected.items():
         if found_header[what] != value or found_entry[what] != value:
             raise PoisonedEntry(f"its blob or entry is for another {what}")
-    if entry.get("blob_sha256") != blob_sha256 or entry.get("blob_size") != len(blob):
+    if entry.get("blob_sha256") != blob_sha256 or entry.get("blob_size") != blob_size:
         raise PoisonedEntry("its blob does not match the sha256 and size of its manifest entry")
     if entry.get("file") != blob_file:
         raise PoisonedEntry(f"its entry names the blob {entry.get('file')!r}, not {blob_file!r}")
+
+
+def _blob_layout(path: Path) -> tuple[int, Any]:
+    """The blob file's size and header, after checking its header (and CRC), sizes and frame layout
+    (models over 2 GiB included). Mapped, not read: only the header and the frames' first bytes are
+    touched. The file is this cook's own staged copy (or a link to an object nobody rewrites)."""
+    import mmap
+
+    from .runtime.blob import check_layout
+    from .runtime.errors import BundleError
+
+    problem = None
+    with path.open("rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        view = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        try:
+            header, _ = check_layout(view, max_model_size=1 << 62)
+        except BundleError as exc:
+            problem = str(exc)
+        finally:
+            if isinstance(view, mmap.mmap):
+                try:
+                    view.close()
+                except BufferError:  # a slice still referenced (by a traceback): freed with it
+                    pass
+    if problem is not None:
+        raise PoisonedEntry(f"its blob is damaged ({problem})")
+    return size, header

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,22 +18,17 @@ from .cache import CookCache
 from .cookkey import cook_key, tool_versions
 from .errors import CookError, ModelError, VerifyError
 from .facts import feed_inputs, onnx_facts, ort_facts
-from .fsutil import atomic_write, json_bytes, write_json
+from .fsutil import json_bytes
 from .guard import guard
 from .job import CookJob
 from .large import is_large, tensor_bytes
 from .layout import (
-    applied_variant_path,
-    blob_path,
-    cook_stamps_path,
-    digest_memo_dir,
-    entry_path,
     reference_memo_dir,
-    step_times_path,
-    verify_data_path,
 )
 from .manifest import measured_variants, shrink_hint
 from .optimize import optimize, optimize_large
+from .outputs import commit, lookup, paths, staged_files
+from .outputs import cook as cook  # the entry point: looks the cache up, then cook_source
 from .precision import (
     DEFAULT_GATES,
     FP32,
@@ -55,8 +48,7 @@ from .runtime.compat import ort_format_version
 from .runtime.constants import ModelFormat, OptimizationStyle
 from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
-from .stamps import record, remembered_sources
-from .steptimes import recording, step
+from .steptimes import step
 from .verify import as_input_types, load_inputs, reference_outputs, synthesize_inputs, verify
 from .weights import externalize, wants_external
 
@@ -151,30 +143,6 @@ def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> byte
     return buffer.getvalue()
 
 
-def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
-    """Cook one model for one platform; writes its blob and manifest entry, returns the entry.
-
-    With a ``cache``, an entry stored under the same cook key (and checked) is written instead of
-    cooking, and what a cook writes is stored. Raises a ``CookError`` whose message names the model
-    file, the platform and the fix; nothing is written unless every step passed.
-    """
-    asset, settings = job.asset, job.settings
-    context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
-    try:
-        with recording() as times:
-            entry = _cook(job, cache)
-        write_json(step_times_path(job.platform_dir, asset.name), times)
-        return entry
-    except CookError as exc:
-        raise exc.in_context(**context) from None
-    except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
-        raise CookError(
-            f"cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
-            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)",
-            **context,
-        ) from None
-
-
 @dataclass(frozen=True)
 class _Variant:
     """One cooked form of the model: its blob and what the entry says of it."""
@@ -191,30 +159,18 @@ class _Variant:
     weight_bytes: int  # of the cooked model's initializers
 
 
-def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
+def cook_source(job: CookJob, cache: CookCache | None, looked_up: str | None = None) -> dict[str, Any]:
+    """Cook one model for one platform from its sources (``pipeline.outputs.cook`` looked the cache
+    up first, under ``looked_up``), store the result in ``cache`` and put it in place; the entry."""
     asset = job.asset
-    target = blob_path(job.platform_dir, asset.name, job.settings.format)
-    staged_as = target.relative_to(job.platform_dir).as_posix()
-    looked_up = None
-    if cache is not None and (known := remembered_sources(asset, digest_memo_dir(job.platform_dir.parent))):
-        # Another platform's cook of this model just hashed its sources, which are unchanged since
-        # (size and times): a hit needs only their digests, not their bytes.
-        looked_up = cook_key(job.task_key, {Path(path).name: stamp[3] for path, stamp in known.items()})
-        with step("cook cache lookup"):
-            cached = cache.fetch(
-                looked_up, asset.name, job.settings.platform, staged_as, _parts(job.settings)
-            )
-        if cached is not None:
-            return _write_outputs(job, cached.files, SourceRead({}, known), cached.digests)
     with step("read and hash the sources"):
         read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
         sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
-    if cache is not None and key != looked_up:
-        with step("cook cache lookup"):
-            cached = cache.fetch(key, asset.name, job.settings.platform, staged_as, _parts(job.settings))
-        if cached is not None:
-            return _write_outputs(job, cached.files, read, cached.digests)
+    if cache is not None and key != looked_up:  # a source changed since it was hashed for the lookup
+        entry = lookup(job, cache, key, read.stamps)
+        if entry is not None:
+            return entry
     with step("load, check and normalize"):
         model = load_source(asset, read)
         fix_shapes(model, job.settings)
@@ -260,7 +216,7 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     entry = {
         "name": asset.name,
         "format": settings.format,
-        "file": target.relative_to(job.platform_dir).as_posix(),
+        "file": paths(job)["blob"].relative_to(job.platform_dir).as_posix(),
         "source_size": sum(
             len(read.data[path])
             for path in asset.source_files
@@ -300,52 +256,12 @@ def _cook(job: CookJob, cache: CookCache | None) -> dict[str, Any]:
     # each file hashed once, for the cache index and the up-to-date records
     digests = {role: _sha256(data) for role, data in files.items() if role != "blob"}
     digests["blob"] = entry["blob_sha256"]
-    if cache is not None:  # first: a required cache that refuses the upload fails the task, writing nothing
-        with step("cook cache upload"):
-            cache.upload(key, files, digests)
-    with step("write the outputs"):
-        return _write_outputs(job, files, read, digests)
-
-
-def _parts(settings: CookSettings) -> frozenset[str]:
-    """What a cook of these settings writes, by role (a cache entry must hold exactly these)."""
-    parts = {"blob", "entry"}
-    if settings.verify:
-        parts.add("verify")
-    if settings.reduced_build and settings.optimization_style == OptimizationStyle.RUNTIME:
-        parts.add("applied")
-    return frozenset(parts)
-
-
-def _write_outputs(
-    job: CookJob, files: Mapping[str, bytes], read: SourceRead, digests: Mapping[str, str]
-) -> dict[str, Any]:
-    """Write what a cook made (or a cache entry holds), by role, each file atomically, the manifest
-    entry last; record it all, with the files' sha256s (``digests``, by role), for the up-to-date
-    checks. Returns the entry."""
-    name, platform_dir = job.asset.name, job.platform_dir
-    target = blob_path(platform_dir, name, job.settings.format)
-    applied_path = applied_variant_path(platform_dir, name)
-    if "applied" in files:
-        atomic_write(applied_path, files["applied"])
-    data_path = verify_data_path(platform_dir, name)
-    if "verify" not in files:  # verify is off: no task lists the file
-        data_path.unlink(missing_ok=True)
-    else:
-        atomic_write(data_path, files["verify"])
-    atomic_write(target, files["blob"])
-    atomic_write(entry_path(platform_dir, name), files["entry"])
-    paths = {"blob": target, "entry": entry_path(platform_dir, name), "verify": data_path}
-    if "applied" in files:
-        paths["applied"] = applied_path
-    record(
-        list(paths.values()),
-        cook_stamps_path(platform_dir, name),
-        sources=read.stamps,
-        digests={path: digests[role] for role, path in paths.items() if role in digests},
-        memo_dir=digest_memo_dir(platform_dir.parent),
-    )
-    return json.loads(files["entry"])
+    with staged_files(files, paths(job)) as staged:
+        if cache is not None:  # before the commit: a required cache that refuses fails the task
+            with step("cook cache upload"):
+                cache.upload(key, staged, digests)
+        with step("write the outputs"):
+            return commit(job, staged, read.stamps, digests)
 
 
 def _precision_variant(

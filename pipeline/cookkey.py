@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from .runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
@@ -47,14 +46,6 @@ def task_key(settings: Mapping[str, Any]) -> str:
     Source bytes are tracked by doit's ``file_dep`` instead, so loading tasks never hashes models.
     """
     return canonical_json({"bundle_format": BUNDLE_FORMAT, "settings": settings, "tools": tool_versions()})
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def cook_key(task_key_text: str, sources: Mapping[str, str]) -> str:

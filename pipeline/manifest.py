@@ -10,7 +10,7 @@ from typing import Any
 from .cookkey import BUNDLE_FORMAT, tool_versions
 from .errors import CookError
 from .fsutil import remove_stale_temps, write_json
-from .layout import entry_path
+from .layout import digest_memo_dir, entry_path
 from .publish import publish, retire
 from .runtime.compat import parse_version
 from .runtime.constants import MANIFEST_NAME, MANIFEST_VERSION, Precision
@@ -56,7 +56,7 @@ def write_manifest(
         "models": models,
     }
     remove_stale_temps(platform_dir)
-    publish(platform_dir, models)  # every blob under its content-hashed name first...
+    publish(platform_dir, models, digest_memo_dir(platform_dir.parent))  # every blob under its name first...
     target = platform_dir / MANIFEST_NAME
     write_json(target, manifest)  # ...then the switch
     retire(platform_dir, models)  # blobs no manifest lists go after a grace period

@@ -8,7 +8,7 @@ longer lists. A retired blob is deleted once it has been unreferenced for ``GRAC
 reader that opened the previous manifest keeps working meanwhile. After a cook that fails part
 way, no manifest is written: the previous manifest and every blob it names stay as they were.
 
-Standard library only.
+Standard library and doit (through pipeline.stamps) only.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 from .fsutil import atomic_write, write_json
 from .layout import STAMPS_DIR
+from .stamps import file_state, known_sha256, remember
 
 # How long a blob stays after a new manifest stopped listing it: readers that opened the previous
 # manifest (an editor hot-reloading, a test runner, a packaging step) finish with it meanwhile.
@@ -35,22 +36,30 @@ def published_name(name: str, model_format: str, blob_sha256: str) -> str:
     return f"{name}.{blob_sha256[:16]}.{model_format}.zst"
 
 
-def publish(platform_dir: Path, models: Mapping[str, dict[str, Any]]) -> None:
+def publish(platform_dir: Path, models: Mapping[str, dict[str, Any]], memo_dir: Path | None = None) -> None:
     """Give each entry's blob (``file``, staged) its published name; ``file`` is updated in place.
 
     A published file with the right sha256 is kept as is (hard-linked or copied once); one that
-    differs (damaged) is replaced.
+    differs (damaged) is replaced. ``memo_dir``: the digests the cooks remembered
+    (``pipeline.stamps``); a file they describe as it is now is not read again, and a hard link of a
+    remembered staged blob is remembered too (a link changes the file's ctime, not its bytes).
     """
     for name, entry in models.items():
         staged = platform_dir / entry["file"]
         relative = published_name(name, entry["format"], entry["blob_sha256"])
         target = platform_dir / relative
-        if not _holds(target, entry["blob_sha256"]):
-            _place(staged, target)
+        if not _holds(target, entry["blob_sha256"], memo_dir):
+            remembered = memo_dir is not None and known_sha256(memo_dir, staged) == entry["blob_sha256"]
+            if _place(staged, target) and remembered:
+                assert memo_dir is not None
+                for path in (staged, target):
+                    remember(memo_dir, path, [*file_state(path), entry["blob_sha256"]])
         entry["file"] = relative
 
 
-def _holds(path: Path, sha256: str) -> bool:
+def _holds(path: Path, sha256: str, memo_dir: Path | None = None) -> bool:
+    if memo_dir is not None and known_sha256(memo_dir, path) == sha256:
+        return True
     try:
         digest = hashlib.sha256()
         with path.open("rb") as stream:
@@ -61,9 +70,9 @@ def _holds(path: Path, sha256: str) -> bool:
     return digest.hexdigest() == sha256
 
 
-def _place(staged: Path, target: Path) -> None:
-    """``staged`` under the name ``target``: a hard link where the file system has them (no copy),
-    else a copy; atomically either way."""
+def _place(staged: Path, target: Path) -> bool:
+    """``staged`` under the name ``target``: a hard link where the file system has them (no copy; then
+    True), else a copy; atomically either way."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.{os.getpid()}.link.tmp")
     temp.unlink(missing_ok=True)
@@ -71,12 +80,13 @@ def _place(staged: Path, target: Path) -> None:
         os.link(staged, temp)
     except OSError:
         atomic_write(target, staged.read_bytes())
-        return
+        return False
     try:
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    return True
 
 
 def published_files(platform_dir: Path) -> list[Path]:

@@ -19,14 +19,13 @@ from typing import Any, ClassVar
 
 from doit.dependency import FileChangedChecker
 
-from .cookkey import file_sha256
-from .fsutil import atomic_write, json_bytes, write_json
+from .fsutil import atomic_write, file_sha256, json_bytes, write_json
 from .layout import digest_memo_dir
 
 STAMP_VERSION = 1
 
 
-def _stat(path: Path) -> list[int]:
+def file_state(path: Path) -> list[int]:
     info = path.stat()
     # ctime too: a file rewritten with the same size and mtime (`touch -r`, some VCS and sync tools)
     # still gets a new ctime, which no tool can set back.
@@ -42,12 +41,16 @@ def record(
 ) -> None:
     """Record size, times and sha256 of every existing path of ``outputs`` in ``stamp_file``, with
     ``sources``: the same, for the source files as the cook read them. ``digests``: the sha256 of
-    outputs the caller just wrote from memory (not read back). With ``memo_dir``, every recorded file
-    is also remembered there for ``DigestChecker``."""
+    outputs the caller just wrote from memory (not read back). With ``memo_dir``, a digest remembered
+    there for a file as it is now is used too, and every recorded file is remembered there for
+    ``DigestChecker``."""
     known = digests or {}
-    files = {
-        str(path): [*_stat(path), known.get(path) or file_sha256(path)] for path in outputs if path.is_file()
-    }
+
+    def sha256(path: Path) -> str:
+        remembered = known_sha256(memo_dir, path) if memo_dir is not None else None
+        return known.get(path) or remembered or file_sha256(path)
+
+    files = {str(path): [*file_state(path), sha256(path)] for path in outputs if path.is_file()}
     write_json(stamp_file, {"version": STAMP_VERSION, "files": files, "sources": dict(sources or {})})
     if memo_dir is not None:
         for path, entry in [*files.items(), *(sources or {}).items()]:
@@ -68,7 +71,7 @@ def known_sha256(memo_dir: Path, path: Path) -> str | None:
     """The sha256 remembered for ``path`` if the file is still as it was then (size and times), else None."""
     try:
         memo = json.loads(_memo_path(memo_dir, path).read_text(encoding="utf-8"))
-        if memo[0] == str(path.absolute()) and list(memo[1:4]) == _stat(path):
+        if memo[0] == str(path.absolute()) and list(memo[1:4]) == file_state(path):
             return str(memo[4])
     except (OSError, ValueError, IndexError, TypeError):
         pass
@@ -81,13 +84,29 @@ def remembered_sources(asset: Any, memo_dir: Path) -> dict[str, list[Any]] | Non
     found = {}
     for path in asset.source_files:
         try:
-            state = _stat(path)
+            state = file_state(path)
         except OSError:
             return None
         digest = known_sha256(memo_dir, path)
         if digest is None:
             return None
         found[str(path)] = [*state, digest]
+    return found
+
+
+def hashed_sources(asset: Any) -> dict[str, list[Any]] | None:
+    """[size, mtime_ns, ctime_ns, sha256] of each of ``asset``'s source files, hashed from disk without
+    holding them in memory (what a cache lookup needs); None if one changed while it was hashed."""
+    found = {}
+    for path in asset.source_files:
+        try:
+            before = file_state(path)
+            digest = file_sha256(path)
+            if file_state(path) != before:
+                return None
+        except OSError:
+            return None
+        found[str(path)] = [*before, digest]
     return found
 
 
@@ -145,7 +164,7 @@ def _same(path: Path, entry: Any) -> bool:
     if entry is None:
         return not path.exists()  # nothing recorded: only a file still absent is unchanged
     try:
-        if list(entry[:3]) == _stat(path):
+        if list(entry[:3]) == file_state(path):
             return True
         return file_sha256(path) == entry[3]
     except (OSError, IndexError, TypeError):

@@ -80,7 +80,7 @@ def folders(env: Mapping[str, str], root: Path) -> Folders:
 
 def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFailed | None:
     from .cache import CookCache
-    from .cook import cook  # heavy: onnx and onnxruntime
+    from .outputs import cook  # imports onnx and onnxruntime only for a real cook (not a cache hit)
 
     cache = CookCache(cache_config) if cache_config is not None else None
     try:
@@ -135,6 +135,7 @@ def run_manifest(
         record(
             [*manifest_outputs(platform_dir, configs, signing_key), *published],
             manifest_stamps_path(platform_dir),
+            memo_dir=digest_memo_dir(platform_dir.parent),  # published blobs: the cooks' digests
         )
     except CookError as exc:
         return TaskFailed(str(exc))

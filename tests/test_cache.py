@@ -210,28 +210,29 @@ def test_a_server_that_stops_mid_upload_leaves_no_readable_half_entry(tmp_path: 
     with s3_server() as short_lived:
         short_lived.client().create_bucket(Bucket=BUCKET)
         store = S3Store(bucket=BUCKET, prefix="p", client=short_lived.client())
-        real_put = store.put
+        real_put = store.put_file
 
-        def put_then_die(name: str, data: bytes) -> None:
-            real_put(name, data)
+        def put_then_die(name: str, path: Path) -> None:
+            real_put(name, path)
             short_lived.stop()  # the first object arrived; the server is gone for the rest
 
-        store.put = put_then_die  # type: ignore[method-assign]
+        store.put_file = put_then_die  # type: ignore[method-assign]
         cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/p"), store=store)
         cook(job(assets, build), cache)
         assert "cook cache unusable" in cache.notes[0]
     # The same thing against a folder: the index is written last, so a reader sees no entry at all.
     folder = FolderStore(tmp_path / "cache")
-    real = folder.put
     written: list[str] = []
 
-    def put_and_stop_before_index(name: str, data: bytes) -> None:
-        if name.startswith("index/"):
-            raise CacheError("the agent was stopped")
-        written.append(name)
-        real(name, data)
+    def stop_before_index(name: str, data: bytes) -> None:
+        raise CacheError("the agent was stopped")
 
-    folder.put = put_and_stop_before_index  # type: ignore[method-assign]
+    def put_file(name: str, path: Path) -> None:
+        written.append(name)
+        FolderStore.put_file(folder, name, path)
+
+    folder.put = stop_before_index  # type: ignore[method-assign]  # objects go by put_file, the index by put
+    folder.put_file = put_file  # type: ignore[method-assign]
     cook(job(assets, tmp_path / "b2"), CookCache(CacheConfig(url=str(tmp_path / "cache")), store=folder))
     assert written and all(name.startswith("objects/") for name in written)
     reader = folder_cache(tmp_path / "cache")

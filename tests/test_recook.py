@@ -470,12 +470,12 @@ def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
 
 
 def test_digest_checker_uses_a_remembered_sha256_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
-    from pipeline.stamps import DigestChecker, _stat, remember
+    from pipeline.stamps import DigestChecker, file_state, remember
 
     memo = tmp_path / "memo"
     source = tmp_path / "model.onnx"
     source.write_bytes(b"weights" * 1000)
-    remember(memo, source, [*_stat(source), "remembered"])  # not the true digest: proves no read
+    remember(memo, source, [*file_state(source), "remembered"])  # not the true digest: proves no read
     checker = DigestChecker()
     DigestChecker.memo_dir = memo
     try:
