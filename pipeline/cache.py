@@ -354,11 +354,18 @@ class CookCache:
         self.config = CacheConfig(self.config.url, mode="off")  # one warning per cook
 
     def fetch(
-        self, cook_key: str, name: str, platform: str, blob_file: str, dests: Mapping[str, Path]
+        self,
+        cook_key: str,
+        name: str,
+        platform: str,
+        blob_file: str,
+        dests: Mapping[str, Path],
+        optional: frozenset[str] = frozenset(),
     ) -> Cached | None:
         """The checked entry for ``cook_key``, or None (absent, unreachable, or refused). ``dests``:
-        where the cook of this job writes each of its roles (an entry with other roles is refused);
-        the entry's files are placed beside them, in temp files, and nothing is left on a refusal."""
+        where the cook of this job writes each of its roles, those of ``optional`` only sometimes (an
+        entry with other roles, or without a required one, is refused); the entry's files are placed
+        beside them, in temp files, and nothing is left on a refusal."""
         if self.config.mode == "off" or (store := self._store()) is None:
             return None
         digest = entry_digest(cook_key)
@@ -367,7 +374,7 @@ class CookCache:
             index = store.get(_index_name(digest))
             if index is None:
                 return None
-            digests = _fetch_files(store, digest, index, cook_key, dests, staged)
+            digests = _fetch_files(store, digest, index, cook_key, dests, optional, staged)
             check_entry(staged, cook_key, name, platform, blob_file, digests["blob"])
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed entry's shape
             Cached(staged, {}).discard()
@@ -506,6 +513,7 @@ def _fetch_files(
     raw_index: bytes,
     cook_key: str,
     dests: Mapping[str, Path],
+    optional: frozenset[str],
     staged: dict[str, Path],
 ) -> dict[str, str]:
     """Place the entry's objects beside ``dests`` (into ``staged``, by role), each checked against the
@@ -520,7 +528,7 @@ def _fetch_files(
         raise PoisonedEntry("its index is for another cook key")
     if not {"blob", "entry"} <= set(listed) <= set(ROLES):
         raise PoisonedEntry(f"its index lists {sorted(listed)}")
-    if set(listed) != set(dests):
+    if not set(dests) - optional <= set(listed) <= set(dests):
         raise PoisonedEntry(f"it holds {sorted(listed)}, where this cook writes {sorted(dests)}")
     digests = {}
     for role, expected in listed.items():

@@ -251,7 +251,10 @@ def cook_source(job: CookJob, cache: CookCache | None, looked_up: str | None = N
     files = {"blob": blob, "entry": json_bytes(entry)}
     if verify_data is not None:
         files["verify"] = verify_data
-    if applied is not None:
+    if applied is not None and operators is not None and operators["types"] is None:
+        # Only onnxruntime's own tool can list this model's types (opconfig), and it reads the applied
+        # variant from this file; otherwise the entry's operator lists cover it and the file (as big
+        # as the model) is neither written nor cached.
         files["applied"] = applied
     # each file hashed once, for the cache index and the up-to-date records
     digests = {role: _sha256(data) for role, data in files.items() if role != "blob"}

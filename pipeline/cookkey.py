@@ -16,7 +16,7 @@ from typing import Any
 from .runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 
 # Bump RECIPE whenever the cooking recipe changes what it writes for the same inputs.
-RECIPE = 2  # 2: precision and weight_bytes in every entry
+RECIPE = 3  # 2: precision and weight_bytes in every entry; 3: applied variants kept only when needed
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 

@@ -214,11 +214,8 @@ def _write_merged(
 ) -> list[Path]:
     records = [entry["operators"] for entry in reduced.values()]  # each covers its applied variant
     files = [f"{name}.ort" for name in reduced]
-    files += [
-        f"{name}.applied.ort"
-        for name, entry in reduced.items()
-        if entry.get("saved_runtime_optimizations") and applied_variant_path(platform_dir, name).is_file()
-    ]
+    # the applied variants the records cover, named as the tool names them (their files are not kept)
+    files += [f"{name}.applied.ort" for name, e in reduced.items() if e.get("saved_runtime_optimizations")]
     written = []
     for config in ops_config_names(type_reduction):
         text = merged_config(records, files, config == OPS_AND_TYPES_CONFIG)

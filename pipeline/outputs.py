@@ -33,6 +33,8 @@ from .runtime.constants import OptimizationStyle
 from .stamps import hashed_sources, record, remembered_sources
 from .steptimes import recording, step
 
+# A cook keeps a runtime-style model's applied variant only when its operator lists lack types.
+OPTIONAL_ROLES = frozenset({"applied"})
 Stamps = Mapping[str, list[Any]]  # source path -> [size, mtime_ns, ctime_ns, sha256] (pipeline.stamps)
 
 
@@ -94,6 +96,7 @@ def lookup(job: CookJob, cache: CookCache, key: str, sources: Stamps) -> dict[st
             job.settings.platform,
             staged_as.relative_to(job.platform_dir).as_posix(),
             dests(job),
+            optional=OPTIONAL_ROLES,
         )
     if cached is None:
         return None
@@ -120,8 +123,8 @@ def paths(job: CookJob) -> dict[str, Path]:
 
 
 def dests(job: CookJob) -> dict[str, Path]:
-    """Where a cook of this job's settings writes its files, by role: a cache entry for it must hold
-    exactly these roles."""
+    """Where a cook of this job's settings may write its files, by role: a cache entry for it must hold
+    these roles, the applied variant (``OPTIONAL_ROLES``) only where its cook kept it."""
     settings = job.settings
     roles = {"blob", "entry"}
     if settings.verify:
@@ -138,8 +141,9 @@ def commit(
     place with one rename, the manifest entry last; record it all with the files' sha256s
     (``digests``, by role) and the sources' state, for the up-to-date checks. Returns the entry."""
     where = paths(job)
-    if "verify" not in staged:  # verify is off: no task lists the file
-        where["verify"].unlink(missing_ok=True)
+    for role in ("verify", "applied"):  # verify is off, or the operator lists cover the variant
+        if role not in staged:
+            where[role].unlink(missing_ok=True)
     for role in ("applied", "verify", "blob", "entry"):  # the entry last: it names the others
         if role in staged:
             os.replace(staged[role], where[role])

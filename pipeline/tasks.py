@@ -497,8 +497,6 @@ def _platform_jobs(
 def cook_targets(job: CookJob) -> list[Path]:
     settings, name = job.settings, job.asset.name
     targets = [blob_path(job.platform_dir, name, settings.format), entry_path(job.platform_dir, name)]
-    if settings.reduced_build and settings.optimization_style == OptimizationStyle.RUNTIME:
-        targets.append(applied_variant_path(job.platform_dir, name))
     if settings.verify:
         targets.append(verify_data_path(job.platform_dir, name))
     return targets
@@ -525,6 +523,7 @@ def _cook_task(job: CookJob, cache: CacheConfig | None) -> dict[str, Any]:
             clean_targets,
             (_remove, [cook_stamps_path(job.platform_dir, job.asset.name)]),
             (_remove, [step_times_path(job.platform_dir, job.asset.name)]),
+            (_remove, [applied_variant_path(job.platform_dir, job.asset.name)]),  # kept by some cooks
         ],
         "verbosity": 2,
     }

@@ -13,6 +13,7 @@ import ort_flatbuffers_py.fbs as fbs  # isort: skip
 from pipeline import layout, opconfig
 from pipeline.cook import cook
 from pipeline.errors import ModelError
+from pipeline.job import CookJob
 from pipeline.layout import applied_variant_path, blob_path
 from pipeline.optimize import session_options
 from pipeline.runtime import decode_blob
@@ -27,6 +28,18 @@ def ort_operators(data: bytes) -> set[tuple[str, str]]:
     graph = fbs.InferenceSession.InferenceSession.GetRootAs(data, 0).Model().Graph()
     nodes = (graph.Nodes(i) for i in range(graph.NodesLength()))
     return {((node.Domain() or b"").decode() or "ai.onnx", node.OpType().decode()) for node in nodes}
+
+
+def applied_variant(job: CookJob) -> bytes:
+    """The model with its saved optimizations applied, as the cook makes it to list its operators (the
+    cook keeps that file only when the operator lists in its entry lack types)."""
+    from pipeline.optimize import optimize
+    from pipeline.shapes import fix_shapes
+    from pipeline.source import load_source
+
+    model = load_source(job.asset)
+    fix_shapes(model, job.settings)
+    return optimize(model, job.settings, work_dir=job.platform_dir, saved="apply")
 
 
 def config_operators(path: Path, type_reduction: bool = False) -> set[tuple[str, str]]:
@@ -73,17 +86,18 @@ def test_operator_config_lists_exactly_the_cooked_operators_and_parses_back(tmp_
     save(mlp_model(), assets, "extra/mlp")
     settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
     platform_dir = tmp_path / "build" / "target"
-    entries = {
-        name: cook(job_for(assets, name, settings, tmp_path / "build")) for name in ("net", "extra/mlp")
-    }
+    jobs = {name: job_for(assets, name, settings, tmp_path / "build") for name in ("net", "extra/mlp")}
+    entries = {name: cook(job) for name, job in jobs.items()}
+    # the entries' operator lists cover the applied variants: their files are not kept
+    assert not any(applied_variant_path(platform_dir, name).exists() for name in entries)
 
     written = opconfig.write_operator_configs(platform_dir, entries)
 
     assert [p.name for p in written] == [layout.OPS_CONFIG, layout.OPS_AND_TYPES_CONFIG]
     cooked = set()
-    for name in entries:
+    for name, job in jobs.items():
         cooked |= ort_operators(decode_blob(blob_path(platform_dir, name, "ort").read_bytes())[1])
-        cooked |= ort_operators(applied_variant_path(platform_dir, name).read_bytes())
+        cooked |= ort_operators(applied_variant(job))
     # After optimization: the replayed FusedConv is required, BatchNormalization (folded away) is not.
     assert ("com.microsoft", "FusedConv") in cooked and ("ai.onnx", "BatchNormalization") not in cooked
     assert config_operators(platform_dir / layout.OPS_CONFIG) == cooked
@@ -107,7 +121,8 @@ def test_merged_operator_lists_equal_onnxruntimes_own_config_byte_for_byte(tmp_p
     settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
     platform_dir = tmp_path / "build" / "target"
     names = ("net", "extra/mlp", "block")
-    entries = {name: cook(job_for(assets, name, settings, tmp_path / "build")) for name in names}
+    jobs = {name: job_for(assets, name, settings, tmp_path / "build") for name in names}
+    entries = {name: cook(job) for name, job in jobs.items()}
     assert all(set(entries[n]["operators"]) == {"ops", "types"} for n in names)
     assert any(entries[n]["operators"]["types"] for n in names)
 
@@ -118,7 +133,7 @@ def test_merged_operator_lists_equal_onnxruntimes_own_config_byte_for_byte(tmp_p
         models[-1].parent.mkdir(parents=True, exist_ok=True)
         models[-1].write_bytes(decode_blob(blob_path(platform_dir, name, "ort").read_bytes())[1])
         models.append(files / f"{name}.applied.ort")
-        models[-1].write_bytes(applied_variant_path(platform_dir, name).read_bytes())
+        models[-1].write_bytes(applied_variant(jobs[name]))
     for config, types in ((layout.OPS_CONFIG, False), (layout.OPS_AND_TYPES_CONFIG, True)):
         create_config_from_models(models, tmp_path / config, enable_type_reduction=types)
     expected = {
@@ -131,7 +146,9 @@ def test_merged_operator_lists_equal_onnxruntimes_own_config_byte_for_byte(tmp_p
     assert merged == expected
 
     without = {name: {k: v for k, v in e.items() if k != "operators"} for name, e in entries.items()}
-    opconfig.write_operator_configs(platform_dir, without)  # entries from before the lists existed
+    for name in names:  # entries from before the lists existed, with the applied files kept then
+        applied_variant_path(platform_dir, name).write_bytes(applied_variant(jobs[name]))
+    opconfig.write_operator_configs(platform_dir, without)
     assert {config: (platform_dir / config).read_text() for config in expected} == expected
 
 
@@ -212,3 +229,43 @@ def test_a_platform_that_stops_asking_loses_its_stale_configs(tmp_path: Path) ->
         not (platform_dir / layout.OPS_CONFIG).exists()
         and not (platform_dir / layout.OPS_AND_TYPES_CONFIG).exists()
     )
+
+
+def test_applied_variant_is_kept_and_cached_only_when_the_operator_lists_lack_types(tmp_path: Path) -> None:
+    """A model whose types onnxruntime's processor cannot name (int4 here) keeps its applied variant:
+    the config then comes from onnxruntime's tool, which reads it. A cache hit brings it back."""
+    from onnx import TensorProto, helper
+
+    from pipeline.cache import CacheConfig, CookCache
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["q"], to=TensorProto.INT4),
+            helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT),
+        ],
+        "int4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    assets = tmp_path / "assets"
+    save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), assets, "quant"
+    )
+    save(mlp_model(), assets, "mlp")
+    settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
+    cache = tmp_path / "cache"
+    for build in ("first", "second"):
+        hits = CookCache(CacheConfig(url=str(cache)))
+        entries = {
+            name: cook(job_for(assets, name, settings, tmp_path / build), hits) for name in ("quant", "mlp")
+        }
+        platform_dir = tmp_path / build / settings.platform
+        assert hits.hit is (build == "second")
+        assert entries["quant"]["operators"]["types"] is None and entries["mlp"]["operators"]["types"]
+        assert applied_variant_path(platform_dir, "quant").is_file()
+        assert not applied_variant_path(platform_dir, "mlp").exists()
+    assert (tmp_path / "first" / settings.platform / ".entries" / "quant.applied.ort").read_bytes() == (
+        applied_variant_path(platform_dir, "quant").read_bytes()
+    )
+    stored = sorted(path.name for path in (cache / "objects").rglob("*") if path.is_file())
+    assert stored == sorted(["blob", "entry", "verify"] * 2 + ["applied"])  # quant's applied variant only
