@@ -6,12 +6,14 @@
 
 from pathlib import Path
 
+from pipeline.allocator import tune_allocator
 from pipeline.buildlock import hold_build_lock, prepare_build_folder
 from pipeline.progress import reporter_for
 from pipeline.stamps import digest_checker
 from pipeline.tasks import cook_tasks, environment, folders
 
 ENV = environment()
+tune_allocator(ENV)  # freed buffers stay for the next one (pipeline/allocator.py); doit's workers inherit it
 ROOT = Path(__file__).resolve().parent
 BUILD = folders(ENV, ROOT).build
 prepare_build_folder(BUILD)  # doit keeps its state there, for every command (`doit list` too)

@@ -1,0 +1,63 @@
+"""The cooking processes keep freed memory for reuse (pipeline.allocator): glibc then serves a big
+buffer from memory a previous buffer used, instead of a fresh mmap faulted in page by page."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipeline.allocator import ALLOCATOR_ENV, CHILD_ENV, tune_allocator
+from pipeline.errors import CookError
+
+# A fresh process: 64 MiB allocated after the tuning (or not); how many more bytes glibc mmapped.
+PROBE = textwrap.dedent(
+    """
+    import ctypes, sys
+    from pipeline.allocator import tune_allocator
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]
+
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = MallInfo2
+    tuned = tune_allocator({"COOK_ALLOCATOR": sys.argv[1]}, child_env={})
+    before = mallinfo2().hblkhd
+    buffer = bytearray(64 << 20)
+    print(tuned, mallinfo2().hblkhd - before)
+    """
+)
+
+
+def _probe(choice: str) -> tuple[bool, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, choice], capture_output=True, text=True, check=True, timeout=60
+    )
+    tuned, mapped = done.stdout.split()
+    return tuned == "True", int(mapped)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator: Linux only")
+def test_big_buffers_come_from_reusable_memory_not_fresh_mappings() -> None:
+    tuned, mapped = _probe("system")
+    assert not tuned and mapped >= 64 << 20  # glibc's default: a fresh mapping for the buffer
+    assert _probe("retain") == (True, 0)  # tuned: from the heap, where freed memory stays
+
+
+def test_processes_a_cook_starts_inherit_it_and_a_users_own_setting_wins() -> None:
+    child: dict[str, str] = {"MALLOC_TRIM_THRESHOLD_": "12345"}
+    if tune_allocator({}, child_env=child):
+        assert child == {**CHILD_ENV, "MALLOC_TRIM_THRESHOLD_": "12345"}
+    else:  # not glibc: nothing is changed
+        assert child == {"MALLOC_TRIM_THRESHOLD_": "12345"}
+    untouched: dict[str, str] = {}
+    assert tune_allocator({ALLOCATOR_ENV: "system"}, child_env=untouched) is False and untouched == {}
+
+
+def test_an_unknown_choice_is_refused_with_the_choices() -> None:
+    with pytest.raises(CookError, match=r"COOK_ALLOCATOR='fast': use one of retain, system"):
+        tune_allocator({ALLOCATOR_ENV: "fast"}, child_env={})
