@@ -54,6 +54,8 @@ class Farm:
     shards: list[float]  # wall time of the two shard processes running at once
     assemble: list[Run]  # doit cook from the folder cache the shards filled
     hit_s: list[float]  # one hit over S3, per (platform, model), median over entries per round
+    download: list[tuple[float, int]]  # boto3 alone fetching the warm run's objects: seconds, bytes
+    two_at_once: list[float]  # two whole `doit cook` at once on separate build folders, no cache
     steps: dict[str, float]  # cook step -> wall seconds summed over the first cold cook's tasks
     converter: list[float]  # convert_onnx_models_to_ort over every model, once per round
     platforms: int
@@ -65,31 +67,22 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def _concurrent_shards(project: Path, runtimes: Path, logs: Path, cache: Path, round_: int) -> float:
-    """Both shard processes at once; the wall time until the slower one ends."""
+def _at_once(project: Path, runtimes: Path, logs: Path, envs: list[tuple[str, dict[str, str]]]) -> float:
+    """``doit cook`` into each (build folder, extra environment) of ``envs``, all at once; the wall
+    time until the slowest one ends."""
     import threading
 
-    results: list[Run] = []
     errors: list[BenchError] = []
 
-    def shard(index: int) -> None:
+    def run(build: str, env: dict[str, str]) -> None:
         try:
-            results.append(
-                doit(
-                    project,
-                    ["cook"],
-                    assets="assets",
-                    build=f"build-shard-{round_}-{index}",
-                    runtimes=runtimes,
-                    log=logs / f"shard-{round_}-{index}.log",
-                    extra_env={"COOK_CACHE": str(cache), "COOK_SHARD": f"{index}/2"},
-                )
-            )
+            log = logs / f"{build}.log"
+            doit(project, ["cook"], assets="assets", build=build, runtimes=runtimes, log=log, extra_env=env)
         except BenchError as exc:
             errors.append(exc)
 
     started = time.perf_counter()
-    threads = [threading.Thread(target=shard, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=run, args=pair) for pair in envs]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -97,6 +90,57 @@ def _concurrent_shards(project: Path, runtimes: Path, logs: Path, cache: Path, r
     if errors:
         raise errors[0]
     return time.perf_counter() - started
+
+
+def _concurrent_shards(project: Path, runtimes: Path, logs: Path, cache: Path, round_: int) -> float:
+    """Both shard processes at once; the wall time until the slower one ends."""
+    envs = [
+        (f"build-shard-{round_}-{i}", {"COOK_CACHE": str(cache), "COOK_SHARD": f"{i}/2"}) for i in range(2)
+    ]
+    return _at_once(project, runtimes, logs, envs)
+
+
+def _two_at_once(project: Path, runtimes: Path, logs: Path, round_: int) -> float:
+    """Two whole cooks (every task, no cache) at once on separate build folders: what this machine
+    does with two processes' worth of this very work (the ceiling of two shards)."""
+    return _at_once(project, runtimes, logs, [(f"build-two-{round_}-{i}", {}) for i in range(2)])
+
+
+def _download(server_env: dict[str, str], prefix: str, folder: Path) -> tuple[float, int]:
+    """boto3 alone fetching every object under ``prefix`` (what a warm agent downloads) into files, on
+    two threads like ``doit -n 2``, streamed, nothing checked: the time moving the bytes takes here."""
+    import os
+    import threading
+
+    from pipeline.cache import _s3_client
+
+    os.environ.update(server_env)
+    client = _s3_client()
+    keys = [
+        (item["Key"], item["Size"])
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{prefix}/")
+        for item in page.get("Contents", [])
+        if "/checks/" not in item["Key"]
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def fetch(share: list[tuple[str, int]], index: int) -> None:
+        for number, (key, _) in enumerate(share):
+            body = client.get_object(Bucket=BUCKET, Key=key)["Body"]
+            with open(folder / f"{index}-{number}", "wb") as out:
+                for chunk in body.iter_chunks(1 << 20):
+                    out.write(chunk)
+
+    shares = [keys[0::2], keys[1::2]]
+    started = time.perf_counter()
+    threads = [threading.Thread(target=fetch, args=(share, i)) for i, share in enumerate(shares)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(folder)
+    return elapsed, sum(size for _, size in keys)
 
 
 def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str) -> float:
@@ -191,7 +235,10 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
     print("farm: warm-up cook", file=sys.stderr)
     warm_up(project, runtimes, logs)
     repeats = 1 if quick else 3
-    kinds = ("cold", "warm", "cold_folder", "warm_folder", "one", "shards", "assemble", "hit", "converter")
+    kinds = (
+        *("cold", "warm", "cold_folder", "warm_folder", "one", "shards", "assemble", "hit", "converter"),
+        *("download", "two"),
+    )
     farm: dict[str, list] = {k: [] for k in kinds}
 
     def cook(build: str, args: list[str], cache_env: dict[str, str] | None = None) -> Run:
@@ -215,6 +262,7 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
             farm["cold"].append(cook(f"build-cold-{i}", parallel, s3))
             farm["warm"].append(cook(f"build-warm-{i}", parallel, s3))
             farm["hit"].append(_hit_cost(project, f"build-warm-{i}", server.env(), f"round{i}"))
+            farm["download"].append(_download(server.env(), f"round{i}", workdir / "download"))
             folder = {"COOK_CACHE": str(workdir / f"warm-folder-cache-{i}")}
             farm["cold_folder"].append(cook(f"build-cold-folder-{i}", parallel, folder))
             farm["warm_folder"].append(cook(f"build-warm-folder-{i}", parallel, folder))
@@ -224,10 +272,12 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
             farm["converter"].append(_converter(project, workdir, i))
             print(f"farm: round {i + 1}/{repeats}: two shards and assemble vs one process", file=sys.stderr)
             cache = workdir / f"folder-cache-{i}"
-            order = ["one", "shards"] if i % 2 == 0 else ["shards", "one"]
+            order = ["one", "shards", "two"] if i % 2 == 0 else ["two", "shards", "one"]
             for kind in order:
                 if kind == "one":
                     farm["one"].append(cook(f"build-one-{i}", ["cook"]))
+                elif kind == "two":
+                    farm["two"].append(_two_at_once(project, runtimes, logs, i))
                 else:
                     farm["shards"].append(_concurrent_shards(project, runtimes, logs, cache, i))
                     farm["assemble"].append(cook(f"build-assemble-{i}", parallel, {"COOK_CACHE": str(cache)}))
@@ -251,6 +301,8 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
         shards=farm["shards"],
         assemble=farm["assemble"],
         hit_s=farm["hit"],
+        download=farm["download"],
+        two_at_once=farm["two"],
         steps=steps,
         converter=farm["converter"],
         platforms=len(platform_names(project)),
@@ -267,6 +319,9 @@ def render(farm: Farm) -> str:
     one = _median([r.wall_s for r in farm.one_process])
     sharded = _median([s + a.wall_s for s, a in zip(farm.shards, farm.assemble, strict=True)])
     hit = _median(farm.hit_s)
+    download = _median([seconds for seconds, _ in farm.download])
+    downloaded = _median([size for _, size in farm.download])
+    two = _median(farm.two_at_once)
     assemble = _median([a.wall_s for a in farm.assemble])
     converter = _median(farm.converter)
     platforms = farm.platforms
@@ -294,10 +349,15 @@ def render(farm: Farm) -> str:
         f"| 1 | the same with a folder cache (a network share's case) | <= {WARM_GOAL:.2f}x "
         f"| {warm_folder:.1f} s vs {cold_folder:.1f} s: {warm_folder / cold_folder:.2f}x "
         f"| {verdict(warm_folder / cold_folder <= WARM_GOAL)} |",
+        f"| 1 | for scale: boto3 alone downloading the same {downloaded / 1e9:.2f} GB (every object the warm "
+        f"S3 run fetched) into files on 2 threads, nothing checked | reported | {download:.1f} s | - |",
         f"| 2 | 2 shard processes at once into a folder cache, then `doit -n 2 cook` assembling, vs one "
         f"process (`doit cook`) | <= {SHARD_GOAL:.2f}x | {sharded:.1f} s "
         f"({_median(farm.shards):.1f} s shards + {assemble:.1f} s assemble) "
         f"vs {one:.1f} s: {sharded / one:.2f}x | {verdict(sharded / one <= SHARD_GOAL)} |",
+        f"| 2 | for scale: two whole `doit cook` at once on separate build folders (no cache), vs one alone "
+        f"| reported | {two:.1f} s vs {one:.1f} s: two processes do {2 * one / two:.2f}x the work per "
+        f"second here, so two shards can at best take {two / (2 * one):.2f}x | - |",
         f"| 3 | one cache hit over S3 on localhost, per (platform, model) | reported | "
         f"{hit * 1000:.1f} ms (index, objects and their sha256s, the blob's header and frame layout) | - |",
         f"| 4 | cold `doit -n 2 cook` vs onnxruntime's converter (`convert_onnx_models_to_ort`, fixed "
@@ -316,10 +376,13 @@ def render(farm: Farm) -> str:
         ),
         f"| **all** | **{total_steps:.1f}** | |",
         "",
-        "What the warm run still does: doit loads the tasks; every cook task fetches its entry, hashes each "
-        "object once against its index, checks the blob's header and frame layout, hashes the sources "
-        "(for the cook key) and writes the outputs through the same atomic writes as a cook; every runtime "
-        "check finds its per-model reports; each manifest merges the entries' operator lists.",
+        "What the warm run still does: doit loads the tasks; every cook task (without importing onnx or "
+        "onnxruntime) hashes the sources for the cook key (once per model: the other platforms take "
+        "the remembered digests), fetches its entry's objects into temp files beside their places (a "
+        "hard link from a folder cache on the same file system, else a streamed copy or download), "
+        "hashes each once against its index, checks the blob's header and frame layout, and renames "
+        "them into place; every runtime check finds its per-model reports; each manifest merges the "
+        "entries' operator lists and publishes the blobs by hard link.",
         "",
     ]
     return "\n".join(lines)

@@ -209,9 +209,11 @@ def test_farm_benchmark_runs_and_reports_its_measurements(tmp_path: Path) -> Non
     cache for every cook task (the run fails otherwise), two shards and an assembly, the converter."""
     report = quick_bench("bench.farm", tmp_path, "onnx-cooker-farm-")
     rows = [line for line in report.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 1", "| 2", "| 3", "| 4"]  # 1: S3, folder
-    assert all("not judged (quick mode)" in row for row in (rows[0], rows[1], rows[2], rows[4]))
-    assert " ms " in rows[3] and "folder cache" in rows[1]
+    numbers = [row.split(" | ")[0] for row in rows]
+    assert numbers == ["| 1", "| 1", "| 1", "| 2", "| 2", "| 3", "| 4"]  # 1: S3, folder, for scale
+    assert all("not judged (quick mode)" in row for row in (rows[0], rows[1], rows[3], rows[6]))
+    assert " ms " in rows[5] and "folder cache" in rows[1]
+    assert " GB (every object the warm S3 run fetched)" in rows[2] and "at best take" in rows[4]
     steps = report.split("| step | seconds | share |", 1)[1]
     assert "| optimize and serialize |" in steps and "| runtime check (per platform) |" in steps
 
