@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,10 @@ class Store(Protocol):
         """Store the file ``path`` as the object ``name``, readable whole or not at all."""
         ...
 
+    def touch(self, name: str) -> None:
+        """Note that the object was just used (for pruning the least recently used); may do nothing."""
+        ...
+
 
 @dataclass
 class FolderStore:
@@ -166,6 +171,14 @@ class FolderStore:
                 temp.unlink(missing_ok=True)
         except OSError as exc:
             raise CacheError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+    def touch(self, name: str) -> None:
+        """The index's (or report's) mtime is its last use: ``python -m pipeline.cache prune`` removes
+        the least recently used. Objects are not touched (builds may hard-link them)."""
+        try:
+            os.utime(self.root / name)
+        except OSError:
+            pass  # pruned meanwhile, or a read-only share: the hit stands
 
 
 def _flush(path: Path) -> None:
@@ -231,6 +244,9 @@ class S3Store:
                 return None
             raise CacheError(f"cannot read {self.description}/{name}: {_s3_reason(exc)}") from None
         return digest.hexdigest()
+
+    def touch(self, name: str) -> None:
+        """Nothing: S3 has no cheap way to mark a use; expire entries with a lifecycle rule."""
 
     def put_file(self, name: str, path: Path) -> None:
         """One PUT streamed from the file; in parts (multipart upload) past ``S3_SINGLE_PUT_LIMIT``.
@@ -337,6 +353,28 @@ class CookCache:
     store: Store | None = None
     notes: list[str] = field(default_factory=list)
     hit: bool = False
+    refused: bool = False  # an entry was found and refused (then cooked again)
+    bytes_in: int = 0  # fetched from the cache (linked, copied or downloaded)
+    bytes_up: int = 0  # uploaded
+    saved_s: float = 0.0  # the cook time a hit saved: its cook's recorded time less the hit's
+    started: float = field(default_factory=time.monotonic)  # this cook's start
+
+    def record(self) -> dict[str, Any]:
+        """What the cache did for this cook (``pipeline.layout.cache_record_path``), for the summary."""
+        if self.hit:
+            result = "hit"
+        elif self.refused:
+            result = "refused"
+        elif self.config.mode == "off":
+            result = "unusable"
+        else:
+            result = "miss"
+        return {
+            "result": result,
+            "bytes_in": self.bytes_in,
+            "bytes_up": self.bytes_up,
+            "saved_s": round(self.saved_s, 3),
+        }
 
     def _store(self) -> Store | None:
         if self.store is None:
@@ -374,17 +412,19 @@ class CookCache:
             index = store.get(_index_name(digest))
             if index is None:
                 return None
-            digests = _fetch_files(store, digest, index, cook_key, dests, optional, staged)
+            digests, cook_seconds = _fetch_files(store, digest, index, cook_key, dests, optional, staged)
             check_entry(staged, cook_key, name, platform, blob_file, digests["blob"])
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed entry's shape
-            Cached(staged, {}).discard()
+            self._discard(staged)
+            self.refused = True
             self.notes.append(
                 f"warning: cook cache entry {digest[:16]} refused, cooked again: malformed ({exc!r})"
             )
             return None
         except CacheError as exc:
-            Cached(staged, {}).discard()
+            self._discard(staged)
             if isinstance(exc, PoisonedEntry):
+                self.refused = True
                 self.notes.append(
                     f"warning: cook cache entry {digest[:16]} refused, cooked again: {exc.problem}"
                 )
@@ -392,10 +432,17 @@ class CookCache:
             self._unusable(exc)
             return None
         except BaseException:
-            Cached(staged, {}).discard()
+            self._discard(staged)
             raise
         self.hit = True
+        self.bytes_in += _sizes(staged)
+        self.saved_s += max(cook_seconds - (time.monotonic() - self.started), 0.0)
+        store.touch(_index_name(digest))
         return Cached(staged, digests)
+
+    def _discard(self, staged: Mapping[str, Path]) -> None:
+        self.bytes_in += _sizes(staged)  # fetched all the same
+        Cached(staged, {}).discard()
 
     def upload(self, cook_key: str, files: Mapping[str, Path], digests: Mapping[str, str]) -> None:
         """Store what a cook wrote (``files``: its files by role, ``digests``: their sha256s): every
@@ -403,12 +450,15 @@ class CookCache:
         if not self.config.writes or (store := self._store()) is None:
             return
         digest = entry_digest(cook_key)
-        index = {"version": INDEX_VERSION, "cook_key": cook_key, "files": {}}
+        # cook_seconds: what a hit on this entry saves (the summary at the end of `doit cook`)
+        seconds = round(time.monotonic() - self.started, 3)
+        index = {"version": INDEX_VERSION, "cook_key": cook_key, "files": {}, "cook_seconds": seconds}
         try:
             for role, path in files.items():
                 size = path.stat().st_size
                 store.put_file(_object_name(digest, role), path)
                 index["files"][role] = {"size": size, "sha256": digests[role]}
+                self.bytes_up += size
             store.put(_index_name(digest), json.dumps(index, sort_keys=True).encode())
         except CacheError as exc:
             self._unusable(exc)
@@ -438,6 +488,7 @@ class CookCache:
             self.notes.append(f"warning: cook cache check report {name} refused, checking again")
             return None
         self.hit = True
+        store.touch(name)
         return report
 
     def upload_check(self, check_key: str, report: Mapping[str, Any]) -> None:
@@ -515,9 +566,10 @@ def _fetch_files(
     dests: Mapping[str, Path],
     optional: frozenset[str],
     staged: dict[str, Path],
-) -> dict[str, str]:
+) -> tuple[dict[str, str], float]:
     """Place the entry's objects beside ``dests`` (into ``staged``, by role), each checked against the
-    size and sha256 its index lists; returns those sha256s by role."""
+    size and sha256 its index lists; returns those sha256s by role, and the seconds the entry's cook
+    took (0 when its index does not say)."""
     try:
         index = json.loads(raw_index)
         listed = index["files"]
@@ -542,7 +594,18 @@ def _fetch_files(
         if temp.stat().st_size != expected.get("size") or sha256 != expected.get("sha256"):
             raise PoisonedEntry(f"its {role} object does not match the size and sha256 of its index")
         digests[role] = sha256
-    return digests
+    seconds = index.get("cook_seconds")
+    return digests, float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else 0.0
+
+
+def _sizes(staged: Mapping[str, Path]) -> int:
+    total = 0
+    for path in staged.values():
+        try:
+            total += path.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 def check_entry(
@@ -616,3 +679,11 @@ def _blob_layout(path: Path) -> tuple[int, Any]:
     if problem is not None:
         raise PoisonedEntry(f"its blob is damaged ({problem})")
     return size, header
+
+
+if __name__ == "__main__":  # python -m pipeline.cache stats|prune ... (folder caches)
+    import sys
+
+    from .cache_admin import main
+
+    sys.exit(main())

@@ -67,6 +67,12 @@ def step_times_path(platform_dir: Path, name: str) -> Path:
     return platform_dir / STAMPS_DIR / "times" / f"{name}.json"
 
 
+def cache_record_path(platform_dir: Path, name: str) -> Path:
+    """What the cook cache did for the last cook of ``name`` (hit or miss, bytes, time saved), for the
+    summary at the end of ``doit cook`` (pipeline.progress)."""
+    return platform_dir / STAMPS_DIR / "cache" / f"{name}.json"
+
+
 def check_times_path(platform_dir: Path) -> Path:
     """Wall seconds of the last runtime check, per onnxruntime version (read by the bench)."""
     return platform_dir / STAMPS_DIR / "runtime-check-times.json"

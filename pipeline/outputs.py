@@ -18,11 +18,12 @@ from typing import Any
 from .cache import Cached, CookCache
 from .cookkey import cook_key
 from .errors import CookError
-from .fsutil import write_json
+from .fsutil import atomic_write, json_bytes, write_json
 from .job import CookJob
 from .layout import (
     applied_variant_path,
     blob_path,
+    cache_record_path,
     cook_stamps_path,
     digest_memo_dir,
     entry_path,
@@ -55,6 +56,7 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
 
                 entry = cook_source(job, cache, looked_up)
         write_json(step_times_path(job.platform_dir, asset.name), times)
+        _record_cache_use(job, cache)
         return entry
     except CookError as exc:
         raise exc.in_context(**context) from None
@@ -64,6 +66,15 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
             "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)",
             **context,
         ) from None
+
+
+def _record_cache_use(job: CookJob, cache: CookCache | None) -> None:
+    """What the cache did for this cook, for the summary at the end of ``doit cook``."""
+    path = cache_record_path(job.platform_dir, job.asset.name)
+    if cache is None:
+        path.unlink(missing_ok=True)
+    else:  # a statistic: lost to a power cut, it is only missing from one summary
+        atomic_write(path, json_bytes(cache.record()), durable=False)
 
 
 def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, str | None]:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .fsutil import atomic_write, write_json
+from .fsutil import copy_hashed, write_json
 from .layout import STAMPS_DIR
 from .stamps import file_state, known_sha256, remember
 
@@ -78,15 +78,16 @@ def _place(staged: Path, target: Path) -> bool:
     temp.unlink(missing_ok=True)
     try:
         os.link(staged, temp)
-    except OSError:
-        atomic_write(target, staged.read_bytes())
-        return False
+        linked = True
+    except OSError:  # no hard links here: a streamed copy (fsync'd), never the whole blob in memory
+        copy_hashed(staged, temp)
+        linked = False
     try:
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    return True
+    return linked
 
 
 def published_files(platform_dir: Path) -> list[Path]:

@@ -33,6 +33,7 @@ from .layout import (
     STAMPS_DIR,
     applied_variant_path,
     blob_path,
+    cache_record_path,
     check_times_path,
     cook_stamps_path,
     digest_memo_dir,
@@ -524,6 +525,7 @@ def _cook_task(job: CookJob, cache: CacheConfig | None) -> dict[str, Any]:
             (_remove, [cook_stamps_path(job.platform_dir, job.asset.name)]),
             (_remove, [step_times_path(job.platform_dir, job.asset.name)]),
             (_remove, [applied_variant_path(job.platform_dir, job.asset.name)]),  # kept by some cooks
+            (_remove, [cache_record_path(job.platform_dir, job.asset.name)]),
         ],
         "verbosity": 2,
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from pipeline.cache import (
 from pipeline.cook import cook
 from pipeline.errors import CookError
 from pipeline.job import CookJob
-from pipeline.layout import blob_path, entry_path
+from pipeline.layout import blob_path, cache_record_path, entry_path
 from tests.models import conv_bn_relu_model
 from tests.s3server import S3Server, s3_server
 from tests.test_cook import save, shipped_settings
@@ -344,6 +345,22 @@ def test_one_agent_cooks_another_assembles_the_same_bundle_from_s3_with_zero_coo
     assert "load and match in onnxruntime" in assembling.stdout
     assert models_of(second) == models_of(first)  # the same blobs, byte for byte (ORT ones included)
     assert_bundle_intact(second / "build" / "android", {"net", "mlp"})
+    # The end-of-run summary: hits, misses, bytes in and up, the cook time the hits saved.
+    assert re.search(
+        r"^cook cache: 0 hits, 2 misses; 0 B in, [\d.]+ [kMG]B up; about 0:\d\d", cooking.stdout, re.M
+    )
+    assert re.search(r"^cook cache: 2 hits, 0 misses; [\d.]+ [kMG]B in, 0 B up; ", assembling.stdout, re.M)
+    records = [
+        json.loads(cache_record_path(second / "build" / "android", name).read_text())
+        for name in ("net", "mlp")
+    ]
+    sizes = [
+        path.stat().st_size
+        for path in (second / "build" / "android" / ".entries").glob("*.*")
+        if path.is_file()
+    ]
+    assert sum(r["bytes_in"] for r in records) == sum(sizes)  # blob, entry and verification data of each
+    assert all(r["result"] == "hit" and r["saved_s"] >= 0 and r["bytes_up"] == 0 for r in records), records
 
 
 @pytest.mark.slow
@@ -475,3 +492,27 @@ def test_a_fresh_agent_hashes_each_source_once_not_once_per_platform(tmp_path: P
     cook(job(assets, second, "console"), again)  # second's memo no longer matches the file
     assert again.hit
     assert "read and hash the sources" in json.loads(step_times_path(second / "console", "net").read_text())
+
+
+def test_a_hit_counts_the_cook_time_its_entry_recorded_as_saved(tmp_path: Path) -> None:
+    """The index records how long the entry's cook took; a hit saves that less its own time."""
+    import time
+
+    assets, build = project(tmp_path)
+    slow = folder_cache(tmp_path / "cache")
+    slow.started = time.monotonic() - 100.0  # as if this cook had taken 100 s
+    cook(job(assets, build), slow)
+    assert slow.record() == {
+        "result": "miss",
+        "bytes_in": 0,
+        "bytes_up": sum(p.stat().st_size for p in (tmp_path / "cache" / "objects").rglob("*") if p.is_file()),
+        "saved_s": 0.0,
+    }
+    (index,) = (tmp_path / "cache" / "index").rglob("*.json")
+    took = json.loads(index.read_text())["cook_seconds"]
+    assert took >= 100.0
+    hit = folder_cache(tmp_path / "cache")
+    cook(job(assets, tmp_path / "second"), hit)
+    record = hit.record()
+    assert record["result"] == "hit" and took - 1.0 <= record["saved_s"] < took and record["bytes_up"] == 0
+    assert record["bytes_in"] == slow.record()["bytes_up"]
