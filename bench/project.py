@@ -171,16 +171,26 @@ def standalone_main(
 
     parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny inputs, few rounds: a smoke test")
-    parser.add_argument("--output", type=Path, default=REPO / "bench" / f"results-{name}.md")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=REPO / "bench" / f"results-{name}.md",
+        help="the report (the default one is also copied into bench/results.md)",
+    )
     parser.add_argument("--runtimes-dir", type=Path, default=REPO / "build" / ".runtimes")
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix=f"onnx-cooker-{name}-", dir=args.workdir))
+    default = REPO / "bench" / f"results-{name}.md"
     try:
-        args.output.write_text(
-            render(measure(args.quick, root, args.runtimes_dir.resolve())), encoding="utf-8"
-        )
+        report = render(measure(args.quick, root, args.runtimes_dir.resolve()))
+        args.output.write_text(report, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
+        if args.output.resolve() == default.resolve():  # the repo's report: its copy in results.md too
+            from .sections import embed
+
+            embed(REPO / "bench" / "results.md", name, report, default.name)
+            print(f"updated its section of {REPO / 'bench' / 'results.md'}", file=sys.stderr)
     except BenchError as exc:
         print(f"bench failed: {exc}", file=sys.stderr)
         return 1

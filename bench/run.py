@@ -17,6 +17,7 @@ from . import measure, models
 from .machine import describe
 from .project import EXAMPLES, copy_project, platform_names, warm_up
 from .report import InputModel, Results, render
+from .sections import carry_over
 
 # Models this large (source bytes) get the fewer load repeats: each session takes a second or more.
 LARGE_SOURCE = 100_000_000
@@ -201,7 +202,9 @@ def main(
         # The measurements themselves, to render the report again (python -m bench.report, with --keep).
         (root / "results.pickle").write_bytes(pickle.dumps(results))
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(render(results), encoding="utf-8")
+        previous = output.read_text(encoding="utf-8") if output.is_file() else ""
+        # the standalone benches' sections (bench.farm, bench.precision) stay
+        output.write_text(carry_over(previous, render(results)), encoding="utf-8")
         _step(f"wrote {output}")
     finally:
         if keep:

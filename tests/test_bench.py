@@ -225,3 +225,20 @@ def test_precision_benchmark_reports_every_model_at_every_precision(tmp_path: Pa
     rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| model")]
     assert {row.split(" | ")[0][2:] for row in rows} >= {*GENERATED, *EXAMPLES}
     assert all(row.count(" | ") == 4 for row in rows)
+
+
+def test_standalone_reports_live_in_results_md_and_survive_the_main_bench(tmp_path: Path) -> None:
+    from bench.sections import carry_over, embed
+
+    results = tmp_path / "results.md"
+    results.write_text("# onnx-cooker benchmarks\n\n## 1. Load\n| a | b |\n")
+    embed(results, "farm", "# farm\n\n| farm | 1 |\n", "results-farm.md")
+    embed(results, "precision", "# precision\n\n| p | 1 |\n", "results-precision.md")
+    embed(results, "farm", "# farm\n\n| farm | 2 |\n", "results-farm.md")  # replaced in place
+    text = results.read_text()
+    assert text.count("<!-- bench.farm -->") == 1 and "| farm | 2 |" in text and "| farm | 1 |" not in text
+    assert text.index("bench.farm") < text.index("bench.precision")
+    assert "## farm (from [results-farm.md](results-farm.md))" in text
+    rewritten = carry_over(text, "# onnx-cooker benchmarks\n\n## 1. Load\n| a | c |\n")
+    assert "| a | c |" in rewritten and "| a | b |" not in rewritten
+    assert "| farm | 2 |" in rewritten and "| p | 1 |" in rewritten
