@@ -516,3 +516,58 @@ def test_a_hit_counts_the_cook_time_its_entry_recorded_as_saved(tmp_path: Path) 
     record = hit.record()
     assert record["result"] == "hit" and took - 1.0 <= record["saved_s"] < took and record["bytes_up"] == 0
     assert record["bytes_in"] == slow.record()["bytes_up"]
+
+
+def test_s3_objects_stream_both_ways_and_big_ones_go_up_in_parts(
+    tmp_path: Path, server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past S3_SINGLE_PUT_LIMIT an object is uploaded in parts (here lowered from 4 GiB to 6 MiB,
+    parts of S3's 5 MiB minimum); either way it comes back whole, with the sha256 of its bytes."""
+    import hashlib
+
+    import pipeline.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "S3_SINGLE_PUT_LIMIT", 6 << 20)
+    monkeypatch.setattr(cache_module, "S3_PART_BYTES", 5 << 20)
+    store = S3Store(bucket=BUCKET, prefix="parts", client=server.client())
+    rng = __import__("numpy").random.default_rng(7)
+    for name, size in (("small", 1 << 20), ("big", (12 << 20) + 123)):
+        source = tmp_path / name
+        source.write_bytes(rng.integers(0, 256, size, dtype="uint8").tobytes())
+        store.put_file(name, source)
+        fetched = tmp_path / f"{name}.back"
+        assert store.get_file(name, fetched) == hashlib.sha256(source.read_bytes()).hexdigest()
+        assert fetched.read_bytes() == source.read_bytes()
+    parts = server.client().head_object(Bucket=BUCKET, Key="parts/big")["ETag"]
+    assert parts.strip('"').endswith("-3")  # a multipart upload's ETag counts its parts
+    assert store.get_file("absent", tmp_path / "absent") is None and not (tmp_path / "absent").exists()
+
+
+def test_a_folder_cache_on_the_builds_file_system_shares_files_by_hard_link_and_stays_checked(
+    tmp_path: Path,
+) -> None:
+    """Upload and hit are hard links (no bytes written); a build file edited in place changes the
+    cache's object too, which the next reader refuses by its sha256 and cooks again."""
+    assets, first = project(tmp_path, "first")
+    cook(job(assets, first), folder_cache(tmp_path / "cache"))
+    digest = entry_digest(json.loads(outputs(first)["entry"])["cook_key"])
+    cached_blob = tmp_path / "cache" / _object_name(digest, "blob")
+    first_blob = blob_path(first / PLATFORM, "net", "onnx")
+    assert cached_blob.samefile(first_blob)  # the upload linked the build's file
+    _, second = project(tmp_path, "second")
+    hit = folder_cache(tmp_path / "cache")
+    cook(job(assets, second), hit)
+    second_blob = blob_path(second / PLATFORM, "net", "onnx")
+    original = outputs(first)
+    assert hit.hit and second_blob.samefile(cached_blob) and outputs(second) == original
+
+    with second_blob.open("r+b") as stream:  # what no cooker step does: a rewrite in place
+        stream.seek(-4, 2)
+        stream.write(b"\0\0\0\0")
+    _, third = project(tmp_path, "third")
+    reader = folder_cache(tmp_path / "cache")
+    entry = cook(job(assets, third), reader)
+    assert not reader.hit and "does not match the size and sha256 of its index" in reader.notes[0]
+    assert entry["verification"]["outputs"][0]["ok"] is True
+    assert outputs(third) == original  # cooked again, and the entry overwritten with good bytes
+    assert cached_blob.samefile(blob_path(third / PLATFORM, "net", "onnx"))
