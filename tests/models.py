@@ -206,3 +206,17 @@ def transformer_block_model(width: int = 64, seq: int = 8, seed: int = RNG_SEED)
         inits,
     )
     return model_of(graph)
+
+
+def int4_model() -> onnx.ModelProto:
+    """Casts through int4: a type onnxruntime's operator-type processor cannot name."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["q"], to=TensorProto.INT4),
+            helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT),
+        ],
+        "int4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    return model_of(graph, opset=21, ir_version=10)

@@ -19,7 +19,7 @@ from pipeline.optimize import session_options
 from pipeline.runtime import decode_blob
 from pipeline.runtime.session import session_options_for
 from pipeline.usability import usability
-from tests.models import conv_bn_relu_model, mlp_model, with_symbolic_batch
+from tests.models import conv_bn_relu_model, int4_model, mlp_model, with_symbolic_batch
 from tests.test_cook import job_for, save, settings_for, shipped_settings
 
 
@@ -234,23 +234,10 @@ def test_a_platform_that_stops_asking_loses_its_stale_configs(tmp_path: Path) ->
 def test_applied_variant_is_kept_and_cached_only_when_the_operator_lists_lack_types(tmp_path: Path) -> None:
     """A model whose types onnxruntime's processor cannot name (int4 here) keeps its applied variant:
     the config then comes from onnxruntime's tool, which reads it. A cache hit brings it back."""
-    from onnx import TensorProto, helper
-
     from pipeline.cache import CacheConfig, CookCache
 
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["x"], ["q"], to=TensorProto.INT4),
-            helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT),
-        ],
-        "int4",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-    )
     assets = tmp_path / "assets"
-    save(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), assets, "quant"
-    )
+    save(int4_model(), assets, "quant")
     save(mlp_model(), assets, "mlp")
     settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
     cache = tmp_path / "cache"

@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.runtime import BundleReplacedError, ChecksumMismatchError, open_bundle
-from tests.models import model_of
+from tests.models import int4_model
 from tests.test_reliability import REPO, TRACEBACK, doit, small_project
 
 
@@ -342,19 +342,6 @@ def test_published_blob_unpacks_with_stock_zstd(tmp_path: Path) -> None:
 
 
 # --- 5. smaller defects -----------------------------------------------------------------------------
-
-
-def int4_model() -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["x"], ["q"], to=TensorProto.INT4),
-            helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT),
-        ],
-        "int4",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-    )
-    return model_of(graph, opset=21, ir_version=10)
 
 
 @pytest.mark.slow
