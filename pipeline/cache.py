@@ -1,7 +1,7 @@
 """A shared cache of cooked results for build farms: a folder or an S3 bucket, keyed by the cook key.
 
 One entry holds everything a cook writes for one (platform, model): the blob, its manifest entry,
-the verification data and the applied variant (reduced builds). Entries are written data first and
+and the verification data. Entries are written data first and
 their index object last, so a reader never sees half an entry; everything read back is checked like
 a blob a game loads (sizes, sha256s, the blob's frames, the cook key in its header) before it is
 written into the build. The cache is optional: a store that cannot be reached costs one warning line
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 from .errors import CookError
-from .fsutil import atomic_write, copy_hashed, file_sha256, link_or_copy, temp_beside
+from .fsutil import CHUNK_BYTES, atomic_write, copy_hashed, file_sha256, temp_beside
 from .runtime.compat import parse_version
 
 CACHE_ENV = "COOK_CACHE"
@@ -39,7 +39,7 @@ REQUIRED_ENV = "COOK_CACHE_REQUIRED"
 MODES = ("readwrite", "read")
 INDEX_VERSION = 1
 # What one entry holds: role -> object name under the entry's folder.
-ROLES = ("blob", "entry", "verify", "applied")
+ROLES = ("blob", "entry", "verify")
 # S3: fail in seconds when the server is down, not after minutes of retries.
 S3_CONNECT_TIMEOUT = 5.0
 S3_READ_TIMEOUT = 60.0
@@ -47,7 +47,8 @@ S3_ATTEMPTS = 2
 # Objects up to this size go in one PUT (S3 takes up to 5 GiB in one); bigger ones in parts.
 S3_SINGLE_PUT_LIMIT = 4 << 30
 S3_PART_BYTES = 256 << 20
-CHUNK_BYTES = 1 << 20  # objects are streamed through buffers of this size
+S3_PART_THREADS = 2  # parts in flight: build agents have few cores, and the cook has work of its own
+MAX_COOK_SECONDS = 7 * 86400  # an index claiming a longer cook is not believed (the summary's "saved")
 
 
 class CacheError(CookError):
@@ -138,39 +139,43 @@ class FolderStore:
 
     def get_file(self, name: str, dest: Path) -> str | None:
         """A hard link to the object where the build is on the cache's file system (no bytes written:
-        objects are never changed in place, only replaced or deleted), else a copy."""
+        objects are never changed in place, only replaced or deleted), else a copy (fsync'd)."""
         source = self.root / name
+        if not source.is_file():
+            return None
         try:
-            try:
-                os.link(source, dest)
-            except FileNotFoundError:
-                if not source.exists():
-                    return None
-                raise
-            except OSError:  # another file system (EXDEV), links refused (EPERM), or none at all
+            if not _link(source, dest):
                 return copy_hashed(source, dest)
-            _flush(dest)  # durable like every build output (cheap: the object's pages are clean)
+            _fsync(dest)  # durable like every build output (cheap: the object's pages are clean)
             return file_sha256(dest)
         except FileNotFoundError:
-            return None
+            if not source.exists():  # pruned or replaced meanwhile
+                dest.unlink(missing_ok=True)
+                return None
+            raise CacheError(f"cannot place {source} at {dest}: its folder is gone") from None
         except OSError as exc:
             dest.unlink(missing_ok=True)
-            raise CacheError(f"cannot read {source}: {exc.strerror or exc}") from None
+            raise CacheError(f"cannot copy {source} to {dest}: {exc.strerror or exc}") from None
 
     def put_file(self, name: str, path: Path) -> None:
         """A hard link to the build's file where the cache is on its file system (the build replaces
         its files, never rewrites them), else a copy; then renamed into place."""
         target = self.root / name
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in (1, 2):  # a prune may remove the fresh folder between mkdir and the link
             temp = temp_beside(target)
             try:
-                link_or_copy(path, temp)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if not _link(path, temp):
+                    copy_hashed(path, temp, durable=False)  # checked when read
                 os.replace(temp, target)
+                return
+            except FileNotFoundError:
+                if attempt == 2 or not path.exists():
+                    raise CacheError(f"cannot write {target}: its folder vanished twice") from None
+            except OSError as exc:
+                raise CacheError(f"cannot write {target}: {exc.strerror or exc}") from None
             finally:
                 temp.unlink(missing_ok=True)
-        except OSError as exc:
-            raise CacheError(f"cannot write {target}: {exc.strerror or exc}") from None
 
     def touch(self, name: str) -> None:
         """The index's (or report's) mtime is its last use: ``python -m pipeline.cache prune`` removes
@@ -181,16 +186,26 @@ class FolderStore:
             pass  # pruned meanwhile, or a read-only share: the hit stands
 
 
-def _flush(path: Path) -> None:
-    """fsync ``path`` where a read-only descriptor allows it (POSIX); elsewhere the copy did."""
+def _link(source: Path, dest: Path) -> bool:
+    """Hard-link ``source`` as ``dest`` if this system and file system allow it. Not on Windows: a file
+    open anywhere there (an editor, a scanner, another agent) blocks renaming or deleting each of its
+    links, so a build and the cache must not share files."""
+    if os.name == "nt":
+        return False
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+        os.link(source, dest)
+    except FileNotFoundError:
+        raise
+    except OSError:  # another file system (EXDEV), links refused (EPERM), or none (FAT, some shares)
+        return False
+    return True
+
+
+def _fsync(path: Path) -> None:
+    """fsync a file through a read-only descriptor (POSIX allows it)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    except OSError:
-        pass  # Windows wants a writable descriptor: its copies were fsync'd as they were written
     finally:
         os.close(fd)
 
@@ -258,7 +273,11 @@ class S3Store:
             else:
                 from boto3.s3.transfer import TransferConfig
 
-                parts = TransferConfig(multipart_threshold=S3_PART_BYTES, multipart_chunksize=S3_PART_BYTES)
+                parts = TransferConfig(
+                    multipart_threshold=S3_PART_BYTES,
+                    multipart_chunksize=S3_PART_BYTES,
+                    max_concurrency=S3_PART_THREADS,
+                )
                 self.client.upload_file(str(path), self.bucket, self._key(name), Config=parts)
         except Exception as exc:
             raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
@@ -330,15 +349,11 @@ def _check_name(digest: str) -> str:
 
 @dataclass(frozen=True)
 class Cached:
-    """A checked entry, by role (``blob``, ``entry``, ``verify``, ``applied``): each file placed in a
+    """A checked entry, by role (``blob``, ``entry``, ``verify``): each file placed in a
     temp file beside where the cook writes it (``os.replace`` puts it there), and its sha256."""
 
     staged: Mapping[str, Path]
     digests: Mapping[str, str]  # sha256 by role, checked against the entry's index
-
-    @property
-    def entry(self) -> dict[str, Any]:
-        return json.loads(self.staged["entry"].read_bytes())
 
     def discard(self) -> None:
         for path in self.staged.values():
@@ -398,12 +413,10 @@ class CookCache:
         platform: str,
         blob_file: str,
         dests: Mapping[str, Path],
-        optional: frozenset[str] = frozenset(),
     ) -> Cached | None:
         """The checked entry for ``cook_key``, or None (absent, unreachable, or refused). ``dests``:
-        where the cook of this job writes each of its roles, those of ``optional`` only sometimes (an
-        entry with other roles, or without a required one, is refused); the entry's files are placed
-        beside them, in temp files, and nothing is left on a refusal."""
+        where the cook of this job writes each of its roles (an entry with other roles is refused);
+        the entry's files are placed beside them, in temp files, and nothing is left on a refusal."""
         if self.config.mode == "off" or (store := self._store()) is None:
             return None
         digest = entry_digest(cook_key)
@@ -412,7 +425,7 @@ class CookCache:
             index = store.get(_index_name(digest))
             if index is None:
                 return None
-            digests, cook_seconds = _fetch_files(store, digest, index, cook_key, dests, optional, staged)
+            digests, cook_seconds = _fetch_files(store, digest, index, cook_key, dests, staged)
             check_entry(staged, cook_key, name, platform, blob_file, digests["blob"])
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed entry's shape
             self._discard(staged)
@@ -420,6 +433,10 @@ class CookCache:
             self.notes.append(
                 f"warning: cook cache entry {digest[:16]} refused, cooked again: malformed ({exc!r})"
             )
+            return None
+        except OSError as exc:  # reading back what was just placed in the build folder
+            self._discard(staged)
+            self._unusable(CacheError(f"cannot read a fetched file: {exc.strerror or exc}"))
             return None
         except CacheError as exc:
             self._discard(staged)
@@ -564,7 +581,6 @@ def _fetch_files(
     raw_index: bytes,
     cook_key: str,
     dests: Mapping[str, Path],
-    optional: frozenset[str],
     staged: dict[str, Path],
 ) -> tuple[dict[str, str], float]:
     """Place the entry's objects beside ``dests`` (into ``staged``, by role), each checked against the
@@ -580,22 +596,22 @@ def _fetch_files(
         raise PoisonedEntry("its index is for another cook key")
     if not {"blob", "entry"} <= set(listed) <= set(ROLES):
         raise PoisonedEntry(f"its index lists {sorted(listed)}")
-    if not set(dests) - optional <= set(listed) <= set(dests):
+    if set(listed) != set(dests):
         raise PoisonedEntry(f"it holds {sorted(listed)}, where this cook writes {sorted(dests)}")
     digests = {}
     for role, expected in listed.items():
         dest = dests[role]
         dest.parent.mkdir(parents=True, exist_ok=True)
-        temp = temp_beside(dest)
+        temp = staged[role] = temp_beside(dest)  # removed with the others whatever happens next
         sha256 = store.get_file(_object_name(digest, role), temp)
         if sha256 is None:
             raise PoisonedEntry(f"its {role} object is missing")
-        staged[role] = temp
         if temp.stat().st_size != expected.get("size") or sha256 != expected.get("sha256"):
             raise PoisonedEntry(f"its {role} object does not match the size and sha256 of its index")
         digests[role] = sha256
     seconds = index.get("cook_seconds")
-    return digests, float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else 0.0
+    plausible = isinstance(seconds, (int, float)) and 0 < seconds < MAX_COOK_SECONDS
+    return digests, float(seconds) if plausible else 0.0
 
 
 def _sizes(staged: Mapping[str, Path]) -> int:
@@ -655,27 +671,29 @@ def check_entry(
 
 def _blob_layout(path: Path) -> tuple[int, Any]:
     """The blob file's size and header, after checking its header (and CRC), sizes and frame layout
-    (models over 2 GiB included). Mapped, not read: only the header and the frames' first bytes are
-    touched. The file is this cook's own staged copy (or a link to an object nobody rewrites)."""
+    (models over 2 GiB included). Mapped where the file system allows it (only the header and the
+    frames' first bytes are touched), else read. Anything the checks raise on hostile bytes refuses
+    the entry."""
     import mmap
 
     from .runtime.blob import check_layout
-    from .runtime.errors import BundleError
 
-    problem = None
     with path.open("rb") as stream:
         size = os.fstat(stream.fileno()).st_size
-        view = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        try:
+            view: Any = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        except (OSError, ValueError):  # a file system without mappings (some FUSE, 9p)
+            view = stream.read()
+        problem = None
         try:
             header, _ = check_layout(view, max_model_size=1 << 62)
-        except BundleError as exc:
-            problem = str(exc)
-        finally:
-            if isinstance(view, mmap.mmap):
-                try:
-                    view.close()
-                except BufferError:  # a slice still referenced (by a traceback): freed with it
-                    pass
+        except Exception as exc:  # noqa: BLE001  BundleError, or struct/index errors on crafted bytes
+            problem = f"{type(exc).__name__}: {exc}"
+        if isinstance(view, mmap.mmap):
+            try:
+                view.close()
+            except BufferError:  # a slice still held somewhere: freed with it
+                pass
     if problem is not None:
         raise PoisonedEntry(f"its blob is damaged ({problem})")
     return size, header

@@ -159,12 +159,18 @@ class _Variant:
     weight_bytes: int  # of the cooked model's initializers
 
 
-def cook_source(job: CookJob, cache: CookCache | None, looked_up: str | None = None) -> dict[str, Any]:
+def cook_source(
+    job: CookJob,
+    cache: CookCache | None,
+    looked_up: str | None = None,
+    known: Mapping[str, list[Any]] | None = None,
+) -> dict[str, Any]:
     """Cook one model for one platform from its sources (``pipeline.outputs.cook`` looked the cache
-    up first, under ``looked_up``), store the result in ``cache`` and put it in place; the entry."""
+    up first, under ``looked_up``, with the sources' digests ``known``), store the result in
+    ``cache`` and put it in place; the entry."""
     asset = job.asset
     with step("read and hash the sources"):
-        read = read_sources(asset)  # each source file read once: what is cooked is what is recorded
+        read = read_sources(asset, known)  # each source read once: what is cooked is what is recorded
         sources = {path.name: read.sha256(path) for path in asset.source_files}
     key = cook_key(job.task_key, sources)
     if cache is not None and key != looked_up:  # a source changed since it was hashed for the lookup
@@ -251,11 +257,6 @@ def cook_source(job: CookJob, cache: CookCache | None, looked_up: str | None = N
     files = {"blob": blob, "entry": json_bytes(entry)}
     if verify_data is not None:
         files["verify"] = verify_data
-    if applied is not None and operators is not None and operators["types"] is None:
-        # Only onnxruntime's own tool can list this model's types (opconfig), and it reads the applied
-        # variant from this file; otherwise the entry's operator lists cover it and the file (as big
-        # as the model) is neither written nor cached.
-        files["applied"] = applied
     # each file hashed once, for the cache index and the up-to-date records
     digests = {role: _sha256(data) for role, data in files.items() if role != "blob"}
     digests["blob"] = entry["blob_sha256"]

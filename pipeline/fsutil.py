@@ -107,27 +107,17 @@ def copy_hashed(source: Path, dest: Path, *, durable: bool = True) -> str:
     buffer = bytearray(CHUNK_BYTES)
     view = memoryview(buffer)
     try:
-        with open(source, "rb", buffering=0) as stream, open(dest, "xb", buffering=0) as out:
+        with open(source, "rb", buffering=0) as stream, open(dest, "xb") as out:
             while count := stream.readinto(buffer):
                 digest.update(view[:count])
-                out.write(view[:count])
+                out.write(view[:count])  # buffered: writes all of it, or raises
+            out.flush()
             if durable:
                 os.fsync(out.fileno())
     except BaseException:
         dest.unlink(missing_ok=True)
         raise
     return digest.hexdigest()
-
-
-def link_or_copy(source: Path, dest: Path) -> None:
-    """``source`` under the new name ``dest``: a hard link where the file system allows one (no data
-    written), else a copy (not fsync'd)."""
-    try:
-        os.link(source, dest)
-    except FileNotFoundError:
-        raise
-    except OSError:  # another file system (EXDEV), links refused (EPERM), or none (FAT, some shares)
-        copy_hashed(source, dest, durable=False)
 
 
 def json_bytes(value: Any) -> bytes:

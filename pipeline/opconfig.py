@@ -41,13 +41,20 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
         (platform_dir / stale).unlink(missing_ok=True)
     if not reduced:
         return []
+    untyped = sorted(n for n, e in reduced.items() if "operators" in e and e["operators"]["types"] is None)
+    if type_reduction and untyped:
+        # The cook ran onnxruntime's own type processor (the tool's) over the model and its applied
+        # variant, and it failed: the tool fails the same way on the same models.
+        raise CookError(
+            f"{platform_dir}: onnxruntime's reduced-build tool failed on model {untyped[0]!r} (its "
+            "operator type processor cannot name a type the model uses); set `type_reduction: false` in "
+            "this platform's file (the build then keeps every type of those operators), or list this "
+            "platform in the model's `skip_platforms`"
+        )
     try:
-        if all(
-            "operators" in e and (e["operators"]["types"] is not None or not type_reduction)
-            for e in reduced.values()
-        ):
+        if all("operators" in e for e in reduced.values()):
             return _write_merged(platform_dir, reduced, type_reduction)
-        return _write(platform_dir, reduced, type_reduction)
+        return _write(platform_dir, reduced, type_reduction)  # entries from before they carried lists
     except (BundleError, ValueError, OSError) as exc:
         raise CookError(
             f"{platform_dir}: cannot write the reduced-build operator config ({exc}); run `doit cook` again"

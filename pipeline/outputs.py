@@ -18,7 +18,7 @@ from typing import Any
 from .cache import Cached, CookCache
 from .cookkey import cook_key
 from .errors import CookError
-from .fsutil import atomic_write, json_bytes, write_json
+from .fsutil import atomic_write, json_bytes, stage_write, write_json
 from .job import CookJob
 from .layout import (
     applied_variant_path,
@@ -30,12 +30,9 @@ from .layout import (
     step_times_path,
     verify_data_path,
 )
-from .runtime.constants import OptimizationStyle
 from .stamps import hashed_sources, record, remembered_sources
 from .steptimes import recording, step
 
-# A cook keeps a runtime-style model's applied variant only when its operator lists lack types.
-OPTIONAL_ROLES = frozenset({"applied"})
 Stamps = Mapping[str, list[Any]]  # source path -> [size, mtime_ns, ctime_ns, sha256] (pipeline.stamps)
 
 
@@ -50,11 +47,11 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
     context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
     try:
         with recording() as times:
-            entry, looked_up = from_cache(job, cache) if cache is not None else (None, None)
+            entry, looked_up, known = from_cache(job, cache) if cache is not None else (None, None, None)
             if entry is None:
                 from .cook import cook_source  # heavy: onnx and onnxruntime, for a real cook only
 
-                entry = cook_source(job, cache, looked_up)
+                entry = cook_source(job, cache, looked_up, known)
         write_json(step_times_path(job.platform_dir, asset.name), times)
         _record_cache_use(job, cache)
         return entry
@@ -71,15 +68,18 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
 def _record_cache_use(job: CookJob, cache: CookCache | None) -> None:
     """What the cache did for this cook, for the summary at the end of ``doit cook``."""
     path = cache_record_path(job.platform_dir, job.asset.name)
-    if cache is None:
-        path.unlink(missing_ok=True)
-    else:  # a statistic: lost to a power cut, it is only missing from one summary
-        atomic_write(path, json_bytes(cache.record()), durable=False)
+    try:
+        if cache is None:
+            path.unlink(missing_ok=True)
+        else:  # a statistic: lost to a power cut, it is only missing from one summary
+            atomic_write(path, json_bytes(cache.record()), durable=False)
+    except OSError:
+        pass  # the cook is done and in place: a missing statistic does not undo it
 
 
-def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, str | None]:
-    """The entry of a cache hit, put in place (and the cook key it was found under), or (None, the key
-    looked up in vain, if any).
+def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, str | None, Stamps | None]:
+    """The entry of a cache hit, put in place, or None; the cook key looked up (if any), and the
+    sources' state and digests it was computed from (for a cook after a miss).
 
     A lookup needs the sources' digests, not their bytes: remembered from another platform's cook of
     this model while the files are unchanged since (size and times), else hashed from disk without
@@ -90,10 +90,9 @@ def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, s
         with step("read and hash the sources"):
             known = hashed_sources(asset)
     if not known:  # a source changed while it was hashed: the cook reads it and decides
-        return None, None
+        return None, None, None
     key = cook_key(job.task_key, {Path(path).name: stamp[3] for path, stamp in known.items()})
-    entry = lookup(job, cache, key, known)
-    return entry, key
+    return lookup(job, cache, key, known), key, known
 
 
 def lookup(job: CookJob, cache: CookCache, key: str, sources: Stamps) -> dict[str, Any] | None:
@@ -107,7 +106,6 @@ def lookup(job: CookJob, cache: CookCache, key: str, sources: Stamps) -> dict[st
             job.settings.platform,
             staged_as.relative_to(job.platform_dir).as_posix(),
             dests(job),
-            optional=OPTIONAL_ROLES,
         )
     if cached is None:
         return None
@@ -129,20 +127,13 @@ def paths(job: CookJob) -> dict[str, Path]:
         "blob": blob_path(platform_dir, name, job.settings.format),
         "entry": entry_path(platform_dir, name),
         "verify": verify_data_path(platform_dir, name),
-        "applied": applied_variant_path(platform_dir, name),
     }
 
 
 def dests(job: CookJob) -> dict[str, Path]:
-    """Where a cook of this job's settings may write its files, by role: a cache entry for it must hold
-    these roles, the applied variant (``OPTIONAL_ROLES``) only where its cook kept it."""
-    settings = job.settings
-    roles = {"blob", "entry"}
-    if settings.verify:
-        roles.add("verify")
-    if settings.reduced_build and settings.optimization_style == OptimizationStyle.RUNTIME:
-        roles.add("applied")
-    return {role: path for role, path in paths(job).items() if role in roles}
+    """Where a cook of this job's settings writes its files, by role: a cache entry for it must hold
+    exactly these roles."""
+    return {role: path for role, path in paths(job).items() if role != "verify" or job.settings.verify}
 
 
 def commit(
@@ -152,13 +143,13 @@ def commit(
     place with one rename, the manifest entry last; record it all with the files' sha256s
     (``digests``, by role) and the sources' state, for the up-to-date checks. Returns the entry."""
     where = paths(job)
-    for role in ("verify", "applied"):  # verify is off, or the operator lists cover the variant
-        if role not in staged:
-            where[role].unlink(missing_ok=True)
-    for role in ("applied", "verify", "blob", "entry"):  # the entry last: it names the others
+    if "verify" not in staged:  # verify is off: no task lists the file
+        where["verify"].unlink(missing_ok=True)
+    applied_variant_path(job.platform_dir, job.asset.name).unlink(missing_ok=True)  # older cooks kept it
+    for role in ("verify", "blob", "entry"):  # the entry last: it names the others
         if role in staged:
             os.replace(staged[role], where[role])
-    recorded = {role: path for role, path in where.items() if role != "applied" or role in staged}
+    recorded = where
     record(
         list(recorded.values()),
         cook_stamps_path(job.platform_dir, job.asset.name),
@@ -173,8 +164,6 @@ def commit(
 def staged_files(files: Mapping[str, bytes], where: Mapping[str, Path]) -> Iterator[dict[str, Path]]:
     """``files`` (by role) written to temp files beside ``where[role]``, fsync'd; whatever is still
     under a temp name when the block ends (a failure before ``commit``) is removed."""
-    from .fsutil import stage_write
-
     staged: dict[str, Path] = {}
     try:
         with step("write the outputs"):

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .errors import CookError
 from .fsutil import copy_hashed, write_json
 from .layout import STAMPS_DIR
 from .stamps import file_state, known_sha256, remember
@@ -50,7 +51,7 @@ def publish(platform_dir: Path, models: Mapping[str, dict[str, Any]], memo_dir: 
         target = platform_dir / relative
         if not _holds(target, entry["blob_sha256"], memo_dir):
             remembered = memo_dir is not None and known_sha256(memo_dir, staged) == entry["blob_sha256"]
-            if _place(staged, target) and remembered:
+            if _place(staged, target, entry["blob_sha256"]) and remembered:
                 assert memo_dir is not None
                 for path in (staged, target):
                     remember(memo_dir, path, [*file_state(path), entry["blob_sha256"]])
@@ -70,9 +71,9 @@ def _holds(path: Path, sha256: str, memo_dir: Path | None = None) -> bool:
     return digest.hexdigest() == sha256
 
 
-def _place(staged: Path, target: Path) -> bool:
+def _place(staged: Path, target: Path, sha256: str) -> bool:
     """``staged`` under the name ``target``: a hard link where the file system has them (no copy; then
-    True), else a copy; atomically either way."""
+    True), else a copy, which must have ``sha256``; atomically either way."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.{os.getpid()}.link.tmp")
     temp.unlink(missing_ok=True)
@@ -80,7 +81,12 @@ def _place(staged: Path, target: Path) -> bool:
         os.link(staged, temp)
         linked = True
     except OSError:  # no hard links here: a streamed copy (fsync'd), never the whole blob in memory
-        copy_hashed(staged, temp)
+        if copy_hashed(staged, temp) != sha256:
+            temp.unlink(missing_ok=True)
+            raise CookError(
+                f"{staged}: its bytes no longer match its manifest entry (damaged since the cook); "
+                "run `doit cook` again to cook it anew"
+            ) from None
         linked = False
     try:
         os.replace(temp, target)

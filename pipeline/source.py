@@ -38,23 +38,28 @@ class SourceRead:
         return str(self.stamps[str(path)][3])
 
 
-def read_sources(asset: AssetModel) -> SourceRead:
+def read_sources(asset: AssetModel, known: Mapping[str, list[Any]] | None = None) -> SourceRead:
     """Read every source file of ``asset`` once: the cook uses exactly these bytes, and records their
     sha256 and the file state it read them in, so that a file changed while it is cooked is cooked
-    again by the next ``doit cook`` (never taken as up to date)."""
+    again by the next ``doit cook`` (never taken as up to date). ``known``: digests just computed for
+    the cache lookup, by path, with the file state they were computed in: a file still in that
+    state (size and times, before and after the read) is not hashed again."""
     data, stamps = {}, {}
     for path in asset.source_files:
         with path.open("rb") as stream:
             info = os.fstat(stream.fileno())
             content = stream.read()
+            after = os.fstat(stream.fileno())
         data[path] = content
-        stamps[str(path)] = [
-            info.st_size,
-            info.st_mtime_ns,
-            info.st_ctime_ns,
-            hashlib.sha256(content).hexdigest(),
-        ]
+        state = [info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+        earlier = (known or {}).get(str(path))
+        unchanged = earlier is not None and list(earlier[:3]) == state == _state(after)
+        stamps[str(path)] = [*state, earlier[3] if unchanged else hashlib.sha256(content).hexdigest()]
     return SourceRead(data, stamps)
+
+
+def _state(info: os.stat_result) -> list[int]:
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns]
 
 
 def load_source(asset: AssetModel, read: SourceRead | None = None) -> onnx.ModelProto:

@@ -166,7 +166,9 @@ def _same(path: Path, entry: Any) -> bool:
     try:
         if list(entry[:3]) == file_state(path):
             return True
-        return file_sha256(path) == entry[3]
+        memo = DigestChecker.memo_dir  # a digest remembered for the file as it is now (a link since)
+        remembered = known_sha256(memo, path) if memo is not None else None
+        return (remembered or file_sha256(path)) == entry[3]
     except (OSError, IndexError, TypeError):
         return False
 

@@ -10,7 +10,6 @@ import textwrap
 import pytest
 
 from pipeline.allocator import ALLOCATOR_ENV, CHILD_ENV, tune_allocator
-from pipeline.errors import CookError
 
 # A fresh process: 64 MiB allocated after the tuning (or not); how many more bytes glibc mmapped.
 PROBE = textwrap.dedent(
@@ -48,16 +47,25 @@ def test_big_buffers_come_from_reusable_memory_not_fresh_mappings() -> None:
     assert _probe("retain") == (True, 0)  # tuned: from the heap, where freed memory stays
 
 
-def test_processes_a_cook_starts_inherit_it_and_a_users_own_setting_wins() -> None:
-    child: dict[str, str] = {"MALLOC_TRIM_THRESHOLD_": "12345"}
+def test_processes_a_cook_starts_inherit_it_and_a_users_own_tuning_is_left_alone() -> None:
+    child: dict[str, str] = {}
     if tune_allocator({}, child_env=child):
-        assert child == {**CHILD_ENV, "MALLOC_TRIM_THRESHOLD_": "12345"}
+        assert child == CHILD_ENV
     else:  # not glibc: nothing is changed
-        assert child == {"MALLOC_TRIM_THRESHOLD_": "12345"}
-    untouched: dict[str, str] = {}
+        assert child == {}
+    for own in ({"MALLOC_TRIM_THRESHOLD_": "12345"}, {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"}):
+        untouched: dict[str, str] = {}
+        assert tune_allocator(own, child_env=untouched) is False and untouched == {}
+    untouched = {}
     assert tune_allocator({ALLOCATOR_ENV: "system"}, child_env=untouched) is False and untouched == {}
 
 
-def test_an_unknown_choice_is_refused_with_the_choices() -> None:
-    with pytest.raises(CookError, match=r"COOK_ALLOCATOR='fast': use one of retain, system"):
-        tune_allocator({ALLOCATOR_ENV: "fast"}, child_env={})
+def test_an_unknown_choice_is_one_warning_and_the_system_allocator(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    untouched: dict[str, str] = {}
+    assert tune_allocator({ALLOCATOR_ENV: "fast"}, child_env=untouched) is False and untouched == {}
+    assert (
+        capsys.readouterr().err
+        == "warning: COOK_ALLOCATOR='fast' is not one of retain, system: using system\n"
+    )

@@ -231,10 +231,12 @@ def test_a_platform_that_stops_asking_loses_its_stale_configs(tmp_path: Path) ->
     )
 
 
-def test_applied_variant_is_kept_and_cached_only_when_the_operator_lists_lack_types(tmp_path: Path) -> None:
-    """A model whose types onnxruntime's processor cannot name (int4 here) keeps its applied variant:
-    the config then comes from onnxruntime's tool, which reads it. A cache hit brings it back."""
+def test_applied_variants_are_not_kept_and_untyped_models_refuse_a_typed_config(tmp_path: Path) -> None:
+    """The entries' operator lists cover the applied variants, so their files (as big as the model) are
+    neither kept nor cached. A model whose types onnxruntime's processor cannot name (int4) gets a
+    config without types; with type reduction, a clear error naming it, as onnxruntime's tool gives."""
     from pipeline.cache import CacheConfig, CookCache
+    from pipeline.errors import CookError
 
     assets = tmp_path / "assets"
     save(int4_model(), assets, "quant")
@@ -249,10 +251,14 @@ def test_applied_variant_is_kept_and_cached_only_when_the_operator_lists_lack_ty
         platform_dir = tmp_path / build / settings.platform
         assert hits.hit is (build == "second")
         assert entries["quant"]["operators"]["types"] is None and entries["mlp"]["operators"]["types"]
-        assert applied_variant_path(platform_dir, "quant").is_file()
-        assert not applied_variant_path(platform_dir, "mlp").exists()
-    assert (tmp_path / "first" / settings.platform / ".entries" / "quant.applied.ort").read_bytes() == (
-        applied_variant_path(platform_dir, "quant").read_bytes()
-    )
+        assert not any(applied_variant_path(platform_dir, name).exists() for name in entries)
     stored = sorted(path.name for path in (cache / "objects").rglob("*") if path.is_file())
-    assert stored == sorted(["blob", "entry", "verify"] * 2 + ["applied"])  # quant's applied variant only
+    assert stored == sorted(["blob", "entry", "verify"] * 2)
+
+    with pytest.raises(CookError, match=r"tool failed on model 'quant'.*`type_reduction: false`"):
+        opconfig.write_operator_configs(platform_dir, entries)
+    untyped = {
+        name: {**e, "settings": {**e["settings"], "type_reduction": False}} for name, e in entries.items()
+    }
+    (written,) = opconfig.write_operator_configs(platform_dir, untyped)
+    assert {op for _, op in config_operators(written)} == {"Cast", "Gemm", "Sigmoid"}  # MatMul+Add fused
