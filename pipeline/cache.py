@@ -326,8 +326,19 @@ def open_store(config: CacheConfig) -> Store:
         if not parsed.netloc:
             raise CacheError(f"{CACHE_ENV}={config.url!r} names no bucket: use s3://bucket/prefix")
         return S3Store(bucket=parsed.netloc, prefix=parsed.path.strip("/"))
-    path = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(config.url)
-    return FolderStore(root=path.expanduser())
+    return FolderStore(root=folder_path(config.url))
+
+
+def folder_path(url: str) -> Path:
+    """A folder cache's path from ``COOK_CACHE``: a path, or ``file:///path`` (``file:///C:/cache``
+    on Windows)."""
+    parsed = urlparse(url)
+    if parsed.scheme != "file":
+        return Path(url).expanduser()
+    path = unquote(parsed.path)
+    if len(path) > 2 and path[0] == "/" and _is_windows_drive(path[1:]):
+        path = path[1:]
+    return Path(path).expanduser()
 
 
 def entry_digest(cook_key: str) -> str:

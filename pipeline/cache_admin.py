@@ -34,9 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
-from .cache import CACHE_ENV, ROLES  # standard library only, like this module
+from .cache import CACHE_ENV, ROLES, _is_windows_drive, folder_path  # standard library only too
 
 INDEX_DIR, OBJECTS_DIR, CHECKS_DIR = "index", "objects", "checks"  # as pipeline.cache names them
 # An object folder without an index, or a temp file, younger than this may belong to a live writer.
@@ -378,10 +378,6 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _DURATION_SECONDS[match.group(2)]
 
 
-def _is_windows_drive(url: str) -> bool:
-    return len(url) > 2 and url[1] == ":" and url[0].isalpha()
-
-
 def cache_root(given: str | None, env: Mapping[str, str]) -> Path:
     """The cache folder from ``--cache`` or else ``COOK_CACHE``: a path or ``file:///path``."""
     source = "--cache" if given else CACHE_ENV
@@ -394,13 +390,9 @@ def cache_root(given: str | None, env: Mapping[str, str]) -> Path:
             f"{source} {url} is an S3 cache: this command handles folder caches only; expire an S3 "
             'cache\'s objects with a lifecycle rule on the bucket instead (README, "Build farms")'
         )
-    if parsed.scheme == "file":
-        path = Path(unquote(parsed.path))
-    elif parsed.scheme == "" or _is_windows_drive(url):
-        path = Path(url)
-    else:
+    if parsed.scheme not in ("", "file") and not _is_windows_drive(url):
         raise AdminError(f"{source} {url!r}: use a folder path or file:///path")
-    path = path.expanduser()
+    path = folder_path(url)
     if not path.is_dir():
         raise AdminError(f"cache folder {path} ({source}) does not exist or is not a folder")
     has_layout = any((path / part).is_dir() for part in (INDEX_DIR, OBJECTS_DIR, CHECKS_DIR))

@@ -571,3 +571,12 @@ def test_a_folder_cache_on_the_builds_file_system_shares_files_by_hard_link_and_
     assert entry["verification"]["outputs"][0]["ok"] is True
     assert outputs(third) == original  # cooked again, and the entry overwritten with good bytes
     assert cached_blob.samefile(blob_path(third / PLATFORM, "net", "onnx"))
+
+
+def test_folder_urls_name_the_folder_on_every_system() -> None:
+    from pipeline.cache import folder_path
+
+    assert folder_path("file:///mnt/share/cook%20cache") == Path("/mnt/share/cook cache")
+    assert folder_path("file:///C:/cook-cache") == Path("C:/cook-cache")
+    assert folder_path("/mnt/share/cache") == Path("/mnt/share/cache")
+    assert folder_path("~/cache") == Path.home() / "cache"
