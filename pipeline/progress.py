@@ -177,15 +177,10 @@ class CacheTally:
             for result, count in self.counts.items()
             if count or result in ("hit", "miss")
         ]
-        moved = f"{_size(self.bytes_in)} in, {_size(self.bytes_up)} up"
+        from .cache_admin import human_size  # standard library only, as this module
+
+        moved = f"{human_size(self.bytes_in)} in, {human_size(self.bytes_up)} up"
         return f"cook cache: {', '.join(parts)}; {moved}; about {_clock(self.saved_s)} of cooking saved"
-
-
-def _size(count: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= scale:
-            return f"{count / scale:.2f} {unit}"
-    return f"{count} B"
 
 
 def _clock(seconds: float) -> str:
