@@ -80,6 +80,15 @@ def folders(env: Mapping[str, str], root: Path) -> Folders:
 
 
 def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFailed | None:
+    from .allocator import release_if_short
+
+    try:
+        return _run_cook(job, cache_config)
+    finally:
+        release_if_short()  # a worker gives back what it keeps when the machine runs short
+
+
+def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> TaskFailed | None:
     from .cache import CookCache
     from .outputs import cook  # imports onnx and onnxruntime only for a real cook (not a cache hit)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,49 @@ def test_an_unknown_choice_is_one_warning_and_the_system_allocator(
         capsys.readouterr().err
         == "warning: COOK_ALLOCATOR='fast' is not one of retain, system: using system\n"
     )
+
+
+def test_a_machine_short_of_memory_is_read_from_meminfo() -> None:
+    from pipeline.allocator import memory_short
+
+    assert memory_short("MemTotal:       1000 kB\nMemFree: 10 kB\nMemAvailable:    200 kB\n")
+    assert not memory_short("MemTotal:       1000 kB\nMemAvailable:    300 kB\n")
+    assert not memory_short("MemTotal: 1000 kB\n")  # no MemAvailable (very old kernels): never short
+    assert not memory_short("")
+
+
+RELEASE_PROBE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pipeline import allocator
+
+    def rss() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+    short = Path(sys.argv[1])
+    short.write_text("MemTotal: 1000 kB\\nMemAvailable: 10 kB\\n")
+    plenty = Path(sys.argv[2])
+    plenty.write_text("MemTotal: 1000 kB\\nMemAvailable: 900 kB\\n")
+    assert allocator.tune_allocator({}, child_env={})
+    buffer = bytearray(256 << 20)  # touched: zero-filled by Python
+    del buffer
+    kept = rss()
+    assert not allocator.release_if_short(plenty)
+    assert rss() > kept - (64 << 20)  # plenty of memory: kept for the next cook
+    assert allocator.release_if_short(short)
+    print(kept - rss())
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator: Linux only")
+def test_kept_memory_goes_back_when_the_machine_runs_short(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RELEASE_PROBE, str(tmp_path / "short"), str(tmp_path / "plenty")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 200 << 20  # most of the 256 MiB the freed buffer left in the heap
