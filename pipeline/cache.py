@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -367,8 +367,12 @@ class Cached:
     digests: Mapping[str, str]  # sha256 by role, checked against the entry's index
 
     def discard(self) -> None:
-        for path in self.staged.values():
-            path.unlink(missing_ok=True)
+        _unlink_all(self.staged.values())
+
+
+def _unlink_all(paths: Iterable[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 @dataclass
@@ -438,39 +442,29 @@ class CookCache:
                 return None
             digests, cook_seconds = _fetch_files(store, digest, index, cook_key, dests, staged)
             check_entry(staged, cook_key, name, platform, blob_file, digests["blob"])
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed entry's shape
-            self._discard(staged)
-            self.refused = True
-            self.notes.append(
-                f"warning: cook cache entry {digest[:16]} refused, cooked again: malformed ({exc!r})"
-            )
-            return None
-        except OSError as exc:  # reading back what was just placed in the build folder
-            self._discard(staged)
-            self._unusable(CacheError(f"cannot read a fetched file: {exc.strerror or exc}"))
-            return None
-        except CacheError as exc:
-            self._discard(staged)
+        except BaseException as exc:
+            self.bytes_in += _sizes(staged)  # fetched all the same
+            _unlink_all(staged.values())
             if isinstance(exc, PoisonedEntry):
-                self.refused = True
-                self.notes.append(
-                    f"warning: cook cache entry {digest[:16]} refused, cooked again: {exc.problem}"
-                )
+                why = exc.problem
+            elif isinstance(exc, (ValueError, TypeError, KeyError, AttributeError)):  # a malformed shape
+                why = f"malformed ({exc!r})"
+            elif isinstance(exc, CacheError):  # unreachable, refused by the store
+                self._unusable(exc)
                 return None
-            self._unusable(exc)
+            elif isinstance(exc, OSError):  # reading back a file just placed in the build folder
+                self._unusable(CacheError(f"cannot read a fetched file: {exc.strerror or exc}"))
+                return None
+            else:
+                raise
+            self.refused = True
+            self.notes.append(f"warning: cook cache entry {digest[:16]} refused, cooked again: {why}")
             return None
-        except BaseException:
-            self._discard(staged)
-            raise
         self.hit = True
         self.bytes_in += _sizes(staged)
         self.saved_s += max(cook_seconds - (time.monotonic() - self.started), 0.0)
         store.touch(_index_name(digest))
         return Cached(staged, digests)
-
-    def _discard(self, staged: Mapping[str, Path]) -> None:
-        self.bytes_in += _sizes(staged)  # fetched all the same
-        Cached(staged, {}).discard()
 
     def upload(self, cook_key: str, files: Mapping[str, Path], digests: Mapping[str, str]) -> None:
         """Store what a cook wrote (``files``: its files by role, ``digests``: their sha256s): every

@@ -149,12 +149,11 @@ def commit(
     for role in ("verify", "blob", "entry"):  # the entry last: it names the others
         if role in staged:
             os.replace(staged[role], where[role])
-    recorded = where
     record(
-        list(recorded.values()),
+        list(where.values()),
         cook_stamps_path(job.platform_dir, job.asset.name),
         sources=sources,
-        digests={recorded[role]: digest for role, digest in digests.items() if role in recorded},
+        digests={where[role]: digest for role, digest in digests.items()},
         memo_dir=digest_memo_dir(job.platform_dir.parent),
     )
     return json.loads(where["entry"].read_bytes())

@@ -13,7 +13,6 @@ Standard library and doit (through pipeline.stamps) only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -22,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import CookError
-from .fsutil import copy_hashed, write_json
+from .fsutil import copy_hashed, file_sha256, write_json
 from .layout import STAMPS_DIR
 from .stamps import file_state, known_sha256, remember
 
@@ -62,13 +61,9 @@ def _holds(path: Path, sha256: str, memo_dir: Path | None = None) -> bool:
     if memo_dir is not None and known_sha256(memo_dir, path) == sha256:
         return True
     try:
-        digest = hashlib.sha256()
-        with path.open("rb") as stream:
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(chunk)
+        return file_sha256(path) == sha256
     except OSError:
         return False
-    return digest.hexdigest() == sha256
 
 
 def _place(staged: Path, target: Path, sha256: str) -> bool:
