@@ -157,7 +157,7 @@ def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str
         for platform in platform_names(project):
             manifest = json.loads((project / build / platform / "manifest.json").read_text())
             for name, entry in manifest["models"].items():
-                staged = f".entries/{name}.{entry['format']}.zst"
+                staged = f".entries/{name}.{entry['format']}.ocb"
                 roles = _roles(project / build / platform, name, entry["format"])
                 dests = {role: Path(scratch) / f"{role}-{i}" for i, role in enumerate(roles) if role in ROLES}
                 cache = CookCache(CacheConfig(url=f"s3://{BUCKET}/{prefix}"))

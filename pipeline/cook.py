@@ -43,7 +43,8 @@ from .precision import accuracy as precision_accuracy
 from .precision import convert as convert_precision
 from .precision_options import resolved as resolved_options
 from .profile import CookSettings, ep_domains
-from .runtime.blob import BlobHeader, Weights, decode_blob, encode_blob, read_header
+from .runtime.blob import BlobHeader, decode_blob, read_header
+from .runtime.writer import Weights, encode_blob
 from .runtime.compat import ort_format_version
 from .runtime.constants import ModelFormat, OptimizationStyle
 from .shapes import fix_shapes

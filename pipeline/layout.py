@@ -16,6 +16,11 @@ OPS_CONFIG = "required_operators.config"
 OPS_AND_TYPES_CONFIG = "required_operators_and_types.config"
 
 
+# A blob file: "onnx-cooker blob" (not .zst: stock zstd does not give the model of a blob whose
+# sections are raw extents; docs/bundle-format.md). Cookers before blob format 3 wrote ".zst".
+BLOB_SUFFIX = "ocb"
+OLD_BLOB_SUFFIXES = ("zst",)
+
 def ops_config_names(type_reduction: bool) -> tuple[str, ...]:
     return (OPS_CONFIG, OPS_AND_TYPES_CONFIG) if type_reduction else (OPS_CONFIG,)
 
@@ -23,7 +28,7 @@ def ops_config_names(type_reduction: bool) -> tuple[str, ...]:
 def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:
     """Where a cook writes its blob (staging): the manifest task publishes it under a name that
     carries its content hash (pipeline.publish), so that a bundle is replaced as one unit."""
-    return platform_dir / ENTRIES_DIR / f"{name}.{model_format}.zst"
+    return platform_dir / ENTRIES_DIR / f"{name}.{model_format}.{BLOB_SUFFIX}"
 
 
 def applied_variant_path(platform_dir: Path, name: str) -> Path:

@@ -2,7 +2,7 @@
 
 Cooks write their blobs into ``.entries/`` (staging), never under a name a manifest lists. The
 manifest task then *publishes* each blob under a name that carries its content hash
-(``<name>.<sha256[:16]>.<format>.zst``: a published file never changes), writes the new
+(``<name>.<sha256[:16]>.<format>.ocb``: a published file never changes), writes the new
 manifest atomically (the single commit point), and only then retires the blobs the new manifest no
 longer lists. A retired blob is deleted once it has been unreferenced for ``GRACE_SECONDS``, so a
 reader that opened the previous manifest keeps working meanwhile. After a cook that fails part
@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import CookError
 from .fsutil import copy_hashed, file_sha256, write_json
-from .layout import STAMPS_DIR
+from .layout import BLOB_SUFFIX, OLD_BLOB_SUFFIXES, STAMPS_DIR
 from .stamps import file_state, known_sha256, remember
 
 # How long a blob stays after a new manifest stopped listing it: readers that opened the previous
@@ -33,7 +33,7 @@ RETIRED_NAME = "retired.json"
 
 def published_name(name: str, model_format: str, blob_sha256: str) -> str:
     """Where a blob is published in its platform folder (a POSIX path relative to it)."""
-    return f"{name}.{blob_sha256[:16]}.{model_format}.zst"
+    return f"{name}.{blob_sha256[:16]}.{model_format}.{BLOB_SUFFIX}"
 
 
 def publish(platform_dir: Path, models: Mapping[str, dict[str, Any]], memo_dir: Path | None = None) -> None:
@@ -95,7 +95,8 @@ def published_files(platform_dir: Path) -> list[Path]:
     """Every published blob in the folder (not the staged ones under dot-folders)."""
     return [
         path
-        for path in platform_dir.rglob("*.zst")
+        for suffix in (BLOB_SUFFIX, *OLD_BLOB_SUFFIXES)
+        for path in platform_dir.rglob(f"*.{suffix}")
         if not any(part.startswith(".") for part in path.relative_to(platform_dir).parts)
     ]
 

@@ -28,6 +28,7 @@ from .eprules import ep_usability_check
 from .errors import CookError, ProfileError
 from .job import CookJob, RuntimeCheck
 from .layout import (
+    BLOB_SUFFIX,
     REPORT_NAME,
     REPORT_STATE_DIR,
     STAMPS_DIR,
@@ -447,7 +448,7 @@ def _check_key(check: RuntimeCheck, name: str) -> str:
 def _runtime_check_task(
     platform: Platform, jobs: list[CookJob], checks: list[RuntimeCheck], cache: CacheConfig | None
 ) -> dict[str, Any]:
-    deps = [path for job in jobs for path in cook_targets(job) if path.suffix in (".zst", ".npz", ".json")]
+    deps = [path for job in jobs for path in cook_targets(job) if path.suffix in (f".{BLOB_SUFFIX}", ".npz", ".json")]
     versions = [check.runtime_version for check in checks]
     return {
         "basename": "runtime_check",

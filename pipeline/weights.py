@@ -14,7 +14,8 @@ import onnx
 from onnx import numpy_helper
 
 from .profile import CookSettings
-from .runtime.blob import TENSOR_DTYPES, WEIGHT_ALIGNMENT, TensorRef, Weights
+from .runtime.blob import TENSOR_DTYPES, WEIGHT_ALIGNMENT, TensorRef
+from .runtime.writer import Weights
 from .runtime.constants import ModelFormat
 
 # Initializers smaller than this stay in the graph (shapes, axes, scales: cheaper inline).

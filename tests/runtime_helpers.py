@@ -18,16 +18,16 @@ import onnxruntime
 from onnx import numpy_helper
 
 from pipeline.runtime.blob import (
+    EXTENT_ALIGNMENT,
     HEADER_MAGIC,
     LEGACY_BLOB_FORMAT_VERSION,
     SKIPPABLE_MAGIC,
+    TRAILER_MAGIC,
     WEIGHT_ALIGNMENT,
-    Weights,
-    encode_blob,
-    encode_blob_v1,
     read_header,
 )
 from pipeline.runtime.compat import ort_format_version
+from pipeline.runtime.writer import Weights, encode_blob, encode_blob_v1, encode_blob_v2
 from pipeline.weights import externalize
 from tests.models import IN_FEATURES
 
@@ -82,10 +82,17 @@ def split_weights(model: onnx.ModelProto, name: str = "mlp") -> tuple[bytes, Wei
 
 
 def make_blob(model: bytes, model_format: str, **fields: Any) -> bytes:
-    """``encode_blob`` (format version 2) with test defaults; the ORT format version is read the way the
+    """``encode_blob`` (format version 3) with test defaults; the ORT format version is read the way the
     cooker would."""
     header = {**HEADER_DEFAULTS, "ort_format_version": ort_format_version(model), **fields}
     return encode_blob(model, level=3, model_format=model_format, **header)
+
+
+def make_blob_v2(model: bytes, model_format: str, **fields: Any) -> bytes:
+    """A version-2 blob (``encode_blob_v2``, what cookers before format 3 wrote) with the defaults of
+    ``make_blob``."""
+    header = {**HEADER_DEFAULTS, "ort_format_version": ort_format_version(model), **fields}
+    return encode_blob_v2(model, level=3, model_format=model_format, **header)
 
 
 def make_blob_v1(model: bytes, model_format: str, **fields: Any) -> bytes:
@@ -95,14 +102,20 @@ def make_blob_v1(model: bytes, model_format: str, **fields: Any) -> bytes:
 
 
 def make_weighted_blob(
-    model: onnx.ModelProto, codec: str = "auto", *, threads: int | None = None, **fields: Any
+    model: onnx.ModelProto,
+    codec: str = "auto",
+    *,
+    threads: int | None = None,
+    version: int = 3,
+    **fields: Any,
 ) -> tuple[bytes, bytes, Weights]:
-    """A version-2 ONNX blob of ``model`` with its big initializers in the weights section, stored
-    with ``codec`` ("raw", "zstd" or "auto"); returns (blob, graph bytes, weights)."""
+    """An ONNX blob (format ``version``, 3 or 2) of ``model`` with its big initializers in the weights
+    section, stored with ``codec`` ("raw", "zstd" or "auto"); returns (blob, graph bytes, weights)."""
     graph, weights = split_weights(model, fields.get("name", HEADER_DEFAULTS["name"]))
     weights = dataclasses.replace(weights, codec=codec)
     header = {**HEADER_DEFAULTS, **fields}
-    blob = encode_blob(graph, level=3, weights=weights, threads=threads, model_format="onnx", **header)
+    encode = encode_blob if version == 3 else encode_blob_v2
+    blob = encode(graph, level=3, weights=weights, threads=threads, model_format="onnx", **header)
     return blob, graph, weights
 
 
@@ -119,20 +132,29 @@ def pack_header(
 
 def split_blob(blob: bytes) -> tuple[dict[str, Any], bytes]:
     """The header fields (as JSON data) and what follows the header frame in a well-formed blob: the
-    model frame (version 1) or all the frames (version 2)."""
+    model frame (version 1), all the frames (version 2), or the frames and the trailer (version 3)."""
     header, offset = read_header(blob)
     return header.to_dict(), blob[offset:]
 
 
+def header_start(blob: bytes) -> int:
+    """Where the header frame starts: 0, or (a version-3 blob led by its ORT graph) the trailer's word."""
+    if blob[:4] == struct.pack("<I", SKIPPABLE_MAGIC):
+        return 0
+    magic, offset = struct.unpack_from("<8sQ", blob, len(blob) - 16)
+    assert magic == TRAILER_MAGIC
+    return offset
+
+
 def blob_version(blob: bytes) -> int:
     """The format version a blob's header frame names (read without checking anything else)."""
-    return struct.unpack_from("<H", blob, 16)[0]
+    return struct.unpack_from("<H", blob, header_start(blob) + 16)[0]
 
 
 def header_payload(blob: bytes) -> bytes:
     """The JSON bytes of a blob's header frame (after the frame prefix, 8 B, and header prefix, 14 B)."""
     _, offset = read_header(blob)
-    return blob[22:offset]
+    return blob[header_start(blob) + 22 : offset]
 
 
 def keep_alignment(payload: bytes, blob: bytes) -> bytes:
@@ -162,6 +184,8 @@ def repack(
     fields, old_frame = split_blob(blob)
     fields.update(changes)
     payload = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    if blob_version(blob) >= 3:
+        return _repack_v3(blob, fields, changes, frame)
     if same_length:
         room = len(header_payload(blob)) - len(payload)
         assert room >= 0, "the changed header no longer fits in the old one"
@@ -169,6 +193,33 @@ def repack(
     elif aligned:
         payload = keep_alignment(payload, blob)
     return pack_header(payload, version=blob_version(blob)) + (old_frame if frame is None else frame)
+
+
+def _repack_v3(blob: bytes, fields: dict[str, Any], changes: dict[str, Any], frame: bytes | None) -> bytes:
+    """``repack`` of a version-3 blob: its frames list their offsets, so the header keeps its length
+    where the new JSON fits (padded with spaces), else grows by whole EXTENT_ALIGNMENTs with the
+    offsets of the frames behind it moved along (unless ``changes`` set the frames themselves)."""
+    start = header_start(blob)
+    old = len(header_payload(blob))
+    rest = split_blob(blob)[1] if frame is None else frame
+    grow = 0
+    while True:
+        shifted = dict(fields)
+        if grow and "frames" not in changes:
+            shifted["frames"] = [
+                [f[0], f[1], f[2] + grow if f[2] > start else f[2], *f[3:]] for f in fields["frames"]
+            ]
+        payload = json.dumps(shifted, sort_keys=True, separators=(",", ":")).encode()
+        if len(payload) <= old + grow:
+            payload += b" " * (old + grow - len(payload))
+            break
+        grow += EXTENT_ALIGNMENT
+    body = rest[:-16] if frame is None else rest
+    trailer = struct.pack("<8sQ", TRAILER_MAGIC, start)
+    tail = trailer if frame is None else b""
+    # The frames keep their bytes; behind a header grown by whole EXTENT_ALIGNMENTs, raw extents
+    # stay aligned.
+    return blob[:start] + pack_header(payload, version=3) + body + tail
 
 
 # What parsing a blob header costs per CRC-32 it lists (measured: about 19 bytes: its JSON text, a list,

@@ -26,6 +26,7 @@ from runtime_helpers import (
     header_payload,
     make_blob,
     make_blob_v1,
+    make_blob_v2,
     mutate,
     pack_header,
     repack,
@@ -36,6 +37,7 @@ from runtime_helpers import (
 )
 
 from pipeline.runtime import compat
+from pipeline.runtime.__main__ import model_file_name, stock_unpack_commands
 from pipeline.runtime.blob import (
     BLOB_FORMAT_VERSION,
     HEADER_MAGIC,
@@ -43,6 +45,8 @@ from pipeline.runtime.blob import (
     MAX_HEADER_SIZE,
     READABLE_VERSIONS,
     SKIPPABLE_MAGIC,
+    TRAILER_SIZE,
+    V2_BLOB_FORMAT_VERSION,
     BlobHeader,
     decode_blob,
     read_header,
@@ -61,12 +65,16 @@ from pipeline.runtime.session import session_from_blob
 
 FORMATS = ("onnx", "ort")
 ZSTD_FRAME_MAGIC = 0xFD2FB528
-MAKERS = {LEGACY_BLOB_FORMAT_VERSION: make_blob_v1, BLOB_FORMAT_VERSION: make_blob}
+MAKERS = {
+    LEGACY_BLOB_FORMAT_VERSION: make_blob_v1,
+    V2_BLOB_FORMAT_VERSION: make_blob_v2,
+    BLOB_FORMAT_VERSION: make_blob,
+}
 
 
 @pytest.fixture(scope="module")
 def blobs(models: dict[str, bytes]) -> dict[str, bytes]:
-    """Blobs as the cooker writes them today (version 2, no weights section)."""
+    """Blobs as the cooker writes them today (version 3, no weights section)."""
     return {fmt: make_blob(model, fmt) for fmt, model in models.items()}
 
 
@@ -77,9 +85,21 @@ def v1_blobs(models: dict[str, bytes]) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def any_blobs(blobs: dict[str, bytes], v1_blobs: dict[str, bytes]) -> dict[int, dict[str, bytes]]:
+def v2_blobs(models: dict[str, bytes]) -> dict[str, bytes]:
+    """Version-2 blobs of the same models (cookers before blob format 3)."""
+    return {fmt: make_blob_v2(model, fmt) for fmt, model in models.items()}
+
+
+@pytest.fixture(scope="module")
+def any_blobs(
+    blobs: dict[str, bytes], v1_blobs: dict[str, bytes], v2_blobs: dict[str, bytes]
+) -> dict[int, dict[str, bytes]]:
     """Blobs of every readable version, by version, then format."""
-    return {BLOB_FORMAT_VERSION: blobs, LEGACY_BLOB_FORMAT_VERSION: v1_blobs}
+    return {
+        BLOB_FORMAT_VERSION: blobs,
+        V2_BLOB_FORMAT_VERSION: v2_blobs,
+        LEGACY_BLOB_FORMAT_VERSION: v1_blobs,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +108,8 @@ def expected(source: bytes) -> np.ndarray:
 
 
 def test_both_readable_versions_are_tested() -> None:
-    assert set(MAKERS) == set(READABLE_VERSIONS) == {1, 2}
-    assert BLOB_FORMAT_VERSION == 2 and LEGACY_BLOB_FORMAT_VERSION == 1
+    assert set(MAKERS) == set(READABLE_VERSIONS) == {1, 2, 3}
+    assert BLOB_FORMAT_VERSION == 3 and V2_BLOB_FORMAT_VERSION == 2 and LEGACY_BLOB_FORMAT_VERSION == 1
 
 
 # --- the happy path -------------------------------------------------------------------------------
@@ -113,7 +133,8 @@ def test_round_trip_returns_identical_bytes_and_header(
     assert header.min_runtime_version == "1.16"
     assert header.model_size == len(model)
     assert header.model_sha256 == sha256(model)
-    assert header.compressed_size == len(blob) - read_header(blob)[1]
+    trailer = TRAILER_SIZE if version >= 3 else 0
+    assert header.compressed_size == len(blob) - read_header(blob)[1] - trailer
     assert header.ort_format_version == compat.ort_format_version(model)
     assert header.weights is None
     # The loader takes any bytes-like object, not only bytes.
@@ -132,8 +153,8 @@ def test_header_to_dict_is_what_the_header_frame_holds(
     header, end = read_header(blob)
     payload = json.dumps(json.loads(json.dumps(header.to_dict())), sort_keys=True, separators=(",", ":"))
     old = header_payload(blob)
-    # Version 2 pads the JSON with spaces so that the frames after it land where the header says.
-    assert payload.encode() == (old.rstrip(b" ") if version == 2 else old)
+    # Versions 2 and 3 pad the JSON with spaces so that the frames after it land where it says.
+    assert payload.encode() == (old.rstrip(b" ") if version >= 2 else old)
     rebuilt = pack_header(payload.encode().ljust(len(old)), version=version) + blob[end:]
 
     assert read_header(rebuilt) == (header, end)
@@ -142,19 +163,43 @@ def test_header_to_dict_is_what_the_header_frame_holds(
 
 @pytest.mark.parametrize("version", READABLE_VERSIONS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_stock_zstd_cli_skips_the_header_and_writes_the_model(
+def test_the_stock_tool_recipe_writes_the_model(
     fmt: str, version: int, any_blobs: dict[int, dict[str, bytes]], models: dict[str, bytes], tmp_path: Path
 ) -> None:
-    packed = tmp_path / f"model.{fmt}.zst"
+    """What ``python -m pipeline.runtime inspect`` prints to unpack a blob with stock tools (zstd, head,
+    tail) gives the model file, for every readable version."""
+    packed = tmp_path / f"model.{fmt}.ocb"
     packed.write_bytes(any_blobs[version][fmt])
-    out = tmp_path / f"model.{fmt}"
+    header = read_header(packed.read_bytes())[0]
+    commands = stock_unpack_commands(header, str(packed))
 
     result = subprocess.run(
-        ["zstd", "-d", "-q", str(packed), "-o", str(out)], capture_output=True, text=True, check=False
+        ["bash", "-euo", "pipefail", "-c", "\n".join(commands)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
     assert result.returncode == 0, result.stderr
-    assert out.read_bytes() == models[fmt]
+    assert (tmp_path / model_file_name(header)).read_bytes() == models[fmt]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_stock_zstd_alone_refuses_a_version_3_blob(fmt: str, blobs: dict[str, bytes], tmp_path: Path) -> None:
+    """A version-3 blob is not a zstd file (its files are named .ocb): ``zstd -d`` says so rather than
+    writing part of a model."""
+    packed = tmp_path / f"model.{fmt}.ocb"
+    packed.write_bytes(blobs[fmt])
+
+    result = subprocess.run(
+        ["zstd", "-d", "-q", "-f", str(packed), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode != 0 and "unsupported format" in result.stderr
 
 
 def test_ort_format_version_agrees_with_onnxruntimes_flatbuffer_reader(models: dict[str, bytes]) -> None:
@@ -189,7 +234,9 @@ def header_end(blob: bytes) -> int:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_plain_model_bytes_are_not_a_blob(fmt: str, models: dict[str, bytes]) -> None:
-    with pytest.raises(NotABlobError, match=r"does not start with the header frame .*plain \.onnx/\.ort"):
+    # A plain .ort file is named as such: it could also be a version-3 blob cut off at its end.
+    expected = "does not start with the header frame .*plain \\.onnx/\\.ort" if fmt == "onnx" else "plain \\.ort file"
+    with pytest.raises(NotABlobError, match=expected):
         decode_blob(models[fmt])
 
 
@@ -334,13 +381,13 @@ def test_trailing_bytes_after_the_last_frame(
         decode_blob(any_blobs[version][fmt] + b"extra")
 
 
-@pytest.mark.parametrize("version", [0, 3, BLOB_FORMAT_VERSION + 1, 0xFFFF])
+@pytest.mark.parametrize("version", [0, BLOB_FORMAT_VERSION + 1, 0xFFFF])
 def test_other_blob_format_version_is_unsupported(version: int, blobs: dict[str, bytes]) -> None:
     assert version not in READABLE_VERSIONS
     crafted = pack_header(header_payload(blobs["onnx"]), version=version) + split_blob(blobs["onnx"])[1]
     with pytest.raises(
         UnsupportedBlobVersionError,
-        match=rf"blob format version {version} is not supported: this loader reads versions 1, 2; re-cook",
+        match=rf"blob format version {version} is not supported: this loader reads versions 1, 2, 3; re-cook",
     ):
         decode_blob(crafted)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import runtime_helpers
 import zstandard
 from runtime_helpers import (
     CPU,
@@ -35,9 +36,7 @@ from runtime_helpers import (
     header_payload,
     initializers,
     keep_alignment,
-    make_blob,
     make_blob_v1,
-    make_weighted_blob,
     pack_header,
     peak_allocation,
     repack,
@@ -45,12 +44,14 @@ from runtime_helpers import (
     split_blob,
     write_bundle,
 )
+from runtime_helpers import make_blob_v2 as make_blob
 
 import pipeline.runtime.blob as blob_module
 import pipeline.runtime.frames as frames_module
+import pipeline.runtime.writer as writer_module
 from pipeline.runtime import open_bundle
 from pipeline.runtime.blob import (
-    BLOB_FORMAT_VERSION,
+    V2_BLOB_FORMAT_VERSION,
     HEADER_MAGIC,
     MAX_FRAMES,
     RAW_UNLESS_GAIN,
@@ -59,10 +60,8 @@ from pipeline.runtime.blob import (
     WEIGHT_ALIGNMENT,
     TensorRef,
     Unpacked,
-    Weights,
     WeightsInfo,
     decode_blob,
-    encode_blob,
     read_header,
     unpack_blob,
 )
@@ -75,6 +74,8 @@ from pipeline.runtime.errors import (
 )
 from pipeline.runtime.frames import RAW_CRC_PIECE, RAW_MAGIC, RAW_PREFIX_SIZE, crc_count
 from pipeline.runtime.session import session_from_blob
+from pipeline.runtime.writer import Weights
+from pipeline.runtime.writer import encode_blob_v2 as encode_blob
 
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 SMALL_FRAME = 4096  # FRAME_CONTENT_SIZE in the tests that want many frames
@@ -83,6 +84,11 @@ ELEM_TYPES = {np.dtype(name): code for code, name in TENSOR_DTYPES.items()}
 
 
 # --- fixtures and helpers -------------------------------------------------------------------------
+
+
+def make_weighted_blob(model: Any, codec: str = "auto", **kwargs: Any) -> tuple[bytes, bytes, Weights]:
+    """``runtime_helpers.make_weighted_blob`` in format version 2."""
+    return runtime_helpers.make_weighted_blob(model, codec, version=2, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +106,7 @@ def plain(models: dict[str, bytes]) -> bytes:
 @pytest.fixture
 def small_frames(monkeypatch: pytest.MonkeyPatch) -> int:
     """Make the writer cut sections into SMALL_FRAME-byte frames (the loader reads sizes from headers)."""
-    monkeypatch.setattr(blob_module, "FRAME_CONTENT_SIZE", SMALL_FRAME)
+    monkeypatch.setattr(writer_module, "FRAME_CONTENT_SIZE", SMALL_FRAME)
     return SMALL_FRAME
 
 
@@ -130,7 +136,7 @@ def edited(blob: bytes, edit: Callable[[dict[str, Any]], object], frames: bytes 
     fields = copy.deepcopy(fields)
     edit(fields)
     payload = keep_alignment(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode(), blob)
-    return pack_header(payload, version=BLOB_FORMAT_VERSION) + (rest if frames is None else frames)
+    return pack_header(payload, version=V2_BLOB_FORMAT_VERSION) + (rest if frames is None else frames)
 
 
 def pseudo_model(size: int, seed: int = 3) -> bytes:
@@ -183,7 +189,7 @@ def test_byte_layout_matches_the_documented_format(plain: bytes, models: dict[st
 
     assert magic == SKIPPABLE_MAGIC == 0x184D2A5E
     assert header_magic == HEADER_MAGIC == b"ONNXCOOK"
-    assert version == BLOB_FORMAT_VERSION == 2
+    assert version == V2_BLOB_FORMAT_VERSION == 2
     assert crc == zlib.crc32(payload)
     fields = json.loads(payload)
     # Sorted keys, no spaces, then (possibly) spaces that pad the header to where the frames start.
@@ -367,7 +373,7 @@ def test_auto_stores_weights_raw_unless_zstd_gains_enough() -> None:
 def test_one_raw_frame_per_tensor_when_the_raw_frame_limit_is_small(
     monkeypatch: pytest.MonkeyPatch, mlp: Any
 ) -> None:
-    monkeypatch.setattr(blob_module, "MAX_RAW_FRAME_CONTENT", 1)
+    monkeypatch.setattr(writer_module, "MAX_RAW_FRAME_CONTENT", 1)
     blob, _, weights = make_weighted_blob(mlp, "raw")
     raw = frames_of(blob, "weights")
 
@@ -384,7 +390,7 @@ def test_raw_frames_hold_at_most_the_raw_frame_limit_unless_one_tensor_is_bigger
     monkeypatch: pytest.MonkeyPatch, mlp: Any
 ) -> None:
     # W1 (4,096 B at 0), perm (1,536 B at 4,096), W2h (3,072 B at 5,632): three frames fit the limit.
-    monkeypatch.setattr(blob_module, "MAX_RAW_FRAME_CONTENT", 4096)
+    monkeypatch.setattr(writer_module, "MAX_RAW_FRAME_CONTENT", 4096)
     blob, _, weights = make_weighted_blob(mlp, "raw")
     for frame in frames_of(blob, "weights"):
         inside = [
@@ -413,7 +419,7 @@ def test_raw_tensors_are_views_into_the_blob_and_zstd_ones_are_decoded(weighted:
 def test_tensor_spanning_two_raw_frames_is_decoded_into_a_new_buffer(
     monkeypatch: pytest.MonkeyPatch, mlp: Any
 ) -> None:
-    monkeypatch.setattr(blob_module, "MAX_RAW_FRAME_CONTENT", 1)
+    monkeypatch.setattr(writer_module, "MAX_RAW_FRAME_CONTENT", 1)
     blob, _, weights = make_weighted_blob(mlp, "raw")
     boundary = weights.tensors[1].offset  # where the second raw frame's content starts
     span = TensorRef("span", 2, (64,), boundary - 32, 64)  # uint8 bytes of both frames
@@ -536,7 +542,7 @@ def test_frame_numbers_count_within_the_section_in_every_message(
     with pytest.raises(ChecksumMismatchError, match=r"weights frame 1 of 1 is damaged: CRC-32"):
         unpack_blob(flip(blob, frame.data_offset))
 
-    monkeypatch.setattr(blob_module, "MAX_RAW_FRAME_CONTENT", 1)
+    monkeypatch.setattr(writer_module, "MAX_RAW_FRAME_CONTENT", 1)
     three = make_weighted_blob(mlp, "raw")[0]
     second = frames_of(three, "weights")[1]
     assert read_header(three)[0].frames.index(second) == 2  # the third frame of the blob
@@ -708,9 +714,11 @@ def test_check_raw_false_skips_the_crcs_and_hands_out_the_stored_bytes(weighted:
         unpack_blob(flip(blob, frame.offset), check_raw=False)
 
 
-def test_raw_crcs_are_checked_by_session_from_blob_but_not_again_by_bundle_session(
+def test_raw_crcs_are_checked_once_by_session_from_blob_and_by_bundle_session(
     weighted: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlp_expected: np.ndarray
 ) -> None:
+    """An unsigned bundle's blob is not hashed again on every load (open_bundle hashed it): its raw
+    content is checked by its CRC-32s, once, as session_from_blob checks it."""
     checked: list[int] = []
     real = blob_module.check_raw_frames
 
@@ -723,12 +731,12 @@ def test_raw_crcs_are_checked_by_session_from_blob_but_not_again_by_bundle_sessi
     root = write_bundle(tmp_path / "bundle", {"mlp": ("onnx", blob)})
 
     session = open_bundle(root).session("mlp", providers=CPU)
-    assert checked == []
+    assert checked == [len(read_header(blob)[0].frames[-1].crcs)]
     np.testing.assert_allclose(
         session.run(None, {"x": sample_input()})[0], mlp_expected, rtol=1e-5, atol=1e-5
     )
     session_from_blob(blob, providers=CPU)
-    assert checked == [1]
+    assert checked == [1, 1]
 
 
 def test_raw_frame_carries_one_crc_per_piece_and_damage_names_the_piece(small_pieces: int) -> None:
@@ -764,7 +772,7 @@ def test_raw_frame_carries_one_crc_per_piece_and_damage_names_the_piece(small_pi
 
 
 def test_crc_pieces_count_within_each_raw_frame(small_pieces: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blob_module, "MAX_RAW_FRAME_CONTENT", 1)
+    monkeypatch.setattr(writer_module, "MAX_RAW_FRAME_CONTENT", 1)
     rng = np.random.default_rng(12)
     weights = weights_of(
         {"a": rng.standard_normal(200).astype(np.float32), "b": rng.integers(0, 9, 37).astype(np.int16)},
@@ -1261,7 +1269,7 @@ def test_damaged_raw_weights_are_caught_by_their_crc_and_in_a_bundle_by_the_blob
     weighted: dict, tmp_path: Path
 ) -> None:
     """Raw content has no zstd checksum: the header's CRC-32s catch damage to it (session_from_blob,
-    unpack_blob); in a bundle the manifest's blob sha256 catches it first, so Bundle.session skips them."""
+    unpack_blob, Bundle.session); open_bundle's check of every blob's sha256 catches it first."""
     blob = weighted["raw"][0]
     root = write_bundle(tmp_path / "bundle", {"mlp": ("onnx", blob)})
     (frame,) = frames_of(blob, "weights")
@@ -1270,9 +1278,9 @@ def test_damaged_raw_weights_are_caught_by_their_crc_and_in_a_bundle_by_the_blob
 
     with pytest.raises(ChecksumMismatchError, match="blob does not match the sha256/size"):
         open_bundle(root)
-    with pytest.raises(ChecksumMismatchError, match="blob does not match the sha256/size"):
-        open_bundle(root, verify=False).session("mlp", providers=CPU)
     message = crc_message(1, 1, 0, frame.content_size)
+    with pytest.raises(ChecksumMismatchError, match=message):
+        open_bundle(root, verify=False).session("mlp", providers=CPU)
     with pytest.raises(ChecksumMismatchError, match=message):
         session_from_blob(damaged, providers=CPU)
     with pytest.raises(ChecksumMismatchError, match=message):
@@ -1282,7 +1290,7 @@ def test_damaged_raw_weights_are_caught_by_their_crc_and_in_a_bundle_by_the_blob
 def test_incompressible_graph_frames_are_stored_raw_without_the_platforms_level() -> None:
     """A float-weight frame is judged by a fast probe (not compressed at the platform's level) and
     stored raw; a structured frame is compressed at the platform's level."""
-    from pipeline.runtime import blob as blob_module
+    from pipeline.runtime import writer as blob_module
 
     rng = np.random.default_rng(3)
     floats = (rng.standard_normal(1 << 18) * 0.02).astype(np.float32).tobytes()  # one 1 MiB frame

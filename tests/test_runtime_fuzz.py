@@ -67,9 +67,9 @@ from pipeline.runtime.blob import (
     LEGACY_BLOB_FORMAT_VERSION,
     READABLE_VERSIONS,
     TENSOR_DTYPES,
-    Weights,
 )
 from pipeline.runtime.frames import RAW_CRC_PIECE, RAW_PREFIX_SIZE, crc_count
+from pipeline.runtime.writer import Weights
 from tests.models import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -138,7 +138,7 @@ def test_windows_cook_ships_external_weights_that_load_and_match_the_source(
 
     blob = blob_path(tmp_path / "build" / "windows-dml", "net", "onnx").read_bytes()
     header, _ = read_header(blob)
-    assert header.version == 2 and header.weights is not None
+    assert header.version == 3 and header.weights is not None
     assert entry["weights"] == {
         "file": "net.onnx.data",
         "bytes": header.weights.size,
@@ -177,7 +177,7 @@ def test_android_cook_keeps_ort_weights_inline_and_loads(tmp_path: Path) -> None
 
 
 def _blob_of(model: onnx.ModelProto, codec: str) -> bytes:
-    from pipeline.runtime.blob import Weights, encode_blob
+    from pipeline.runtime.writer import Weights, encode_blob
 
     graph, weights = externalize(onnx.ModelProto.FromString(model.SerializeToString()), "net")
     return encode_blob(
@@ -220,7 +220,7 @@ def test_session_keeps_its_weights_alive_after_the_caller_drops_the_blob(codec: 
 
 @pytest.mark.parametrize("threads", [1, 2, 8])
 def test_any_thread_count_gives_the_same_model(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.runtime import blob as blob_module
+    from pipeline.runtime import writer as blob_module
 
     monkeypatch.setattr(blob_module, "FRAME_CONTENT_SIZE", 4096)  # many frames
     blob = _blob_of(mlp(), "zstd")
@@ -343,8 +343,8 @@ def test_model_over_the_proto_limit_with_inline_weights_is_refused(tmp_path: Pat
 # --- ORT-format graphs: frames zstd cannot shrink are stored raw --------------------------------
 
 
-def test_ort_graph_frames_of_float_weights_are_stored_raw_and_unpack_with_stock_tools(tmp_path: Path) -> None:
-    from pipeline.runtime.blob import encode_blob
+def test_ort_graph_of_float_weights_is_stored_raw_first_and_unpacks_with_stock_tools(tmp_path: Path) -> None:
+    from pipeline.runtime.writer import encode_blob
 
     model = onnx.ModelProto.FromString(mlp(layers=4, width=512).SerializeToString())
     ort_path = tmp_path / "net.ort"
@@ -364,8 +364,10 @@ def test_ort_graph_frames_of_float_weights_are_stored_raw_and_unpack_with_stock_
         ort_format_version="6",
     )
     header, _ = read_header(blob)
-    codecs = [f.codec for f in header.frames if f.section == "graph"]
-    assert "raw" in codecs and len(codecs) > 1  # float weights: zstd gains under 10%
+    # Float weights: zstd gains under 10%. The graph is one raw extent and starts the blob, so that
+    # onnxruntime can map the blob file itself.
+    assert [(f.codec, f.offset) for f in header.frames if f.section == "graph"] == [("raw", 0)]
+    assert blob[: len(ort_model)] == ort_model
     assert unpack_blob(blob).model == ort_model
     out = session_from_blob(blob, providers=CPU).run(None, {"x": feed(512)["x"]})[0]
     ref = onnxruntime.InferenceSession(ort_model, providers=CPU).run(None, {"x": feed(512)["x"]})[0]

@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .blob import BlobHeader, read_header, unpack_blob
+from .blob import BlobHeader, read_header_from_file, unpack_blob
 from .bundle import open_bundle
 from .constants import Precision
 from .errors import BundleError
@@ -29,8 +29,7 @@ def inspect(path: Path) -> str:
             )
         return "\n".join(lines)
     with path.open("rb") as stream:
-        head = stream.read(MAX_HEADER_READ)
-    header, _ = read_header(head)
+        header = read_header_from_file(stream)
     text = json.dumps({"file": str(path), **header.to_dict()}, indent=2)
     return "\n".join([text, "# unpack with stock tools:", *stock_unpack_commands(header, str(path))])
 
@@ -46,10 +45,6 @@ def _precision(info: dict) -> str:
     return f", {precision['precision']} by {precision.get('converter', '?')}{worst}"
 
 
-# The header frame is at most 16 MiB, plus its 8-byte prefix.
-MAX_HEADER_READ = (16 << 20) + 8
-
-
 def model_file_name(header: BlobHeader) -> str:
     return f"{header.name.rsplit('/', 1)[-1]}.{header.model_format}"
 
@@ -60,6 +55,10 @@ def stock_unpack_commands(header: BlobHeader, blob: str) -> list[str]:
     data_file = shlex.quote(header.weights.file) if header.weights is not None else ""
     graph = [f for f in header.frames if f.section == "graph"]
     weights = [f for f in header.frames if f.section == "weights"]
+    if header.version >= 3:  # each section: its raw extent cut out, or its zstd frames decoded
+        return _frame_commands(graph, blob, model) + (
+            _frame_commands(weights, blob, data_file) if weights else []
+        )
     if header.version < 2 or (not weights and all(f.codec == "zstd" for f in graph)):
         return [f"zstd -d {blob} -o {model}"]
     if all(f.codec == "zstd" for f in graph) and all(f.codec == "raw" for f in weights):
@@ -80,16 +79,30 @@ def stock_unpack_commands(header: BlobHeader, blob: str) -> list[str]:
 
 
 def _frame_commands(frames: list[Frame], blob: str, output: str) -> list[str]:
+    """One command per raw frame (its content cut out) or run of adjacent zstd frames (decoded in
+    one go: zstd reads concatenated frames), appending to ``output`` in order."""
+    runs: list[list[Frame]] = []
+    for frame in frames:
+        if (
+            runs
+            and frame.codec == "zstd" == runs[-1][-1].codec
+            and runs[-1][-1].offset + runs[-1][-1].size == frame.offset
+        ):
+            runs[-1].append(frame)
+        else:
+            runs.append([frame])
     lines = []
-    for index, frame in enumerate(frames):
+    for index, run in enumerate(runs):
         redirect = ">" if index == 0 else ">>"
-        if frame.codec == "raw":
+        first = run[0]
+        if first.codec == "raw":
             lines.append(
-                f"tail -c +{frame.data_offset + 1} {blob} | head -c {frame.content_size} {redirect} {output}"
+                f"tail -c +{first.data_offset + 1} {blob} | head -c {first.content_size} {redirect} {output}"
             )
         else:
+            size = sum(f.size for f in run)
             lines.append(
-                f"tail -c +{frame.offset + 1} {blob} | head -c {frame.size} | zstd -dc {redirect} {output}"
+                f"tail -c +{first.offset + 1} {blob} | head -c {size} | zstd -dcq {redirect} {output}"
             )
     return lines
 

@@ -1,13 +1,19 @@
-"""The cooked blob: one self-describing, zstd-compressed model (see docs/bundle-format.md).
+"""The cooked blob: one self-describing model file, compressed where that pays (docs/bundle-format.md).
 
-Version 2 (written today): a zstd *skippable frame* carrying the header, then the frames of two
-sections. The *graph* section is the model file (``.onnx`` whose big initializers refer to external
-data, or ``.ort``) in one or more zstd frames; the optional *weights* section holds those
-initializers as aligned raw tensors, in zstd frames or, where zstd gains little, stored as is in
-skippable frames the loader can use without copying. Frames decode in parallel, each checked by its
-own checksum. Stock ``zstd -d`` skips the header (and raw frames) and writes the model file.
+Version 3 (written today) holds two *sections*: the *graph* (the model file: ``.onnx`` whose big
+initializers refer to external data, or ``.ort``) and the optional *weights* (those initializers as
+aligned raw tensors). A section is either zstd frames of 1 MiB content (decoded in parallel, each
+checked by its own checksum) or one contiguous raw *extent* whose content starts at a multiple of
+64 KiB, so that a mapped blob file hands it to onnxruntime in place. The header is a zstd skippable
+frame; a 16-byte trailer at the end of the blob gives its offset. The header starts the blob,
+except for an ORT-format model stored raw: then the flatbuffer starts the blob (onnxruntime maps
+such a file itself, ignoring the bytes after the flatbuffer) and the header follows it.
 
+Version 2 (read for old bundles): the header frame first, then frames laid end to end; raw content
+in skippable frames of at most 1 MiB (graph) or runs of whole tensors (weights).
 Version 1 (read for old bundles): the header frame, then one zstd frame holding the model file.
+Stock ``zstd`` does not give the model of a version-3 (or a mixed version-2) blob: the files are
+named ``.ocb``; ``python -m pipeline.runtime unpack`` (or ``inspect``'s stock-tool recipe) does.
 """
 
 from __future__ import annotations
@@ -17,17 +23,22 @@ import hashlib
 import json
 import math
 import struct
-import threading
 import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
 
 import numpy as np
 import zstandard
 
 from .compat import parse_version
-from .constants import BLOB_FORMAT_VERSION, LEGACY_BLOB_FORMAT_VERSION, TWO_GIB, ModelFormat
+from .constants import (
+    BLOB_FORMAT_VERSION,
+    LEGACY_BLOB_FORMAT_VERSION,
+    TWO_GIB,
+    V2_BLOB_FORMAT_VERSION,
+    ModelFormat,
+)
 from .errors import (
     BlobTooLargeError,
     ChecksumMismatchError,
@@ -47,15 +58,12 @@ from .frames import (
     decode_into,
     default_threads,
     new_bytes,
-    raw_crcs,
-    raw_frame,
-    run_parallel,
 )
 from .frames import (
     check_raw as check_raw_frames,
 )
 
-READABLE_VERSIONS = (LEGACY_BLOB_FORMAT_VERSION, BLOB_FORMAT_VERSION)
+READABLE_VERSIONS = (LEGACY_BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION, BLOB_FORMAT_VERSION)
 HEADER_MAGIC = b"ONNXCOOK"
 # 0x184D2A50..0x184D2A5F are zstd skippable-frame magics; decoders ignore the frame's payload.
 SKIPPABLE_MAGIC = 0x184D2A5E
@@ -81,6 +89,15 @@ PROBE_LEVEL = 1
 PROBE_SIZE = 256 << 10
 PROBE_GAIN = 0.08
 WEIGHT_ALIGNMENT = 64
+# Version 3: a raw extent's content starts at a multiple of this offset of the blob (the mapping
+# granularity of Windows; Linux maps at 4 KiB), except an ORT graph that starts the blob.
+EXTENT_ALIGNMENT = 1 << 16
+# Version 3's last 16 bytes: TRAILER_MAGIC, then the header frame's offset (uint64, little-endian).
+TRAILER_MAGIC = b"OCB3TAIL"
+_TRAILER = struct.Struct("<8sQ")
+TRAILER_SIZE = _TRAILER.size
+# The flatbuffers file identifier of an ORT-format model, at bytes 4..8.
+ORT_IDENTIFIER = b"ORTM"
 MAX_FRAMES = 1 << 16
 MAX_TENSORS = 1 << 20
 MAX_DIMS = 64
@@ -145,7 +162,7 @@ class BlobHeader:
     name: str
     model_size: int  # graph + weights bytes
     model_sha256: str  # of the model file (the graph section); informational in version 2
-    compressed_size: int  # bytes after the header frame
+    compressed_size: int  # bytes of the frames (all but the header frame and, in version 3, the trailer)
     cook_key: str
     min_runtime_version: str
     ort_format_version: str | None = None
@@ -153,7 +170,7 @@ class BlobHeader:
     execution_providers: tuple[str, ...] = ("CPUExecutionProvider",)
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ep_session_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # Version 2 only (a version-1 blob has one zstd frame holding the model file).
+    # Versions 2 and 3 (a version-1 blob has one zstd frame holding the model file).
     version: int = LEGACY_BLOB_FORMAT_VERSION
     graph_size: int | None = None
     frames: tuple[Frame, ...] = ()
@@ -166,7 +183,7 @@ class BlobHeader:
         data["execution_providers"] = list(self.execution_providers)
         if self.version >= 2:
             data["graph_size"] = self.graph_size
-            data["frames"] = [_frame_json(f) for f in self.frames]
+            data["frames"] = [_frame_json(f, self.version) for f in self.frames]
             data["weights"] = self.weights.to_json() if self.weights is not None else None
         return data
 
@@ -174,8 +191,11 @@ class BlobHeader:
 _V2_FIELDS = ("version", "graph_size", "frames", "weights")
 
 
-def _frame_json(frame: Frame) -> list[Any]:
-    entry: list[Any] = [frame.section, frame.codec, frame.size, frame.content_size, frame.pad]
+def _frame_json(frame: Frame, version: int) -> list[Any]:
+    """Version 2: [section, codec, size, content size, pad(, CRCs)]; version 3 adds the offset after
+    the codec (frames need not follow the header: an ORT graph may start the blob)."""
+    place = [frame.offset] if version >= 3 else []
+    entry: list[Any] = [frame.section, frame.codec, *place, frame.size, frame.content_size, frame.pad]
     return entry + [list(frame.crcs)] if frame.codec == "raw" else entry
 
 
@@ -201,86 +221,7 @@ _V2_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Weights:
-    """Weights to store beside the graph (what ``encode_blob`` takes): the section's bytes and tensors."""
-
-    data: bytes | memoryview
-    file: str
-    tensors: tuple[TensorRef, ...]
-    codec: str = "auto"  # "zstd", "raw", or "auto": raw unless zstd gains RAW_UNLESS_GAIN
-
-
-def encode_blob(
-    model: bytes,
-    *,
-    level: int,
-    weights: Weights | None = None,
-    threads: int | None = None,
-    **header_fields: Any,
-) -> bytes:
-    """A version-2 blob of ``model`` (the graph section) and optional ``weights``.
-
-    ``header_fields`` are BlobHeader's descriptive fields (format, platform, name, cook key, ...).
-    Frames are compressed on ``threads`` threads (default: one per core).
-    """
-    # (codec, zstd frame or raw content, content size, CRC-32s of raw content)
-    graph_frames = _graph_frames(memoryview(model).cast("B"), level, threads)
-    weight_frames: list[tuple[str, bytes | memoryview, int, tuple[int, ...]]] = []
-    info = None
-    if weights is not None:
-        data = memoryview(weights.data).cast("B")
-        raw_chunks = None
-        if weights.codec == "raw" or (weights.codec == "auto" and not _zstd_pays(data, level, threads)):
-            raw_chunks = _raw_chunks(data, weights.tensors)
-        if raw_chunks is not None:
-            weight_frames = [("raw", chunk, len(chunk), raw_crcs(chunk, threads)) for chunk in raw_chunks]
-        else:
-            weight_frames = [("zstd", frame, size, ()) for frame, size in _zstd_frames(data, level, threads)]
-        info = WeightsInfo(
-            file=weights.file,
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-            tensors=weights.tensors,
-        )
-    header = BlobHeader(
-        version=BLOB_FORMAT_VERSION,
-        model_size=len(model) + (info.size if info else 0),
-        model_sha256=hashlib.sha256(model).hexdigest(),
-        compressed_size=0,
-        graph_size=len(model),
-        weights=info,
-        **header_fields,
-    )
-    pieces = [("graph", *frame) for frame in graph_frames] + [("weights", *frame) for frame in weight_frames]
-    # Raw frames pad their content to an aligned offset of the blob, which depends on the header's
-    # length, which lists the frames: lay out for a header end, then pad the header's JSON with
-    # spaces to reach exactly that end (or try a later end).
-    end = len(_pack_header(header)) + 64
-    while True:
-        frames, parts, offset, content = [], [], end, {"graph": 0, "weights": 0}
-        for section, codec, item, content_size, checks in pieces:
-            if codec == "raw":
-                blob_frame = raw_frame(item, offset, WEIGHT_ALIGNMENT)
-                pad = len(blob_frame) - RAW_PREFIX_SIZE - content_size
-            else:
-                blob_frame, pad = item, 0
-            frames.append(
-                Frame(section, codec, offset, len(blob_frame), content[section], content_size, pad, checks)
-            )
-            parts.append(blob_frame)
-            offset += len(blob_frame)
-            content[section] += content_size
-        laid_out = replace(header, frames=tuple(frames), compressed_size=offset - end)
-        head = _pack_header(laid_out, length=end)
-        if head is not None:
-            return b"".join([head, *parts])
-        # Longer than guessed: lay out again behind the header as long as it now is, plus room for
-        # the sizes it lists to grow by a digit or two.
-        end = len(_pack_header(laid_out)) + 64
-
-
-def _pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
+def pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
     """The header frame; padded with spaces (valid JSON) to ``length`` bytes, or None if longer."""
     payload = json.dumps(header.to_dict(), sort_keys=True, separators=(",", ":")).encode()
     if length is not None:
@@ -292,129 +233,34 @@ def _pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
     return _FRAME_PREFIX.pack(SKIPPABLE_MAGIC, len(prefix) + len(payload)) + prefix + payload
 
 
-def _graph_frames(
-    model: memoryview, level: int, threads: int | None
-) -> list[tuple[str, bytes | memoryview, int, tuple[int, ...]]]:
-    """The model file in FRAME_CONTENT_SIZE pieces: zstd frames, except where zstd gains under
-    RAW_UNLESS_GAIN (an ORT file's float weights): those are stored raw, so that loading copies them
-    (several GB/s) instead of decompressing them (about 1 GB/s a core)."""
-    starts = range(0, max(len(model), 1), FRAME_CONTENT_SIZE)
-    pieces = [model[start : start + FRAME_CONTENT_SIZE] for start in starts]
-    probed = [False] * len(pieces)
+def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
+    """Parse and check the header frame; returns it and the offset where the header frame ends.
 
-    def probe(index: int) -> None:
-        probed[index] = len(pieces[index]) >= 4096 and not _probe_pays(pieces[index])
-
-    run_parallel(probe, range(len(pieces)), threads)
-    compressed = iter(
-        _zstd_frames_of([p for p, raw in zip(pieces, probed, strict=True) if not raw], level, threads)
-    )
-    frames: list[tuple[str, bytes | memoryview, int, tuple[int, ...]]] = []
-    for piece, raw in zip(pieces, probed, strict=True):
-        frame, size = (b"", len(piece)) if raw else next(compressed)
-        if raw or (size >= 4096 and len(frame) > size * (1 - RAW_UNLESS_GAIN)):
-            frames.append(("raw", piece, size, raw_crcs(piece, 1)))
-        else:
-            frames.append(("zstd", frame, size, ()))
-    return frames
-
-
-def _probe_pays(piece: memoryview) -> bool:
-    """Whether zstd may make ``piece`` RAW_UNLESS_GAIN smaller, judged by a fast level on its middle."""
-    middle = max(0, (len(piece) - PROBE_SIZE) // 2)
-    sample = piece[middle : middle + PROBE_SIZE]
-    probe = _probe_compressor().compress(sample)
-    return len(probe) <= len(sample) * (1 - PROBE_GAIN)
-
-
-_PROBE_CONTEXTS = threading.local()
-
-
-def _probe_compressor() -> zstandard.ZstdCompressor:
-    """One compressor per thread: making a zstd context costs more than probing a sample."""
-    compressor = getattr(_PROBE_CONTEXTS, "compressor", None)
-    if compressor is None:
-        compressor = _PROBE_CONTEXTS.compressor = zstandard.ZstdCompressor(level=PROBE_LEVEL)
-    return compressor
-
-
-def _zstd_frames(data: memoryview, level: int, threads: int | None) -> list[tuple[bytes, int]]:
-    """``data`` cut into FRAME_CONTENT_SIZE pieces, each its own zstd frame, compressed in parallel."""
-    starts = range(0, max(len(data), 1), FRAME_CONTENT_SIZE)
-    return _zstd_frames_of([data[i : i + FRAME_CONTENT_SIZE] for i in starts], level, threads)
-
-
-def _zstd_frames_of(pieces: Sequence[memoryview], level: int, threads: int | None) -> list[tuple[bytes, int]]:
-    frames: list[tuple[bytes, int]] = [(b"", 0)] * len(pieces)
-
-    def one(index: int) -> None:
-        compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
-        frames[index] = (compressor.compress(pieces[index]), len(pieces[index]))
-
-    run_parallel(one, range(len(pieces)), threads)
-    return frames
-
-
-def _zstd_pays(data: memoryview, level: int, threads: int | None) -> bool:
-    """Whether zstd makes ``data`` at least RAW_UNLESS_GAIN smaller, judged on a sample of frames
-    (every SAMPLE_EVERY-th) so that a big float model is not compressed only to be stored raw."""
-    pieces = [data[i : i + FRAME_CONTENT_SIZE] for i in range(0, len(data), FRAME_CONTENT_SIZE)]
-    sample = pieces[::SAMPLE_EVERY]
-    joined = sum(len(frame) for frame, _ in _zstd_frames_of(sample, level, threads))
-    return joined <= sum(len(piece) for piece in sample) * (1 - RAW_UNLESS_GAIN)
-
-
-def _raw_chunks(data: memoryview, tensors: Sequence[TensorRef]) -> list[memoryview] | None:
-    """``data`` cut at tensor starts into pieces of at most MAX_RAW_FRAME_CONTENT (one tensor may be
-    bigger, alone), so that every tensor lies whole in one raw frame; None if a tensor cannot."""
-    bounds = sorted({t.offset for t in tensors} - {0}) + [len(data)]
-    chunks, begin, last = [], 0, 0
-    for end in bounds:  # cut before the tensor that would take a frame past the limit
-        if end - begin > MAX_RAW_FRAME_CONTENT and last > begin:
-            chunks.append(data[begin:last])
-            begin = last
-        last = end
-    chunks.append(data[begin:])
-    limit = (1 << 32) - 1 - RAW_PREFIX_SIZE - WEIGHT_ALIGNMENT
-    return None if any(len(chunk) > limit for chunk in chunks) else chunks
-
-
-def encode_blob_v1(model: bytes, *, level: int, **header_fields: Any) -> bytes:
-    """A version-1 blob (one zstd frame): what cookers before blob format 2 wrote. For tests of the
-    loader's support of old bundles."""
-    frame = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compress(
-        model
-    )
-    header = BlobHeader(
-        model_size=len(model),
-        model_sha256=hashlib.sha256(model).hexdigest(),
-        compressed_size=len(frame),
-        **header_fields,
-    )
-    head = _pack_header(header)
-    assert head is not None
-    return head + frame
-
-
-def read_header(data: bytes | memoryview) -> tuple[BlobHeader, int]:
-    """Parse and check the header frame; returns it and the offset of the first frame after it."""
-    view = memoryview(data)
-    if len(view) < _FRAME_PREFIX.size:
-        if bytes(view) == struct.pack("<I", SKIPPABLE_MAGIC)[: len(view)]:
+    The header starts the blob, or (version 3, an ORT graph first) the trailer says where it is.
+    """
+    view = memoryview(data).cast("B")
+    start = _header_start(view)
+    if len(view) - start < _FRAME_PREFIX.size:
+        if bytes(view[start:]) == struct.pack("<I", SKIPPABLE_MAGIC)[: len(view) - start]:
             raise TruncatedBlobError(f"blob is only {len(view)} bytes long: the header is cut off")
         raise NotABlobError("not an onnx-cooker blob: too short to hold a header")
-    magic, size = _FRAME_PREFIX.unpack_from(view)
+    magic, size = _FRAME_PREFIX.unpack_from(view, start)
     if magic != SKIPPABLE_MAGIC:
+        if start == 0 and bytes(view[4:8]) == ORT_IDENTIFIER:
+            raise NotABlobError(
+                "not an onnx-cooker blob: an ORT-format model without the cooker's trailer (a plain .ort "
+                "file, or a blob cut off at its end); pass an .ocb file written by `doit cook`"
+            )
         raise NotABlobError(
             "not an onnx-cooker blob: it does not start with the header frame "
-            "(pass a .zst file written by `doit cook`, not a plain .onnx/.ort file)"
+            "(pass an .ocb file written by `doit cook`, not a plain .onnx/.ort file)"
         )
     if size > MAX_HEADER_SIZE or size < _HEADER_PREFIX.size:
         raise CorruptBlobError(f"blob header declares {size} bytes; a valid header is 14 B to 16 MiB")
-    end = _FRAME_PREFIX.size + size
+    end = start + _FRAME_PREFIX.size + size
     if len(view) < end:
         raise TruncatedBlobError(f"blob is {len(view)} bytes, but its header alone needs {end}: file cut off")
-    header_magic, version, crc = _HEADER_PREFIX.unpack_from(view, _FRAME_PREFIX.size)
+    header_magic, version, crc = _HEADER_PREFIX.unpack_from(view, start + _FRAME_PREFIX.size)
     if header_magic != HEADER_MAGIC:
         raise NotABlobError("not an onnx-cooker blob: the first zstd frame is not an onnx-cooker header")
     if version not in READABLE_VERSIONS:
@@ -423,13 +269,57 @@ def read_header(data: bytes | memoryview) -> tuple[BlobHeader, int]:
             f"{', '.join(map(str, READABLE_VERSIONS))}; re-cook the model with the cooker that matches "
             "this loader"
         )
-    payload = bytes(view[_FRAME_PREFIX.size + _HEADER_PREFIX.size : end])
+    if start and version < BLOB_FORMAT_VERSION:
+        raise CorruptBlobError(f"a version-{version} blob header must start the blob")
+    payload = bytes(view[start + _FRAME_PREFIX.size + _HEADER_PREFIX.size : end])
     if zlib.crc32(payload) != crc:
         raise ChecksumMismatchError("blob header checksum mismatch: the file is damaged or was modified")
-    return _header_from_json(payload, version, end), end
+    return _header_from_json(payload, version, start, end), end
 
 
-def _header_from_json(payload: bytes, version: int, end: int) -> BlobHeader:
+def _header_start(view: memoryview) -> int:
+    """0, or where the trailer puts the header when the blob does not start with one."""
+    if len(view) >= 4 and bytes(view[:4]) == struct.pack("<I", SKIPPABLE_MAGIC):
+        return 0
+    if len(view) < TRAILER_SIZE:
+        return 0
+    magic, offset = _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE)
+    if magic != TRAILER_MAGIC:
+        return 0
+    if offset > len(view) - TRAILER_SIZE - _FRAME_PREFIX.size:
+        raise CorruptBlobError(f"blob trailer puts the header at byte {offset:,}, outside the blob")
+    return offset
+
+
+def read_header_from_file(stream: BinaryIO) -> BlobHeader:
+    """The header of the blob file open in ``stream`` (seekable), reading only the header and trailer
+    (its frames are not checked: ``check_layout`` does that on the whole blob)."""
+    start = 0
+    head = stream.read(_FRAME_PREFIX.size)
+    if len(head) == _FRAME_PREFIX.size and _FRAME_PREFIX.unpack(head)[0] != SKIPPABLE_MAGIC:
+        size = stream.seek(0, 2)
+        if size >= TRAILER_SIZE + _FRAME_PREFIX.size:
+            stream.seek(size - TRAILER_SIZE)
+            magic, offset = _TRAILER.unpack(stream.read(TRAILER_SIZE))
+            if magic == TRAILER_MAGIC and offset <= size - TRAILER_SIZE - _FRAME_PREFIX.size:
+                start = offset
+    stream.seek(start)
+    frame = stream.read(_FRAME_PREFIX.size)
+    if len(frame) == _FRAME_PREFIX.size and _FRAME_PREFIX.unpack(frame)[0] == SKIPPABLE_MAGIC:
+        frame += stream.read(min(_FRAME_PREFIX.unpack(frame)[1], MAX_HEADER_SIZE))
+    if start == 0:
+        return read_header(frame)[0]
+    magic, size = _FRAME_PREFIX.unpack_from(frame)
+    if magic != SKIPPABLE_MAGIC or len(frame) < _FRAME_PREFIX.size + max(size, _HEADER_PREFIX.size):
+        raise CorruptBlobError("blob trailer does not point at a complete header frame")
+    header_magic, version, crc = _HEADER_PREFIX.unpack_from(frame, _FRAME_PREFIX.size)
+    payload = frame[_FRAME_PREFIX.size + _HEADER_PREFIX.size :]
+    if header_magic != HEADER_MAGIC or version != BLOB_FORMAT_VERSION or zlib.crc32(payload) != crc:
+        raise ChecksumMismatchError("blob header (found through the trailer) is damaged or not a header")
+    return _header_from_json(payload, version, start, start + len(frame))
+
+
+def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
     try:
         fields = json.loads(payload)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -462,16 +352,19 @@ def _header_from_json(payload: bytes, version: int, end: int) -> BlobHeader:
     known = {key: fields[key] for key in _FIELD_TYPES}
     known["execution_providers"] = tuple(known["execution_providers"])
     if version >= 2:
-        known |= _v2_layout(fields, end)
+        known |= _v2_layout(fields, version, start, end)
     return BlobHeader(version=version, **known)
 
 
-def _v2_layout(fields: dict[str, Any], end: int) -> dict[str, Any]:
-    """The frames and weights of a version-2 header, checked for consistency (not yet against data)."""
+def _v2_layout(fields: dict[str, Any], version: int, start: int, end: int) -> dict[str, Any]:
+    """The frames and weights of a version-2 or -3 header, checked for consistency (not yet against
+    data): ``start`` and ``end`` are where the header frame lies in the blob."""
     graph_size = fields["graph_size"]
     if graph_size < 0:
         raise CorruptBlobError("blob header declares a negative graph size")
-    frames = _parse_frames(fields["frames"], end)
+    frames = (
+        _parse_frames(fields["frames"], end) if version < 3 else _parse_extents(fields["frames"], start, end)
+    )
     weights = None if fields["weights"] is None else _parse_weights(fields["weights"])
     if fields["model_format"] == ModelFormat.ORT and weights is not None:
         raise CorruptBlobError("blob header gives an ORT-format model external weights, which it cannot use")
@@ -487,7 +380,7 @@ def _v2_layout(fields: dict[str, Any], end: int) -> dict[str, Any]:
     if fields["compressed_size"] != sum(f.size for f in frames):
         raise CorruptBlobError("blob header's compressed_size is not the sum of its frame sizes")
     for index, frame in enumerate(frames):
-        if frame.codec == "raw" and frame.data_offset % WEIGHT_ALIGNMENT:
+        if version < 3 and frame.codec == "raw" and frame.data_offset % WEIGHT_ALIGNMENT:
             raise CorruptBlobError(
                 f"blob header frame {index + 1}: raw content not at a {WEIGHT_ALIGNMENT}-byte boundary"
             )
@@ -534,6 +427,62 @@ def _parse_frames(entries: list[Any], end: int) -> tuple[Frame, ...]:
         offset += size
         content[section] += content_size
     return tuple(frames)
+
+
+def _parse_extents(entries: list[Any], start: int, end: int) -> tuple[Frame, ...]:
+    """Version 3's frames: [section, codec, offset, size, content size, pad(, CRC-32s)], in blob
+    order, end to end after the header frame; only a raw ORT graph may come first, at offset 0 with
+    the header right behind it. A raw frame is a whole section, its content EXTENT_ALIGNMENT-aligned."""
+    if len(entries) > MAX_FRAMES:
+        raise CorruptBlobError(
+            f"blob header lists {len(entries):,} frames; at most {MAX_FRAMES:,} are allowed"
+        )
+    frames: list[Frame] = []
+    position, content = (0 if start else end), {"graph": 0, "weights": 0}
+    for index, entry in enumerate(entries):
+        label = f"blob header frame {index + 1}"
+        if not (
+            isinstance(entry, list)
+            and len(entry) == (7 if len(entry) > 1 and entry[1] == "raw" else 6)
+            and entry[0] in SECTIONS
+            and entry[1] in CODECS
+            and all(_is_count(v) for v in entry[2:6])
+        ):
+            raise CorruptBlobError(
+                f"{label} is not [section, codec, offset, size, content size, pad(, CRC-32 list for raw "
+                "frames)]"
+            )
+        section, codec, offset, size, content_size, pad = entry[:6]
+        if offset != position:
+            raise CorruptBlobError(f"{label} starts at byte {offset:,}, not {position:,} where it must")
+        checks: tuple[int, ...] = ()
+        if codec == "raw":
+            checks = _raw_checks(entry[6], content_size, index)
+            if any(f.section == section for f in frames) or content[section]:
+                raise CorruptBlobError(f"{label}: a raw {section} extent must be the whole section")
+            if size != pad + content_size or pad >= EXTENT_ALIGNMENT:
+                raise CorruptBlobError(f"{label}: raw extent sizes do not add up")
+            if offset + pad != 0 and (offset + pad) % EXTENT_ALIGNMENT:
+                raise CorruptBlobError(f"{label}: raw content not at a {EXTENT_ALIGNMENT:,}-byte boundary")
+        elif pad != 0 or size == 0:
+            raise CorruptBlobError(f"{label}: a zstd frame has no padding and is not empty")
+        elif any(f.section == section and f.codec == "raw" for f in frames):
+            raise CorruptBlobError(f"{label}: a raw {section} extent must be the whole section")
+        frames.append(Frame(section, codec, offset, size, content[section], content_size, pad, checks, 0))
+        content[section] += content_size
+        position = offset + size
+        if offset == 0:  # the ORT graph first: the header comes right after it
+            if section != "graph" or codec != "raw" or position != start:
+                raise CorruptBlobError(f"{label}: only a raw graph ending where the header starts may lead")
+            position = end
+    if start and not frames:
+        raise CorruptBlobError("blob header is not at the start, but no graph extent comes before it")
+    return tuple(frames)
+
+
+def frames_end(header: BlobHeader, header_end: int) -> int:
+    """Where the last frame (or the header frame) of a version-3 blob ends: the trailer starts there."""
+    return max([header_end, *(f.offset + f.size for f in header.frames)])
 
 
 def _raw_checks(value: Any, content_size: int, index: int) -> tuple[int, ...]:
@@ -615,8 +564,8 @@ def check_layout(
 ) -> tuple[BlobHeader, int]:
     """The checks of ``unpack_blob`` that need no decompression: the header (and its CRC), the
     declared sizes against ``max_model_size`` and the bytes present, and the frame layout. Returns
-    the header and where the frames start. For callers that already hold the blob's sha256 from a
-    trusted place (the cook cache) and need its header, not its model."""
+    the header and where the header frame ends. For callers that already hold the blob's sha256 from
+    a trusted place (the cook cache) and need its header, not its model."""
     header, offset = read_header(data)
     view = memoryview(data).cast("B")
     where = _where(header)
@@ -627,15 +576,87 @@ def check_layout(
         )
     if header.version == LEGACY_BLOB_FORMAT_VERSION:
         return header, offset
-    present = len(view) - offset
-    if present < header.compressed_size:
-        raise TruncatedBlobError(
-            f"{where} is cut off: {present:,} of {header.compressed_size:,} bytes of frames present"
-        )
-    if present > header.compressed_size:
-        raise CorruptBlobError(f"{where} has {present - header.compressed_size:,} unexpected trailing bytes")
+    if header.version == V2_BLOB_FORMAT_VERSION:
+        present, expected, what = len(view) - offset, header.compressed_size, "bytes of frames"
+    else:
+        present, expected, what = len(view), frames_end(header, offset) + TRAILER_SIZE, "bytes"
+    if present < expected:
+        raise TruncatedBlobError(f"{where} is cut off: {present:,} of {expected:,} {what} present")
+    if present > expected:
+        raise CorruptBlobError(f"{where} has {present - expected:,} unexpected trailing bytes")
+    if header.version >= 3:
+        magic, start = _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE)
+        if magic != TRAILER_MAGIC:
+            raise TruncatedBlobError(f"{where} is cut off or damaged at its end: its trailer is missing")
+        if start != _header_start(view):
+            raise CorruptBlobError(f"{where}: its trailer does not point at its header")
     check_frames(view, header.frames, where)
     return header, offset
+
+
+class CheckedBlob:
+    """A blob whose header and layout were checked (``check_blob``): its sections on demand.
+
+    Holds ``data`` (read-only views of it: the caller's bytes, bytearray or mmap stay borrowed, not
+    copied). Raw sections are handed out as views; zstd sections are decoded when asked for.
+    """
+
+    def __init__(self, data: Any, header: BlobHeader, header_end: int, threads: int | None) -> None:
+        self.view = memoryview(data).cast("B").toreadonly()
+        self.header = header
+        self.header_end = header_end
+        self.threads = threads if threads is not None else default_threads()
+        self.where = _where(header)
+
+    def frames(self, section: str) -> list[Frame]:
+        return [f for f in self.header.frames if f.section == section]
+
+    def extent(self, section: str) -> memoryview | None:
+        """The whole ``section`` as one view into the blob, if a version-3 raw extent stores it."""
+        frames = self.frames(section)
+        if self.header.version >= 3 and len(frames) == 1 and frames[0].codec == "raw":
+            start = frames[0].data_offset
+            return self.view[start : start + frames[0].content_size]
+        return None
+
+    def graph_into(self, target: memoryview) -> None:
+        """Decode the graph section into ``target`` (``graph_size`` writable bytes)."""
+        decode_into(self.view, self.frames("graph"), target, self.where, self.threads)
+
+    def graph_bytes(self, *, check_sha256: bool = True) -> bytes:
+        """The model file as ``bytes`` (what onnxruntime's Python API takes): decoded, or copied once."""
+        if self.header.version == LEGACY_BLOB_FORMAT_VERSION:
+            return _decode_v1(
+                self.view[self.header_end :], self.header, self.where, check_sha256=check_sha256
+            )
+        target, finish = new_bytes(self.header.graph_size or 0)
+        self.graph_into(target)
+        return finish()
+
+    def weight_segments(self) -> tuple[tuple[int, memoryview], ...]:
+        """The weights section as (offset in the section, read-only view) pairs (see ``Unpacked``)."""
+        if self.header.weights is None:
+            return ()
+        extent = self.extent("weights")
+        if extent is not None:
+            return ((0, extent),)
+        return _weight_segments(self.view, self.header, self.where, self.threads)
+
+
+def check_blob(
+    data: Any,
+    *,
+    max_model_size: int = DEFAULT_MAX_MODEL_SIZE,
+    threads: int | None = None,
+    check_raw: bool = True,
+) -> CheckedBlob:
+    """Check a blob's header, layout and (``check_raw``) the CRC-32s of its raw content; decode
+    nothing. ``data`` is anything exposing the buffer protocol: bytes, bytearray, memoryview, mmap."""
+    header, offset = check_layout(data, max_model_size=max_model_size)
+    checked = CheckedBlob(data, header, offset, threads)
+    if check_raw and header.version != LEGACY_BLOB_FORMAT_VERSION:
+        check_raw_frames(checked.view, header.frames, checked.where, checked.threads)
+    return checked
 
 
 def unpack_blob(
@@ -652,21 +673,11 @@ def unpack_blob(
     Never allocates more than the header declares, and refuses declarations over ``max_model_size``.
     Damage is caught by the header CRC, the frame layout, each zstd frame's content checksum and
     (``check_raw``) the CRC-32s of raw frames' content; callers that just checked the whole blob
-    against a sha256 (``Bundle``) skip the last. ``check_sha256`` adds a sha256 pass over
-    version-1 blobs, whose header has nothing else.
+    against a sha256 skip the last. ``check_sha256`` adds a sha256 pass over version-1 blobs, whose
+    header has nothing else.
     """
-    header, offset = check_layout(data, max_model_size=max_model_size)
-    view = memoryview(data).cast("B")
-    where = _where(header)
-    if header.version == LEGACY_BLOB_FORMAT_VERSION:
-        return Unpacked(header, _decode_v1(view[offset:], header, where, check_sha256=check_sha256))
-    threads = threads if threads is not None else default_threads()
-    if check_raw:
-        check_raw_frames(view, header.frames, where, threads)
-    target, finish = new_bytes(header.graph_size or 0)
-    decode_into(view, [f for f in header.frames if f.section == "graph"], target, where, threads)
-    segments = _weight_segments(view, header, where, threads) if header.weights is not None else ()
-    return Unpacked(header, finish(), segments)
+    checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=check_raw)
+    return Unpacked(checked.header, checked.graph_bytes(check_sha256=check_sha256), checked.weight_segments())
 
 
 def _weight_segments(

@@ -6,18 +6,21 @@ import difflib
 import errno
 import hashlib
 import json
+import mmap
 import os
 import stat
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 import onnxruntime
 
-from .blob import DEFAULT_MAX_MODEL_SIZE, MAX_HEADER_SIZE, unpack_blob
+from .blob import DEFAULT_MAX_MODEL_SIZE, MAX_HEADER_SIZE, CheckedBlob, check_blob
 from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
-from .session import Progress, ProviderSpec, no_progress, session_from_unpacked
+from .loadpaths import BlobFile
+from .session import Progress, ProviderSpec, load_info, no_progress, session_from_checked
 from .trust import SIGNATURE_SIZE, verify_signature
 
 MAX_MANIFEST_SIZE = 64 << 20
@@ -27,11 +30,21 @@ _REQUIRED_ENTRY_FIELDS: dict[str, type] = {"file": str, "format": str, "blob_sha
 class Bundle:
     """The models of one cooked platform folder; create it with ``open_bundle``."""
 
-    def __init__(self, root: Path, manifest: Mapping[str, Any], manifest_sha256: str = "") -> None:
+    def __init__(
+        self,
+        root: Path,
+        manifest: Mapping[str, Any],
+        manifest_sha256: str = "",
+        *,
+        signed: bool = False,
+        map_blobs: bool = True,
+    ) -> None:
         self.root = root
         self.platform: str = manifest["platform"]
         self._models: Mapping[str, Mapping[str, Any]] = manifest["models"]
         self._manifest_sha256 = manifest_sha256
+        self._signed = signed
+        self._map_blobs = map_blobs
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -90,33 +103,76 @@ class Bundle:
         threads: int | None = None,
         low_memory: bool = False,
         progress: Progress | None = None,
+        load_path: str | None = None,
     ) -> onnxruntime.InferenceSession:
         """A session for model ``name``; see ``session_from_blob`` for ``providers``, ``threads``,
-        ``low_memory`` and ``progress`` (here also ``"read"``, the file read, and ``"check"``, its sha256
-        against the manifest's, before ``"decompress"`` and ``"session"``)."""
+        ``low_memory``, ``load_path`` and ``progress`` (here also ``"read"``, mapping or reading the
+        file, and ``"check"``, its size and identity against the manifest, before ``"decompress"``
+        and ``"session"``).
+
+        The blob file is mapped read-only (``open_bundle(map_blobs=False)`` reads it instead): raw
+        sections go to onnxruntime straight from the page cache, and the mapping lives as long as
+        the last session using it. A signed bundle (``public_keys``) also has the blob's sha256
+        checked against the manifest on every load; otherwise the header's identity, the frames'
+        checksums and the CRC-32s of raw extents catch a damaged or swapped file.
+        """
         report = progress or no_progress
+        entry = self._entry(name)
         report("read", 0.0)
-        data, path = self._read(name, max_model_size)
-        report("read", 1.0)
-        report("check", 0.0)
-        self._check(name, data, path)
-        report("check", 1.0)
-        # read_blob just checked the whole blob against the manifest's sha256 (tampering); the frames'
-        # own checksums catch damage: no second hash of the model.
-        report("decompress", 0.0)
-        unpacked = unpack_blob(
-            data, max_model_size=max_model_size, threads=threads, check_sha256=False, check_raw=False
-        )
-        report("decompress", 1.0)
-        # Unless raw weights are used in place, the compressed blob is not needed any more, and
-        # onnxruntime is about to copy the model: let it go first, a blob's worth off the peak.
-        del data
-        report("session", 0.0)
-        session = session_from_unpacked(
-            unpacked, providers=providers, session_options=session_options, low_memory=low_memory
-        )
-        report("session", 1.0)
+        data, fd, path = self._load(name, entry, max_model_size)
+        try:
+            report("read", 1.0)
+            report("check", 0.0)
+            if len(data) != entry["blob_size"] or (self._signed and _sha256(data) != entry["blob_sha256"]):
+                raise ChecksumMismatchError(
+                    f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
+                    "damaged or replaced: re-run `doit cook`"
+                )
+            report("check", 1.0)
+            report("decompress", 0.0)
+            checked = check_blob(data, max_model_size=max_model_size, threads=threads)
+            self._check_identity(name, entry, checked.header, path)
+            report("decompress", 1.0)
+            model_file = BlobFile(fd, str(path)) if fd is not None else None
+            session = session_from_checked(
+                checked,
+                providers=providers,
+                session_options=session_options,
+                low_memory=low_memory,
+                progress=report,
+                load_path=load_path,
+                model_file=model_file,
+            )
+        finally:
+            if fd is not None:
+                os.close(fd)  # onnxruntime opened (and mapped or read) its own; the mapping needs none
+        _drop_mapped_weights(session, data, checked)
         return session
+
+    def _load(
+        self, name: str, entry: Mapping[str, Any], max_model_size: int
+    ) -> tuple[mmap.mmap | bytes, int | None, Path]:
+        """The blob file mapped read-only, its descriptor and path; or (``map_blobs=False``, an empty
+        file, or a system that cannot map it) its bytes and no descriptor."""
+        if entry["blob_size"] > max_model_size + (max_model_size >> 8) + MAX_HEADER_SIZE:
+            raise ManifestError(f"{self._where()}: model {name!r} declares an oversized blob")
+        stream, size, path = self._open_blob(name, entry)
+        with stream:
+            if self._map_blobs and 0 < size == entry["blob_size"]:
+                try:
+                    return _map(stream.fileno(), size), os.dup(stream.fileno()), path
+                except (OSError, ValueError, OverflowError):
+                    stream.seek(0)  # e.g. a file system that cannot map: read it instead
+            return stream.read(min(size, entry["blob_size"]) + 1), None, path
+
+    def _check_identity(self, name: str, entry: Mapping[str, Any], header: Any, path: Path) -> None:
+        """The blob is the one the manifest lists (not another intact blob put in its place)."""
+        for key in ("cook_key", "model_sha256"):
+            if key in entry and entry[key] != getattr(header, key):
+                raise ChecksumMismatchError(
+                    f"{path}: blob is not the one {MANIFEST_NAME} lists for {name!r} (its {key} differs); "
+                    "the file was replaced: re-run `doit cook`"
+                )
 
     def _open_blob(self, name: str, entry: Mapping[str, Any]) -> tuple[BinaryIO, int, Path]:
         """The open blob file of ``name``, its size and path: a regular file inside the bundle folder."""
@@ -169,7 +225,11 @@ class Bundle:
 
 
 def open_bundle(
-    path: str | Path, *, verify: bool = True, public_keys: Sequence[bytes] | None = None
+    path: str | Path,
+    *,
+    verify: bool = True,
+    public_keys: Sequence[bytes] | None = None,
+    map_blobs: bool = True,
 ) -> Bundle:
     """Open ``build/<platform>/`` (or its manifest.json) and validate the manifest.
 
@@ -177,6 +237,13 @@ def open_bundle(
     one of them. With ``verify`` (the default), every blob the manifest lists is checked now against
     its recorded size and sha256, so a damaged or replaced file is refused at start-up rather than at
     first use; ``read_blob``/``session`` check each blob again when they read it.
+
+    ``map_blobs`` (the default) lets ``Bundle.session`` map blob files instead of reading them. The
+    cooker only ever replaces a blob by writing a new file and renaming it, which a mapping
+    survives; a tool that truncates or rewrites a mapped blob file in place while a session uses it
+    crashes the process with SIGBUS (Linux, macOS; Windows refuses such writes). Pass
+    ``map_blobs=False`` where blob files may be changed in place (a network share another machine
+    writes, a patcher that edits files): blobs are then read into memory.
     """
     root = Path(path)
     manifest_path = root / MANIFEST_NAME if root.is_dir() else root
@@ -199,11 +266,49 @@ def open_bundle(
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); re-run `doit cook`") from None
     _check_manifest(manifest, manifest_path)
-    bundle = Bundle(root, manifest, hashlib.sha256(raw).hexdigest())
+    bundle = Bundle(
+        root, manifest, hashlib.sha256(raw).hexdigest(), signed=public_keys is not None, map_blobs=map_blobs
+    )
     if verify:
         for name in bundle.names:
             bundle.verify_blob(name)
     return bundle
+
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    """A read-only shared mapping of the whole file; on Linux its pages are faulted in at once (the
+    checks read every page anyway, and one call is cheaper than a fault per page)."""
+    if sys.platform.startswith("linux"):
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+
+
+def _sha256(data: mmap.mmap | bytes) -> str:
+    digest = hashlib.sha256()
+    view = memoryview(data)
+    for start in range(0, len(view), 16 << 20):
+        digest.update(view[start : start + (16 << 20)])
+    return digest.hexdigest()
+
+
+def _drop_mapped_weights(
+    session: onnxruntime.InferenceSession, data: mmap.mmap | bytes, checked: CheckedBlob
+) -> None:
+    """After an in-place ONNX load from a mapped file, let the resident pages of the weights go, as
+    onnxruntime does when it maps a model's data file itself: prepacked weights are not read again,
+    and a page that is read again comes back from the page cache (clean, file-backed: nothing is
+    lost). Not for anonymous memory, where dropping pages would lose them."""
+    info = load_info(session)
+    weights = [f for f in checked.header.frames if f.section == "weights" and f.codec == "raw"]
+    if not isinstance(data, mmap.mmap) or info is None or not info.in_place or len(weights) != 1:
+        return
+    start = weights[0].data_offset - weights[0].data_offset % mmap.PAGESIZE
+    length = weights[0].data_offset + weights[0].content_size - start
+    try:
+        data.madvise(mmap.MADV_DONTNEED, start, length)
+    except (AttributeError, OSError, ValueError):
+        pass  # advice only
 
 
 def _open_regular(path: Path) -> tuple[BinaryIO, int]:

@@ -41,7 +41,8 @@ class Precision(str, Enum):
 
 
 # The blob layout and the manifest that lists blobs (docs/bundle-format.md).
-BLOB_FORMAT_VERSION = 2
+BLOB_FORMAT_VERSION = 3
+V2_BLOB_FORMAT_VERSION = 2
 LEGACY_BLOB_FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -57,12 +58,17 @@ OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 # Session config entries a blob may carry: onnxruntime's own namespaces that change how a session
 # runs, never where it writes files (e.g. ep.context_file_path).
 ALLOWED_CONFIG_PREFIXES = ("session.", "optimization.", "mlas.")
-# Config entries refused in every blob, with the reason. From Python, onnxruntime copies the model
-# bytes into a temporary string that dies before the session is initialized (docs/design.md,
-# "Loading from memory"): zero-copy options would read freed memory.
+# Config entries refused in every blob, with the reason: the load paths set these themselves
+# (pipeline/runtime/loadpaths.py), each only where it is proven safe.
+_OWNED = "the loader sets it itself, for the load path it proved (docs/design.md, loading from memory)"
 UNSAFE_CONFIG_ENTRIES: dict[str, str] = {
-    "session.use_ort_model_bytes_for_initializers": "sessions are created from bytes in Python, where this "
-    "reads freed memory: wrong outputs or a crash (docs/design.md, loading from memory)",
-    "session.use_ort_model_bytes_directly": "from Python the bytes are freed before the session is "
-    "initialized (docs/design.md, loading from memory); the loader refuses it",
+    key: _OWNED
+    for key in (
+        "session.use_ort_model_bytes_for_initializers",
+        "session.use_ort_model_bytes_directly",
+        "session.use_memory_mapped_ort_model",
+        "session.load_model_format",
+        "session.use_external_initializer_file_buffers_directly",
+        "session.model_external_initializers_file_folder_path",
+    )
 }

@@ -1,8 +1,10 @@
-"""The frames of a version-2 blob: where each lies, and decoding them in parallel into one buffer.
+"""The frames of a blob (versions 2 and 3): where each lies, and decoding them in parallel.
 
-A frame is either a standard zstd frame (content size and content checksum set) or a *raw* frame: a
-zstd skippable frame (magic ``RAW_MAGIC``) whose payload is ``pad`` zero bytes then the content
-stored as is. Stock ``zstd -d`` decompresses the first kind and skips the second.
+A frame is either a standard zstd frame (content size and content checksum set) or a *raw* frame:
+content stored as is behind ``pad`` zero bytes. In version 2 a raw frame is a zstd skippable frame
+(magic ``RAW_MAGIC``, an 8-byte prefix) of at most 1 MiB of graph or one run of whole tensors; in
+version 3 it is a whole section, one contiguous extent with no prefix (``prefix`` 0), aligned so
+that the bytes can be handed to onnxruntime (or mapped) in place.
 
 zstandard releases the GIL while it decompresses, so a small thread pool decodes frames side by
 side, each straight into its slice of one preallocated buffer: no frame is decompressed into a
@@ -55,11 +57,12 @@ class Frame:
     content_size: int
     pad: int  # raw frames: zero bytes between the frame prefix and the content
     crcs: tuple[int, ...] = ()  # raw frames: CRC-32 of each RAW_CRC_PIECE of the content
+    prefix: int = RAW_PREFIX_SIZE  # raw frames: bytes of frame marker before the padding (0 in version 3)
 
     @property
     def data_offset(self) -> int:
         """Where a raw frame's content starts in the blob."""
-        return self.offset + RAW_PREFIX_SIZE + self.pad
+        return self.offset + self.prefix + self.pad
 
 
 def raw_frame(content: bytes | memoryview, blob_offset: int, alignment: int) -> bytes:
@@ -110,10 +113,11 @@ def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
                 "the file is cut off"
             )
         if frame.codec == "raw":
-            magic, payload = _SKIPPABLE_PREFIX.unpack_from(data, frame.offset)
-            if magic != RAW_MAGIC or payload != frame.size - RAW_PREFIX_SIZE:
-                raise ChecksumMismatchError(f"{label} is not the raw frame its header names (damaged)")
-            if any(data[frame.offset + RAW_PREFIX_SIZE : frame.data_offset]):
+            if frame.prefix:
+                magic, payload = _SKIPPABLE_PREFIX.unpack_from(data, frame.offset)
+                if magic != RAW_MAGIC or payload != frame.size - RAW_PREFIX_SIZE:
+                    raise ChecksumMismatchError(f"{label} is not the raw frame its header names (damaged)")
+            if data[frame.offset + frame.prefix : frame.data_offset].tobytes().strip(b"\0"):
                 raise ChecksumMismatchError(f"{label} has damaged padding (non-zero bytes)")
             continue
         try:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
+import mmap
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import onnxruntime
 
-from .blob import DEFAULT_MAX_MODEL_SIZE, BlobHeader, Unpacked, unpack_blob
+from .blob import DEFAULT_MAX_MODEL_SIZE, BlobHeader, CheckedBlob, check_blob
 from .compat import format_version, parse_version
 from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
 from .errors import IncompatibleRuntimeError, SessionCreateError
+from .loadpaths import BlobFile, LoadPath, choose_load_path, prepare, why_not
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -101,8 +104,7 @@ def session_options_for(
 ) -> onnxruntime.SessionOptions:
     """Session options for this blob on these EPs: each EP's required options, saved optimizations.
 
-    ``session.use_ort_model_bytes_for_initializers`` is never set: from Python it reads freed memory
-    (docs/design.md, "Loading from memory").
+    A blob may not set the entries the load paths own (``UNSAFE_CONFIG_ENTRIES``).
     """
     options = base if base is not None else onnxruntime.SessionOptions()
     for ep in providers:
@@ -125,8 +127,23 @@ def _with_options(header: BlobHeader, names: Sequence[str]) -> list[ProviderSpec
     return [(ep, {k: str(v) for k, v in header.provider_options.get(ep, {}).items()}) for ep in names]
 
 
+@dataclass(frozen=True)
+class LoadInfo:
+    """How a session was loaded (``load_info(session)``): the load path and whether its weights are
+    onnxruntime's own copy or the blob's bytes used in place."""
+
+    path: LoadPath
+    in_place: bool
+    providers: tuple[str, ...]
+
+
+def load_info(session: onnxruntime.InferenceSession) -> LoadInfo | None:
+    """The ``LoadInfo`` of a session this loader made, else None."""
+    return getattr(session, "_onnx_cooker_load", None)
+
+
 def session_from_blob(
-    data: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview | mmap.mmap,
     *,
     providers: Sequence[ProviderSpec] | None = None,
     session_options: onnxruntime.SessionOptions | None = None,
@@ -134,95 +151,112 @@ def session_from_blob(
     threads: int | None = None,
     low_memory: bool = False,
     progress: Progress | None = None,
+    load_path: str | None = None,
 ) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` for a cooked blob, created from memory.
 
-    ``providers`` (names, or ``(name, options)`` pairs as onnxruntime takes them) overrides the blob's
-    EP preference list; by default the preferred EPs this onnxruntime offers are used, then the CPU.
-    The blob's per-EP session options are applied onto ``session_options`` (or fresh options); for a
-    blob with external weights those options also receive its initializers, so use them for that
-    blob only. Frames are decompressed on ``threads`` threads (default: one per core).
+    ``data`` is borrowed, not copied: ``bytes``, ``bytearray``, ``memoryview`` or ``mmap``. Where the
+    load path is in place (``load_info(session).in_place``), onnxruntime uses the blob's weights
+    where they lie: the session keeps ``data`` alive, and a mutable ``data`` changed while the
+    session lives changes the session's weights (do not). ``providers`` (names, or ``(name,
+    options)`` pairs as onnxruntime takes them) overrides the blob's EP preference list; by default
+    the preferred EPs this onnxruntime offers are used, then the CPU. The blob's per-EP session
+    options are applied onto ``session_options`` (or fresh options); the load path adds its own
+    entries and weights there too, so use them for that blob only. Frames are checked and
+    decompressed on ``threads`` threads (default: one per core).
 
-    Weights stored raw are used in place: the session keeps ``data`` alive, and a mutable ``data``
-    (bytearray) must not be changed while the session lives.
-
-    ``low_memory`` turns off weight prepacking (``session.disable_prepacking``): the session then
-    keeps no packed second copy of MatMul/Conv weights and loads faster, but may run slower. It is
-    off by default; measure inference with and without it (bench/results.md) before choosing it.
-    ``progress(stage, fraction)``, if given, is called as each stage starts (0.0) and ends (1.0):
-    ``"decompress"`` (checks and decompression), then ``"session"`` (onnxruntime builds the session),
-    for a loading screen. Raises only ``BundleError`` subclasses.
+    ``load_path`` forces one of ``LoadPath``'s paths (default: the fastest one proven for this
+    blob's format, this onnxruntime and this OS; ``SessionCreateError`` if the one asked for cannot
+    load it). ``low_memory`` turns off weight prepacking (``session.disable_prepacking``): the
+    session then keeps no packed second copy of MatMul/Conv weights and loads faster, but may run
+    slower; it is off by default (bench/results.md). ``progress(stage, fraction)``, if given, is
+    called as each stage starts (0.0) and ends (1.0): ``"decompress"`` (checks and decompression),
+    then ``"session"`` (onnxruntime builds the session), for a loading screen. Raises only
+    ``BundleError`` subclasses.
     """
     report = progress or no_progress
     report("decompress", 0.0)
-    unpacked = unpack_blob(data, max_model_size=max_model_size, threads=threads)
+    checked = check_blob(data, max_model_size=max_model_size, threads=threads)
     report("decompress", 1.0)
-    report("session", 0.0)
-    session = session_from_unpacked(
-        unpacked, providers=providers, session_options=session_options, low_memory=low_memory
+    return session_from_checked(
+        checked,
+        providers=providers,
+        session_options=session_options,
+        low_memory=low_memory,
+        progress=report,
+        load_path=load_path,
     )
-    report("session", 1.0)
-    return session
 
 
-def session_from_unpacked(
-    unpacked: Unpacked,
+def session_from_checked(
+    checked: CheckedBlob,
     *,
     providers: Sequence[ProviderSpec] | None = None,
     session_options: onnxruntime.SessionOptions | None = None,
     low_memory: bool = False,
+    progress: Progress | None = None,
+    load_path: str | None = None,
+    model_file: BlobFile | None = None,
 ) -> onnxruntime.InferenceSession:
-    """``session_from_blob`` after ``unpack_blob``: for callers that drop the compressed blob before
-    onnxruntime makes its own copies of the model (``Bundle.session``)."""
-    header = unpacked.header
+    """``session_from_blob`` after ``check_blob`` (``Bundle.session`` passes the mapped blob file)."""
+    report = progress or no_progress
+    header = checked.header
     check_runtime(header)
+    path = _load_path(checked, load_path, model_file)
     if providers is None:
         names, skipped = choose_providers(header.execution_providers, onnxruntime.get_available_providers())
         specs = _with_options(header, names)
         why = "; ".join(f"skipped {ep} ({reason})" for ep, reason in skipped)
-        log.info("%s: using %s%s", header.name, ", ".join(names), f"; {why}" if why else "")
+        chosen = f"{', '.join(names)}{f'; {why}' if why else ''}"
     else:
         specs = list(providers)
         names = _provider_names(specs)
-        log.info("%s: using %s (given by the caller)", header.name, ", ".join(names))
+        chosen = f"{', '.join(names)} (given by the caller)"
+    log.info(
+        "%s: using %s; load path %s (%s)",
+        header.name,
+        chosen,
+        path.value,
+        "weights in place" if path.in_place else "onnxruntime copies the weights",
+    )
     options = session_options_for(header, names, session_options)
     if low_memory:
         options.add_session_config_entry("session.disable_prepacking", "1")
-    weights = _add_weights(options, unpacked)
     try:
-        session = onnxruntime.InferenceSession(unpacked.model, sess_options=options, providers=specs)
+        prepared = prepare(path, checked, options, model_file)
+    except (RuntimeError, ValueError, TypeError, OSError) as exc:
+        raise SessionCreateError(
+            f"model {header.name!r}: onnxruntime {onnxruntime.__version__} refused its weights "
+            f"({path.value}): {exc}"
+        ) from None
+    report("session", 0.0)
+    try:
+        session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
         raise SessionCreateError(
             f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
-            f"({header.platform}, {header.model_format}): {exc}"
+            f"({header.platform}, {header.model_format}, load path {path.value}): {exc}"
         ) from None
-    if weights:
-        # Shared initializers are used in place: their memory must live as long as the session.
-        session._onnx_cooker_weights = (unpacked.segments, weights)  # type: ignore[attr-defined]
+    finally:
+        for undo in prepared.cleanup:
+            undo()
+    report("session", 1.0)
+    # What onnxruntime uses in place must live as long as the session: the blob's views (and through
+    # them the caller's buffer or the mapped file) go with it.
+    session._onnx_cooker_keep = prepared.keep  # type: ignore[attr-defined]
+    session._onnx_cooker_load = LoadInfo(path, path.in_place, tuple(names))  # type: ignore[attr-defined]
     return session
 
 
-def _add_weights(options: onnxruntime.SessionOptions, unpacked: Unpacked) -> list[onnxruntime.OrtValue]:
-    """Hand the weights section to onnxruntime without copying it.
-
-    ``add_external_initializers`` satisfies the graph's external-data references (onnxruntime checks
-    them while it builds the graph); registering the same values with ``add_initializer`` makes the
-    session use that memory in place instead of keeping a copy of its own.
-    """
-    if unpacked.header.weights is None:
-        return []
-    names = [ref.name for ref in unpacked.header.weights.tensors]
-    values = [
-        onnxruntime.OrtValue.ortvalue_from_numpy(unpacked.tensor(ref))
-        for ref in unpacked.header.weights.tensors
-    ]
+def _load_path(checked: CheckedBlob, asked: str | None, model_file: BlobFile | None) -> LoadPath:
+    if asked is None:
+        return choose_load_path(checked, model_file=model_file)
     try:
-        options.add_external_initializers(names, values)
-        for name, value in zip(names, values, strict=True):
-            options.add_initializer(name, value)
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise SessionCreateError(
-            f"model {unpacked.header.name!r}: onnxruntime {onnxruntime.__version__} refused its weights: "
-            f"{exc}"
-        ) from None
-    return values
+        path = LoadPath(asked)
+    except ValueError:
+        choices = ", ".join(p.value for p in LoadPath)
+        raise SessionCreateError(f"unknown load path {asked!r}; one of {choices}") from None
+    reason = why_not(path, checked, onnxruntime.__version__, model_file)
+    if reason is not None:
+        raise SessionCreateError(f"model {checked.header.name!r} cannot load along {path.value}: {reason}")
+    return path

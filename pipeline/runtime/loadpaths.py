@@ -1,0 +1,252 @@
+"""How a checked blob reaches onnxruntime: the load paths, which one each onnxruntime can take, and
+how each hands over the model without copying what it need not copy.
+
+Measured with the PyPI wheels (docs/design.md, "Loading from memory"; a 100 MB MatMul model,
+prepacking off, in place proven by zeroing the caller's buffer and seeing the outputs change):
+
+| path | onnxruntime | weights |
+|---|---|---|
+| ``onnx-file-buffers``: the weights section as an in-memory external-data file, with
+  ``session.use_external_initializer_file_buffers_directly`` | 1.32+ (older versions ignore the key
+  and copy twice) | in place |
+| ``onnx-shared-initializers``: each weight ``add_initializer``-ed over the blob, the graph's
+  references pointed at ``/dev/null`` (onnxruntime only checks that the file exists) | the exact
+  versions in ``SHARED_INITIALIZER_VERSIONS``, proven by the cook's runtime check and the tests:
+  onnxruntime does not promise this | in place |
+| ``onnx-copy``: ``add_external_initializers`` + ``add_initializer`` | all | one copy |
+| ``ort-mapped``: onnxruntime maps the model file itself (the blob file, whose flatbuffer starts it,
+  or a sealed memfd), ``session.use_memory_mapped_ort_model`` + ``use_ort_model_bytes_for_initializers``
+  | 1.28+ | in place |
+| ``ort-file``: onnxruntime reads that file | before 1.28 | its own copy |
+| ``ort-bytes``: ``InferenceSession(bytes)`` | all (no memfd: not Linux) | four copies |
+
+Graph-only ONNX blobs go as ``onnx-inline`` (the graph as bytes). Nothing is written to a disk:
+a memfd is memory. Every external-data reference of an ONNX graph is checked first
+(``onnxrefs.check_references``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import onnxruntime
+
+from .blob import TENSOR_DTYPES, CheckedBlob
+from .compat import parse_version
+from .constants import ModelFormat
+from .errors import SessionCreateError
+from .onnxrefs import check_references, rewrite_locations
+
+
+class LoadPath(str, Enum):
+    ONNX_INLINE = "onnx-inline"
+    ONNX_FILE_BUFFERS = "onnx-file-buffers"
+    ONNX_SHARED_INITIALIZERS = "onnx-shared-initializers"
+    ONNX_COPY = "onnx-copy"
+    ORT_MAPPED = "ort-mapped"
+    ORT_FILE = "ort-file"
+    ORT_BYTES = "ort-bytes"
+
+    @property
+    def in_place(self) -> bool:
+        """Whether onnxruntime uses the blob's (or the memfd's) bytes for the weights, uncopied."""
+        return self in IN_PLACE
+
+
+IN_PLACE = frozenset({LoadPath.ONNX_FILE_BUFFERS, LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ORT_MAPPED})
+FILE_BUFFERS_SINCE = (1, 32, 0)
+ORT_MAPPING_SINCE = (1, 28, 0)
+# onnxruntime builds in which a shared initializer is used in place while its external-data
+# reference only has to name an existing file: each proven by tests/test_load_paths.py in that
+# exact version (and by a cook's runtime check for its platform). Other versions copy instead.
+SHARED_INITIALIZER_VERSIONS = frozenset({(1, 24, 4), (1, 28, 0), (1, 32, 0)})
+NULL_FOLDER, NULL_FILE = "/dev", "null"
+_ORT_FORMAT_KEY = "session.load_model_format"
+
+
+def has_memfd() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+def has_null_file() -> bool:
+    return os.name == "posix" and os.path.exists(os.path.join(NULL_FOLDER, NULL_FILE))
+
+
+def choose_load_path(
+    checked: CheckedBlob, version: str = onnxruntime.__version__, *, model_file: BlobFile | None = None
+) -> LoadPath:
+    """The fastest path proven for this blob's format, this onnxruntime version and this OS."""
+    installed = parse_version(version)
+    header = checked.header
+    if header.model_format == ModelFormat.ORT:
+        if not (has_memfd() or _leading_graph(checked, model_file)):
+            return LoadPath.ORT_BYTES
+        return LoadPath.ORT_MAPPED if installed >= ORT_MAPPING_SINCE else LoadPath.ORT_FILE
+    if header.weights is None:
+        return LoadPath.ONNX_INLINE
+    if installed >= FILE_BUFFERS_SINCE and len(checked.weight_segments()) == 1:
+        return LoadPath.ONNX_FILE_BUFFERS
+    if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS:
+        return LoadPath.ONNX_SHARED_INITIALIZERS
+    return LoadPath.ONNX_COPY
+
+
+def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: BlobFile | None) -> str | None:
+    """Why ``path`` cannot load this blob here (None: it can), for a path the caller asked for."""
+    header = checked.header
+    onnx_path = path.value.startswith("onnx-")
+    if onnx_path != (header.model_format == ModelFormat.ONNX):
+        kind = "ONNX" if onnx_path else "ORT-format"
+        return f"it is for {kind} models, and this blob holds {header.model_format}"
+    installed = parse_version(version)
+    if path == LoadPath.ONNX_INLINE and header.weights is not None:
+        return "the blob has a weights section"
+    if path in (LoadPath.ONNX_FILE_BUFFERS, LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_COPY):
+        if header.weights is None:
+            return "the blob has no weights section"
+    if path == LoadPath.ONNX_FILE_BUFFERS:
+        if installed < FILE_BUFFERS_SINCE:
+            return f"onnxruntime {version} ignores use_external_initializer_file_buffers_directly (1.32+)"
+        if len(checked.weight_segments()) != 1:
+            return "the blob's weights are not one contiguous buffer (an old blob with several raw frames)"
+    if path == LoadPath.ONNX_SHARED_INITIALIZERS and not has_null_file():
+        return f"there is no {NULL_FOLDER}/{NULL_FILE} on this system"
+    if path == LoadPath.ORT_MAPPED and installed < ORT_MAPPING_SINCE:
+        return f"onnxruntime {version} has no session.use_memory_mapped_ort_model (1.28+)"
+    if path in (LoadPath.ORT_MAPPED, LoadPath.ORT_FILE) and not (
+        has_memfd() or _leading_graph(checked, model_file)
+    ):
+        return "the model is not the start of a blob file, and this system has no memfd"
+    return None
+
+
+@dataclass
+class BlobFile:
+    """The open blob file a blob was mapped from (``Bundle.session``): onnxruntime may map it itself."""
+
+    fd: int
+    path: str
+
+    def onnxruntime_path(self) -> str:
+        """A path naming exactly the file that was checked (on Linux its descriptor, not its name)."""
+        return f"/proc/self/fd/{self.fd}" if has_memfd() else self.path
+
+
+def _leading_graph(checked: CheckedBlob, model_file: BlobFile | None) -> bool:
+    frames = checked.frames("graph")
+    return model_file is not None and checked.extent("graph") is not None and frames[0].offset == 0
+
+
+@dataclass
+class Prepared:
+    """What to hand ``InferenceSession``, what the session must keep alive, and what to undo after."""
+
+    model: bytes | str
+    keep: list[Any] = field(default_factory=list)
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+
+def prepare(
+    path: LoadPath,
+    checked: CheckedBlob,
+    options: onnxruntime.SessionOptions,
+    model_file: BlobFile | None = None,
+) -> Prepared:
+    """Set up ``options`` (and the model argument) for loading ``checked`` along ``path``."""
+    if path.value.startswith("ort-"):
+        return _prepare_ort(path, checked, options, model_file)
+    graph = checked.graph_bytes()
+    weights = checked.header.weights
+    tensors = {t.name: (t.offset, t.nbytes) for t in weights.tensors} if weights else {}
+    check_references(graph, weights.file if weights else None, tensors)
+    if path == LoadPath.ONNX_INLINE or weights is None:
+        return Prepared(graph)
+    segments = checked.weight_segments()
+    if path == LoadPath.ONNX_FILE_BUFFERS:
+        (_, buffer) = segments[0]
+        options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
+        options.add_external_initializers_from_files_in_memory([weights.file], [buffer], [len(buffer)])
+        return Prepared(graph, keep=[buffer])
+    values = [onnxruntime.OrtValue.ortvalue_from_numpy(_tensor(segments, ref)) for ref in weights.tensors]
+    names = [ref.name for ref in weights.tensors]
+    if path == LoadPath.ONNX_SHARED_INITIALIZERS:
+        graph = rewrite_locations(graph, NULL_FILE)
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
+    else:  # ONNX_COPY: satisfies the references; onnxruntime copies the values once
+        options.add_external_initializers(names, values)
+    for name, value in zip(names, values, strict=True):
+        options.add_initializer(name, value)
+    return Prepared(graph, keep=[segments, values])
+
+
+def _tensor(segments: tuple[tuple[int, memoryview], ...], ref: Any) -> np.ndarray:
+    for start, view in segments:
+        if start <= ref.offset and ref.offset + ref.nbytes <= start + len(view):
+            dtype = np.dtype(TENSOR_DTYPES[ref.elem_type])
+            flat = np.frombuffer(
+                view, dtype=dtype, count=ref.nbytes // dtype.itemsize, offset=ref.offset - start
+            )
+            return flat.reshape(ref.dims)
+    raise SessionCreateError(f"tensor {ref.name!r} does not lie whole in one weights frame")
+
+
+def _prepare_ort(
+    path: LoadPath, checked: CheckedBlob, options: onnxruntime.SessionOptions, model_file: BlobFile | None
+) -> Prepared:
+    if path == LoadPath.ORT_BYTES:
+        return Prepared(checked.graph_bytes())
+    options.add_session_config_entry(_ORT_FORMAT_KEY, "ORT")
+    if path == LoadPath.ORT_MAPPED:
+        options.add_session_config_entry("session.use_memory_mapped_ort_model", "1")
+        options.add_session_config_entry("session.use_ort_model_bytes_for_initializers", "1")
+    if _leading_graph(checked, model_file):
+        assert model_file is not None
+        return Prepared(model_file.onnxruntime_path())
+    fd = memfd_with(checked)
+    return Prepared(f"/proc/self/fd/{fd}", cleanup=[lambda: os.close(fd)])
+
+
+def memfd_with(checked: CheckedBlob) -> int:
+    """A sealed memfd holding the blob's model file: the raw extent copied in once, or the zstd
+    frames decoded straight into it. RAM, not disk; no other process can see or change it."""
+    size = checked.header.graph_size or 0
+    fd = os.memfd_create("onnx-cooker-model", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
+    try:
+        os.ftruncate(fd, size)
+        extent = checked.extent("graph")
+        if extent is not None:
+            written = 0
+            while written < size:
+                written += os.pwrite(fd, extent[written : written + (1 << 30)], written)
+        elif size:
+            mapping = mmap.mmap(fd, size)
+            try:
+                checked.graph_into(memoryview(mapping))
+            finally:
+                try:
+                    mapping.close()
+                except BufferError:  # slices held by a failed decode's traceback: unmapped with them
+                    pass
+        _seal(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _seal(fd: int) -> None:
+    """No write, shrink or grow from now on: a session mapping the memfd cannot be pulled from under."""
+    try:
+        import fcntl
+
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except (ImportError, AttributeError, OSError):
+        pass  # a kernel without seals: the memfd is still private to this process

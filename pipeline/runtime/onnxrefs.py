@@ -1,0 +1,241 @@
+"""The external-data references of an ONNX model file, found and rewritten without the onnx package.
+
+An ONNX tensor may say that its bytes live in another file (``data_location: EXTERNAL`` with a
+``location`` entry, and ``offset``/``length``); onnxruntime opens that file relative to the model's
+folder. A blob's graph handed to onnxruntime may only refer to the weights the loader itself
+supplies: ``check_references`` refuses any other reference (``/dev/zero``, ``../../etc/passwd``, a
+tensor in a subgraph or a function, a second name for the same tensor) with a ``CorruptBlobError``
+before onnxruntime sees the bytes, and ``rewrite_locations`` points the allowed ones where a
+loading mechanism needs them (``session.py``).
+
+This reads the protobuf wire format directly (onnx.proto's field numbers below): the loader ships
+without the onnx package, and a graph whose weights are external is small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from .errors import CorruptBlobError
+
+# onnx.proto: message -> {field number: message kind} for the fields that can hold tensors.
+_MODEL, _GRAPH, _NODE, _ATTRIBUTE, _FUNCTION, _TRAINING, _SPARSE, _TENSOR = range(8)
+_CHILDREN: dict[int, dict[int, int]] = {
+    _MODEL: {7: _GRAPH, 20: _TRAINING, 25: _FUNCTION},  # graph, training_info, functions
+    _TRAINING: {1: _GRAPH, 2: _GRAPH},  # initialization, algorithm
+    _GRAPH: {1: _NODE, 5: _TENSOR, 15: _SPARSE},  # node, initializer, sparse_initializer
+    _NODE: {5: _ATTRIBUTE},
+    _ATTRIBUTE: {5: _TENSOR, 6: _GRAPH, 10: _TENSOR, 11: _GRAPH, 22: _SPARSE, 23: _SPARSE},
+    _FUNCTION: {7: _NODE, 11: _ATTRIBUTE},  # node, attribute_proto (defaults)
+    _SPARSE: {1: _TENSOR, 2: _TENSOR},  # values, indices
+}
+_TENSOR_NAME, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 8, 13, 14
+_EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
+_MAX_DEPTH = 64  # nested subgraphs; real models nest a few levels
+ALLOWED_KEYS = frozenset({"location", "offset", "length", "checksum"})
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """One tensor whose data the graph places in a file: its name, entries and where it sits."""
+
+    name: str
+    entries: tuple[tuple[str, str], ...]
+    initializer: bool  # an initializer of the main graph (the only place the loader supplies)
+
+    def get(self, key: str) -> str | None:
+        return dict(self.entries).get(key)
+
+
+def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise CorruptBlobError("blob graph is not a valid ONNX model (a varint runs past its message)")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, start, end) of each field of the message in ``data[start:end]``;
+    for varints start is the value itself."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(data, pos, end)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos, end)
+            yield number, wire, value, pos
+        elif wire == 2:
+            size, pos = _varint(data, pos, end)
+            if pos + size > end:
+                raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
+            yield number, wire, pos, pos + size
+            pos += size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
+            yield number, wire, pos, pos
+        else:
+            raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
+
+
+def _string(data: memoryview, start: int, end: int) -> str:
+    try:
+        return bytes(data[start:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptBlobError("blob graph is not a valid ONNX model (a name is not UTF-8)") from None
+
+
+def _tensor(data: memoryview, start: int, end: int, initializer: bool) -> ExternalRef | None:
+    name, entries, location = "", [], 0
+    for number, wire, a, b in _fields(data, start, end):
+        if number == _TENSOR_NAME and wire == 2:
+            name = _string(data, a, b)
+        elif number == _TENSOR_DATA_LOCATION and wire == 0:
+            location = a
+        elif number == _TENSOR_EXTERNAL_DATA and wire == 2:
+            pair = {1: "", 2: ""}
+            for field, kind, c, d in _fields(data, a, b):
+                if field in pair and kind == 2:
+                    pair[field] = _string(data, c, d)
+            entries.append((pair[1], pair[2]))
+    if location != _EXTERNAL and not entries:
+        return None
+    return ExternalRef(name, tuple(entries), initializer)
+
+
+def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
+    """Every tensor anywhere in the model (graphs, subgraphs, functions, sparse tensors) that has
+    external-data entries or an EXTERNAL data location."""
+    flat = model if isinstance(model, bytes) else bytes(model)
+    data = memoryview(flat)
+    if b"location" not in flat and bytes([_TENSOR_DATA_LOCATION << 3, _EXTERNAL]) not in flat:
+        return []  # no reference can name a file: the common case of a graph-only blob, at C speed
+    found: list[ExternalRef] = []
+
+    def walk(kind: int, start: int, end: int, depth: int, main: bool) -> None:
+        if depth > _MAX_DEPTH:
+            raise CorruptBlobError(f"blob graph nests subgraphs over {_MAX_DEPTH} deep")
+        children = _CHILDREN[kind]
+        for number, wire, a, b in _fields(data, start, end):
+            child = children.get(number)
+            if child is None or wire != 2:
+                continue
+            if child == _TENSOR:
+                ref = _tensor(data, a, b, initializer=main and kind == _GRAPH and number == 5)
+                if ref is not None:
+                    found.append(ref)
+            else:
+                walk(child, a, b, depth + 1, main=kind == _MODEL and number == 7)
+
+    walk(_MODEL, 0, len(data), 0, main=False)
+    return found
+
+
+def check_references(
+    model: bytes | memoryview, file: str | None, tensors: Mapping[str, tuple[int, int]]
+) -> None:
+    """Refuse a graph with any external-data reference the loader does not supply.
+
+    Allowed: an initializer of the main graph, listed in ``tensors`` (name -> (offset, bytes) in the
+    weights section) with exactly that offset and length, in ``file`` (the weights section's name),
+    each named once. ``file`` None: the blob has no weights, so no reference at all is allowed.
+    """
+    seen: set[str] = set()
+    for ref in external_refs(model):
+        what = f"blob graph tensor {ref.name!r}"
+        keys = [key for key, _ in ref.entries]
+        if file is None:
+            raise CorruptBlobError(f"{what} refers to external data, but the blob has no weights section")
+        if not ref.initializer:
+            raise CorruptBlobError(
+                f"{what} refers to external data outside the main graph's initializers; the loader "
+                "supplies only those"
+            )
+        if len(keys) != len(set(keys)) or not set(keys) <= ALLOWED_KEYS:
+            raise CorruptBlobError(f"{what} has external-data entries the loader does not allow ({keys})")
+        if ref.get("location") != file:
+            raise CorruptBlobError(
+                f"{what} refers to {ref.get('location')!r}, not the blob's own weights ({file!r}): refused "
+                "before onnxruntime could open it"
+            )
+        if ref.name not in tensors or ref.name in seen:
+            raise CorruptBlobError(f"{what} is not one of the blob's weights, or is named twice")
+        offset, nbytes = tensors[ref.name]
+        offset_ok = ref.get("offset") == str(offset) or (offset == 0 and ref.get("offset") is None)
+        if not offset_ok or ref.get("length") not in (str(nbytes), None):
+            raise CorruptBlobError(f"{what}: its offset or length differs from the blob header's")
+        seen.add(ref.name)
+
+
+def _key(number: int, wire: int) -> bytes:
+    return _varint_bytes(number << 3 | wire)
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _key(number, 2) + _varint_bytes(len(payload)) + payload
+
+
+def rewrite_locations(model: bytes | memoryview, location: str) -> bytes:
+    """The model with the ``location`` of every main-graph initializer's external data replaced by
+    ``location`` (offsets and lengths kept). Call after ``check_references``: other references are
+    not rewritten."""
+    data = memoryview(model).cast("B")
+    target = location.encode("utf-8")
+
+    def entry(a: int, b: int) -> bytes:
+        parts = []
+        key = ""
+        for number, wire, c, d in _fields(data, a, b):
+            if number == 1 and wire == 2:
+                key = _string(data, c, d)
+        for number, wire, c, d in _fields(data, a, b):
+            if number == 2 and wire == 2 and key == "location":
+                parts.append(_length_delimited(2, target))
+            else:
+                parts.append(copied(number, wire, c, d))
+        return b"".join(parts)
+
+    def tensor(a: int, b: int) -> bytes:
+        return b"".join(
+            _length_delimited(n, entry(c, d)) if n == _TENSOR_EXTERNAL_DATA and w == 2 else copied(n, w, c, d)
+            for n, w, c, d in _fields(data, a, b)
+        )
+
+    def graph(a: int, b: int) -> bytes:
+        return b"".join(
+            _length_delimited(n, tensor(c, d)) if n == 5 and w == 2 else copied(n, w, c, d)
+            for n, w, c, d in _fields(data, a, b)
+        )
+
+    def copied(number: int, wire: int, a: int, b: int) -> bytes:
+        if wire == 0:
+            return _key(number, 0) + _varint_bytes(a)
+        if wire == 2:
+            return _key(number, 2) + _varint_bytes(b - a) + bytes(data[a:b])
+        width = 8 if wire == 1 else 4
+        return _key(number, wire) + bytes(data[a - width : a])
+
+    return b"".join(
+        _length_delimited(n, graph(c, d)) if n == 7 and w == 2 else copied(n, w, c, d)
+        for n, w, c, d in _fields(data, 0, len(data))
+    )
