@@ -3,14 +3,23 @@
 Runs inside the isolated environment of a target's exact onnxruntime version, started by
 ``pipeline.target_check``; imports only the runtime loader, numpy and the standard library.
 
+Each blob is loaded the ways a game loads it, each compared with the source's outputs: from memory
+(``session_from_blob``) and from its file (``Bundle.session``), along the load path the loader
+picks in this version, and along the copying fallback. Where the loader claims a path uses the
+weights in place (``LoadInfo.in_place``) on behaviour onnxruntime does not promise, the check
+proves it: the caller's buffer is zeroed after the session was made and the outputs must change.
+
     python -m pipeline.target_check_worker <platform dir> <name> [<name> ...]
 """
 
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import sys
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +29,22 @@ import onnxruntime
 from pipeline.compare import compare
 from pipeline.layout import entry_path, verify_data_path
 from pipeline.runtime import BundleError, session_from_blob
+from pipeline.runtime.blob import check_blob
+from pipeline.runtime.loadpaths import BlobFile, LoadPath, choose_load_path, why_not
+from pipeline.runtime.session import load_info, session_from_checked
 
 CPU_ONLY = ["CPUExecutionProvider"]
+# Paths whose in-place use rests on behaviour onnxruntime does not document: proven on every check.
+UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS})
+FALLBACK = {"onnx": LoadPath.ONNX_EXTERNAL_INITIALIZERS, "ort": LoadPath.ORT_BYTES}
 
 
 def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
     entry = json.loads(entry_path(platform_dir, name).read_text(encoding="utf-8"))
+    blob_path = platform_dir / entry["file"]
+    blob = blob_path.read_bytes()
     try:
-        session = session_from_blob((platform_dir / entry["file"]).read_bytes(), providers=CPU_ONLY)
+        session = session_from_blob(blob, providers=CPU_ONLY)
     except BundleError as exc:
         return {"ok": False, "error": f"cannot load: {exc}"}
     data_path = verify_data_path(platform_dir, name)
@@ -39,24 +56,121 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
             expected = {k.removeprefix("output/"): data[k] for k in data.files if k.startswith("output/")}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # fails its model, not the check
         return {"ok": False, "error": f"cannot read {data_path.name}: {exc}"}
+    names = list(expected) or None  # no stored outputs (sequences, maps): run, do not compare
+    # The tolerances the cook verified with: the settings', raised for a lower-precision variant.
+    tolerances = {**entry["settings"], **entry.get("verification", {})}
+
+    def outputs_of(made: onnxruntime.InferenceSession) -> dict[str, Any]:
+        return dict(zip(names or [], made.run(names, feeds), strict=True))
+
+    def problem(made: onnxruntime.InferenceSession) -> tuple[str | None, list[Any]]:
+        actual = outputs_of(made)
+        if names is None:
+            return None, []
+        rtol, atol = tolerances["rtol"], tolerances["atol"]
+        results = compare(expected, actual, rtol, atol, tolerances.get("atol_of_range", 0.0))
+        failed = [r for r in results if not r.ok]
+        if not failed:
+            return None, results
+        details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}" for r in failed)
+        return f"outputs differ beyond rtol={rtol:g}, atol={atol:g} ({details})", results
+
     try:
-        names = list(expected) or None  # no stored outputs (sequences, maps): run, do not compare
-        outputs = session.run(names, feeds)
+        error, results = problem(session)
     except Exception as exc:  # onnxruntime's run errors
         return {"ok": False, "error": f"fails to run: {exc}"}
     if names is None:
         return {"ok": True, "error": None, "outputs": "ran (its outputs have no .npz form to compare)"}
-    actual = dict(zip(names, outputs, strict=True))
-    # The tolerances the cook verified with: the settings', raised for a lower-precision variant.
-    tolerances = {**entry["settings"], **entry.get("verification", {})}
-    rtol, atol = tolerances["rtol"], tolerances["atol"]
-    results = compare(expected, actual, rtol, atol, tolerances.get("atol_of_range", 0.0))
-    failed = [r for r in results if not r.ok]
-    error = None
-    if failed:
-        details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}" for r in failed)
-        error = f"outputs differ beyond rtol={rtol:g}, atol={atol:g} ({details})"
-    return {"ok": not failed, "error": error, "outputs": [r.__dict__ for r in results]}
+    paths = load_paths(blob_path, blob, entry["format"], problem, outputs_of)
+    error = error or next((f"load path {p}: {r['error']}" for p, r in paths.items() if r.get("error")), None)
+    return {
+        "ok": error is None,
+        "error": error,
+        "outputs": [r.__dict__ for r in results],
+        "load_paths": paths,
+    }
+
+
+def load_paths(
+    blob_path: Path,
+    blob: bytes,
+    model_format: str,
+    problem: Callable[[onnxruntime.InferenceSession], tuple[str | None, list[Any]]],
+    outputs_of: Callable[[onnxruntime.InferenceSession], Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Every way this onnxruntime would load the blob, each run and compared; unpromised in-place
+    claims proven. Returns {source: {"path", "in_place", "error"}}."""
+    report: dict[str, dict[str, Any]] = {}
+
+    def attempt(source: str, make: Callable[[], onnxruntime.InferenceSession]) -> None:
+        try:
+            made = make()
+            error, _ = problem(made)
+        except Exception as exc:  # noqa: BLE001  a BundleError or a run error: this path fails
+            report[source] = {"path": None, "in_place": False, "error": f"{type(exc).__name__}: {exc}"}
+            return
+        info = load_info(made)
+        report[source] = {"path": info.path.value, "in_place": info.in_place, "error": error}
+
+    attempt("memory", lambda: session_from_blob(bytearray(blob), providers=CPU_ONLY))
+    attempt("file", lambda: _from_file(blob_path))
+    fallback = FALLBACK[model_format]
+    if _applies(blob, fallback):
+        attempt("fallback", lambda: session_from_blob(blob, providers=CPU_ONLY, load_path=fallback.value))
+    chosen = choose_load_path(check_blob(blob))
+    if chosen in UNPROMISED and not report["memory"]["error"]:
+        report["memory"]["in_place_proof"] = _prove_in_place(blob, chosen, outputs_of)
+        if report["memory"]["in_place_proof"] == "not in place":
+            report["memory"]["error"] = (
+                f"{chosen.value} did not use the blob's weights in place in onnxruntime "
+                f"{onnxruntime.__version__}: the loader's table (SHARED_INITIALIZER_VERSIONS) is wrong for it"
+            )
+    return report
+
+
+def _applies(blob: bytes, path: LoadPath) -> bool:
+    return why_not(path, check_blob(blob), onnxruntime.__version__, None) is None
+
+
+def _from_file(blob_path: Path) -> onnxruntime.InferenceSession:
+    """What ``Bundle.session`` does with a blob file: map it, and offer it to onnxruntime."""
+    fd = os.open(blob_path, os.O_RDONLY)
+    try:
+        mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        checked = check_blob(mapping)
+        return session_from_checked(checked, providers=CPU_ONLY, model_file=BlobFile(fd, str(blob_path)))
+    finally:
+        os.close(fd)
+
+
+def _prove_in_place(
+    blob: bytes, path: LoadPath, outputs_of: Callable[[onnxruntime.InferenceSession], Mapping[str, Any]]
+) -> str:
+    """ "in place", "not in place", or "not observable" (the outputs do not depend on the weights'
+    values): a session made from a copy of the blob (prepacking off, so that no packed copy hides
+    the weights), then the copy's weights zeroed."""
+    buffer = bytearray(blob)
+    session = session_from_blob(buffer, providers=CPU_ONLY, low_memory=True, load_path=path.value)
+    before = outputs_of(session)
+    weights = [f for f in check_blob(blob).header.frames if f.section == "weights" and f.codec == "raw"]
+    for frame in weights:
+        buffer[frame.data_offset : frame.data_offset + frame.content_size] = bytes(frame.content_size)
+    after = outputs_of(session)
+    changed = any(not np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
+    if changed:
+        return "in place"
+    # Unchanged: the weights were copied, or the outputs do not depend on their values. A session
+    # that copies the zeroed weights tells which.
+    zeroed = session_from_checked(
+        check_blob(bytes(buffer), check_raw=False),
+        providers=CPU_ONLY,
+        low_memory=True,
+        load_path=FALLBACK["onnx"].value,
+    )
+    depends = any(
+        not np.array_equal(np.asarray(before[k]), np.asarray(v)) for k, v in outputs_of(zeroed).items()
+    )
+    return "not in place" if depends else "not observable"
 
 
 def main(argv: list[str]) -> int:

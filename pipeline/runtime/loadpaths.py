@@ -13,7 +13,8 @@ prepacking off, in place proven by zeroing the caller's buffer and seeing the ou
   references pointed at ``/dev/null`` (onnxruntime only checks that the file exists) | the exact
   versions in ``SHARED_INITIALIZER_VERSIONS``, proven by the cook's runtime check and the tests:
   onnxruntime does not promise this | in place |
-| ``onnx-copy``: ``add_external_initializers`` + ``add_initializer`` | all | one copy |
+| ``onnx-external-initializers``: ``add_external_initializers`` + ``add_initializer`` | all | copied once
+  while loading (``Graph::InjectExternalInitializedTensors``), then the blob's used in place |
 | ``ort-mapped``: onnxruntime maps the model file itself (the blob file, whose flatbuffer starts it,
   or a sealed memfd), ``session.use_memory_mapped_ort_model`` + ``use_ort_model_bytes_for_initializers``
   | 1.28+ | in place |
@@ -49,7 +50,7 @@ class LoadPath(str, Enum):
     ONNX_INLINE = "onnx-inline"
     ONNX_FILE_BUFFERS = "onnx-file-buffers"
     ONNX_SHARED_INITIALIZERS = "onnx-shared-initializers"
-    ONNX_COPY = "onnx-copy"
+    ONNX_EXTERNAL_INITIALIZERS = "onnx-external-initializers"
     ORT_MAPPED = "ort-mapped"
     ORT_FILE = "ort-file"
     ORT_BYTES = "ort-bytes"
@@ -60,7 +61,14 @@ class LoadPath(str, Enum):
         return self in IN_PLACE
 
 
-IN_PLACE = frozenset({LoadPath.ONNX_FILE_BUFFERS, LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ORT_MAPPED})
+IN_PLACE = frozenset(
+    {
+        LoadPath.ONNX_FILE_BUFFERS,
+        LoadPath.ONNX_SHARED_INITIALIZERS,
+        LoadPath.ONNX_EXTERNAL_INITIALIZERS,  # after a copy it throws away: slower, not bigger
+        LoadPath.ORT_MAPPED,
+    }
+)
 FILE_BUFFERS_SINCE = (1, 32, 0)
 ORT_MAPPING_SINCE = (1, 28, 0)
 # onnxruntime builds in which a shared initializer is used in place while its external-data
@@ -95,7 +103,7 @@ def choose_load_path(
         return LoadPath.ONNX_FILE_BUFFERS
     if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS:
         return LoadPath.ONNX_SHARED_INITIALIZERS
-    return LoadPath.ONNX_COPY
+    return LoadPath.ONNX_EXTERNAL_INITIALIZERS
 
 
 def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: BlobFile | None) -> str | None:
@@ -108,7 +116,7 @@ def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: Blob
     installed = parse_version(version)
     if path == LoadPath.ONNX_INLINE and header.weights is not None:
         return "the blob has a weights section"
-    if path in (LoadPath.ONNX_FILE_BUFFERS, LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_COPY):
+    if path in (LoadPath.ONNX_FILE_BUFFERS, LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_EXTERNAL_INITIALIZERS):
         if header.weights is None:
             return "the blob has no weights section"
     if path == LoadPath.ONNX_FILE_BUFFERS:
@@ -179,7 +187,7 @@ def prepare(
     if path == LoadPath.ONNX_SHARED_INITIALIZERS:
         graph = rewrite_locations(graph, NULL_FILE)
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
-    else:  # ONNX_COPY: satisfies the references; onnxruntime copies the values once
+    else:  # ONNX_EXTERNAL_INITIALIZERS: satisfies the references (onnxruntime copies the values once)
         options.add_external_initializers(names, values)
     for name, value in zip(names, values, strict=True):
         options.add_initializer(name, value)

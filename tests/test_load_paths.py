@@ -1,0 +1,144 @@
+"""Every load path (pipeline/runtime/loadpaths.py) in every onnxruntime a shipped platform targets:
+each loads and matches the source, each claim of "weights in place" is shown true (the caller's
+buffer zeroed, or the mapped file rewritten, after the session was made: the outputs follow; a
+sealed memfd by memory), a copying path shown to copy, and the loader picks the path its
+table promises for that version. Each version runs in its own environment (the runtime check's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from runtime_helpers import HEADER_DEFAULTS, run_source, split_weights, to_ort_format
+
+from pipeline.runtime.writer import encode_blob
+from pipeline.target_check import ensure_runtime
+from tests.models import dense_model, large_matmul_model
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
+VERSIONS = ("1.24.4", "1.28.0", "1.32.0")  # windows-dml; console; android and ios
+# What the loader must pick, by version: (ONNX with weights, ORT from memory, ORT from its file).
+EXPECTED_AUTO = {
+    "1.24.4": ("onnx-shared-initializers", "ort-file", "ort-file"),
+    "1.28.0": ("onnx-shared-initializers", "ort-mapped", "ort-mapped"),
+    "1.32.0": ("onnx-file-buffers", "ort-mapped", "ort-mapped"),
+}
+
+
+def _cases(folder: Path) -> list[dict[str, Any]]:
+    """Blobs of an ONNX MLP (weights raw, weights zstd), and of an 8 MB MatMul in ORT format (graph
+    raw, so it starts the blob; graph zstd), each with an input and the source's output."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cases = []
+    onnx_model = dense_model(256, 512, batch=1, seed=3, activation="Relu", name="mlp")
+    x_onnx = np.random.default_rng(1).standard_normal((1, 256)).astype(np.float32)
+    graph, weights = split_weights(onnx_model, "mlp")
+    for codec in ("raw", "zstd"):
+        blob = encode_blob(
+            graph,
+            level=3,
+            weights=dataclasses.replace(weights, codec=codec),
+            model_format="onnx",
+            **HEADER_DEFAULTS,
+        )
+        cases.append(
+            _case(folder, f"onnx-{codec}", blob, x_onnx, run_source(onnx_model.SerializeToString(), x_onnx))
+        )
+    ort_source = large_matmul_model(1024, 2048, seed=5)
+    ort_model = to_ort_format(ort_source.SerializeToString(), folder)
+    x_ort = np.random.default_rng(2).standard_normal((1, 1024)).astype(np.float32)
+    expected = run_source(ort_source.SerializeToString(), x_ort)
+    weight = onnx.numpy_helper.to_array(ort_source.graph.initializer[0]).tobytes()
+    for codec in ("raw", "zstd"):
+        blob = encode_blob(
+            ort_model,
+            level=3,
+            graph_codec=codec,
+            model_format="ort",
+            ort_format_version="6",
+            **HEADER_DEFAULTS,
+        )
+        case = _case(folder, f"ort-{codec}", blob, x_ort, expected)
+        at = blob.find(weight[:4096]) if codec == "raw" else -1
+        if at >= 0:  # the weight's bytes lie in the flatbuffer as they are: rewrite 64 KiB of them
+            case |= {"weight_at": at, "weight_bytes": 1 << 16}
+        cases.append(case)
+    (folder / "cases.json").write_text(json.dumps(cases))
+    return cases
+
+
+def _case(folder: Path, name: str, blob: bytes, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    (folder / f"{name}.ocb").write_bytes(blob)
+    np.save(folder / f"{name}.in.npy", x)
+    np.save(folder / f"{name}.out.npy", y)
+    return {"name": name, "blob": f"{name}.ocb", "input": f"{name}.in.npy", "output": f"{name}.out.npy"}
+
+
+@pytest.fixture(scope="module")
+def case_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("load-paths")
+    _cases(folder)
+    return folder
+
+
+def _probe(version: str, case_folder: Path, tmp_path: Path) -> dict[str, Any]:
+    python = ensure_runtime(version, RUNTIMES_CACHE, Path("platforms/windows-dml.yaml"))
+    shutil.copytree(REPO / "pipeline" / "runtime", tmp_path / "pipeline" / "runtime")
+    shutil.copy2(REPO / "pipeline" / "__init__.py", tmp_path / "pipeline" / "__init__.py")
+    done = subprocess.run(
+        [str(python), "-I", str(REPO / "tests" / "load_path_probe.py"), str(tmp_path), str(case_folder)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["onnxruntime"] == version
+    return report["cases"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
+    version: str, case_folder: Path, tmp_path: Path
+) -> None:
+    cases = _probe(version, case_folder, tmp_path)
+
+    onnx_auto, ort_memory_auto, ort_file_auto = EXPECTED_AUTO[version]
+    assert cases["onnx-raw"]["auto"] == {"memory": onnx_auto, "file": onnx_auto}
+    assert cases["ort-raw"]["auto"] == {"memory": ort_memory_auto, "file": ort_file_auto}
+    tried = {path for case in cases.values() for path in case["paths"]}
+    # The fallbacks are tried in every version: they are what an unproven version gets.
+    assert {"onnx-external-initializers/memory", "ort-bytes/memory"} <= tried
+    if version == "1.32.0":
+        assert "onnx-file-buffers/memory" in tried
+    shown = 0
+    for name, case in cases.items():
+        for key, result in case["paths"].items():
+            assert result["loads"], f"{name} {key}: {result.get('error')}"
+            assert result["matches"], f"{name} {key} computes something else"
+            if result["in_place"] is not None:
+                shown += 1
+                assert result["in_place"] == result["claims_in_place"], (
+                    f"{name} {key}: claims in place {result['claims_in_place']}, shown {result['in_place']}"
+                )
+    # The proofs ran: the ONNX paths on raw weights, the ORT paths by file rewrite or memory.
+    assert shown >= 4
+    raw = cases["onnx-raw"]["paths"]
+    assert raw[f"{onnx_auto}/memory"]["in_place"] is True
+    # The fallback copies while it loads, then uses the blob's weights (add_initializer) all the same.
+    assert raw["onnx-external-initializers/memory"]["in_place"] is True
+    if ort_file_auto == "ort-mapped":
+        assert cases["ort-raw"]["paths"]["ort-mapped/file"]["in_place"] is True
+        assert cases["ort-raw"]["paths"]["ort-mapped/memory"]["in_place"] is True
+    assert cases["ort-raw"]["paths"]["ort-bytes/memory"]["in_place"] is False
