@@ -254,7 +254,7 @@ def write_bundle(
     root.mkdir(parents=True, exist_ok=True)
     models = {}
     for name, (model_format, blob) in blobs.items():
-        file = f"{name}.{model_format}.zst"
+        file = f"{name}.{model_format}.ocb"
         (root / file).write_bytes(blob)
         header, _ = read_header(blob)
         models[name] = {

@@ -85,7 +85,7 @@ def test_windows_dml_extended_level_would_ship_cpu_only_fused_ops(tmp_path: Path
     settings = shipped_settings("windows-dml", optimization_level="extended")
     with pytest.raises(GuardError, match=r"net\.onnx.*windows-dml.*com\.microsoft.*DmlExecutionProvider"):
         cook(job_for(assets, "net", settings, tmp_path / "build"))
-    assert not (tmp_path / "build" / "windows-dml" / "net.onnx.zst").exists()
+    assert not (tmp_path / "build" / "windows-dml" / "net.onnx.ocb").exists()
     assert not entry_path(tmp_path / "build" / "windows-dml", "net").exists()
 
 
@@ -202,7 +202,7 @@ def test_garbage_model_fails_with_its_path_and_nothing_written(tmp_path: Path) -
     (assets / "broken.onnx").write_bytes(np.random.default_rng(3).bytes(512))
     with pytest.raises(ModelError, match=r"broken\.onnx.*not a readable ONNX model"):
         cook(job_for(assets, "broken", shipped_settings("android"), tmp_path / "build"))
-    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").rglob("*.zst"))
+    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").rglob("*.ocb"))
 
 
 def test_model_failing_the_checker_is_refused(tmp_path: Path) -> None:

@@ -152,12 +152,12 @@ def blob_files(build: Path) -> dict[str, tuple[int, int]]:
     replace) changes both. The manifest publishes them under content-hashed names (not counted)."""
     return {
         path.relative_to(build).as_posix(): (path.stat().st_ino, path.stat().st_mtime_ns)
-        for path in build.glob("*/.entries/**/*.zst")
+        for path in build.glob("*/.entries/**/*.ocb")
     }
 
 
 def blob_name(platform: str, model: str) -> str:
-    return f"{platform}/.entries/{model}.{FORMATS[platform]}.zst"
+    return f"{platform}/.entries/{model}.{FORMATS[platform]}.ocb"
 
 
 def rewritten(before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[int, int]]) -> set[str]:
@@ -285,7 +285,7 @@ def test_first_cook_bundle_runs_like_the_source(
         assert blob.is_file(), f"{blob} listed in the manifest but missing"
         assert entry["format"] == FORMATS[platform]
         assert re.fullmatch(
-            rf"{re.escape(Path(name).name)}\.[0-9a-f]{{16}}\.{FORMATS[platform]}\.zst", blob.name
+            rf"{re.escape(Path(name).name)}\.[0-9a-f]{{16}}\.{FORMATS[platform]}\.ocb", blob.name
         )
         assert entry["blob_sha256"].startswith(blob.name.split(".")[-3])
         unpacked = unpack_blob(blob.read_bytes())
@@ -498,7 +498,7 @@ def _model_digests(build: Path, platform: str) -> dict[str, str]:
         path.relative_to(build).as_posix(): hashlib.sha256(
             _canonical(decode_blob(path.read_bytes())[1])
         ).hexdigest()
-        for path in sorted((build / platform).glob(".entries/**/*.zst"))
+        for path in sorted((build / platform).glob(".entries/**/*.ocb"))
     }
 
 
@@ -520,7 +520,7 @@ def test_parallel_cook_gives_the_serial_cooks_models(cooked: Cooked, parallel: C
 def test_clean_removes_blobs_entries_and_manifests(project: Path) -> None:
     cook(project)
     build = project / "build"
-    assert list(build.rglob("*.zst"))
+    assert list(build.rglob("*.ocb"))
 
     run = doit(project, "clean")
 
@@ -592,7 +592,7 @@ def test_unknown_platform_key_stops_before_cooking_with_a_hint(project: Path) ->
     assert "optimisation_level" in run.output
     assert "did you mean 'optimization_level'" in run.output
     assert TRACEBACK not in run.output
-    assert not list((project / "build").rglob("*.zst"))
+    assert not list((project / "build").rglob("*.ocb"))
 
 
 # --- 13. interrupted cooks -------------------------------------------------------------------------
@@ -609,7 +609,7 @@ def assert_nothing_half_written(build: Path, when: str) -> None:
         if not path.is_file():
             continue
         name = path.name
-        if name.endswith(".zst"):
+        if name.endswith(".ocb"):
             decode_blob(path.read_bytes())  # raises on a truncated or damaged blob
         elif name.endswith(".json"):
             json.loads(path.read_text(encoding="utf-8"))
@@ -646,7 +646,7 @@ def test_killed_cooks_never_leave_a_half_written_blob(tmp_path: Path, project: P
     model = assets / "large.onnx"
     write_large_model(model, seed=0)
     cook(project, env=env)
-    blob = build / "android" / ".entries" / "large.ort.zst"
+    blob = build / "android" / ".entries" / "large.ort.ocb"
     assert blob.is_file()
 
     # Fixed delays land anywhere in the cook; the last run is killed as soon as the blob's temp file
@@ -751,4 +751,4 @@ def test_settings_that_do_not_resolve_are_all_reported_before_cooking(project: P
     assert run.returncode != 0 and TRACEBACK not in run.output
     assert "mnist.cook.yaml" in run.output and "resnet.cook.yaml" in run.output
     assert "optimization_style' runtime requires 'format' ort" in run.output
-    assert not list((project / "build").rglob("*.zst"))
+    assert not list((project / "build").rglob("*.ocb"))

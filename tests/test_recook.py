@@ -23,7 +23,7 @@ from tests.test_reliability import REPO, TRACEBACK, doit, small_project
 
 
 def blobs(project: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in (project / "build" / "android").rglob("*.zst")}
+    return {p.name: p.read_bytes() for p in (project / "build" / "android").rglob("*.ocb")}
 
 
 def published(project: Path, name: str) -> Path:
@@ -176,13 +176,13 @@ def cooked_project(tmp_path: Path, runtime_check: bool) -> Path:
 @pytest.mark.slow
 def test_flipped_byte_in_a_staged_blob_is_cooked_again(tmp_path: Path, runtime_check: bool) -> None:
     project = cooked_project(tmp_path, runtime_check)
-    blob = project / "build" / "android" / ".entries" / "net.ort.zst"
+    blob = project / "build" / "android" / ".entries" / "net.ort.ocb"
     _flip_keeping_mtime(blob, len(blob.read_bytes()) // 2)
 
     run = doit(project, "cook")
 
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "cook:android:net: " in run.stderr and "net.ort.zst changed since the last cook" in run.stderr
+    assert "cook:android:net: " in run.stderr and "net.ort.ocb changed since the last cook" in run.stderr
     assert "cook:android:mlp" not in run.stderr  # only the damaged one
     open_bundle(project / "build" / "android")
     again = doit(project, "cook")
@@ -324,7 +324,7 @@ def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path:
     with pytest.raises(BundleReplacedError, match=r"a newer cook replaced the bundle since it was opened"):
         old.session("net", providers=["CPUExecutionProvider"])
     fresh = open_bundle(platform_dir)
-    assert sorted(p.name for p in platform_dir.glob("*.zst")) == sorted(
+    assert sorted(p.name for p in platform_dir.glob("*.ocb")) == sorted(
         Path(e["file"]).name for e in listed.values()
     )
     for name in fresh.names:
@@ -332,13 +332,21 @@ def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path:
 
 
 @pytest.mark.slow
-def test_published_blob_unpacks_with_stock_zstd(tmp_path: Path) -> None:
+def test_published_blob_unpacks_with_the_stock_tool_recipe_and_the_cli(tmp_path: Path) -> None:
+    """What ``inspect`` prints (zstd, head, tail) and ``unpack`` write the same model file."""
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
     blob = published(project, "net")
-    result = subprocess.run(["zstd", "-d", "-q", str(blob), "-o", str(tmp_path / "net.ort")], check=False)
-    assert result.returncode == 0
-    assert (tmp_path / "net.ort").read_bytes()[4:8] == b"ORTM"
+    cli = [sys.executable, "-m", "pipeline.runtime"]
+    shown = subprocess.run([*cli, "inspect", str(blob)], capture_output=True, text=True, cwd=REPO, check=True)
+    recipe = shown.stdout.split("# unpack with stock tools:\n")[1]
+    (tmp_path / "stock").mkdir()
+    subprocess.run(["bash", "-euo", "pipefail", "-c", recipe], cwd=tmp_path / "stock", check=True)
+    subprocess.run([*cli, "unpack", str(blob), str(tmp_path / "cli")], cwd=REPO, check=True)
+
+    stock = (tmp_path / "stock" / "net.ort").read_bytes()
+    assert stock[4:8] == b"ORTM"
+    assert stock == (tmp_path / "cli" / "net.ort").read_bytes()
 
 
 # --- 5. smaller defects -----------------------------------------------------------------------------

@@ -209,7 +209,7 @@ def test_replaced_blob_is_refused_although_the_manifest_is_signed(
         for name, entry in json.loads((bundle_dir / "manifest.json").read_text())["models"].items()
     }
     (bundle_dir / files["net"]).write_bytes((bundle_dir / files["mlp"]).read_bytes())
-    with pytest.raises(ChecksumMismatchError, match=r"net\.[0-9a-f]{16}\.ort\.zst"):
+    with pytest.raises(ChecksumMismatchError, match=r"net\.[0-9a-f]{16}\.ort\.ocb"):
         open_bundle(bundle_dir, public_keys=[public.read_bytes()])
 
 

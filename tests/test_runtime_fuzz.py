@@ -35,6 +35,7 @@ from runtime_helpers import (
     keep_alignment,
     make_blob,
     make_blob_v1,
+    make_blob_v2,
     make_weighted_blob,
     mutate,
     pack_header,
@@ -85,7 +86,7 @@ SMALL_PIECE = 256  # RAW_CRC_PIECE where a raw frame should carry many CRC-32s
 
 @pytest.fixture(scope="module")
 def blobs(models: dict[str, bytes]) -> dict[str, bytes]:
-    """Blobs as the cooker writes them today (format version 2, no weights section)."""
+    """Blobs as the cooker writes them today (format version 3, no weights section)."""
     return {
         "denoiser": make_blob(models["onnx"], "onnx", name="denoiser", platform="android"),
         "upscaler": make_blob(models["ort"], "ort", name="upscaler", platform="android"),
@@ -102,8 +103,19 @@ def v1_blobs(models: dict[str, bytes]) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def versioned(blobs: dict[str, bytes], v1_blobs: dict[str, bytes]) -> dict[int, dict[str, bytes]]:
-    return {BLOB_FORMAT_VERSION: blobs, LEGACY_BLOB_FORMAT_VERSION: v1_blobs}
+def v2_blobs(models: dict[str, bytes]) -> dict[str, bytes]:
+    """Version-2 blobs of the same models (cookers before format 3)."""
+    return {
+        "denoiser": make_blob_v2(models["onnx"], "onnx", name="denoiser", platform="android"),
+        "upscaler": make_blob_v2(models["ort"], "ort", name="upscaler", platform="android"),
+    }
+
+
+@pytest.fixture(scope="module")
+def versioned(
+    blobs: dict[str, bytes], v1_blobs: dict[str, bytes], v2_blobs: dict[str, bytes]
+) -> dict[int, dict[str, bytes]]:
+    return {BLOB_FORMAT_VERSION: blobs, 2: v2_blobs, LEGACY_BLOB_FORMAT_VERSION: v1_blobs}
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +125,9 @@ def expected(source: bytes) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def weighted(mlp: Any) -> dict[str, tuple[bytes, bytes, Weights]]:
-    """(blob, graph, weights) of a model whose weights section is stored raw, or as zstd frames."""
-    return {codec: make_weighted_blob(mlp, codec, name="mlp") for codec in ("raw", "zstd")}
+    """(blob, graph, weights) of a version-2 blob whose weights section is stored raw, or as zstd
+    frames (the v2 tests below; version 3 has tests/test_runtime_fuzz_v3.py)."""
+    return {codec: make_weighted_blob(mlp, codec, name="mlp", version=2) for codec in ("raw", "zstd")}
 
 
 def crc_pieces(patch: pytest.MonkeyPatch, size: int) -> None:
@@ -128,7 +141,7 @@ def pieced(weighted: dict, mlp: Any) -> dict[int, tuple[bytes, bytes, Weights]]:
     """The raw-weights blob with CRC pieces of RAW_CRC_PIECE (one CRC-32) and of SMALL_PIECE (34)."""
     with pytest.MonkeyPatch.context() as patch:
         crc_pieces(patch, SMALL_PIECE)
-        small = make_weighted_blob(mlp, "raw", name="mlp")
+        small = make_weighted_blob(mlp, "raw", name="mlp", version=2)
     return {RAW_CRC_PIECE: weighted["raw"], SMALL_PIECE: small}
 
 
@@ -142,7 +155,7 @@ class Folder:
             platform="android",
         )
         (self.bundle / "sub").mkdir()
-        (self.bundle / "sub" / "denoiser.onnx.zst").write_bytes(blobs["denoiser"])
+        (self.bundle / "sub" / "denoiser.onnx.ocb").write_bytes(blobs["denoiser"])
         self.manifest = json.loads((self.bundle / "manifest.json").read_text())
         self.inside = set(blobs.values())
         # Another model's blob, readable, next to the bundle: a loader that follows an entry out of
@@ -150,7 +163,7 @@ class Folder:
         self.secret = make_blob(tiny_model(seed=1).SerializeToString(), "onnx", name="secret")
         self.outside = root / "outside"
         self.outside.mkdir()
-        (self.outside / "secret.onnx.zst").write_bytes(self.secret)
+        (self.outside / "secret.onnx.ocb").write_bytes(self.secret)
 
     def write(self, manifest: Any) -> None:
         (self.bundle / "manifest.json").write_text(json.dumps(manifest))
@@ -225,21 +238,21 @@ safe_json_values = st.recursive(
     max_leaves=12,
 )
 ESCAPES = [
-    "../outside/secret.onnx.zst",
-    "sub/../../outside/secret.onnx.zst",
-    "<outside>/secret.onnx.zst",
-    "//<outside>/secret.onnx.zst",
-    "C:\\outside\\secret.onnx.zst",
-    "C:../outside/secret.onnx.zst",
-    "..\\outside\\secret.onnx.zst",
-    "../outside/secret.onnx.zst\0.png",
+    "../outside/secret.onnx.ocb",
+    "sub/../../outside/secret.onnx.ocb",
+    "<outside>/secret.onnx.ocb",
+    "//<outside>/secret.onnx.ocb",
+    "C:\\outside\\secret.onnx.ocb",
+    "C:../outside/secret.onnx.ocb",
+    "..\\outside\\secret.onnx.ocb",
+    "../outside/secret.onnx.ocb\0.png",
 ]
 IN_FOLDER = [
-    "denoiser.onnx.zst",
-    "upscaler.ort.zst",
-    "sub/denoiser.onnx.zst",
-    "./upscaler.ort.zst",
-    "sub//denoiser.onnx.zst",
+    "denoiser.onnx.ocb",
+    "upscaler.ort.ocb",
+    "sub/denoiser.onnx.ocb",
+    "./upscaler.ort.ocb",
+    "sub//denoiser.onnx.ocb",
 ]
 ODD = [
     "",
@@ -249,8 +262,8 @@ ODD = [
     "sub/",
     "sub/.",
     "manifest.json",
-    "missing.zst",
-    "denoiser.onnx.zst/",
+    "missing.ocb",
+    "denoiser.onnx.ocb/",
     "\0",
     "a:b",
 ]
@@ -258,7 +271,7 @@ file_paths = (
     st.sampled_from(ESCAPES + IN_FOLDER + ODD)
     | path_text
     | st.lists(
-        st.sampled_from(["..", ".", "", "sub", "outside", "secret.onnx.zst", "denoiser.onnx.zst"]), max_size=5
+        st.sampled_from(["..", ".", "", "sub", "outside", "secret.onnx.ocb", "denoiser.onnx.ocb"]), max_size=5
     ).map("/".join)
 )
 
@@ -1007,7 +1020,7 @@ def test_the_fuzzed_folder_is_a_valid_bundle(folder: Folder, expected: np.ndarra
         rtol=1e-5,
         atol=1e-6,
     )
-    secret = {**folder.manifest["models"]["denoiser"], "file": "../outside/secret.onnx.zst"}
+    secret = {**folder.manifest["models"]["denoiser"], "file": "../outside/secret.onnx.ocb"}
     folder.write(folder.fill_in({**folder.manifest, "models": {"denoiser": secret}}))
     with pytest.raises(ManifestError, match="points outside its folder"):
         open_bundle(folder.bundle)
@@ -1036,22 +1049,22 @@ def test_blob_that_links_out_of_the_bundle_folder_is_refused(
     verify: bool, bundle_dir: Path, blobs: dict[str, bytes], tmp_path: Path
 ) -> None:
     """The link's target is byte for byte the blob the manifest records: only the link gives it away."""
-    outside = tmp_path / "elsewhere" / "denoiser.onnx.zst"
+    outside = tmp_path / "elsewhere" / "denoiser.onnx.ocb"
     outside.parent.mkdir()
-    (bundle_dir / "denoiser.onnx.zst").rename(outside)
-    (bundle_dir / "denoiser.onnx.zst").symlink_to(outside)
+    (bundle_dir / "denoiser.onnx.ocb").rename(outside)
+    (bundle_dir / "denoiser.onnx.ocb").symlink_to(outside)
     with pytest.raises(ManifestError, match=r"denoiser.*(outside|link)"):
         open_bundle(bundle_dir, verify=verify).read_blob("denoiser")
 
 
 @pytest.mark.parametrize("replacement", ["symlink-loop", "dangling-symlink", "directory"])
 def test_blob_path_that_is_no_readable_file_is_a_manifest_error(replacement: str, bundle_dir: Path) -> None:
-    path = bundle_dir / "denoiser.onnx.zst"
+    path = bundle_dir / "denoiser.onnx.ocb"
     path.unlink()
     if replacement == "symlink-loop":
         path.symlink_to(path.name)
     elif replacement == "dangling-symlink":
-        path.symlink_to("gone.onnx.zst")
+        path.symlink_to("gone.onnx.ocb")
     else:
         path.mkdir()
     with pytest.raises(ManifestError, match=r"cannot read blob of 'denoiser'"):
@@ -1111,8 +1124,8 @@ def test_named_pipe_in_the_bundle_folder_does_not_hang(tmp_path: Path, blobs: di
     runs = []
     for special, verify in [
         ("manifest.json", "no-verify"),
-        ("denoiser.onnx.zst", "no-verify"),
-        ("denoiser.onnx.zst", "verify"),
+        ("denoiser.onnx.ocb", "no-verify"),
+        ("denoiser.onnx.ocb", "verify"),
     ]:
         root = write_bundle(
             tmp_path / f"{special}-{verify}",
@@ -1140,13 +1153,13 @@ def test_open_bundle_streams_instead_of_trusting_the_declared_size(bundle_dir: P
     set_entry(bundle_dir, "denoiser", blob_size=1900 << 20)
     ((code, out, err),) = run_children(USE_BUNDLE, [str(bundle_dir), "verify", "denoiser"], limit=1536 << 20)
     assert code == 0, err[-3000:]
-    assert out.startswith("ChecksumMismatchError ") and "denoiser.onnx.zst: blob does not match" in out, out
+    assert out.startswith("ChecksumMismatchError ") and "denoiser.onnx.ocb: blob does not match" in out, out
 
 
 @pytest.mark.parametrize("where", ["entry", "entry-verified", "bundle-path", "bundle-path-nul"])
 def test_unencodable_paths_are_manifest_errors(where: str, bundle_dir: Path) -> None:
     if where.startswith("entry"):
-        set_entry(bundle_dir, "denoiser", file="denoiser\ud800.onnx.zst")  # json.dumps writes \ud800
+        set_entry(bundle_dir, "denoiser", file="denoiser\ud800.onnx.ocb")  # json.dumps writes \ud800
         with pytest.raises(ManifestError, match="denoiser"):
             open_bundle(bundle_dir, verify=where == "entry-verified").read_blob("denoiser")
     else:

@@ -1,0 +1,185 @@
+"""External-data references in a blob's graph (pipeline/runtime/onnxrefs.py): only the weights the
+loader supplies may be named; anything else is refused with a BundleError before onnxruntime sees
+the graph, on every load path. The wire-format reader agrees with the onnx package."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights
+
+from pipeline.runtime import CorruptBlobError, session_from_blob
+from pipeline.runtime.errors import BundleError
+from pipeline.runtime.onnxrefs import check_references, external_refs, rewrite_locations
+from pipeline.runtime.writer import encode_blob
+from tests.models import dense_model
+
+ONNX_PATHS = ("onnx-file-buffers", "onnx-shared-initializers", "onnx-external-initializers")
+HOSTILE = ("/dev/stdin", "/dev/zero", "../../etc/passwd", "/etc/passwd", "sub/../../x", "C:\\Windows\\x", "")
+
+
+def _weighted(edit=None) -> tuple[bytes, onnx.ModelProto]:
+    """An ONNX blob of an MLP with raw weights; ``edit(graph_model)`` changes its graph first."""
+    model = dense_model(64, 256, batch=1, seed=4, activation="Relu", name="mlp")
+    graph, weights = split_weights(model, "mlp")
+    proto = onnx.ModelProto.FromString(graph)
+    if edit is not None:
+        edit(proto)
+    raw = dataclasses.replace(weights, codec="raw")
+    return encode_blob(
+        proto.SerializeToString(), level=3, weights=raw, model_format="onnx", **HEADER_DEFAULTS
+    ), proto
+
+
+def _set_location(location: str):
+    def edit(proto: onnx.ModelProto) -> None:
+        for entry in proto.graph.initializer[0].external_data:
+            if entry.key == "location":
+                entry.value = location
+
+    return edit
+
+
+def _applicable(path: str) -> bool:
+    import onnxruntime
+
+    from pipeline.runtime.compat import parse_version
+
+    return path != "onnx-file-buffers" or parse_version(onnxruntime.__version__) >= (1, 32, 0)
+
+
+@pytest.mark.parametrize("location", HOSTILE)
+@pytest.mark.parametrize("path", [None, *ONNX_PATHS])
+def test_a_graph_naming_another_file_is_refused_on_every_load_path(location: str, path: str | None) -> None:
+    if path is not None and not _applicable(path):
+        pytest.fail(f"{path} needs onnxruntime 1.32+: the test environment must have it")
+    blob, _ = _weighted(_set_location(location))
+    with pytest.raises(CorruptBlobError, match=re.escape(f"refers to {location!r}, not the blob's own weights")):
+        session_from_blob(blob, providers=CPU, load_path=path)
+
+
+def test_the_intact_blob_loads_on_every_load_path() -> None:
+    """The premise of the refusals above: the same blob, unedited, loads along each path."""
+    blob, _ = _weighted()
+    x = np.ones((1, 64), np.float32)
+    outputs = [session_from_blob(blob, providers=CPU, load_path=p).run(None, {"x": x})[0] for p in ONNX_PATHS]
+    for other in outputs[1:]:
+        np.testing.assert_array_equal(other, outputs[0])
+
+
+def _external_constant(location: str) -> TensorProto:
+    tensor = numpy_helper.from_array(np.zeros(4, np.float32), "c")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", location
+    return tensor
+
+
+def test_a_reference_in_a_subgraph_or_a_graph_only_blob_is_refused() -> None:
+    branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["o"], value=_external_constant("mlp.onnx.data"))],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("If", ["b"], ["y"], then_branch=branch, else_branch=branch)],
+            "g",
+            [helper.make_tensor_value_info("b", TensorProto.BOOL, [])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        )
+    )
+    blob = encode_blob(model.SerializeToString(), level=3, model_format="onnx", **HEADER_DEFAULTS)
+    with pytest.raises(
+        CorruptBlobError, match="refers to external data, but the blob has no weights section"
+    ):
+        session_from_blob(blob, providers=CPU)
+    with pytest.raises(CorruptBlobError, match="outside the main graph's initializers"):
+        check_references(model.SerializeToString(), "mlp.onnx.data", {"c": (0, 16)})
+
+
+def test_a_reference_with_another_offset_or_a_second_name_is_refused() -> None:
+    def shift(proto: onnx.ModelProto) -> None:
+        for entry in proto.graph.initializer[0].external_data:
+            if entry.key == "offset":
+                entry.value = str(int(entry.value) + 64)
+
+    blob, _ = _weighted(shift)
+    with pytest.raises(CorruptBlobError, match="offset or length differs from the blob header's"):
+        session_from_blob(blob, providers=CPU)
+
+    def twice(proto: onnx.ModelProto) -> None:
+        proto.graph.initializer.append(proto.graph.initializer[0])
+
+    blob, _ = _weighted(twice)
+    with pytest.raises(CorruptBlobError, match="is not one of the blob's weights, or is named twice"):
+        session_from_blob(blob, providers=CPU)
+
+
+def test_the_reader_finds_what_onnx_finds_and_the_rewrite_is_onnxs_edit() -> None:
+    _, proto = _weighted()
+    data = proto.SerializeToString()
+    theirs = [
+        t
+        for t in onnx.external_data_helper._get_all_tensors(proto)
+        if t.data_location == TensorProto.EXTERNAL
+    ]
+
+    ours = external_refs(data)
+
+    assert [r.name for r in ours] == [t.name for t in theirs] and len(ours) >= 2
+    assert all(r.initializer for r in ours)
+    assert [dict(r.entries) for r in ours] == [{e.key: e.value for e in t.external_data} for t in theirs]
+    rewritten = onnx.ModelProto.FromString(rewrite_locations(data, "null"))
+    _set_location("null")(proto)
+    for tensor in proto.graph.initializer[1:]:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "null"
+    assert rewritten == proto
+
+
+def test_a_graph_without_any_location_is_not_parsed() -> None:
+    """The common graph-only blob: no byte string "location", nothing to refuse, nothing parsed
+    (random bytes then raise nothing)."""
+    assert external_refs(b"\xff" * 1000) == []
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.binary(max_size=400))
+def test_hostile_bytes_give_only_corrupt_blob_errors(noise: bytes) -> None:
+    data = b"location" + noise  # never skipped by the fast path
+    try:
+        refs = external_refs(data)
+        check_references(data, "w", {})
+    except CorruptBlobError:
+        return
+    assert isinstance(refs, list)
+
+
+def test_deeply_nested_subgraphs_are_refused_not_recursed_for_ever() -> None:
+    """Written on the wire directly (protobuf itself refuses to build so deep a message)."""
+    graph = _field(5, _external_constant("w").SerializeToString())  # GraphProto.initializer
+    for _ in range(70):  # GraphProto.node -> NodeProto.attribute -> AttributeProto.g
+        graph = _field(1, _field(5, _field(6, graph)))
+    with pytest.raises(BundleError, match="nests subgraphs over 64 deep"):
+        external_refs(_field(7, graph))  # ModelProto.graph
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    size, length = len(payload), bytearray()
+    while True:
+        length.append((size & 0x7F) | (0x80 if size > 0x7F else 0))
+        size >>= 7
+        if not size:
+            break
+    return bytes([number << 3 | 2]) + bytes(length) + payload
