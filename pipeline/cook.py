@@ -44,9 +44,9 @@ from .precision import convert as convert_precision
 from .precision_options import resolved as resolved_options
 from .profile import CookSettings, ep_domains
 from .runtime.blob import BlobHeader, decode_blob, read_header
-from .runtime.writer import Weights, encode_blob
 from .runtime.compat import ort_format_version
 from .runtime.constants import ModelFormat, OptimizationStyle
+from .runtime.writer import Weights, encode_blob
 from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
 from .steptimes import step

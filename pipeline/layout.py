@@ -21,6 +21,7 @@ OPS_AND_TYPES_CONFIG = "required_operators_and_types.config"
 BLOB_SUFFIX = "ocb"
 OLD_BLOB_SUFFIXES = ("zst",)
 
+
 def ops_config_names(type_reduction: bool) -> tuple[str, ...]:
     return (OPS_CONFIG, OPS_AND_TYPES_CONFIG) if type_reduction else (OPS_CONFIG,)
 

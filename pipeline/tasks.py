@@ -448,7 +448,12 @@ def _check_key(check: RuntimeCheck, name: str) -> str:
 def _runtime_check_task(
     platform: Platform, jobs: list[CookJob], checks: list[RuntimeCheck], cache: CacheConfig | None
 ) -> dict[str, Any]:
-    deps = [path for job in jobs for path in cook_targets(job) if path.suffix in (f".{BLOB_SUFFIX}", ".npz", ".json")]
+    deps = [
+        path
+        for job in jobs
+        for path in cook_targets(job)
+        if path.suffix in (f".{BLOB_SUFFIX}", ".npz", ".json")
+    ]
     versions = [check.runtime_version for check in checks]
     return {
         "basename": "runtime_check",

@@ -15,8 +15,8 @@ from onnx import numpy_helper
 
 from .profile import CookSettings
 from .runtime.blob import TENSOR_DTYPES, WEIGHT_ALIGNMENT, TensorRef
-from .runtime.writer import Weights
 from .runtime.constants import ModelFormat
+from .runtime.writer import Weights
 
 # Initializers smaller than this stay in the graph (shapes, axes, scales: cheaper inline).
 MIN_EXTERNAL_TENSOR = 1 << 10

@@ -61,7 +61,9 @@ def test_a_graph_naming_another_file_is_refused_on_every_load_path(location: str
     if path is not None and not _applicable(path):
         pytest.fail(f"{path} needs onnxruntime 1.32+: the test environment must have it")
     blob, _ = _weighted(_set_location(location))
-    with pytest.raises(CorruptBlobError, match=re.escape(f"refers to {location!r}, not the blob's own weights")):
+    with pytest.raises(
+        CorruptBlobError, match=re.escape(f"refers to {location!r}, not the blob's own weights")
+    ):
         session_from_blob(blob, providers=CPU, load_path=path)
 
 

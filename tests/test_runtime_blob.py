@@ -235,7 +235,11 @@ def header_end(blob: bytes) -> int:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_plain_model_bytes_are_not_a_blob(fmt: str, models: dict[str, bytes]) -> None:
     # A plain .ort file is named as such: it could also be a version-3 blob cut off at its end.
-    expected = "does not start with the header frame .*plain \\.onnx/\\.ort" if fmt == "onnx" else "plain \\.ort file"
+    expected = (
+        "does not start with the header frame .*plain \\.onnx/\\.ort"
+        if fmt == "onnx"
+        else "plain \\.ort file"
+    )
     with pytest.raises(NotABlobError, match=expected):
         decode_blob(models[fmt])
 

@@ -51,12 +51,12 @@ import pipeline.runtime.frames as frames_module
 import pipeline.runtime.writer as writer_module
 from pipeline.runtime import open_bundle
 from pipeline.runtime.blob import (
-    V2_BLOB_FORMAT_VERSION,
     HEADER_MAGIC,
     MAX_FRAMES,
     RAW_UNLESS_GAIN,
     SKIPPABLE_MAGIC,
     TENSOR_DTYPES,
+    V2_BLOB_FORMAT_VERSION,
     WEIGHT_ALIGNMENT,
     TensorRef,
     Unpacked,

@@ -40,7 +40,10 @@ _EXPORTS: dict[str, str] = {
     "TruncatedBlobError": "errors",
     "UnknownModelError": "errors",
     "UnsupportedBlobVersionError": "errors",
+    "LoadInfo": "session",
+    "LoadPath": "loadpaths",
     "choose_providers": "session",
+    "load_info": "session",
     "session_from_blob": "session",
 }
 __all__ = sorted(_EXPORTS)

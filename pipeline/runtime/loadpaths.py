@@ -116,7 +116,11 @@ def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: Blob
     installed = parse_version(version)
     if path == LoadPath.ONNX_INLINE and header.weights is not None:
         return "the blob has a weights section"
-    if path in (LoadPath.ONNX_FILE_BUFFERS, LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_EXTERNAL_INITIALIZERS):
+    if path in (
+        LoadPath.ONNX_FILE_BUFFERS,
+        LoadPath.ONNX_SHARED_INITIALIZERS,
+        LoadPath.ONNX_EXTERNAL_INITIALIZERS,
+    ):
         if header.weights is None:
             return "the blob has no weights section"
     if path == LoadPath.ONNX_FILE_BUFFERS:
