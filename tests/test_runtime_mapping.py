@@ -22,15 +22,15 @@ import numpy as np
 import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, REPO, split_weights, to_ort_format, write_bundle
 
-from pipeline.runtime import load_info, open_bundle
+from pipeline.runtime import load_info, open_bundle, session_from_blob
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model
 
-X = np.random.default_rng(5).standard_normal((1, 256)).astype(np.float32)
+X = np.random.default_rng(5).standard_normal((1, 1024)).astype(np.float32)
 
 
 def _bundle(root: Path, fmt: str) -> tuple[Path, np.ndarray]:
-    model = dense_model(256, 512, batch=1, seed=9, activation="Relu", name="net")
+    model = dense_model(1024, 512, batch=1, seed=9, activation="Relu", name="net")  # 2 MB: mapped
     import onnxruntime
 
     expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": X})[0]
@@ -53,9 +53,9 @@ def test_a_session_outlives_its_blob_being_replaced_by_rename_and_deleted(fmt: s
     replacement = blob.with_name(".new")
     replacement.write_bytes(os.urandom(blob.stat().st_size))
     replacement.replace(blob)  # what a re-cook does (under a new name, even)
-    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
     blob.unlink()  # what retiring does
-    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
 
 
 def test_the_mapping_closes_with_the_last_session_using_it(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_read_not_mapped_blobs_ignore_what_happens_to_the_file(tmp_path: Path) -
     blob = next(root.glob("*.ocb"))
     with blob.open("r+b") as stream:
         stream.truncate(100)
-    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "ort"])
@@ -103,7 +103,7 @@ def test_a_mapped_blob_truncated_in_place_kills_the_process_as_documented(fmt: s
         blob = next(root.glob("*.ocb"))
         with blob.open("r+b") as stream:
             stream.truncate(0)
-        session.run(None, {{"x": np.ones((1, 256), np.float32)}})
+        session.run(None, {{"x": np.ones((1, 1024), np.float32)}})
         print("survived")
         """
     )
@@ -111,3 +111,23 @@ def test_a_mapped_blob_truncated_in_place_kills_the_process_as_documented(fmt: s
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == -signal.SIGBUS, (done.returncode, done.stdout, done.stderr[-500:])
+
+
+def test_small_ort_models_take_the_byte_path_and_large_ones_are_mapped(tmp_path: Path) -> None:
+    """Below SMALL_ORT_MODEL onnxruntime's own copy is cheaper than a mapping (measured, loadpaths.py)."""
+    import onnxruntime
+
+    from pipeline.runtime.compat import parse_version
+    from pipeline.runtime.loadpaths import SMALL_ORT_MODEL
+
+    small = dense_model(64, 32, batch=1, seed=2, name="small")
+    blob = encode_blob(
+        to_ort_format(small.SerializeToString(), tmp_path), level=3, model_format="ort", **HEADER_DEFAULTS
+    )
+    assert len(blob) < SMALL_ORT_MODEL
+    assert load_info(session_from_blob(blob, providers=CPU)).path == "ort-bytes"
+    big = dense_model(1024, 1024, batch=1, seed=2, name="big")
+    ort = to_ort_format(big.SerializeToString(), tmp_path)
+    large = encode_blob(ort, level=3, graph_codec="raw", model_format="ort", **HEADER_DEFAULTS)
+    mapped = parse_version(onnxruntime.__version__) >= (1, 28, 0)
+    assert load_info(session_from_blob(large, providers=CPU)).path == ("ort-mapped" if mapped else "ort-file")

@@ -76,6 +76,10 @@ ORT_MAPPING_SINCE = (1, 28, 0)
 # exact version (and by a cook's runtime check for its platform). Other versions copy instead.
 SHARED_INITIALIZER_VERSIONS = frozenset({(1, 24, 4), (1, 28, 0), (1, 32, 0)})
 NULL_FOLDER, NULL_FILE = "/dev", "null"
+# Below this, onnxruntime's byte path loads an ORT model faster than a mapping does (measured: a
+# 2 kB model 0.36 ms from bytes, 0.45 ms mapped; from 2 MB up the mapping wins, by 2.5-5x at 64 MB
+# in a fresh process, where every copy lands in fresh pages): copies of small models cost nothing.
+SMALL_ORT_MODEL = 1 << 20
 _ORT_FORMAT_KEY = "session.load_model_format"
 
 
@@ -94,7 +98,8 @@ def choose_load_path(
     installed = parse_version(version)
     header = checked.header
     if header.model_format == ModelFormat.ORT:
-        if not (has_memfd() or _leading_graph(checked, model_file)):
+        small = (header.graph_size or 0) < SMALL_ORT_MODEL
+        if small or not (has_memfd() or _leading_graph(checked, model_file)):
             return LoadPath.ORT_BYTES
         return LoadPath.ORT_MAPPED if installed >= ORT_MAPPING_SINCE else LoadPath.ORT_FILE
     if header.weights is None:
