@@ -68,6 +68,12 @@ def probe(case: dict, folder: Path) -> dict:
         },
         "paths": {},
     }
+    auto = session_from_blob(blob, providers=CPU)
+    result["used"] = {
+        "path": load_info(auto).path.value,
+        "refused": load_info(auto).refused,
+        "matches": bool(np.allclose(run(auto, x), want, rtol=1e-4, atol=1e-5)),
+    }
     for path in LoadPath:
         for source in ("memory", "file"):
             model_file = BlobFile(-1, str(blob_path)) if source == "file" else None
@@ -100,6 +106,8 @@ def in_place(
 ):
     """True/False where it can be shown; None where this probe has no way to show it."""
     checked = check_blob(blob)
+    if case.get("fused"):
+        return None
     if path.value.startswith("onnx-") and checked.header.weights is not None and source == "memory":
         # The caller's buffer zeroed after the session was made: do the outputs follow?
         buffer = bytearray(blob)

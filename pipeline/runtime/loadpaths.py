@@ -163,11 +163,14 @@ def _leading_graph(checked: CheckedBlob, model_file: BlobFile | None) -> bool:
 
 @dataclass
 class Prepared:
-    """What to hand ``InferenceSession``, what the session must keep alive, and what to undo after."""
+    """What to hand ``InferenceSession``, what the session must keep alive, and what to undo after;
+    ``fallback``: where onnxruntime refuses this path, the same options completed for the copying
+    path (see ``prepare``)."""
 
     model: bytes | str
     keep: list[Any] = field(default_factory=list)
     cleanup: list[Callable[[], None]] = field(default_factory=list)
+    fallback: Callable[[], Prepared] | None = None
 
 
 def prepare(
@@ -193,14 +196,22 @@ def prepare(
         return Prepared(graph, keep=[buffer])
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(_tensor(segments, ref)) for ref in weights.tensors]
     names = [ref.name for ref in weights.tensors]
-    if path == LoadPath.ONNX_SHARED_INITIALIZERS:
-        graph = rewrite_locations(graph, NULL_FILE)
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
-    else:  # ONNX_EXTERNAL_INITIALIZERS: satisfies the references (onnxruntime copies the values once)
-        options.add_external_initializers(names, values)
     for name, value in zip(names, values, strict=True):
         options.add_initializer(name, value)
-    return Prepared(graph, keep=[segments, values])
+    if path == LoadPath.ONNX_EXTERNAL_INITIALIZERS:  # satisfies the references (copied once)
+        options.add_external_initializers(names, values)
+        return Prepared(graph, keep=[segments, values])
+
+    def copying() -> Prepared:
+        # onnxruntime 1.24.4 and 1.28.0 refuse the door for models whose optimizers read initializer
+        # data from the referenced file (conv nets: "cannot get file size [/dev/null]"; /dev/null
+        # holds nothing, so such a read always fails, never reads wrong data). The same options,
+        # completed: the real references, satisfied from memory.
+        options.add_external_initializers(names, values)
+        return Prepared(graph, keep=[segments, values])
+
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
+    return Prepared(rewrite_locations(graph, NULL_FILE), keep=[segments, values], fallback=copying)
 
 
 def _tensor(segments: tuple[tuple[int, memoryview], ...], ref: Any) -> np.ndarray:

@@ -135,6 +135,7 @@ class LoadInfo:
     path: LoadPath
     in_place: bool
     providers: tuple[str, ...]
+    refused: str | None = None  # the faster path onnxruntime refused for this model first, and why
 
 
 def load_info(session: onnxruntime.InferenceSession) -> LoadInfo | None:
@@ -230,8 +231,29 @@ def session_from_checked(
             f"({path.value}): {exc}"
         ) from None
     report("session", 0.0)
+    refused, fallback = None, prepared.fallback if load_path is None else None
     try:
-        session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
+        try:
+            severity = options.log_severity_level
+            if fallback is not None:  # a refusal here is expected, and answered: keep the log quiet
+                options.log_severity_level = 4
+            try:
+                session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
+            finally:
+                options.log_severity_level = severity
+        except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
+            if fallback is None:
+                raise
+            refused = f"{path.value} refused ({str(exc).splitlines()[0][:200]})"
+            log.info(
+                "%s: onnxruntime %s: %s; loading along %s",
+                header.name,
+                onnxruntime.__version__,
+                refused,
+                LoadPath.ONNX_EXTERNAL_INITIALIZERS.value,
+            )
+            prepared, path = fallback(), LoadPath.ONNX_EXTERNAL_INITIALIZERS
+            session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
         raise SessionCreateError(
             f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
@@ -244,7 +266,8 @@ def session_from_checked(
     # What onnxruntime uses in place must live as long as the session: the blob's views (and through
     # them the caller's buffer or the mapped file) go with it.
     session._onnx_cooker_keep = prepared.keep  # type: ignore[attr-defined]
-    session._onnx_cooker_load = LoadInfo(path, path.in_place, tuple(names))  # type: ignore[attr-defined]
+    info = LoadInfo(path, path.in_place, tuple(names), refused)
+    session._onnx_cooker_load = info  # type: ignore[attr-defined]
     return session
 
 
