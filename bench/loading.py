@@ -190,7 +190,8 @@ def render(results: dict[str, Any]) -> str:
         "",
         "Variants: **file** `InferenceSession(<source .onnx>)` (weights in `.onnx.data`, mapped by "
         "onnxruntime); **blob** `session_from_blob(bytes)` (the blob already in memory, as a game holds it); "
-        "**bundle** `open_bundle(...).session(name)` (the blob file mapped); **.ort** the same ORT model "
+        "**bundle** `bundle.session(name)` (the blob file mapped; `open_bundle` checked every blob's sha256 "
+        "at start-up, untimed, as a game opens a bundle once); **.ort** the same ORT model "
         "as a plain file, `InferenceSession(<.ort path>)`, as onnxruntime's converter leaves it; **low** "
         "`session_from_blob(bytes, low_memory=True)` (no prepacking). Prepacking is on everywhere else.",
         "",

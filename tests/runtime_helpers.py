@@ -198,14 +198,14 @@ def repack(
 def _repack_v3(blob: bytes, fields: dict[str, Any], changes: dict[str, Any], frame: bytes | None) -> bytes:
     """``repack`` of a version-3 blob: its frames list their offsets, so the header keeps its length
     where the new JSON fits (padded with spaces), else grows by whole EXTENT_ALIGNMENTs with the
-    offsets of the frames behind it moved along (unless ``changes`` set the frames themselves)."""
+    offsets of the frames behind it moved along."""
     start = header_start(blob)
     old = len(header_payload(blob))
     rest = split_blob(blob)[1] if frame is None else frame
     grow = 0
     while True:
         shifted = dict(fields)
-        if grow and "frames" not in changes:
+        if grow:
             shifted["frames"] = [
                 [f[0], f[1], f[2] + grow if f[2] > start else f[2], *f[3:]] for f in fields["frames"]
             ]

@@ -714,11 +714,11 @@ def test_check_raw_false_skips_the_crcs_and_hands_out_the_stored_bytes(weighted:
         unpack_blob(flip(blob, frame.offset), check_raw=False)
 
 
-def test_raw_crcs_are_checked_once_by_session_from_blob_and_by_bundle_session(
+def test_raw_crcs_are_checked_by_session_from_blob_and_by_bundle_session_unless_open_bundle_hashed_it(
     weighted: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlp_expected: np.ndarray
 ) -> None:
-    """An unsigned bundle's blob is not hashed again on every load (open_bundle hashed it): its raw
-    content is checked by its CRC-32s, once, as session_from_blob checks it."""
+    """A blob open_bundle hashed (the same file, unchanged) is not read again on a load; otherwise its
+    raw content is checked by its CRC-32s, once, as session_from_blob checks it."""
     checked: list[int] = []
     real = blob_module.check_raw_frames
 
@@ -731,6 +731,8 @@ def test_raw_crcs_are_checked_once_by_session_from_blob_and_by_bundle_session(
     root = write_bundle(tmp_path / "bundle", {"mlp": ("onnx", blob)})
 
     session = open_bundle(root).session("mlp", providers=CPU)
+    assert checked == []  # open_bundle hashed this very file: no second pass over its content
+    open_bundle(root, verify=False).session("mlp", providers=CPU)
     assert checked == [len(read_header(blob)[0].frames[-1].crcs)]
     np.testing.assert_allclose(
         session.run(None, {"x": sample_input()})[0], mlp_expected, rtol=1e-5, atol=1e-5
@@ -1174,7 +1176,7 @@ def test_zstd_cli_writes_the_model_of_a_blob_without_weights(
     zstd_cli: str, small_frames: int, tmp_path: Path
 ) -> None:
     model = pseudo_model(5 * small_frames + 99)
-    path = tmp_path / "model.onnx.zst"
+    path = tmp_path / "model.onnx.ocb"
     path.write_bytes(encode(model))
     assert len(read_header(path.read_bytes())[0].frames) == 6
 
@@ -1186,7 +1188,7 @@ def test_zstd_cli_writes_the_model_of_a_blob_without_weights(
 
 def test_zstd_cli_writes_graph_then_zstd_weights(zstd_cli: str, weighted: dict, tmp_path: Path) -> None:
     blob, graph, weights = weighted["zstd"]
-    path = tmp_path / "net.onnx.zst"
+    path = tmp_path / "net.onnx.ocb"
     path.write_bytes(blob)
 
     both = run_zstd(zstd_cli, "-dc", path).stdout
@@ -1204,7 +1206,7 @@ def test_zstd_cli_skips_raw_weights_which_lie_at_the_documented_offset(
     zstd_cli: str, weighted: dict, tmp_path: Path
 ) -> None:
     blob, graph, weights = weighted["raw"]
-    path = tmp_path / "net.onnx.zst"
+    path = tmp_path / "net.onnx.ocb"
     path.write_bytes(blob)
 
     run_zstd(zstd_cli, "-t", path)
@@ -1274,7 +1276,7 @@ def test_damaged_raw_weights_are_caught_by_their_crc_and_in_a_bundle_by_the_blob
     root = write_bundle(tmp_path / "bundle", {"mlp": ("onnx", blob)})
     (frame,) = frames_of(blob, "weights")
     damaged = flip(blob, frame.data_offset + frame.content_size // 2)
-    (root / "mlp.onnx.zst").write_bytes(damaged)
+    (root / "mlp.onnx.ocb").write_bytes(damaged)
 
     with pytest.raises(ChecksumMismatchError, match="blob does not match the sha256/size"):
         open_bundle(root)

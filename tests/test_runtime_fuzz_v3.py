@@ -22,8 +22,8 @@ from runtime_helpers import (
     CPU,
     HEADER_DEFAULTS,
     mutate,
-    pack_header,
     peak_allocation,
+    repack,
     sample_input,
     split_weights,
     to_ort_format,
@@ -136,14 +136,9 @@ def _fields(blob: bytes) -> dict[str, Any]:
 
 
 def _rebuilt(blob: bytes, fields: dict[str, Any]) -> bytes:
-    """``blob`` with a header frame of ``fields`` (same place, CRC right), padded to its old length
-    where it fits, so that only what ``fields`` say differs."""
-    header, end = read_header(blob)
-    start = header.frames[0].offset + header.frames[0].size if header.frames[0].offset == 0 else 0
-    old = end - start - 22
-    payload = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    payload = payload.ljust(old) if len(payload) <= old else payload
-    return blob[:start] + pack_header(payload, version=3) + blob[end:]
+    """``blob`` with a header frame of ``fields`` (same place, CRC right): padded to its old length
+    where it fits, else grown by whole extent alignments, the frames behind it moved along."""
+    return repack(blob, **fields)
 
 
 entries = st.lists(

@@ -131,3 +131,23 @@ def test_small_ort_models_take_the_byte_path_and_large_ones_are_mapped(tmp_path:
     large = encode_blob(ort, level=3, graph_codec="raw", model_format="ort", **HEADER_DEFAULTS)
     mapped = parse_version(onnxruntime.__version__) >= (1, 28, 0)
     assert load_info(session_from_blob(large, providers=CPU)).path == ("ort-mapped" if mapped else "ort-file")
+
+
+def test_session_from_blob_takes_an_mmap_and_uses_it_in_place(tmp_path: Path) -> None:
+    """The caller's own mapping (an mmap object) is borrowed like bytes: the weights stay in it."""
+    import mmap
+
+    root, expected = _bundle(tmp_path / "bundle", "onnx")
+    path = next(root.glob("*.ocb"))
+    copy = tmp_path / "copy.ocb"
+    copy.write_bytes(path.read_bytes())
+    with copy.open("r+b") as stream:
+        mapping = mmap.mmap(stream.fileno(), 0)  # writable, shared: the file is what the session uses
+    session = session_from_blob(mapping, providers=CPU, low_memory=True)
+    assert load_info(session).in_place
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
+    from pipeline.runtime.blob import read_header
+
+    frame = next(f for f in read_header(mapping)[0].frames if f.section == "weights")
+    mapping[frame.data_offset : frame.data_offset + frame.content_size] = bytes(frame.content_size)
+    assert not np.allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)

@@ -358,9 +358,9 @@ def test_bundle_info_is_the_manifest_entry_and_a_copy(bundle_dir: Path) -> None:
     bundle = open_bundle(str(bundle_dir))
     info = bundle.info("upscaler")
     assert info == manifest_of(bundle_dir)["models"]["upscaler"]
-    assert info["file"] == "upscaler.ort.zst"
+    assert info["file"] == "upscaler.ort.ocb"
     info["file"] = "changed"
-    assert bundle.info("upscaler")["file"] == "upscaler.ort.zst"
+    assert bundle.info("upscaler")["file"] == "upscaler.ort.ocb"
 
 
 @pytest.mark.parametrize("name", ["denoiser", "upscaler"])
@@ -415,7 +415,7 @@ def test_manifest_that_is_not_json(bundle_dir: Path) -> None:
         (lambda m: m.pop("manifest_version"), "manifest_version is None, this loader reads 1"),
         (lambda m: m.pop("platform"), r"'platform' \(string\) and 'models' \(object\) are required"),
         (lambda m: m.update(models=[]), r"'platform' \(string\) and 'models' \(object\) are required"),
-        (lambda m: m["models"].update(extra="x.zst"), "entry 'extra' is not an object"),
+        (lambda m: m["models"].update(extra="x.ocb"), "entry 'extra' is not an object"),
         (
             lambda m: m["models"]["denoiser"].pop("blob_sha256"),
             r"entry 'denoiser' lacks 'blob_sha256' \(str\)",
@@ -441,7 +441,7 @@ def test_manifest_that_is_not_an_object(bundle_dir: Path) -> None:
         open_bundle(bundle_dir)
 
 
-@pytest.mark.parametrize("file", ["../x.zst", "/etc/passwd", "sub/../../x.zst", "sub\\x.zst", "", "."])
+@pytest.mark.parametrize("file", ["../x.ocb", "/etc/passwd", "sub/../../x.ocb", "sub\\x.ocb", "", "."])
 def test_manifest_entry_pointing_outside_its_folder(file: str, bundle_dir: Path) -> None:
     manifest = manifest_of(bundle_dir)
     manifest["models"]["denoiser"]["file"] = file
@@ -452,7 +452,7 @@ def test_manifest_entry_pointing_outside_its_folder(file: str, bundle_dir: Path)
         open_bundle(bundle_dir)
 
 
-@pytest.mark.parametrize("file", ["C:/Windows/win.ini", "C:x.zst"])
+@pytest.mark.parametrize("file", ["C:/Windows/win.ini", "C:x.ocb"])
 def test_manifest_entry_with_a_windows_drive(file: str, bundle_dir: Path) -> None:
     # On Windows, Path(root) / "C:/Windows/win.ini" is C:/Windows/win.ini: outside the bundle.
     manifest = manifest_of(bundle_dir)
@@ -464,15 +464,15 @@ def test_manifest_entry_with_a_windows_drive(file: str, bundle_dir: Path) -> Non
 
 def test_manifest_entry_with_a_nul_byte(bundle_dir: Path) -> None:
     manifest = manifest_of(bundle_dir)
-    manifest["models"]["denoiser"]["file"] = "denoiser\0.onnx.zst"
+    manifest["models"]["denoiser"]["file"] = "denoiser\0.onnx.ocb"
     write_manifest(bundle_dir, manifest)
     with pytest.raises(ManifestError, match="denoiser"):
         open_bundle(bundle_dir).session("denoiser")
 
 
 def test_missing_blob_file(bundle_dir: Path) -> None:
-    (bundle_dir / "denoiser.onnx.zst").unlink()
-    missing = r"cannot read blob of 'denoiser' at .*denoiser\.onnx\.zst: No such file"
+    (bundle_dir / "denoiser.onnx.ocb").unlink()
+    missing = r"cannot read blob of 'denoiser' at .*denoiser\.onnx\.ocb: No such file"
     with pytest.raises(ManifestError, match=missing):
         open_bundle(bundle_dir)  # verified at start-up...
     bundle = open_bundle(bundle_dir, verify=False)
@@ -482,7 +482,7 @@ def test_missing_blob_file(bundle_dir: Path) -> None:
 
 @pytest.mark.parametrize("damage", ["flip", "append", "truncate"])
 def test_blob_changed_on_disk(damage: str, bundle_dir: Path) -> None:
-    path = bundle_dir / "upscaler.ort.zst"
+    path = bundle_dir / "upscaler.ort.ocb"
     data = bytearray(path.read_bytes())
     if damage == "flip":
         data[len(data) // 2] ^= 0x10
@@ -491,7 +491,7 @@ def test_blob_changed_on_disk(damage: str, bundle_dir: Path) -> None:
     else:
         del data[-1]
     path.write_bytes(bytes(data))
-    changed = r"upscaler\.ort\.zst: blob does not match the sha256/size recorded in manifest"
+    changed = r"upscaler\.ort\.ocb: blob does not match the sha256/size recorded in manifest"
     with pytest.raises(ChecksumMismatchError, match=changed):
         open_bundle(bundle_dir)
     bundle = open_bundle(bundle_dir, verify=False)
@@ -528,7 +528,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_inspect_blob_prints_the_header(bundle_dir: Path) -> None:
-    path = bundle_dir / "upscaler.ort.zst"
+    path = bundle_dir / "upscaler.ort.ocb"
     result = run_cli("inspect", str(path))
     assert result.returncode == 0, result.stderr
     text, commands = result.stdout.split("# unpack with stock tools:\n")

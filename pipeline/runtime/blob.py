@@ -363,7 +363,9 @@ def _v2_layout(fields: dict[str, Any], version: int, start: int, end: int) -> di
     if graph_size < 0:
         raise CorruptBlobError("blob header declares a negative graph size")
     frames = (
-        _parse_frames(fields["frames"], end) if version < 3 else _parse_extents(fields["frames"], start, end)
+        _parse_frames(fields["frames"], end)
+        if version < 3
+        else _parse_extents(fields["frames"], start, end, ort=fields["model_format"] == ModelFormat.ORT)
     )
     weights = None if fields["weights"] is None else _parse_weights(fields["weights"])
     if fields["model_format"] == ModelFormat.ORT and weights is not None:
@@ -429,7 +431,7 @@ def _parse_frames(entries: list[Any], end: int) -> tuple[Frame, ...]:
     return tuple(frames)
 
 
-def _parse_extents(entries: list[Any], start: int, end: int) -> tuple[Frame, ...]:
+def _parse_extents(entries: list[Any], start: int, end: int, *, ort: bool) -> tuple[Frame, ...]:
     """Version 3's frames: [section, codec, offset, size, content size, pad(, CRC-32s)], in blob
     order, end to end after the header frame; only a raw ORT graph may come first, at offset 0 with
     the header right behind it. A raw frame is a whole section, its content EXTENT_ALIGNMENT-aligned."""
@@ -455,6 +457,8 @@ def _parse_extents(entries: list[Any], start: int, end: int) -> tuple[Frame, ...
         section, codec, offset, size, content_size, pad = entry[:6]
         if offset != position:
             raise CorruptBlobError(f"{label} starts at byte {offset:,}, not {position:,} where it must")
+        if section == "graph" and content["weights"]:
+            raise CorruptBlobError(f"{label}: graph frames come before weights frames")
         checks: tuple[int, ...] = ()
         if codec == "raw":
             checks = _raw_checks(entry[6], content_size, index)
@@ -472,7 +476,7 @@ def _parse_extents(entries: list[Any], start: int, end: int) -> tuple[Frame, ...
         content[section] += content_size
         position = offset + size
         if offset == 0:  # the ORT graph first: the header comes right after it
-            if section != "graph" or codec != "raw" or position != start:
+            if not ort or section != "graph" or codec != "raw" or position != start:
                 raise CorruptBlobError(f"{label}: only a raw graph ending where the header starts may lead")
             position = end
     if start and not frames:
@@ -602,11 +606,29 @@ class CheckedBlob:
     """
 
     def __init__(self, data: Any, header: BlobHeader, header_end: int, threads: int | None) -> None:
-        self.view = memoryview(data).cast("B").toreadonly()
+        self._views = [memoryview(data)]
+        self._views.append(self._views[0].cast("B"))
+        self.view = self._views[-1].toreadonly()
+        self._source = data
+        self.owns_source = False  # the caller's data is never closed; Bundle.session's own mapping is
         self.header = header
         self.header_end = header_end
         self.threads = threads if threads is not None else default_threads()
         self.where = _where(header)
+        self._segments: tuple[tuple[int, memoryview], ...] | None = None
+
+    def release(self) -> None:
+        """Let go of the blob's bytes (after onnxruntime took what it needs from elsewhere, e.g. the
+        blob file it maps itself): the views are released and an owned mapping is closed, so that
+        its pages are not counted twice while onnxruntime maps the same file."""
+        self.view.release()
+        for view in reversed(self._views):
+            view.release()
+        if self.owns_source and hasattr(self._source, "close"):
+            try:
+                self._source.close()
+            except BufferError:  # a view still held elsewhere: unmapped when it goes
+                pass
 
     def frames(self, section: str) -> list[Frame]:
         return [f for f in self.header.frames if f.section == section]
@@ -634,13 +656,24 @@ class CheckedBlob:
         return finish()
 
     def weight_segments(self) -> tuple[tuple[int, memoryview], ...]:
-        """The weights section as (offset in the section, read-only view) pairs (see ``Unpacked``)."""
+        """The weights section as (offset in the section, read-only view) pairs (see ``Unpacked``);
+        zstd frames are decoded on the first call only."""
         if self.header.weights is None:
             return ()
-        extent = self.extent("weights")
-        if extent is not None:
-            return ((0, extent),)
-        return _weight_segments(self.view, self.header, self.where, self.threads)
+        if self._segments is None:
+            extent = self.extent("weights")
+            self._segments = (
+                ((0, extent),)
+                if extent is not None
+                else _weight_segments(self.view, self.header, self.where, self.threads)
+            )
+        return self._segments
+
+    def weights_contiguous(self) -> bool:
+        """Whether ``weight_segments`` gives one buffer, known without decoding anything: always in
+        version 3; in version 2 unless the weights are several raw frames."""
+        frames = self.frames("weights")
+        return self.header.version >= 3 or len(frames) <= 1 or any(f.codec != "raw" for f in frames)
 
 
 def check_blob(

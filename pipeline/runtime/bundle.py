@@ -45,6 +45,7 @@ class Bundle:
         self._manifest_sha256 = manifest_sha256
         self._signed = signed
         self._map_blobs = map_blobs
+        self._hashed: dict[str, tuple[int, ...]] = {}  # name -> identity of the file verify_blob hashed
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -84,6 +85,7 @@ class Bundle:
         stream, _, path = self._open_blob(name, entry)
         digest, size = hashlib.sha256(), 0
         with stream:
+            identity = _identity(os.fstat(stream.fileno()))
             while chunk := stream.read(min(1 << 20, entry["blob_size"] + 1 - size)):
                 digest.update(chunk)
                 size += len(chunk)
@@ -92,6 +94,9 @@ class Bundle:
                 f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
                 "damaged or replaced: re-run `doit cook`"
             )
+        # This very file (inode, size, change time) is now known to hold the manifest's bytes: a
+        # session made from it needs no second pass over its raw content (see ``session``).
+        self._hashed[name] = identity
 
     def session(
         self,
@@ -108,7 +113,8 @@ class Bundle:
         """A session for model ``name``; see ``session_from_blob`` for ``providers``, ``threads``,
         ``low_memory``, ``load_path`` and ``progress`` (here also ``"read"``, mapping or reading the
         file, and ``"check"``, its size and identity against the manifest, before ``"decompress"``
-        and ``"session"``).
+        and ``"session"``). The CRC-32s of raw content are checked unless ``open_bundle`` (``verify``)
+        hashed this same file, unchanged since (inode, size, modification and change times).
 
         The blob file is mapped read-only (``open_bundle(map_blobs=False)`` reads it instead): raw
         sections go to onnxruntime straight from the page cache, and the mapping lives as long as
@@ -119,7 +125,7 @@ class Bundle:
         report = progress or no_progress
         entry = self._entry(name)
         report("read", 0.0)
-        data, fd, path = self._load(name, entry, max_model_size)
+        data, fd, path, identity = self._load(name, entry, max_model_size)
         try:
             report("read", 1.0)
             report("check", 0.0)
@@ -130,9 +136,12 @@ class Bundle:
                 )
             report("check", 1.0)
             report("decompress", 0.0)
-            checked = check_blob(data, max_model_size=max_model_size, threads=threads)
+            # open_bundle hashed this same file (unchanged since: same inode, size and change time):
+            # its raw content needs no CRC pass again; zstd frames are checked as they decode anyway.
+            hashed = identity is not None and self._hashed.get(name) == identity
+            checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=not hashed)
+            checked.owns_source = fd is not None  # our own mapping: the load path may close it early
             self._check_identity(name, entry, checked.header, path)
-            report("decompress", 1.0)
             model_file = BlobFile(fd, str(path)) if fd is not None else None
             session = session_from_checked(
                 checked,
@@ -146,24 +155,26 @@ class Bundle:
         finally:
             if fd is not None:
                 os.close(fd)  # onnxruntime opened (and mapped or read) its own; the mapping needs none
-        _drop_mapped_weights(session, data, checked)
+        if not (isinstance(data, mmap.mmap) and data.closed):
+            _drop_mapped_weights(session, data, checked)
         return session
 
     def _load(
         self, name: str, entry: Mapping[str, Any], max_model_size: int
-    ) -> tuple[mmap.mmap | bytes, int | None, Path]:
-        """The blob file mapped read-only, its descriptor and path; or (``map_blobs=False``, an empty
-        file, or a system that cannot map it) its bytes and no descriptor."""
+    ) -> tuple[mmap.mmap | bytes, int | None, Path, tuple[int, ...] | None]:
+        """The blob file mapped read-only, its descriptor, path and identity; or (``map_blobs=False``,
+        an empty file, or a system that cannot map it) its bytes and no descriptor."""
         if entry["blob_size"] > max_model_size + (max_model_size >> 8) + MAX_HEADER_SIZE:
             raise ManifestError(f"{self._where()}: model {name!r} declares an oversized blob")
         stream, size, path = self._open_blob(name, entry)
         with stream:
+            identity = _identity(os.fstat(stream.fileno()))
             if self._map_blobs and 0 < size == entry["blob_size"]:
                 try:
-                    return _map(stream.fileno(), size), os.dup(stream.fileno()), path
+                    return _map(stream.fileno(), size), os.dup(stream.fileno()), path, identity
                 except (OSError, ValueError, OverflowError):
                     stream.seek(0)  # e.g. a file system that cannot map: read it instead
-            return stream.read(min(size, entry["blob_size"]) + 1), None, path
+            return stream.read(min(size, entry["blob_size"]) + 1), None, path, identity
 
     def _check_identity(self, name: str, entry: Mapping[str, Any], header: Any, path: Path) -> None:
         """The blob is the one the manifest lists (not another intact blob put in its place)."""
@@ -282,6 +293,12 @@ def _map(fd: int, size: int) -> mmap.mmap:
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
     return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+
+
+def _identity(info: os.stat_result) -> tuple[int, ...]:
+    """What tells one file's content from another's without reading it: replaced by rename, the
+    inode differs; written in place, the change time moves."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _sha256(data: mmap.mmap | bytes) -> str:

@@ -41,7 +41,7 @@ import onnxruntime
 
 from .blob import TENSOR_DTYPES, CheckedBlob
 from .compat import parse_version
-from .constants import ModelFormat
+from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
 from .errors import SessionCreateError
 from .onnxrefs import check_references, rewrite_locations
 
@@ -98,13 +98,14 @@ def choose_load_path(
     installed = parse_version(version)
     header = checked.header
     if header.model_format == ModelFormat.ORT:
-        small = (header.graph_size or 0) < SMALL_ORT_MODEL
-        if small or not (has_memfd() or _leading_graph(checked, model_file)):
+        small = (header.graph_size or header.model_size) < SMALL_ORT_MODEL
+        old = header.version == LEGACY_BLOB_FORMAT_VERSION  # one zstd frame: decoded to bytes anyway
+        if small or old or not (has_memfd() or _leading_graph(checked, model_file)):
             return LoadPath.ORT_BYTES
         return LoadPath.ORT_MAPPED if installed >= ORT_MAPPING_SINCE else LoadPath.ORT_FILE
     if header.weights is None:
         return LoadPath.ONNX_INLINE
-    if installed >= FILE_BUFFERS_SINCE and len(checked.weight_segments()) == 1:
+    if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
         return LoadPath.ONNX_FILE_BUFFERS
     if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS:
         return LoadPath.ONNX_SHARED_INITIALIZERS
@@ -131,12 +132,14 @@ def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: Blob
     if path == LoadPath.ONNX_FILE_BUFFERS:
         if installed < FILE_BUFFERS_SINCE:
             return f"onnxruntime {version} ignores use_external_initializer_file_buffers_directly (1.32+)"
-        if len(checked.weight_segments()) != 1:
+        if not checked.weights_contiguous():
             return "the blob's weights are not one contiguous buffer (an old blob with several raw frames)"
     if path == LoadPath.ONNX_SHARED_INITIALIZERS and not has_null_file():
         return f"there is no {NULL_FOLDER}/{NULL_FILE} on this system"
     if path == LoadPath.ORT_MAPPED and installed < ORT_MAPPING_SINCE:
         return f"onnxruntime {version} has no session.use_memory_mapped_ort_model (1.28+)"
+    if path in (LoadPath.ORT_MAPPED, LoadPath.ORT_FILE) and header.version == LEGACY_BLOB_FORMAT_VERSION:
+        return "a version-1 blob's model is one zstd frame: it loads from bytes (ort-bytes)"
     if path in (LoadPath.ORT_MAPPED, LoadPath.ORT_FILE) and not (
         has_memfd() or _leading_graph(checked, model_file)
     ):
@@ -236,6 +239,7 @@ def _prepare_ort(
         options.add_session_config_entry("session.use_ort_model_bytes_for_initializers", "1")
     if _leading_graph(checked, model_file):
         assert model_file is not None
+        checked.release()  # onnxruntime maps the blob file itself: ours would count its pages twice
         return Prepared(model_file.onnxruntime_path())
     fd = memfd_with(checked)
     return Prepared(f"/proc/self/fd/{fd}", cleanup=[lambda: os.close(fd)])

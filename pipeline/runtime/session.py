@@ -178,7 +178,6 @@ def session_from_blob(
     report = progress or no_progress
     report("decompress", 0.0)
     checked = check_blob(data, max_model_size=max_model_size, threads=threads)
-    report("decompress", 1.0)
     return session_from_checked(
         checked,
         providers=providers,
@@ -204,6 +203,7 @@ def session_from_checked(
     header = checked.header
     check_runtime(header)
     path = _load_path(checked, load_path, model_file)
+    refused = _REFUSED.get(_refusal_key(header)) if load_path is None else None
     if providers is None:
         names, skipped = choose_providers(header.execution_providers, onnxruntime.get_available_providers())
         specs = _with_options(header, names)
@@ -230,8 +230,9 @@ def session_from_checked(
             f"model {header.name!r}: onnxruntime {onnxruntime.__version__} refused its weights "
             f"({path.value}): {exc}"
         ) from None
+    report("decompress", 1.0)  # checked (by the caller) and decoded (by prepare)
     report("session", 0.0)
-    refused, fallback = None, prepared.fallback if load_path is None else None
+    fallback = prepared.fallback if load_path is None else None
     try:
         try:
             severity = options.log_severity_level
@@ -253,6 +254,8 @@ def session_from_checked(
                 LoadPath.ONNX_EXTERNAL_INITIALIZERS.value,
             )
             prepared, path = fallback(), LoadPath.ONNX_EXTERNAL_INITIALIZERS
+            if len(_REFUSED) < _MAX_REFUSED:
+                _REFUSED[_refusal_key(header)] = refused
             session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
         raise SessionCreateError(
@@ -271,9 +274,18 @@ def session_from_checked(
     return session
 
 
+# (cook key, model sha256, onnxruntime version) -> why onnxruntime refused the shared-initializer
+# door for that model: its next load in this process goes straight to the copying path.
+_REFUSED: dict[tuple[str, str, str], str] = {}
+_MAX_REFUSED = 4096
+
+
 def _load_path(checked: CheckedBlob, asked: str | None, model_file: BlobFile | None) -> LoadPath:
     if asked is None:
-        return choose_load_path(checked, model_file=model_file)
+        path = choose_load_path(checked, model_file=model_file)
+        if path == LoadPath.ONNX_SHARED_INITIALIZERS and _refusal_key(checked.header) in _REFUSED:
+            return LoadPath.ONNX_EXTERNAL_INITIALIZERS
+        return path
     try:
         path = LoadPath(asked)
     except ValueError:
@@ -283,3 +295,7 @@ def _load_path(checked: CheckedBlob, asked: str | None, model_file: BlobFile | N
     if reason is not None:
         raise SessionCreateError(f"model {checked.header.name!r} cannot load along {path.value}: {reason}")
     return path
+
+
+def _refusal_key(header: BlobHeader) -> tuple[str, str, str]:
+    return (header.cook_key, header.model_sha256, onnxruntime.__version__)
