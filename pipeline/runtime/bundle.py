@@ -24,6 +24,8 @@ from .session import Progress, ProviderSpec, load_info, no_progress, session_fro
 from .trust import SIGNATURE_SIZE, verify_signature
 
 MAX_MANIFEST_SIZE = 64 << 20
+# Blobs under this are read, not mapped (a raw extent starts at 64 KiB: smaller ones hold zstd only).
+SMALL_BLOB = 1 << 20
 _REQUIRED_ENTRY_FIELDS: dict[str, type] = {"file": str, "format": str, "blob_sha256": str, "blob_size": int}
 
 
@@ -46,6 +48,7 @@ class Bundle:
         self._signed = signed
         self._map_blobs = map_blobs
         self._hashed: dict[str, tuple[int, ...]] = {}  # name -> identity of the file verify_blob hashed
+        self._resolved_root: Path | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -169,7 +172,9 @@ class Bundle:
         stream, size, path = self._open_blob(name, entry)
         with stream:
             identity = _identity(os.fstat(stream.fileno()))
-            if self._map_blobs and 0 < size == entry["blob_size"]:
+            # A small blob is read: one read costs less than mapping, and nothing of it is used in
+            # place that a copy would cost (SMALL_BLOB).
+            if self._map_blobs and SMALL_BLOB <= size == entry["blob_size"]:
                 try:
                     return _map(stream.fileno(), size), os.dup(stream.fileno()), path, identity
                 except (OSError, ValueError, OverflowError):
@@ -190,7 +195,7 @@ class Bundle:
         path = self.root / entry["file"]
         try:
             real = path.resolve()
-            if not real.is_relative_to(self.root.resolve()):
+            if not real.is_relative_to(self._real_root()):
                 raise ManifestError(
                     f"{self._where()}: blob of {name!r} at {path} is a link to {real}, outside the bundle "
                     "folder; re-run `doit cook` to rebuild the bundle"
@@ -212,6 +217,12 @@ class Bundle:
                 f"{getattr(exc, 'strerror', None) or exc}; re-run `doit cook` to rebuild the bundle"
             ) from None
         return stream, size, path
+
+    def _real_root(self) -> Path:
+        """The bundle folder with its links resolved, once (a resolve walks every path component)."""
+        if self._resolved_root is None:
+            self._resolved_root = self.root.resolve()
+        return self._resolved_root
 
     def _replaced(self) -> bool:
         """Whether manifest.json on disk is no longer the one this Bundle was opened from."""
