@@ -36,18 +36,10 @@ from pipeline.runtime.errors import BlobTooLargeError, CorruptBlobError, Truncat
 from pipeline.runtime.frames import crc_count
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model
+from tests.test_runtime_fuzz import mutations  # the v2 suite's damage: flip, insert, delete, cut
 
 FUZZ = settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 KINDS = ("onnx-raw", "onnx-zstd", "ort-raw", "ort-zstd")
-mutations = st.lists(
-    st.tuples(
-        st.sampled_from(["flip", "insert", "delete", "truncate"]),
-        st.floats(0, 1, exclude_max=True),
-        st.integers(0, 255),
-    ),
-    min_size=1,
-    max_size=4,
-)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import json
 import math
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
@@ -549,14 +549,19 @@ class Unpacked:
 
     def tensor(self, ref: TensorRef) -> np.ndarray:
         """The initializer ``ref`` as a read-only numpy array over the weights (no copy)."""
-        for start, view in self.segments:
-            if start <= ref.offset and ref.offset + ref.nbytes <= start + len(view):
-                dtype = np.dtype(TENSOR_DTYPES[ref.elem_type])
-                flat = np.frombuffer(
-                    view, dtype=dtype, count=ref.nbytes // dtype.itemsize, offset=ref.offset - start
-                )
-                return flat.reshape(ref.dims)
-        raise CorruptBlobError(f"tensor {ref.name!r} does not lie whole in one weights frame")
+        return tensor_view(self.segments, ref)
+
+
+def tensor_view(segments: Sequence[tuple[int, memoryview]], ref: TensorRef) -> np.ndarray:
+    """The initializer ``ref`` as a read-only numpy array over the weights ``segments`` (no copy)."""
+    for start, view in segments:
+        if start <= ref.offset and ref.offset + ref.nbytes <= start + len(view):
+            dtype = np.dtype(TENSOR_DTYPES[ref.elem_type])
+            flat = np.frombuffer(
+                view, dtype=dtype, count=ref.nbytes // dtype.itemsize, offset=ref.offset - start
+            )
+            return flat.reshape(ref.dims)
+    raise CorruptBlobError(f"tensor {ref.name!r} does not lie whole in one weights frame")
 
 
 def _where(header: BlobHeader) -> str:

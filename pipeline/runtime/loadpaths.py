@@ -36,13 +36,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-import numpy as np
 import onnxruntime
 
-from .blob import TENSOR_DTYPES, CheckedBlob
+from .blob import CheckedBlob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
-from .errors import SessionCreateError
 from .onnxrefs import check_references, rewrite_locations
 
 
@@ -197,7 +195,7 @@ def prepare(
         options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
         options.add_external_initializers_from_files_in_memory([weights.file], [buffer], [len(buffer)])
         return Prepared(graph, keep=[buffer])
-    values = [onnxruntime.OrtValue.ortvalue_from_numpy(_tensor(segments, ref)) for ref in weights.tensors]
+    values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensor_view(segments, ref)) for ref in weights.tensors]
     names = [ref.name for ref in weights.tensors]
     for name, value in zip(names, values, strict=True):
         options.add_initializer(name, value)
@@ -215,17 +213,6 @@ def prepare(
 
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
     return Prepared(rewrite_locations(graph, NULL_FILE), keep=[segments, values], fallback=copying)
-
-
-def _tensor(segments: tuple[tuple[int, memoryview], ...], ref: Any) -> np.ndarray:
-    for start, view in segments:
-        if start <= ref.offset and ref.offset + ref.nbytes <= start + len(view):
-            dtype = np.dtype(TENSOR_DTYPES[ref.elem_type])
-            flat = np.frombuffer(
-                view, dtype=dtype, count=ref.nbytes // dtype.itemsize, offset=ref.offset - start
-            )
-            return flat.reshape(ref.dims)
-    raise SessionCreateError(f"tensor {ref.name!r} does not lie whole in one weights frame")
 
 
 def _prepare_ort(

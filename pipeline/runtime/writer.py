@@ -66,7 +66,6 @@ def encode_blob_v2(
     # (codec, zstd frame or raw content, content size, CRC-32s of raw content)
     graph_frames = _graph_frames(memoryview(model).cast("B"), level, threads)
     weight_frames: list[tuple[str, bytes | memoryview, int, tuple[int, ...]]] = []
-    info = None
     if weights is not None:
         data = memoryview(weights.data).cast("B")
         raw_chunks = None
@@ -76,21 +75,7 @@ def encode_blob_v2(
             weight_frames = [("raw", chunk, len(chunk), raw_crcs(chunk, threads)) for chunk in raw_chunks]
         else:
             weight_frames = [("zstd", frame, size, ()) for frame, size in _zstd_frames(data, level, threads)]
-        info = WeightsInfo(
-            file=weights.file,
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-            tensors=weights.tensors,
-        )
-    header = BlobHeader(
-        version=V2_BLOB_FORMAT_VERSION,
-        model_size=len(model) + (info.size if info else 0),
-        model_sha256=hashlib.sha256(model).hexdigest(),
-        compressed_size=0,
-        graph_size=len(model),
-        weights=info,
-        **header_fields,
-    )
+    header = _header(V2_BLOB_FORMAT_VERSION, memoryview(model).cast("B"), weights, header_fields)
     pieces = [("graph", *frame) for frame in graph_frames] + [("weights", *frame) for frame in weight_frames]
     # Raw frames pad their content to an aligned offset of the blob, which depends on the header's
     # length, which lists the frames: lay out for a header end, then pad the header's JSON with
@@ -244,25 +229,10 @@ def encode_blob(
     is_ort = header_fields.get("model_format") == ModelFormat.ORT
     # section -> (codec, [(stored piece, content size)])
     stored = {"graph": _section(graph, graph_codec, level, threads, may_lead=is_ort)}
-    info = None
     if weights is not None:
         data = memoryview(weights.data).cast("B")
         stored["weights"] = _section(data, weights.codec, level, threads, may_lead=False)
-        info = WeightsInfo(
-            file=weights.file,
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-            tensors=weights.tensors,
-        )
-    header = BlobHeader(
-        version=BLOB_FORMAT_VERSION,
-        model_size=len(graph) + (info.size if info else 0),
-        model_sha256=hashlib.sha256(graph).hexdigest(),
-        compressed_size=0,
-        graph_size=len(graph),
-        weights=info,
-        **header_fields,
-    )
+    header = _header(BLOB_FORMAT_VERSION, graph, weights, header_fields)
     lead = is_ort and stored["graph"][0] == "raw"
     crcs = {
         section: raw_crcs(pieces[0][0], threads)
@@ -299,6 +269,28 @@ def encode_blob(
             leading = [graph] if lead else []
             return b"".join([*leading, head, *parts, _TRAILER.pack(TRAILER_MAGIC, start)])
         length = len(pack_header(laid_out) or b"") + 256
+
+
+def _header(version: int, graph: memoryview, weights: Weights | None, fields: dict[str, Any]) -> BlobHeader:
+    """The header of a blob of ``graph`` and ``weights``, before its frames are laid out."""
+    info = None
+    if weights is not None:
+        data = memoryview(weights.data).cast("B")
+        info = WeightsInfo(
+            file=weights.file,
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            tensors=weights.tensors,
+        )
+    return BlobHeader(
+        version=version,
+        model_size=len(graph) + (info.size if info else 0),
+        model_sha256=hashlib.sha256(graph).hexdigest(),
+        compressed_size=0,
+        graph_size=len(graph),
+        weights=info,
+        **fields,
+    )
 
 
 def _section(
