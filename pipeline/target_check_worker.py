@@ -5,7 +5,8 @@ Runs inside the isolated environment of a target's exact onnxruntime version, st
 
 Each blob is loaded the ways a game loads it, each compared with the source's outputs: from memory
 (``session_from_blob``) and from its file (``Bundle.session``), along the load path the loader
-picks in this version, and along the copying fallback; every load must give the source's outputs.
+picks in this version (where onnxruntime refuses a faster one for the model, the fallback it takes
+is what is compared; the report names the refusal); every load must give the source's outputs.
 Where the loader uses behaviour onnxruntime does not promise (``UNPROMISED``), the report also
 records whether the weights were used in place: the caller's buffer zeroed after the session was
 made, do the outputs change? (Not where optimizers computed new weights: then "not in place".)
@@ -31,13 +32,13 @@ from pipeline.compare import compare
 from pipeline.layout import entry_path, verify_data_path
 from pipeline.runtime import BundleError, session_from_blob
 from pipeline.runtime.blob import check_blob
-from pipeline.runtime.loadpaths import BlobFile, LoadPath, choose_load_path, why_not
+from pipeline.runtime.loadpaths import BlobFile, LoadPath
 from pipeline.runtime.session import load_info, session_from_checked
 
 CPU_ONLY = ["CPUExecutionProvider"]
 # Paths whose in-place use rests on behaviour onnxruntime does not document: proven on every check.
 UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS})
-FALLBACK = {"onnx": LoadPath.ONNX_EXTERNAL_INITIALIZERS, "ort": LoadPath.ORT_BYTES}
+FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_in_place
 
 
 def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
@@ -81,8 +82,12 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
         error, results = problem(session)
     except Exception as exc:  # onnxruntime's run errors
         return {"ok": False, "error": f"fails to run: {exc}"}
-    paths = load_paths(blob_path, blob, entry["format"], problem, outputs_of)
-    error = error or next((f"load path {p}: {r['error']}" for p, r in paths.items() if r.get("error")), None)
+    paths = load_paths(blob_path, blob, session, error, problem, outputs_of)
+    error = error or (
+        f"load path {paths['file']['path']} (from the blob file): {paths['file']['error']}"
+        if paths["file"]["error"]
+        else None
+    )
     return {
         "ok": error is None,
         "error": error,
@@ -94,31 +99,33 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
 def load_paths(
     blob_path: Path,
     blob: bytes,
-    model_format: str,
+    session: onnxruntime.InferenceSession,
+    error: str | None,
     problem: Callable[[onnxruntime.InferenceSession], tuple[str | None, list[Any]]],
     outputs_of: Callable[[onnxruntime.InferenceSession], Mapping[str, Any]],
 ) -> dict[str, dict[str, Any]]:
-    """Every way this onnxruntime would load the blob, each run and compared; unpromised in-place
-    claims proven. Returns {source: {"path", "in_place", "error"}}."""
-    report: dict[str, dict[str, Any]] = {}
-
-    def attempt(source: str, make: Callable[[], onnxruntime.InferenceSession]) -> None:
-        try:
-            made = make()
-            error, _ = problem(made)
-        except Exception as exc:  # noqa: BLE001  a BundleError or a run error: this path fails
-            report[source] = {"path": None, "in_place": False, "error": f"{type(exc).__name__}: {exc}"}
-            return
-        info = load_info(made)
-        report[source] = {"path": info.path.value, "in_place": info.in_place, "error": error}
-
-    attempt("memory", lambda: session_from_blob(bytearray(blob), providers=CPU_ONLY))
-    attempt("file", lambda: _from_file(blob_path))
-    fallback = FALLBACK[model_format]
-    if _applies(blob, fallback):
-        attempt("fallback", lambda: session_from_blob(blob, providers=CPU_ONLY, load_path=fallback.value))
-    chosen = choose_load_path(check_blob(blob))
-    if chosen in UNPROMISED and report["memory"]["path"] == chosen.value and not report["memory"]["error"]:
+    """The ways a game loads the blob in this onnxruntime, each compared with the source: from
+    memory (``session``, made and compared by the caller) and from the blob file; the unpromised
+    door's in-place use recorded. Returns {source: {"path", "in_place", "error", ...}}."""
+    info = load_info(session)
+    report: dict[str, dict[str, Any]] = {
+        "memory": {
+            "path": info.path.value,
+            "in_place": info.in_place,
+            "error": error,
+            "refused": info.refused,
+        }
+    }
+    try:
+        made = _from_file(blob_path)
+        file_error, _ = problem(made)
+        file_info = load_info(made)
+        report["file"] = {"path": file_info.path.value, "in_place": file_info.in_place, "error": file_error}
+        del made
+    except Exception as exc:  # noqa: BLE001  a BundleError or a run error: this path fails
+        report["file"] = {"path": None, "in_place": False, "error": f"{type(exc).__name__}: {exc}"}
+    chosen = info.path
+    if chosen in UNPROMISED and not error:
         # Outputs equal is the proof that matters (checked above); whether the weights are used in
         # place is recorded: onnxruntime computes new weights of its own where optimizers fuse
         # nodes (Conv+BatchNormalization), on every path.
@@ -127,10 +134,6 @@ def load_paths(
         except Exception as exc:  # noqa: BLE001  recorded, not fatal: the loads above passed
             report["memory"]["in_place_proof"] = f"not shown ({type(exc).__name__}: {exc})"
     return report
-
-
-def _applies(blob: bytes, path: LoadPath) -> bool:
-    return why_not(path, check_blob(blob), onnxruntime.__version__, None) is None
 
 
 def _from_file(blob_path: Path) -> onnxruntime.InferenceSession:
@@ -166,7 +169,7 @@ def _prove_in_place(
         check_blob(bytes(buffer), check_raw=False),
         providers=CPU_ONLY,
         low_memory=True,
-        load_path=FALLBACK["onnx"].value,
+        load_path=FALLBACK.value,
     )
     depends = any(
         not np.array_equal(np.asarray(before[k]), np.asarray(v)) for k, v in outputs_of(zeroed).items()
