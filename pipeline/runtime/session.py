@@ -233,6 +233,7 @@ def session_from_checked(
     report("decompress", 1.0)  # checked (by the caller) and decoded (by prepare)
     report("session", 0.0)
     fallback = prepared.fallback if load_path is None else None
+    cleanup = list(prepared.cleanup)
     try:
         try:
             severity = options.log_severity_level
@@ -254,6 +255,7 @@ def session_from_checked(
                 LoadPath.ONNX_EXTERNAL_INITIALIZERS.value,
             )
             prepared, path = fallback(), LoadPath.ONNX_EXTERNAL_INITIALIZERS
+            cleanup += prepared.cleanup
             if len(_REFUSED) < _MAX_REFUSED:
                 _REFUSED[_refusal_key(header)] = refused
             session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
@@ -263,7 +265,7 @@ def session_from_checked(
             f"({header.platform}, {header.model_format}, load path {path.value}): {exc}"
         ) from None
     finally:
-        for undo in prepared.cleanup:
+        for undo in cleanup:
             undo()
     report("session", 1.0)
     # What onnxruntime uses in place must live as long as the session: the blob's views (and through
