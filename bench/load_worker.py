@@ -28,7 +28,7 @@ import onnxruntime  # noqa: E402
 from pipeline.runtime import load_info, open_bundle, session_from_blob  # noqa: E402
 
 CPU = ["CPUExecutionProvider"]
-VARIANTS = ("source", "blob", "bundle", "plain_ort", "blob_low_memory")
+VARIANTS = ("source", "blob", "bundle", "plain_ort", "blob_low_memory", "bundle_low_memory")
 
 
 def make(variant: str, case: dict, held: dict) -> onnxruntime.InferenceSession | None:
@@ -42,6 +42,8 @@ def make(variant: str, case: dict, held: dict) -> onnxruntime.InferenceSession |
         return session_from_blob(held["blob"], providers=CPU, low_memory=True)
     if variant == "bundle":
         return held["bundle"].session(held["name"], providers=CPU)
+    if variant == "bundle_low_memory":
+        return held["bundle"].session(held["name"], providers=CPU, low_memory=True)
     if variant == "plain_ort":
         return onnxruntime.InferenceSession(case["plain_ort"], providers=CPU) if case["plain_ort"] else None
     raise SystemExit(f"unknown variant {variant!r}")
