@@ -242,3 +242,39 @@ def test_standalone_reports_live_in_results_md_and_survive_the_main_bench(tmp_pa
     rewritten = carry_over(text, "# onnx-cooker benchmarks\n\n## 1. Load\n| a | c |\n")
     assert "| a | c |" in rewritten and "| a | b |" not in rewritten
     assert "| farm | 2 |" in rewritten and "| p | 1 |" in rewritten
+
+
+def test_the_loading_bench_runs_every_platform_in_its_own_onnxruntime(tmp_path: Path) -> None:
+    """``python -m bench.loading --quick``: every platform timed in the version it ships (windows-dml
+    also in 1.32), every variant, the load path each used, memory in fresh processes, and its
+    section embedded in results.md beside what was there."""
+    results = tmp_path / "results.md"
+    results.write_text("# onnx-cooker benchmarks\n\nearlier tables\n", encoding="utf-8")
+    output = tmp_path / "results-loading.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.loading", "--quick", "--output", str(output), "--results", str(results)]
+        + ["--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = output.read_text(encoding="utf-8")
+    for platform, version in (
+        ("android", "1.32.0"),
+        ("console", "1.28.0"),
+        ("ios", "1.32.0"),
+        ("windows-dml", "1.24.4"),
+        ("windows-dml", "1.32.0"),
+    ):
+        assert f"### {platform} in onnxruntime {version}" in report
+        assert f"| {platform} ({version}) |" in report
+    assert "onnx-shared-initializers" in report and "onnx-file-buffers" in report and "ort-mapped" in report
+    assert report.count("| large_weights |") == 5
+    for variant in ("source", "blob", "bundle", "plain_ort", "blob_low_memory", "bundle_low_memory"):
+        assert f"| {variant} |" in report
+    embedded = results.read_text(encoding="utf-8")
+    assert embedded.startswith("# onnx-cooker benchmarks\n\nearlier tables")
+    assert "<!-- bench.loading -->" in embedded and "### android in onnxruntime 1.32.0" in embedded
