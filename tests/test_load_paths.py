@@ -7,7 +7,6 @@ table promises for that version. Each version runs in its own environment (the r
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from runtime_helpers import HEADER_DEFAULTS, run_source, split_weights, to_ort_format
+from runtime_helpers import HEADER_DEFAULTS, make_weighted_blob, run_source, to_ort_format
 
 from pipeline.runtime.writer import encode_blob
 from pipeline.target_check import ensure_runtime
@@ -41,28 +40,14 @@ def _cases(folder: Path) -> list[dict[str, Any]]:
     cases = []
     onnx_model = dense_model(256, 512, batch=1, seed=3, activation="Relu", name="mlp")
     x_onnx = np.random.default_rng(1).standard_normal((1, 256)).astype(np.float32)
-    graph, weights = split_weights(onnx_model, "mlp")
     for codec in ("raw", "zstd"):
-        blob = encode_blob(
-            graph,
-            level=3,
-            weights=dataclasses.replace(weights, codec=codec),
-            model_format="onnx",
-            **HEADER_DEFAULTS,
-        )
+        blob = make_weighted_blob(onnx_model, codec)[0]
         cases.append(
             _case(folder, f"onnx-{codec}", blob, x_onnx, run_source(onnx_model.SerializeToString(), x_onnx))
         )
     conv = conv_bn_relu_model()  # optimizers read its initializers: 1.24.4 and 1.28.0 refuse the door
     x_conv = np.random.default_rng(4).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    graph, weights = split_weights(conv, "conv")
-    blob = encode_blob(
-        graph,
-        level=3,
-        weights=dataclasses.replace(weights, codec="raw"),
-        model_format="onnx",
-        **HEADER_DEFAULTS,
-    )
+    blob = make_weighted_blob(conv, "raw")[0]
     # Conv+BatchNormalization fuse: onnxruntime computes new weights of its own, so nothing of the
     # caller's is used in place, whatever the path (not a claim the probe checks here).
     cases.append(

@@ -6,7 +6,6 @@ from a mapped file (Bundle.session); what loads computes what the original compu
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import struct
 from pathlib import Path
@@ -21,11 +20,11 @@ from hypothesis.errors import InvalidArgument
 from runtime_helpers import (
     CPU,
     HEADER_DEFAULTS,
+    make_weighted_blob,
     mutate,
     peak_allocation,
     repack,
     sample_input,
-    split_weights,
     to_ort_format,
     write_bundle,
 )
@@ -54,16 +53,9 @@ def originals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[bytes
     def run(m: Any, x: np.ndarray) -> np.ndarray:
         return onnxruntime.InferenceSession(m.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
 
-    graph, weights = split_weights(dense, "wide")
     found = {}
     for codec in ("raw", "zstd"):
-        blob = encode_blob(
-            graph,
-            level=3,
-            weights=dataclasses.replace(weights, codec=codec),
-            model_format="onnx",
-            **HEADER_DEFAULTS,
-        )
+        blob = make_weighted_blob(dense, codec, name="wide")[0]
         found[f"onnx-{codec}"] = (blob, x64, run(dense, x64))
     ort = to_ort_format(model.SerializeToString(), tmp_path_factory.mktemp("ort"))
     for codec in ("raw", "zstd"):

@@ -141,7 +141,8 @@ class Bundle:
             report("decompress", 0.0)
             # open_bundle hashed this same file (unchanged since: same inode, size and change time):
             # its raw content needs no CRC pass again; zstd frames are checked as they decode anyway.
-            hashed = identity is not None and self._hashed.get(name) == identity
+            # (A signed bundle's load just hashed these very bytes against the manifest.)
+            hashed = self._signed or (identity is not None and self._hashed.get(name) == identity)
             checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=not hashed)
             checked.owns_source = fd is not None  # our own mapping: the load path may close it early
             self._check_identity(name, entry, checked.header, path)
