@@ -16,6 +16,7 @@ import onnx
 
 from .cache import CookCache
 from .cookkey import cook_key, tool_versions
+from .downgrade import downgrade, limits_of
 from .errors import CookError, ModelError, VerifyError
 from .facts import feed_inputs, onnx_facts, ort_facts
 from .fsutil import json_bytes
@@ -189,7 +190,17 @@ def cook_source(
         with step("accuracy gate"):
             precision["accuracy"] = _accuracy_gate(job, source_model, model, read, precision)
     asked_runtime = job.settings.optimization_style == OptimizationStyle.RUNTIME
-    variant = _cook_with_style_fallback(job, model, read, key)
+    reference = model  # what the cooked blob must compute, whatever the repairs below change
+    with step("downgrade"):
+        model, repairs = downgrade(
+            model,
+            limits_of(job.settings.runtime_version),
+            mode=job.settings.downgrade,
+            where=str(asset.settings_path or asset.path.with_suffix(".cook.yaml")),
+        )
+    variant = _cook_with_style_fallback(job, model, read, key, reference)
+    if repairs:
+        variant = replace(variant, fallbacks=[*repairs, *variant.fallbacks])
     _check_blob_budget(job, variant)
     job, settings, blob = variant.job, variant.job.settings, variant.blob
     options = job.settings.to_dict()
@@ -347,11 +358,13 @@ STYLE_FALLBACKS: tuple[dict[str, str], ...] = (
 LOAD_FAILURE = "the runtime loader cannot load the cooked blob"
 
 
-def _cook_with_style_fallback(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str) -> _Variant:
+def _cook_with_style_fallback(
+    job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str, reference: onnx.ModelProto
+) -> _Variant:
     """The platform's form of the model; for a runtime-style blob that does not load, the first
     fallback form that loads and verifies, recorded. Never a blob that failed to load."""
     try:
-        return _cook_variant(job, model, read, key)
+        return _cook_variant(job, model, read, key, reference)
     except VerifyError as exc:
         if LOAD_FAILURE not in str(exc) or job.settings.optimization_style != OptimizationStyle.RUNTIME:
             raise
@@ -366,7 +379,7 @@ def _cook_with_style_fallback(job: CookJob, model: onnx.ModelProto, read: Source
         attempt = replace(job, settings=replace(job.settings, **change))
         described = ", ".join(f"{k} {v}" for k, v in change.items())
         try:
-            variant = _cook_variant(attempt, model, read, key)
+            variant = _cook_variant(attempt, model, read, key, reference)
         except CookError as exc:  # a guard or the verification refuses this form too: the next one
             tried.append(f"{described}: {exc.problem}")
             continue
@@ -391,8 +404,11 @@ def _style_pinned(job: CookJob) -> bool:
     return "optimization_style" in data or "optimization_style" in section
 
 
-def _cook_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str) -> _Variant:
-    """Optimize, guard, compress and verify ``model`` with ``job``'s settings (no file written)."""
+def _cook_variant(
+    job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str, reference: onnx.ModelProto
+) -> _Variant:
+    """Optimize, guard, compress and verify ``model`` with ``job``'s settings (no file written); the
+    blob must compute what ``reference`` computes (``model`` itself, or the model before a downgrade)."""
     asset, settings = job.asset, job.settings
     large = is_large(model)
     fallback: dict[str, Any] | None = None
@@ -440,7 +456,7 @@ def _cook_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead, key: s
             ep_session_options=options["ep_session_options"],
         )
     try:
-        verification, verify_data = _verification(job, model, blob, read)
+        verification, verify_data = _verification(job, reference, blob, read)
     except VerifyError as exc:
         raise VerifyError(f"verification failed: {exc.problem}") from None
     return _Variant(

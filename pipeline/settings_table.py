@@ -157,6 +157,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime_version", TEXT, "1.32.0",
             "the onnxruntime version the target ships; cooked models must load there",
             check=check_runtime_version, schema={"pattern": r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"}),
+    Setting("downgrade", TEXT, "auto",
+            "`auto`: a model newer than `runtime_version` loads is lowered to what it loads: its IR version "
+            "when it uses no newer IR's feature, its default-domain opset by onnx's version converter (the "
+            "result verified against the source like any cook); recorded in `fallbacks`, one warning line. "
+            "`never`: such a model fails the cook",
+            choices=("auto", "never")),
     Setting("execution_providers", NAMES, ["CPUExecutionProvider"],
             "runtime EPs in order of preference (custom names pass through)",
             check=eprules.check_execution_providers, schema={"minItems": 1, "uniqueItems": True}),

@@ -220,3 +220,59 @@ def int4_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
     )
     return model_of(graph, opset=21, ir_version=10)
+
+
+def shared_constants_model(ir_version: int, blocks: int = 96) -> onnx.ModelProto:
+    """Many identical small constants, as exporters generate them (Unsqueeze/Squeeze axes, scalar
+    factors), beside one 16x16 weight: onnxruntime's ConstantSharing keeps one of each, so the cooked
+    model holds about a third of the source's weight bytes and loses nothing. x [1, 16] -> y [1, 16].
+    IR < 4 lists every initializer as a graph input too."""
+    rng = np.random.default_rng(RNG_SEED)
+    weight = (rng.standard_normal((16, 16)) / 4).astype(np.float32)
+    initializers = [numpy_helper.from_array(weight, "w")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h0"], name="project")]
+    for i in range(blocks):
+        initializers += [
+            numpy_helper.from_array(np.array([0], np.int64), f"axes{i}"),
+            numpy_helper.from_array(np.array([0], np.int64), f"again{i}"),
+            numpy_helper.from_array(np.array([0.5], np.float32), f"half{i}"),
+        ]
+        nodes += [
+            helper.make_node("Unsqueeze", [f"h{i}", f"axes{i}"], [f"u{i}"], name=f"unsqueeze{i}"),
+            helper.make_node("Squeeze", [f"u{i}", f"again{i}"], [f"s{i}"], name=f"squeeze{i}"),
+            helper.make_node("Mul", [f"s{i}", f"half{i}"], [f"m{i}"], name=f"scale{i}"),
+            helper.make_node("Add", [f"m{i}", f"h{i}"], [f"h{i + 1}"], name=f"residual{i}"),
+        ]
+    nodes[-1].output[0] = "y"
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])]
+    if ir_version < 4:
+        inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in initializers]
+    graph = helper.make_graph(
+        nodes,
+        "shared_constants",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        initializers,
+    )
+    return model_of(graph, opset=13, ir_version=ir_version)
+
+
+def todays_onnx_model(seed: int = RNG_SEED) -> onnx.ModelProto:
+    """A Gemm + Relu + Softmax classifier saved as ``onnx.helper.make_model`` saves it in onnx 1.23:
+    IR 14, opset 28 (pinned, so that the bytes do not follow the installed onnx). x [2, 8] -> y [2, 4]."""
+    rng = np.random.default_rng(seed)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="dense", transB=1),
+            helper.make_node("Relu", ["h"], ["r"], name="relu"),
+            helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1),
+        ],
+        "todays_onnx",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [
+            numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        ],
+    )
+    return model_of(graph, opset=28, ir_version=14)

@@ -187,11 +187,14 @@ def test_shipped_legacy_asset_cooks_for_every_platform(tmp_path: Path) -> None:
 
 
 def test_too_new_opset_rejected_for_old_runtime_accepted_for_new(tmp_path: Path) -> None:
-    """Trap 6: opset 26 needs onnxruntime 1.28; windows-dml ships 1.24.4."""
+    """Trap 6: opset 26 needs onnxruntime 1.28; windows-dml ships 1.24.4. Without the downgrade
+    (tests/test_model_repairs.py) the guard refuses it, naming the opset the target loads."""
     assets = tmp_path / "assets"
     save(relu_model(26), assets, "relu26")
-    with pytest.raises(GuardError, match=r"needs onnxruntime 1\.28 or newer.*runtime_version is 1\.24\.4"):
-        cook(job_for(assets, "relu26", shipped_settings("windows-dml"), tmp_path / "build"))
+    with pytest.raises(
+        GuardError, match=r"opset 26 and onnxruntime 1\.24\.4 \(runtime_version\) loads opset 25 at most"
+    ):
+        cook(job_for(assets, "relu26", shipped_settings("windows-dml", downgrade="never"), tmp_path / "build"))
     entry = cook(job_for(assets, "relu26", shipped_settings("android"), tmp_path / "build"))
     assert entry["min_runtime_version"] == "1.28"
 

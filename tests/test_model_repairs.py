@@ -1,0 +1,349 @@
+"""Every model onnxruntime runs cooks for every platform: the exact weight guard (no refusal of
+deduplicated constants, the seed thread's stripped file still refused) and the downgrades of IR and
+opset for older target runtimes (docs/design.md, "The weight guard", "Newer models, older runtimes")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline import guard as guard_module
+from pipeline.cook import _cook_variant, cook
+from pipeline.downgrade import NEWEST_IR_KNOWN, TYPES_SINCE_IR, Limits, downgrade, limits_of
+from pipeline.errors import GuardError, ModelError, VerifyError
+from pipeline.facts import onnx_facts, ort_facts
+from pipeline.layout import blob_path
+from pipeline.optimize import optimize
+from pipeline.runtime import decode_blob, session_from_blob
+from pipeline.source import read_sources
+from tests.models import (
+    conv_bn_relu_model,
+    mlp_model,
+    model_of,
+    relu_model,
+    shared_constants_model,
+    todays_onnx_model,
+)
+from tests.test_cook import job_for, save, settings_for, shipped_settings
+from tests.test_dodo import cook as doit_cook
+from tests.test_target_check import OLD_RUNTIME, check_for, run_check
+
+PLATFORMS = ("windows-dml", "console", "android", "ios")
+CPU = ["CPUExecutionProvider"]
+
+
+def cooked_facts(blob: bytes):
+    header, model = decode_blob(blob)
+    return ort_facts(model) if header.model_format == "ort" else onnx_facts(onnx.load_from_string(model))
+
+
+def used(entry: dict) -> dict:
+    """What the entry's downgrade fallbacks put in place: {"opset": 25, "ir_version": 13}."""
+    return {key: value for fallback in entry["fallbacks"] for key, value in fallback.get("used", {}).items()}
+
+
+# --- the weight guard ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ir_version", [3, 8])
+def test_deduplicated_constants_cook_and_verify_for_every_platform(tmp_path: Path, ir_version: int) -> None:
+    """The real model the byte-ratio guard refused: ConstantSharing keeps one of many equal constants."""
+    source = shared_constants_model(ir_version)
+    save(source, tmp_path / "assets", "shared")
+    source_bytes = onnx_facts(source).initializer_bytes
+    for platform in PLATFORMS:
+        settings = shipped_settings(platform)
+        entry = cook(job_for(tmp_path / "assets", "shared", settings, tmp_path / "build"))
+        assert all(output["ok"] for output in entry["verification"]["outputs"]), entry["verification"]
+        # the case the old rule refused: under half of the source's weight bytes, and nothing lost
+        assert entry["weight_bytes"] < 0.5 * source_bytes
+        blob = blob_path(tmp_path / "build" / platform, "shared", settings.format).read_bytes()
+        assert cooked_facts(blob).missing_values == ()
+
+
+def test_a_cooked_model_with_its_initializers_stripped_is_refused_naming_them() -> None:
+    """The seed thread's file: optimized for real, then its initializers gone (as DirectML took them)."""
+    source = conv_bn_relu_model()
+    cooked = onnx.load_from_string(optimize(source, shipped_settings("windows-dml")))
+    names = sorted(tensor.name for tensor in cooked.graph.initializer)
+    assert names
+    del cooked.graph.initializer[:]
+
+    problems = guard_module.check_weights(onnx_facts(source), onnx_facts(cooked))
+
+    assert len(problems) == 1 and problems[0].startswith("weights were dropped: nodes read values")
+    assert all(name in problems[0] for name in names[:5])
+    assert "0 initializers" in problems[0]
+
+
+def test_a_value_a_subgraph_reads_from_outside_counts_as_provided_only_while_it_exists() -> None:
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "outer_w"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        "branches",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.ones(2, np.float32), "outer_w")],
+    )
+    model = model_of(graph)
+    assert onnx_facts(model).missing_values == ()
+    del model.graph.initializer[:]
+    assert onnx_facts(model).missing_values == ("outer_w",)
+
+
+def named_mlp() -> onnx.ModelProto:
+    model = mlp_model()
+    for index, node in enumerate(model.graph.node):
+        node.name = f"n{index}"
+    return model
+
+
+def test_a_weight_zeroed_or_retyped_under_its_own_name_is_refused() -> None:
+    source = named_mlp()
+    weight = numpy_helper.to_array(source.graph.initializer[0])
+    for replacement in (np.zeros_like(weight), weight.astype(np.float16), weight[:2]):
+        cooked = onnx.ModelProto()
+        cooked.CopyFrom(source)
+        cooked.graph.initializer[0].CopyFrom(numpy_helper.from_array(replacement, "W"))
+
+        problems = guard_module.check_weights(onnx_facts(source), onnx_facts(cooked))
+
+        assert len(problems) == 1 and "'W' of node 'n0' (MatMul)" in problems[0], problems
+
+
+def test_a_weight_rewritten_in_place_or_shared_under_another_name_passes() -> None:
+    """onnxruntime transposes a weight one node reads under its own name; ConstantSharing and folding
+    give nodes other names to read. Neither drops a weight (the verification proves the numbers)."""
+    source = named_mlp()
+    weight = numpy_helper.to_array(source.graph.initializer[0])
+    transposed = onnx.ModelProto()
+    transposed.CopyFrom(source)
+    transposed.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(weight.T), "W"))
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(source)
+    renamed.graph.initializer[0].name = "W_shared"
+    renamed.graph.node[0].input[1] = "W_shared"
+
+    for cooked in (transposed, renamed):
+        assert guard_module.check_weights(onnx_facts(source), onnx_facts(cooked)) == []
+
+
+# --- downgrades: IR -------------------------------------------------------------------------------
+
+
+def test_the_limits_are_those_of_the_shipped_runtimes_and_the_ir_table_is_complete() -> None:
+    assert limits_of("1.24.4") == Limits("1.24.4", 25, 13)
+    assert limits_of("1.28.0") == Limits("1.28.0", 26, 13)
+    assert limits_of("1.32.0") == Limits("1.32.0", 28, 14)
+    # Every data type newer than IR 9 (float8) is listed; a new IR of onnx fails here until it is.
+    newer = {value for value in TensorProto.DataType.values() if value > TensorProto.FLOAT8E5M2FNUZ}
+    assert newer == {t for types in TYPES_SINCE_IR.values() for t in types}
+    assert NEWEST_IR_KNOWN == onnx.IR_VERSION
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_a_model_saved_by_todays_onnx_cooks_for_every_platform(tmp_path: Path, platform: str) -> None:
+    save(todays_onnx_model(), tmp_path / "assets", "today")
+    settings = shipped_settings(platform)
+    limits = limits_of(settings.runtime_version)
+
+    entry = cook(job_for(tmp_path / "assets", "today", settings, tmp_path / "build"))
+
+    blob = blob_path(tmp_path / "build" / platform, "today", settings.format).read_bytes()
+    facts = cooked_facts(blob)
+    assert facts.ir_version == min(14, limits.ir_version) and facts.opset == min(28, limits.opset)
+    expected = {}
+    if limits.opset < 28:
+        expected["opset"] = limits.opset
+    if limits.ir_version < 14:
+        expected["ir_version"] = limits.ir_version
+    assert used(entry) == expected
+    assert all(output["ok"] for output in entry["verification"]["outputs"])
+    feed = {"x": np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)}
+    want = onnxruntime.InferenceSession(todays_onnx_model().SerializeToString(), providers=CPU).run(
+        None, feed
+    )
+    got = session_from_blob(blob, providers=CPU).run(None, feed)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("platform", "version"), [("windows-dml", OLD_RUNTIME), ("console", "1.28.0")])
+def test_lowered_models_load_in_the_targets_exact_runtime(
+    tmp_path: Path, platform: str, version: str
+) -> None:
+    """IR 14 / opset 28 lowered, and an opset-26 model converted: the runtime check in the exact
+    onnxruntime the platform ships loads and matches them."""
+    save(todays_onnx_model(), tmp_path / "assets", "today")
+    save(relu_model(26), tmp_path / "assets", "relu26")
+    settings = shipped_settings(platform)
+    for name in ("today", "relu26"):
+        cook(job_for(tmp_path / "assets", name, settings, tmp_path / "build"))
+    platform_dir = tmp_path / "build" / platform
+    check = check_for(platform_dir, ["today", "relu26"], version, Path(f"platforms/{platform}.yaml"))
+
+    report = run_check(check)
+
+    assert report["onnxruntime"] == version
+    assert all(report["models"][name]["ok"] for name in ("today", "relu26")), report["models"]
+
+
+def test_downgrade_never_fails_naming_ir_and_opset_with_the_numbers_the_target_allows(tmp_path: Path) -> None:
+    save(todays_onnx_model(), tmp_path / "assets", "today")
+    settings = shipped_settings("windows-dml", downgrade="never")
+    with pytest.raises(GuardError) as failure:
+        cook(job_for(tmp_path / "assets", "today", settings, tmp_path / "build"))
+    message = str(failure.value)
+    assert (
+        "imports default-domain opset 28 and onnxruntime 1.24.4 (runtime_version) loads opset 25 at most"
+        in (message)
+    )
+    assert "is IR 14 and onnxruntime 1.24.4 (runtime_version) loads IR 13 at most" in message
+    assert "set `downgrade: auto`" in message and "raise runtime_version to 1.32" in message
+    assert not blob_path(tmp_path / "build" / "windows-dml", "today", "onnx").exists()
+
+
+def int4_weights_model() -> onnx.ModelProto:
+    """An int4 initializer dequantized to float (IR 10, opset 21)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["w4", "scale"], ["w"], name="dequantize"),
+            helper.make_node("Add", ["x", "w"], ["y"], name="add"),
+        ],
+        "int4_weights",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [
+            helper.make_tensor("w4", TensorProto.INT4, [4], [1, -2, 3, -4]),
+            numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+        ],
+    )
+    return model_of(graph, opset=21, ir_version=10)
+
+
+def test_an_int4_model_for_a_target_that_loads_only_ir_9_fails_naming_the_feature(tmp_path: Path) -> None:
+    model = int4_weights_model()
+    onnx.checker.check_model(model)
+    save(model, tmp_path / "assets", "int4")
+    settings = settings_for(
+        tmp_path, "runtime_version: '1.17.0'\nformat: onnx\nexecution_providers: [CPUExecutionProvider]\n"
+    )
+    with pytest.raises(ModelError) as failure:
+        cook(job_for(tmp_path / "assets", "int4", settings, tmp_path / "build"))
+    message = str(failure.value)
+    assert "int4.onnx" in message and "the model is IR 10 and uses int4 (IR 10): initializer 'w4'" in message
+    assert "loads IR 9 at most" in message and "raise runtime_version to 1.20 or newer" in message
+    assert "skip_platforms" in message
+
+
+def test_lowering_below_ir_10_drops_annotations_and_refuses_overloads() -> None:
+    limits = Limits("1.17.0", 20, 9)
+    annotated = relu_model(20)
+    annotated.graph.node[0].metadata_props.add(key="origin", value="exporter")
+    annotated.graph.input[0].metadata_props.add(key="unit", value="m")
+
+    lowered, records = downgrade(annotated, limits, mode="auto", where="relu.cook.yaml")
+
+    assert lowered.ir_version == 9 and records[0]["used"] == {"ir_version": 9}
+    assert not lowered.graph.node[0].metadata_props and not lowered.graph.input[0].metadata_props
+    assert annotated.ir_version == 10  # the source is left as it was
+    overloaded = relu_model(20)
+    overloaded.graph.node[0].overload = "fast"
+    with pytest.raises(ModelError, match=r"function overloads \(IR 10\): node"):
+        downgrade(overloaded, limits, mode="auto", where="relu.cook.yaml")
+
+
+# --- downgrades: opset ----------------------------------------------------------------------------
+
+
+def test_an_opset_26_model_is_converted_for_an_older_target_and_verified(tmp_path: Path) -> None:
+    save(relu_model(26), tmp_path / "assets", "relu26")
+    entry = cook(job_for(tmp_path / "assets", "relu26", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert used(entry) == {"opset": 25} and entry["min_runtime_version"] == "1.24"
+    assert "version converter" in entry["fallbacks"][0]["why"]
+    assert all(output["ok"] for output in entry["verification"]["outputs"])
+    # where the target loads opset 26, nothing is converted
+    entry = cook(job_for(tmp_path / "assets", "relu26", shipped_settings("console"), tmp_path / "build"))
+    assert entry["fallbacks"] == []
+
+
+def cumprod_model() -> onnx.ModelProto:
+    """CumProd is new in opset 26: there is nothing to convert it to."""
+    graph = helper.make_graph(
+        [helper.make_node("CumProd", ["x", "axis"], ["y"], name="cumprod")],
+        "cumprod",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(0, np.int64), "axis")],
+    )
+    return model_of(graph, opset=26, ir_version=10)
+
+
+def test_a_model_the_converter_cannot_lower_fails_with_its_reason_and_the_choices(tmp_path: Path) -> None:
+    save(cumprod_model(), tmp_path / "assets", "cumprod")
+    with pytest.raises(ModelError) as failure:
+        cook(job_for(tmp_path / "assets", "cumprod", shipped_settings("windows-dml"), tmp_path / "build"))
+    message = str(failure.value)
+    assert "cumprod.onnx" in message and "windows-dml" in message
+    assert "opset 26 and onnxruntime 1.24.4 (runtime_version) loads opset 25 at most" in message
+    assert "cannot convert it (" in message and "CumProd" in message
+    assert "raise runtime_version to 1.28 or newer" in message and "skip_platforms" in message
+
+
+def test_what_ships_is_verified_against_the_model_before_the_repair(tmp_path: Path) -> None:
+    """A conversion that changed what the model computes fails the verification: the blob is compared
+    with the source, not with the converted model."""
+    source = named_mlp()
+    save(source, tmp_path / "assets", "mlp")
+    job = job_for(tmp_path / "assets", "mlp", shipped_settings("windows-dml"), tmp_path / "build")
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(source)
+    weight = numpy_helper.to_array(wrong.graph.initializer[0])
+    wrong.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight * 1.5, "W"))
+    read = read_sources(job.asset)
+
+    _cook_variant(job, wrong, read, "key", wrong)  # against itself it verifies
+    with pytest.raises(VerifyError, match="outputs differ from the source"):
+        _cook_variant(job, wrong, read, "key", source)
+
+
+# --- the whole project, through doit ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_doit_cooks_the_examples_and_the_repaired_models_into_every_manifest(project: Path) -> None:
+    """The example assets plus a deduplicated IR-3 model and a model saved by today's onnx: every
+    platform gets its manifest, the runtime checks in the exact target versions pass, and each
+    repair is one warning line."""
+    save(shared_constants_model(3), project / "assets", "shared_constants")
+    save(todays_onnx_model(), project / "assets", "todays_onnx")
+
+    run = doit_cook(project)
+
+    for platform in PLATFORMS:
+        manifest = json.loads((project / "build" / platform / "manifest.json").read_text())
+        assert {"shared_constants", "todays_onnx"} <= set(manifest["models"]), platform
+        version = shipped_settings(platform).runtime_version
+        assert version in manifest["models"]["todays_onnx"]["verified_on"], platform
+    assert "warning: todays_onnx cooked with opset 25: onnxruntime 1.24.4 loads" in run.stdout
+    assert "warning: todays_onnx cooked with ir_version 13: onnxruntime 1.28.0 loads" in run.stdout
