@@ -194,7 +194,8 @@ def test_too_new_opset_rejected_for_old_runtime_accepted_for_new(tmp_path: Path)
     with pytest.raises(
         GuardError, match=r"opset 26 and onnxruntime 1\.24\.4 \(runtime_version\) loads opset 25 at most"
     ):
-        cook(job_for(assets, "relu26", shipped_settings("windows-dml", downgrade="never"), tmp_path / "build"))
+        settings = shipped_settings("windows-dml", downgrade="never")
+        cook(job_for(assets, "relu26", settings, tmp_path / "build"))
     entry = cook(job_for(assets, "relu26", shipped_settings("android"), tmp_path / "build"))
     assert entry["min_runtime_version"] == "1.28"
 
