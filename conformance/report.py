@@ -39,13 +39,17 @@ a tmpfs when there is one.
 
 Outcomes per case and platform:
 
-- **pass** (correct): cooked, loaded, every output matches the reference.
+- **pass** (correct): cooked, loaded, every output matches the reference. A source whose opset or
+  IR is newer than the platform's `runtime_version` loads passes when the cook lowered it
+  (`downgrade: auto`, docs/design.md, "Newer models, older runtimes") and the blob, at an opset and
+  IR the platform loads, matches the reference and passes the runtime check; a blob still newer than
+  the platform loads is a `wrong-accept`.
 - **refused** (correct): the platform cannot take the model, decided apart from the cooker: its
   opset/IR is newer than the platform's `runtime_version` loads (docs/design.md, "Runtime
-  versions"), or onnxruntime cannot write it in ORT format (the cook failed, and the same cook
-  where the platform could take it, with `runtime_version` raised to the installed onnxruntime or
-  `format: onnx`, passes); or the blob failed the runtime check and the platform's onnxruntime
-  fails the case's source model too.
+  versions") and the cook could not lower it, or onnxruntime cannot write it in ORT format (the cook
+  failed, and the same cook where the platform could take it, with `runtime_version` raised to the
+  installed onnxruntime or `format: onnx`, passes); or the blob failed the runtime check and the
+  platform's onnxruntime fails the case's source model too (lowered as the cook lowers it).
 - **excluded** (accepted): failed, and listed with its reason in `{exclusions}`.
 - **fail** (a bug): any other outcome: {failures}.
 """

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from pipeline.downgrade import downgrade, limits_of
 from pipeline.errors import CookError
 from pipeline.job import RuntimeCheck
 from pipeline.layout import runtime_check_path
@@ -127,7 +128,7 @@ def _judge(
     case_named: Callable[[str], Case],
     clean: Callable[[str], str],
 ) -> None:
-    sources = _sources_in_runtime(python, [case_named(name) for name in failed])
+    sources = _sources_in_runtime(python, [case_named(name) for name in failed], check.runtime_version)
     for result in results:
         if result["name"] not in failed or _category(result, check.platform) != outcome.PASS:
             continue
@@ -179,15 +180,29 @@ def _own_error(check: RuntimeCheck, name: str) -> str:
     return "passes when checked alone"
 
 
-def _sources_in_runtime(python: Path, cases: Sequence[Case]) -> dict[str, str]:
-    """Case name -> how the source model fares in that interpreter's onnxruntime (tensor cases only)."""
+def _as_the_target_takes_it(model: bytes, runtime_version: str) -> bytes:
+    """The source lowered as the cook lowers it for that runtime (docs/design.md, "Newer models, older
+    runtimes"): a lowered blob is judged against the lowered source, not against a source the
+    runtime refuses for its opset or IR alone."""
+    proto = onnx.load_model_from_string(model)
+    try:
+        lowered, records = downgrade(proto, limits_of(runtime_version), mode="auto", where="")
+    except CookError:
+        return model
+    return lowered.SerializeToString() if records else model
+
+
+def _sources_in_runtime(python: Path, cases: Sequence[Case], runtime_version: str) -> dict[str, str]:
+    """Case name -> how the source model (lowered for ``runtime_version`` as the cook lowers it)
+    fares in that interpreter's onnxruntime (tensor cases only)."""
     runnable = [case for case in cases if _tensors(case) is not None]
     if not runnable:
         return {}
     with tempfile.TemporaryDirectory(prefix="source-in-runtime-") as folder:
         listing = []
         for case in runnable:
-            (Path(folder) / f"{case.name}.onnx").write_bytes(case.model)
+            source = _as_the_target_takes_it(case.model, runtime_version)
+            (Path(folder) / f"{case.name}.onnx").write_bytes(source)
             np.savez(Path(folder) / f"{case.name}.npz", **_tensors(case))
             outputs = [value.name for value in onnx.load_model_from_string(case.model).graph.output]
             count = len(case.data_sets[0].outputs)

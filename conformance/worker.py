@@ -28,9 +28,10 @@ import yaml
 from pipeline.assets import discover
 from pipeline.cook import cook
 from pipeline.errors import CookError
+from pipeline.facts import onnx_facts, ort_facts
 from pipeline.job import CookJob
 from pipeline.profile import CookSettings, Platform, load_model_settings, resolve
-from pipeline.runtime import BundleError, session_from_blob
+from pipeline.runtime import BundleError, decode_blob, session_from_blob
 from pipeline.runtime.compat import min_runtime_for, parse_version
 from pipeline.source import FIRST_IR_WITHOUT_INITIALIZER_INPUTS
 
@@ -50,6 +51,7 @@ class PlatformResult:
     category: str
     detail: str = ""
     seconds: float = 0.0
+    cooked: tuple[int, int] | None = None  # a passing blob's (opset, IR)
 
 
 @dataclass
@@ -169,9 +171,13 @@ def _onnx_format(settings: CookSettings) -> dict[str, Any]:
     return overrides
 
 
-def runtime_too_old(source: onnx.ModelProto, settings: CookSettings) -> str | None:
-    opset = next((o.version for o in source.opset_import if o.domain in ("", "ai.onnx")), 0)
-    ir_version = max(source.ir_version, FIRST_IR_WITHOUT_INITIALIZER_INPUTS)
+def runtime_too_old(source: onnx.ModelProto | tuple[int, int], settings: CookSettings) -> str | None:
+    """Why ``settings.runtime_version`` cannot load ``source`` (a model, or its opset and IR), or None."""
+    if isinstance(source, tuple):
+        opset, ir_version = source
+    else:
+        opset = next((o.version for o in source.opset_import if o.domain in ("", "ai.onnx")), 0)
+        ir_version = max(source.ir_version, FIRST_IR_WITHOUT_INITIALIZER_INPUTS)
     try:
         needed = min_runtime_for(opset=opset, ir_version=ir_version, ort_format_version=None)
     except ValueError:
@@ -204,7 +210,9 @@ def cook_and_check(
     model_settings = {} if sample_inputs(case) is not None else {"verify": False}
     result, settings = _cook_and_check(case, platform, model_settings, work, build)
     if result.category == outcome.PASS:
-        too_old = runtime_too_old(source, settings)
+        # A source newer than the target may be lowered (docs/design.md, "Newer models, older
+        # runtimes"); what must load there is the cooked blob's opset and IR.
+        too_old = runtime_too_old(result.cooked, settings) if result.cooked is not None else None
         if too_old is not None:
             result = PlatformResult(category=outcome.WRONG_ACCEPT, detail=f"cooked although {too_old}")
     elif result.category == outcome.COOK_FAIL:
@@ -263,9 +271,16 @@ def _cook_and_check(
     problem = _run_and_compare(session, case, "run")
     if problem is None:
         _move_tree(job.platform_dir, build / settings.platform)
-        return PlatformResult(category=outcome.PASS), settings
+        return PlatformResult(category=outcome.PASS, cooked=_opset_and_ir(blob)), settings
     category = outcome.MISMATCH if problem.startswith("compare:") else outcome.LOAD_FAIL
     return PlatformResult(category=category, detail=problem), settings
+
+
+def _opset_and_ir(blob: bytes) -> tuple[int, int]:
+    """The cooked model's default-domain opset and IR version, read from the blob."""
+    header, model = decode_blob(blob)
+    facts = ort_facts(model) if header.model_format == "ort" else onnx_facts(onnx.load_from_string(model))
+    return facts.opset, facts.ir_version
 
 
 def _move_tree(source: Path, target: Path) -> None:
