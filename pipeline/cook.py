@@ -107,6 +107,7 @@ def _verification(
         "inputs": origin,
         "rtol": settings.rtol,
         "atol": settings.atol,
+        "scale": settings.verify_scale,
         **({"atol_of_range": of_range} if (of_range := VERIFY_ATOL_OF_RANGE.get(settings.precision)) else {}),
         "outputs": [asdict(r) for r in results],
     }

@@ -68,7 +68,9 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
     def problem(made: onnxruntime.InferenceSession) -> tuple[str | None, list[Any]]:
         actual = outputs_of(made)
         rtol, atol = tolerances["rtol"], tolerances["atol"]
-        results = compare(expected, actual, rtol, atol, tolerances.get("atol_of_range", 0.0))
+        results = compare(
+            expected, actual, rtol, atol, tolerances.get("atol_of_range", 0.0), tolerances.get("scale", 0.0)
+        )
         failed = [r for r in results if not r.ok]
         if not failed:
             return None, results

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from .compare import OutputDifference, compare
+from .compare import OF_RANGE_FACTOR, OutputDifference, compare
 from .errors import VerifyError
 from .facts import feed_inputs
 from .fsutil import atomic_write
@@ -192,6 +192,34 @@ def _remembered(path: Path) -> dict[str, np.ndarray] | None:
     return {name: value for _, name, value in named}
 
 
+def failure_message(
+    failed: list[OutputDifference], rtol: float, atol: float, of_range: float, scale: float
+) -> str:
+    """Which outputs differ, by how much and where, and the settings that would relax the check."""
+    details = "; ".join(
+        f"{r.name!r}: largest error {r.max_abs:.3g} {r.worst}, relative L2 error {r.rel_l2:.3g}, "
+        f"largest error over the largest magnitude {r.of_range:.3g}"
+        for r in failed
+    )
+    rules = f"rtol={rtol:g}, atol={atol:g}" + (f" (or {of_range:g} of the output range)" if of_range else "")
+    if scale:
+        rules += (
+            f", nor within verify_scale={scale:g} (relative L2 error, and {OF_RANGE_FACTOR:g}x that "
+            "over the range)"
+        )
+        relax = "raise `verify_scale` in the model's .cook.yaml"
+    else:
+        rules += " (verify_scale is off: explicit rtol/atol, or verify_scale: 0)"
+        relax = (
+            "raise `rtol`/`atol` in the model's .cook.yaml, or leave them at their defaults for the "
+            "scale-aware rule"
+        )
+    return (
+        f"outputs differ from the source beyond {rules}: {details}; if the difference is expected "
+        f"(fused kernels, a lower precision), {relax}"
+    )
+
+
 def verify(
     blob: bytes, reference: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], settings: CookSettings
 ) -> list[OutputDifference]:
@@ -207,17 +235,11 @@ def verify(
     missing = sorted(set(reference) - set(actual))
     if missing:
         raise VerifyError(f"the cooked model lacks output(s) {missing}")
-    results = compare(
-        reference, actual, settings.rtol, settings.atol, VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
-    )
+    of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
+    results = compare(reference, actual, settings.rtol, settings.atol, of_range, settings.verify_scale)
     failed = [r for r in results if not r.ok]
     if failed:
-        details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}, max rel {r.max_rel:.3g}" for r in failed)
-        of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
         raise VerifyError(
-            f"outputs differ from the source beyond rtol={settings.rtol:g}, atol={settings.atol:g}"
-            f"{f' or {of_range:g} of the output range' if of_range else ''} "
-            f"({details}); "
-            "if the difference is expected from fused kernels, raise rtol/atol in the model's .cook.yaml"
+            failure_message(failed, settings.rtol, settings.atol, of_range, settings.verify_scale)
         )
     return results

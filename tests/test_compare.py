@@ -57,3 +57,43 @@ def test_atol_of_range_scales_the_tolerance_with_each_outputs_magnitude() -> Non
     assert fixed == {"big": False, "small": True}
     assert scaled == {"big": True, "small": True}  # 0.05 of 20 is 1.0 >= 0.5
     assert not compare({"big": big}, {"big": big + 1.5}, 0.0, 0.15, atol_of_range=0.05)[0].ok
+
+
+def logits_with_rounding(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Logits of magnitude ~3 and float32 rounding of 1e-6 of that scale: elements near zero miss
+    rtol=1e-4 of themselves, the output as a whole is 3e-7 away (docs/verification.md)."""
+    rng = np.random.default_rng(seed)
+    want = rng.standard_normal((2, 1000)).astype(np.float32) * 3
+    want[0, 7] = 2e-3  # a logit near zero
+    got = want + rng.standard_normal(want.shape).astype(np.float32) * 1e-6
+    got[0, 7] = want[0, 7] + 2e-5  # 1% of itself: beyond rtol/atol, nothing at the output's scale
+    return want, got
+
+
+def test_the_scale_rule_passes_rounding_the_elementwise_rule_refuses() -> None:
+    want, got = logits_with_rounding()
+    (strict,) = compare({"y": want}, {"y": got}, RTOL, ATOL)
+    (scaled,) = compare({"y": want}, {"y": got}, RTOL, ATOL, scale=1e-5)
+    assert not strict.ok and strict.passed_by == "" and "at [0, 7]" in strict.worst
+    assert scaled.ok and scaled.passed_by == "scale" and scaled.worst == ""
+    assert scaled.rel_l2 < 1e-6 and scaled.of_range < 1e-5 and scaled.cosine > 0.999999
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["one percent off", "one element off by 1e-3 of the range", "a NaN", "shifted", "zeros"],
+)
+def test_the_scale_rule_still_refuses_real_differences(breakage: str) -> None:
+    want, got = logits_with_rounding()
+    if breakage == "one percent off":
+        got = want * 1.01
+    elif breakage == "one element off by 1e-3 of the range":
+        got[1, 500] += 1e-3 * float(np.abs(want).max())
+    elif breakage == "a NaN":
+        got[1, 3] = np.nan
+    elif breakage == "shifted":
+        got = np.roll(want, 1, axis=1)
+    else:
+        got = np.zeros_like(want)
+    (result,) = compare({"y": want}, {"y": got}, RTOL, ATOL, scale=1e-5)
+    assert not result.ok and result.worst.startswith("at [")

@@ -54,7 +54,10 @@ def test_readme_table_has_a_row_per_setting_or_group() -> None:
     lines = readme_table().splitlines()
     assert lines[:2] == ["| key | default | meaning |", "|---|---|---|"]
     assert len(lines) == 2 + len(rows()) and all(line.count(" | ") == 2 for line in lines[2:])
-    assert "| `rtol`, `atol` | `1.0e-4`, `1.0e-5` | verification tolerances |" in lines
+    assert (
+        "| `rtol`, `atol` | `1.0e-4`, `1.0e-5` | elementwise verification tolerances: each output element "
+        "within atol + rtol times the source's |" in lines
+    )
     assert '| `include`, `exclude` | `["*"]`, `[]` |' in readme_table()
 
 

@@ -1,0 +1,207 @@
+"""The verification's default rule never refuses a correct cook of a standard architecture and
+still catches a wrong one (docs/verification.md has the measurements behind it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from runtime_helpers import make_blob
+
+from bench.standard import STANDARD, export
+from pipeline.cook import cook
+from pipeline.errors import VerifyError
+from pipeline.settings_table import DEFAULT_VERIFY_SCALE
+from pipeline.verify import load_inputs, reference_outputs, verify
+from tests.models import conv_bn_relu_model, mlp_model, transformer_block_model
+from tests.test_cook import job_for, save, shipped_settings
+from tests.test_target_check import OLD_RUNTIME, check_for, run_check
+
+PLATFORMS = ("windows-dml", "console", "android", "ios")
+
+
+@pytest.fixture(scope="module")
+def standard_assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ResNet-50, ViT-B/16 and BERT-base, seeded, exported by the dynamo exporter (opset 18)."""
+    folder = tmp_path_factory.mktemp("standard")
+    for model in STANDARD:
+        export(model, folder)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [model.name for model in STANDARD])
+def test_standard_architectures_cook_and_verify_for_every_platform_by_default(
+    standard_assets: Path, tmp_path: Path, name: str
+) -> None:
+    """No .cook.yaml: a new user's first ResNet, ViT or BERT cooks everywhere, and its windows-dml
+    blob passes the runtime check in onnxruntime 1.24.4 by the same rule."""
+    assert not (standard_assets / f"{name}.cook.yaml").exists()
+    for platform in PLATFORMS:
+        entry = cook(job_for(standard_assets, name, shipped_settings(platform), tmp_path / "build"))
+        verification = entry["verification"]
+        assert verification["scale"] == DEFAULT_VERIFY_SCALE, platform
+        for output in verification["outputs"]:
+            assert output["ok"] and output["passed_by"] in ("elementwise", "scale"), (platform, output)
+            assert output["rel_l2"] <= DEFAULT_VERIFY_SCALE and output["cosine"] > 0.99999
+    check = check_for(
+        tmp_path / "build" / "windows-dml", [name], OLD_RUNTIME, Path("platforms/windows-dml.yaml")
+    )
+    assert run_check(check)["models"][name]["ok"]
+
+
+@pytest.mark.slow
+def test_the_resnet_windows_dml_refused_passes_by_the_scale_rule(
+    standard_assets: Path, tmp_path: Path
+) -> None:
+    """The issue's case: windows-dml's ONNX blob gets onnxruntime's load-time fusions, and logits near
+    zero miss rtol=1e-4 of themselves; explicit rtol/atol keep their meaning and refuse it."""
+    entry = cook(job_for(standard_assets, "resnet50", shipped_settings("windows-dml"), tmp_path / "build"))
+    (logits,) = entry["verification"]["outputs"]
+    assert logits["passed_by"] == "scale" and logits["max_rel"] > 1e-4
+    strict = shipped_settings("windows-dml", rtol=1.0e-5, atol=1.0e-6)
+    assert strict.verify_scale == 0.0
+    with pytest.raises(VerifyError) as failure:
+        cook(job_for(standard_assets, "resnet50", strict, tmp_path / "strict"))
+    message = str(failure.value)
+    assert (
+        "resnet50.onnx" in message
+        and "'logits': largest error" in message
+        and "where the source gives" in message
+    )
+    assert "verify_scale is off" in message and "rtol" in message
+
+
+# --- breakage: each must fail ----------------------------------------------------------------------
+
+
+def feeds_for(model: onnx.ModelProto, seed: int = 5) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    (value,) = model.graph.input
+    shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+    return {value.name: rng.standard_normal(shape).astype(np.float32)}
+
+
+def with_tensor(model: onnx.ModelProto, name: str, change) -> onnx.ModelProto:
+    broken = onnx.ModelProto()
+    broken.CopyFrom(model)
+    tensor = next(t for t in broken.graph.initializer if t.name == name)
+    tensor.CopyFrom(
+        numpy_helper.from_array(change(numpy_helper.to_array(tensor).copy()).astype(np.float32), name)
+    )
+    return broken
+
+
+def largest_weight(model: onnx.ModelProto) -> str:
+    return max(model.graph.initializer, key=lambda t: int(np.prod(t.dims))).name
+
+
+def a_bias(model: onnx.ModelProto) -> str:
+    """A bias that matters: a 1-D initializer named as one, not all zeros."""
+    return next(
+        t.name
+        for t in model.graph.initializer
+        if len(t.dims) == 1 and t.name.lower().startswith("b") and numpy_helper.to_array(t).any()
+    )
+
+
+def nan_at_one_element(array: np.ndarray) -> np.ndarray:
+    array.flat[0] = np.nan
+    return array
+
+
+BREAKAGES = {
+    "one weight tensor perturbed by 1%": lambda m: with_tensor(m, largest_weight(m), lambda a: a * 1.01),
+    "a bias dropped": lambda m: with_tensor(m, a_bias(m), np.zeros_like),
+    "a NaN in a weight": lambda m: with_tensor(m, largest_weight(m), nan_at_one_element),
+}
+SMALL_MODELS = {
+    "conv_bn_relu": conv_bn_relu_model,
+    "transformer_block": transformer_block_model,
+    "mlp": mlp_model,
+}
+CASES = [
+    (model, breakage)
+    for model in sorted(SMALL_MODELS)
+    for breakage in sorted(BREAKAGES)
+    if not (model == "transformer_block" and breakage == "a bias dropped")  # its biases are all zeros
+]
+
+
+@pytest.mark.parametrize(("model_name", "breakage"), CASES)
+def test_a_broken_model_fails_the_default_rule(model_name: str, breakage: str) -> None:
+    source = SMALL_MODELS[model_name]()
+    feeds = feeds_for(source)
+    reference = reference_outputs(source, feeds)
+    settings = shipped_settings("windows-dml")
+    assert settings.verify_scale == DEFAULT_VERIFY_SCALE
+    verify(make_blob(source.SerializeToString(), "onnx"), reference, feeds, settings)  # the intact one passes
+
+    broken = BREAKAGES[breakage](source)
+    with pytest.raises(
+        VerifyError, match=r"outputs differ from the source .* largest error .* raise `verify_scale`"
+    ):
+        verify(make_blob(broken.SerializeToString(), "onnx"), reference, feeds, settings)
+
+
+def two_outputs_model() -> onnx.ModelProto:
+    model = conv_bn_relu_model()
+    relu = model.graph.node[-1]
+    model.graph.node.append(onnx.helper.make_node("Neg", [relu.output[0]], ["negated"]))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("negated", onnx.TensorProto.FLOAT, None))
+    model.graph.output[1].type.CopyFrom(model.graph.output[0].type)
+    return model
+
+
+def test_two_outputs_swapped_fail_the_default_rule() -> None:
+    source = two_outputs_model()
+    feeds = feeds_for(source)
+    reference = reference_outputs(source, feeds)
+    swapped = onnx.ModelProto()
+    swapped.CopyFrom(source)
+    first, second = swapped.graph.output[0].name, swapped.graph.output[1].name
+    for node in swapped.graph.node:  # the values each output name carries trade places
+        node.output[:] = [{first: second, second: first}.get(name, name) for name in node.output]
+        node.input[:] = [{first: second, second: first}.get(name, name) for name in node.input]
+    settings = shipped_settings("windows-dml")
+    with pytest.raises(VerifyError, match="outputs differ from the source"):
+        verify(make_blob(swapped.SerializeToString(), "onnx"), reference, feeds, settings)
+
+
+@pytest.mark.slow
+def test_one_weight_deep_in_a_resnet_50_perturbed_by_1_percent_fails(standard_assets: Path) -> None:
+    """The hard case for a relaxed rule: a deep network whose correct cooks move outputs by ~1e-6,
+    one mid-network convolution 1% off."""
+    path = standard_assets / "resnet50.onnx"
+    source = onnx.load(str(path))
+    feeds = load_inputs(
+        standard_assets / "resnet50.inputs.npz",
+        source,
+        (standard_assets / "resnet50.inputs.npz").read_bytes(),
+    )
+    reference = reference_outputs(source, feeds)
+    convs = [t.name for t in source.graph.initializer if len(t.dims) == 4]
+    middle = convs[len(convs) // 2]
+    broken = with_tensor(source, middle, lambda a: a * 1.01)
+    with pytest.raises(VerifyError, match="'logits': largest error"):
+        verify(
+            make_blob(broken.SerializeToString(), "onnx"), reference, feeds, shipped_settings("windows-dml")
+        )
+
+
+def test_the_manifest_records_the_rule_and_its_figures(tmp_path: Path) -> None:
+    save(conv_bn_relu_model(), tmp_path / "assets", "net")
+    entry = cook(job_for(tmp_path / "assets", "net", shipped_settings("windows-dml"), tmp_path / "build"))
+    verification = entry["verification"]
+    assert (verification["rtol"], verification["atol"], verification["scale"]) == (
+        1e-4,
+        1e-5,
+        DEFAULT_VERIFY_SCALE,
+    )
+    (output,) = verification["outputs"]
+    assert {"max_abs", "max_rel", "of_range", "rel_l2", "cosine", "passed_by"} <= set(output)
+    assert shipped_settings("windows-dml", verify_scale=0.0).verify_scale == 0.0
+    assert shipped_settings("windows-dml", atol=1.0e-3).verify_scale == 0.0  # explicit: elementwise only
