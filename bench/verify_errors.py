@@ -21,6 +21,7 @@ source by onnxruntime. Writes docs/verification.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import shutil
 import sys
@@ -29,6 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -36,18 +38,21 @@ import onnxruntime
 from onnx import numpy_helper
 
 from pipeline.assets import discover
-from pipeline.compare import scale_figures
+from pipeline.compare import NOISE_FACTOR, OF_RANGE_FACTOR, compare
 from pipeline.cook import cook
 from pipeline.errors import CookError
 from pipeline.job import CookJob
-from pipeline.profile import load_platforms, resolve
-from pipeline.verify import load_inputs, synthesize_inputs
+from pipeline.profile import load_model_settings, load_platforms, resolve
+from pipeline.settings_table import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_VERIFY_SCALE
+from pipeline.verify import load_inputs, rounding_noise, synthesize_inputs
 
 from . import models, standard
 from .machine import describe
 from .project import EXAMPLES, REPO
 
-OPEN = {"rtol": 1.0e9, "atol": 1.0e9}  # every cook verifies: the figures are what is measured
+# Every cook verifies (the figures are what is measured): rtol/atol keep their defaults, so that
+# `passed_by` says which outputs the elementwise rule alone would have refused.
+OPEN = {"verify_scale": 1.0e9}
 FIGURES = ("max_abs", "max_rel", "of_range", "rel_l2", "one_minus_cosine")
 CPU = ["CPUExecutionProvider"]
 PERTURBED_TENSORS = 5  # weight tensors tried per model (spread over its initializers)
@@ -58,12 +63,16 @@ class Found:
     """The figures of one source set on one platform: one row per float output."""
 
     rows: list[dict[str, float]] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # the model and output of each row
     cooks: int = 0
+    elementwise_refused: int = 0  # outputs the default rtol/atol alone refuse
     failures: list[str] = field(default_factory=list)
 
 
-def _figures(output: Mapping[str, float]) -> dict[str, float]:
+def _figures(output: Mapping[str, Any]) -> dict[str, float]:
+    bound = max(DEFAULT_VERIFY_SCALE, NOISE_FACTOR * output.get("noise_rel_l2", 0.0))
     return {
+        "to_bound": output["rel_l2"] / bound,
         "max_abs": output["max_abs"],
         "max_rel": output["max_rel"],
         "of_range": output["of_range"],
@@ -82,7 +91,12 @@ def cook_folder(
         if wanted is not None and asset.name not in wanted:
             continue
         for platform in platforms:
-            settings = resolve(platform, OPEN, {})
+            own = (
+                load_model_settings(asset.settings_path, [p.name for p in platforms])
+                if asset.settings_path
+                else {}
+            )
+            settings = resolve(platform, {"verify_dims": {"batch": 2}, **own, **OPEN}, {})
             job = CookJob(asset=asset, settings=settings, platform_dir=build / platform.name)
             record = found.setdefault(platform.name, Found())
             try:
@@ -94,6 +108,8 @@ def cook_folder(
             for output in entry["verification"].get("outputs", []):
                 if math.isfinite(output["max_abs"]):
                     record.rows.append(_figures(output))
+                    record.names.append(f"{asset.name} ({output['name']})")
+                    record.elementwise_refused += output.get("passed_by") == "scale"
 
 
 def cook_conformance(build: Path, found: dict[str, Found], limit: int | None) -> None:
@@ -125,33 +141,34 @@ def _feeds(path: Path) -> dict[str, np.ndarray]:
     return synthesize_inputs(model, {"batch": 2}, settings_hint="", inputs_hint="")
 
 
-def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], optimized: bool = False) -> dict[str, Any]:
     options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not optimized:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=CPU)
-    return session.run(None, dict(feeds))
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds)), strict=True))
 
 
-def _worst(want: list[np.ndarray], got: list[np.ndarray]) -> dict[str, float]:
-    """The largest figure over the float outputs (the breakage is seen where it shows most)."""
-    rows = []
-    for w, g in zip(want, got, strict=True):
-        if np.issubdtype(w.dtype, np.floating) and w.shape == g.shape:
-            w64, g64 = w.astype(np.float64).ravel(), g.astype(np.float64).ravel()
-            figures = scale_figures(w64, g64)
-            diff = np.abs(w64 - g64)
-            figures["max_abs"] = float(diff.max(initial=0.0))
-            figures["max_rel"] = float((diff / np.maximum(np.abs(w64), 1e-300)).max(initial=0.0))
-            figures["one_minus_cosine"] = 1.0 - figures.pop("cosine")
-            rows.append(figures)
-    return {key: max(row[key] for row in rows) for key in FIGURES} if rows else {}
+def _judged(
+    want: Mapping[str, Any], got: Mapping[str, Any], noise: Mapping[str, tuple[float, float]]
+) -> dict:
+    """The figures of the output that shows the breakage most, and whether the default rule (with
+    the source's rounding noise, as a cook measures it) refuses the broken model."""
+    results = compare(want, got, DEFAULT_RTOL, DEFAULT_ATOL, 0.0, DEFAULT_VERIFY_SCALE, noise)
+    worst = max(results, key=lambda r: r.rel_l2)
+    figures = _figures(dataclasses.asdict(worst))
+    bound = max(DEFAULT_VERIFY_SCALE, NOISE_FACTOR * worst.noise_rel_l2)
+    return {**figures, "bound": bound, "caught": not all(r.ok for r in results)}
 
 
-def broken_figures(path: Path) -> dict[str, dict[str, float]]:
-    """How far each kind of breakage moves the outputs of the model at ``path``."""
+def broken_figures(path: Path) -> dict[str, dict[str, Any]]:
+    """How far each kind of breakage moves the outputs of the model at ``path``, and whether the
+    default rule catches it."""
     model = onnx.load(str(path))
     feeds = _feeds(path)
     want = _run(model, feeds)
+    noise = rounding_noise(want, _run(model, feeds, optimized=True))
     weights = [
         index
         for index, tensor in enumerate(model.graph.initializer)
@@ -160,27 +177,29 @@ def broken_figures(path: Path) -> dict[str, dict[str, float]]:
     biases = [
         index
         for index, tensor in enumerate(model.graph.initializer)
-        if tensor.data_type == onnx.TensorProto.FLOAT and len(tensor.dims) == 1 and tensor.dims[0] >= 8
+        if tensor.data_type == onnx.TensorProto.FLOAT
+        and len(tensor.dims) == 1
+        and tensor.dims[0] >= 8
+        and numpy_helper.to_array(tensor).any()
     ]
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
     step = max(1, len(weights) // PERTURBED_TENSORS)
-    tried = []
-    for index in weights[::step][:PERTURBED_TENSORS]:
-        tried.append(_worst(want, _run(_with_tensor(model, index, lambda a: a * 1.01), feeds)))
+    tried = [
+        _judged(want, _run(_with_tensor(model, index, lambda a: a * 1.01), feeds), noise)
+        for index in weights[::step][:PERTURBED_TENSORS]
+    ]
     if tried:  # the weakest signal of the tensors tried
-        results["one weight tensor x1.01"] = {key: min(t[key] for t in tried) for key in FIGURES}
+        results["one weight tensor x1.01 (weakest of 5)"] = min(tried, key=lambda t: t["rel_l2"])
     if biases:
         index = biases[len(biases) // 2]
-        results["a bias dropped (zeroed)"] = _worst(
-            want, _run(_with_tensor(model, index, np.zeros_like), feeds)
+        results["a bias dropped (zeroed)"] = _judged(
+            want, _run(_with_tensor(model, index, np.zeros_like), feeds), noise
         )
-    same_shape = [i for i in range(len(want)) for j in range(i) if want[i].shape == want[j].shape]
-    if same_shape:
-        j = same_shape[0]
-        i = next(k for k in range(j) if want[k].shape == want[j].shape)
-        swapped = list(want)
-        swapped[i], swapped[j] = want[j], want[i]
-        results["two outputs swapped"] = _worst(want, swapped)
+    names = list(want)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[:i] if want[a].shape == want[b].shape]
+    if pairs:
+        a, b = pairs[0]
+        results["two outputs swapped"] = _judged(want, {**want, a: want[b], b: want[a]}, noise)
     return results
 
 
@@ -226,35 +245,37 @@ def render(
         "",
         "## Correct cooks (largest, and 99th percentile, over all outputs)",
         "",
-        "| source set | platform | cooks | outputs | max_abs | max_rel | of_range (max / p99) "
-        "| rel_l2 (max / p99) | 1 - cosine |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| source set | platform | cooks | outputs | refused by rtol/atol alone | max_abs | max_rel "
+        "| of_range (max / p99) | rel_l2 (max / p99) | 1 - cosine | rel_l2 / its bound (max) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for source_set, platforms in correct.items():
         for platform, found in sorted(platforms.items()):
             rows = found.rows
             column = {key: [row[key] for row in rows] for key in FIGURES}
             lines.append(
-                f"| {source_set} | {platform} | {found.cooks} | {len(rows)} | "
+                f"| {source_set} | {platform} | {found.cooks} | {len(rows)} | {found.elementwise_refused} | "
                 f"{_fmt(max(column['max_abs'], default=0))} | {_fmt(max(column['max_rel'], default=0))} | "
                 f"{_fmt(max(column['of_range'], default=0))} / {_fmt(_quantile(column['of_range'], 0.99))} | "
                 f"{_fmt(max(column['rel_l2'], default=0))} / {_fmt(_quantile(column['rel_l2'], 0.99))} | "
-                f"{_fmt(max(column['one_minus_cosine'], default=0))} |"
+                f"{_fmt(max(column['one_minus_cosine'], default=0))} | "
+                f"{_fmt(max((row['to_bound'] for row in rows), default=0))} |"
             )
     lines += [
         "",
         "## Broken models (smallest signal: the weakest of the weight tensors tried)",
         "",
-        "| model | breakage | max_abs | max_rel | of_range | rel_l2 | 1 - cosine |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| model | breakage | max_abs | max_rel | of_range | rel_l2 | 1 - cosine | rel_l2 bound | refused |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for model_name, kinds in broken.items():
         for kind, figures in kinds.items():
             lines.append(
                 f"| {model_name} | {kind} | "
                 + " | ".join(_fmt(figures.get(key, 0.0)) for key in FIGURES)
-                + " |"
+                + f" | {_fmt(figures['bound'])} | {'yes' if figures['caught'] else '**no**'} |"
             )
+    lines += ["", *_rule(correct, broken)]
     failures = [
         (s, p, f)
         for s, platforms in correct.items()
@@ -262,9 +283,63 @@ def render(
         for f in found.failures
     ]
     if failures:
-        lines += ["", "## Cooks that failed for other reasons (not counted)", ""]
-        lines += [f"- {s} / {p}: {f}" for s, p, f in failures[:40]]
+        lines += [
+            "",
+            f"## Cooks that did not happen ({len(failures)}, not counted)",
+            "",
+            "Refusals that have nothing to do with verification: backend cases a platform cannot take "
+            "(docs/conformance.md explains each), models that need settings of their own. The first 10:",
+            "",
+        ]
+        lines += [f"- {s} / {p}: {f[:160]}" for s, p, f in failures[:10]]
     return "\n".join(lines) + "\n"
+
+
+def _rule(
+    correct: Mapping[str, dict[str, Found]], broken: Mapping[str, dict[str, dict[str, float]]]
+) -> list[str]:
+    """The default rule and its measured margins on both sides."""
+    rows = [
+        (row, f"{name}, {source_set}/{platform}")
+        for source_set, platforms in correct.items()
+        for platform, found in platforms.items()
+        for row, name in zip(found.rows, found.names, strict=True)
+    ]
+    harms = [
+        (figures, f"{model} ({kind})") for model, kinds in broken.items() for kind, figures in kinds.items()
+    ]
+    lines = [
+        "## The default rule",
+        "",
+        f"An output verifies when every element is within `atol + rtol * |source|` (defaults rtol "
+        f"{DEFAULT_RTOL:g}, atol {DEFAULT_ATOL:g}), or when its `rel_l2` is at most `verify_scale` "
+        f"({DEFAULT_VERIFY_SCALE:g}) and its `of_range` at most {OF_RANGE_FACTOR:g} times that; "
+        "non-finite values must match. Explicit rtol/atol turn the second branch off.",
+        "",
+    ]
+    if rows:
+        closest, closest_at = max(rows, key=lambda item: item[0]["to_bound"])
+        lines.append(
+            f"- Correct cooks: every output verifies; the closest to its bound has `rel_l2` "
+            f"{_fmt(closest['rel_l2'])} ({closest_at}), {1 / max(closest['to_bound'], 1e-300):.1f}x below it "
+            f"(the bound is max(verify_scale, {NOISE_FACTOR:g} x the source's rounding noise))."
+        )
+    if harms:
+        missed = [at for figures, at in harms if not figures["caught"]]
+        caught = [(f, at) for f, at in harms if f["caught"]]
+        if caught:
+            weakest, weakest_at = min(caught, key=lambda item: item[0]["rel_l2"] / item[0]["bound"])
+            lines.append(
+                f"- Broken models: {len(caught)} of {len(harms)} refused; the weakest refused has `rel_l2` "
+                f"{_fmt(weakest['rel_l2'])} ({weakest_at}), "
+                f"{weakest['rel_l2'] / weakest['bound']:.1f}x its bound."
+            )
+        if missed:
+            lines.append(
+                "- Not refused (the breakage moves the outputs less than float32 rounding does, by either "
+                f"rule): {', '.join(missed)}."
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,14 @@ from .runtime.writer import Weights, encode_blob
 from .shapes import fix_shapes
 from .source import SourceRead, load_source, read_sources
 from .steptimes import step
-from .verify import as_input_types, load_inputs, reference_outputs, synthesize_inputs, verify
+from .verify import (
+    as_input_types,
+    load_inputs,
+    reference_outputs,
+    rounding_noise,
+    synthesize_inputs,
+    verify,
+)
 from .weights import externalize, wants_external
 
 
@@ -94,15 +101,15 @@ def _verification(
         feeds, origin = _feeds(job, model, read)
         _refuse_meaningless(feeds, origin)
         try:
-            reference = reference_outputs(
-                model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent)
-            )
+            memo = reference_memo_dir(job.platform_dir.parent)
+            reference = reference_outputs(model, feeds, job.platform_dir, memo)
         except Exception as exc:  # onnxruntime errors on the source itself
             raise ModelError(
                 f"onnxruntime cannot run the source model on the verification inputs: {exc}"
             ) from None
+        noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}
     with step("verify: the cooked blob, through the loader"):
-        results = verify(blob, reference, feeds, settings)
+        results = verify(blob, reference, feeds, settings, noise)
     report = {
         "inputs": origin,
         "rtol": settings.rtol,
@@ -112,6 +119,20 @@ def _verification(
         "outputs": [asdict(r) for r in results],
     }
     return report, _verify_data(feeds, reference)
+
+
+def _rounding_noise(
+    model: onnx.ModelProto, feeds: Mapping[str, Any], reference: Mapping[str, Any], job: CookJob
+) -> dict[str, tuple[float, float]]:
+    """How far onnxruntime's own default-level optimizations move the source's outputs on these
+    inputs (pipeline.verify.rounding_noise); none where that run fails (the fixed scale applies)."""
+    try:
+        optimized = reference_outputs(
+            model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent), optimized=True
+        )
+    except Exception:  # an optimizer onnxruntime applies at its default level fails on this model
+        return {}
+    return rounding_noise(reference, optimized)
 
 
 def _refuse_meaningless(feeds: Mapping[str, Any], origin: str) -> None:

@@ -61,6 +61,10 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
     names = list(expected) or None  # no stored outputs (sequences, maps): run, do not compare
     # The tolerances the cook verified with: the settings', raised for a lower-precision variant.
     tolerances = {**entry["settings"], **entry.get("verification", {})}
+    noise = {
+        output["name"]: (output.get("noise_rel_l2", 0.0), output.get("noise_of_range", 0.0))
+        for output in entry.get("verification", {}).get("outputs", [])
+    }
 
     def outputs_of(made: onnxruntime.InferenceSession) -> dict[str, Any]:
         return dict(zip(names or [], made.run(names, feeds), strict=True))
@@ -69,7 +73,13 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
         actual = outputs_of(made)
         rtol, atol = tolerances["rtol"], tolerances["atol"]
         results = compare(
-            expected, actual, rtol, atol, tolerances.get("atol_of_range", 0.0), tolerances.get("scale", 0.0)
+            expected,
+            actual,
+            rtol,
+            atol,
+            tolerances.get("atol_of_range", 0.0),
+            tolerances.get("scale", 0.0),
+            noise,
         )
         failed = [r for r in results if not r.ok]
         if not failed:

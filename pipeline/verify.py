@@ -12,12 +12,13 @@ import math
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime
 
-from .compare import OF_RANGE_FACTOR, OutputDifference, compare
+from .compare import OF_RANGE_FACTOR, OutputDifference, compare, scale_figures
 from .errors import VerifyError
 from .facts import feed_inputs
 from .fsutil import atomic_write
@@ -145,17 +146,25 @@ def reference_outputs(
     feeds: Mapping[str, np.ndarray],
     work_dir: Path | None = None,
     memo_dir: Path | None = None,
+    *,
+    optimized: bool = False,
 ) -> dict[str, np.ndarray]:
-    """The model's outputs on ``feeds``, run by onnxruntime on the CPU with optimizations off.
+    """The model's outputs on ``feeds``, run by onnxruntime on the CPU with optimizations off (with
+    ``optimized``: at onnxruntime's default level, as a session of the source file would run it).
 
     With ``memo_dir``, outputs are remembered there under the sha256 of the model's bytes, of the
     inputs and of the onnxruntime version: the platforms' cooks of one model (same source, same
     inputs) run the source once, not once per platform. Models over 2 GiB are not remembered.
     """
     options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not optimized:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     with session_input(model, work_dir) as source:
-        key = _reference_key(source, feeds) if memo_dir is not None and isinstance(source, bytes) else None
+        key = (
+            _reference_key(source, feeds, optimized)
+            if memo_dir is not None and isinstance(source, bytes)
+            else None
+        )
         if key is not None and (known := _remembered(memo_dir / f"{key}.npz")) is not None:
             return known
         session = onnxruntime.InferenceSession(source, options, providers=CPU_ONLY)
@@ -172,8 +181,11 @@ def _plain_array(value: object) -> bool:
     return isinstance(value, np.ndarray) and value.dtype != object
 
 
-def _reference_key(model: bytes, feeds: Mapping[str, np.ndarray]) -> str:
-    digest = hashlib.sha256(f"reference {REFERENCE_RECIPE} onnxruntime {onnxruntime.__version__}\n".encode())
+def _reference_key(model: bytes, feeds: Mapping[str, np.ndarray], optimized: bool = False) -> str:
+    level = "default level" if optimized else "optimizations off"
+    digest = hashlib.sha256(
+        f"reference {REFERENCE_RECIPE} onnxruntime {onnxruntime.__version__} {level}\n".encode()
+    )
     digest.update(hashlib.sha256(model).digest())
     for name in sorted(feeds):
         value = np.ascontiguousarray(feeds[name])
@@ -220,10 +232,37 @@ def failure_message(
     )
 
 
+def rounding_noise(
+    reference: Mapping[str, Any], optimized: Mapping[str, Any]
+) -> dict[str, tuple[float, float]]:
+    """Per float output, (rel_l2, of_range) between two correct runs of the source: optimizations off
+    and onnxruntime's default level. That is how far float32 rounding moves this model's outputs on
+    these inputs (fusions, reassociated sums), which the scale rule allows a few times of."""
+    noise = {}
+    for name, want in reference.items():
+        got = optimized.get(name)
+        if (
+            isinstance(want, np.ndarray)
+            and isinstance(got, np.ndarray)
+            and want.dtype.kind == "f"
+            and want.shape == got.shape
+        ):
+            want64, got64 = want.astype(np.float64), got.astype(np.float64)
+            finite = np.isfinite(want64) & np.isfinite(got64)
+            figures = scale_figures(want64[finite], got64[finite])
+            noise[name] = (figures["rel_l2"], figures["of_range"])
+    return noise
+
+
 def verify(
-    blob: bytes, reference: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], settings: CookSettings
+    blob: bytes,
+    reference: Mapping[str, np.ndarray],
+    feeds: Mapping[str, np.ndarray],
+    settings: CookSettings,
+    noise: Mapping[str, tuple[float, float]] | None = None,
 ) -> list[OutputDifference]:
-    """Run the cooked blob through the runtime loader on the CPU and compare every output."""
+    """Run the cooked blob through the runtime loader on the CPU and compare every output (``noise``:
+    each output's rounding noise, ``rounding_noise``)."""
     try:
         session = session_from_blob(blob, providers=CPU_ONLY, max_model_size=TRUSTED_SIZE)
         names = [output.name for output in session.get_outputs()]
@@ -236,7 +275,7 @@ def verify(
     if missing:
         raise VerifyError(f"the cooked model lacks output(s) {missing}")
     of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
-    results = compare(reference, actual, settings.rtol, settings.atol, of_range, settings.verify_scale)
+    results = compare(reference, actual, settings.rtol, settings.atol, of_range, settings.verify_scale, noise)
     failed = [r for r in results if not r.ok]
     if failed:
         raise VerifyError(

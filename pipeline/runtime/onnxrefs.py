@@ -191,35 +191,54 @@ def _varint_bytes(value: int) -> bytes:
             return bytes(out)
 
 
+def _offset_entry(offset: int) -> bytes:
+    """A StringStringEntryProto ``offset`` = ``offset``."""
+    return _length_delimited(1, b"offset") + _length_delimited(2, str(offset).encode("ascii"))
+
+
 def _length_delimited(number: int, payload: bytes) -> bytes:
     return _key(number, 2) + _varint_bytes(len(payload)) + payload
 
 
-def rewrite_locations(model: bytes | memoryview, location: str) -> bytes:
+def rewrite_locations(model: bytes | memoryview, location: str, shift: int = 0) -> bytes:
     """The model with the ``location`` of every main-graph initializer's external data replaced by
-    ``location`` (offsets and lengths kept). Call after ``check_references``: other references are
-    not rewritten."""
+    ``location`` and its ``offset`` moved by ``shift`` bytes (lengths kept). Call after
+    ``check_references``: other references are not rewritten."""
     data = memoryview(model).cast("B")
     target = location.encode("utf-8")
 
     def entry(a: int, b: int) -> bytes:
         parts = []
-        key = ""
+        key, value = "", ""
         for number, wire, c, d in _fields(data, a, b):
             if number == 1 and wire == 2:
                 key = _string(data, c, d)
+            elif number == 2 and wire == 2:
+                value = _string(data, c, d)
         for number, wire, c, d in _fields(data, a, b):
             if number == 2 and wire == 2 and key == "location":
                 parts.append(_length_delimited(2, target))
+            elif number == 2 and wire == 2 and key == "offset" and shift:
+                parts.append(_length_delimited(2, str(int(value) + shift).encode("ascii")))
             else:
                 parts.append(copied(number, wire, c, d))
         return b"".join(parts)
 
     def tensor(a: int, b: int) -> bytes:
-        return b"".join(
+        keys = [
+            _string(data, e, f)
+            for n, w, c, d in _fields(data, a, b)
+            if n == _TENSOR_EXTERNAL_DATA and w == 2
+            for number, wire, e, f in _fields(data, c, d)
+            if number == 1 and wire == 2
+        ]
+        parts = [
             _length_delimited(n, entry(c, d)) if n == _TENSOR_EXTERNAL_DATA and w == 2 else copied(n, w, c, d)
             for n, w, c, d in _fields(data, a, b)
-        )
+        ]
+        if shift and keys and "offset" not in keys:  # no offset means 0: it becomes the shift
+            parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _offset_entry(shift)))
+        return b"".join(parts)
 
     def graph(a: int, b: int) -> bytes:
         return b"".join(
