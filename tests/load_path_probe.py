@@ -118,6 +118,21 @@ def in_place(
             return None  # decoded into a buffer of the loader's: nothing of the caller's to zero
         buffer[frame.data_offset : frame.data_offset + frame.content_size] = bytes(frame.content_size)
         return not np.array_equal(before, run(session, x))
+    if path == LoadPath.ONNX_MAPPED and source == "file":
+        # onnxruntime maps the blob file itself: a copy of it, its weights zeroed in place after the
+        # session was made (prepacking off, so that no packed copy hides them): do the outputs follow?
+        frame = next(f for f in checked.header.frames if f.section == "weights")
+        copy = folder / f"copy-{path.value}.ocb"
+        copy.write_bytes(blob)
+        session = from_file(copy, path.value, low_memory=True)
+        before = run(session, x)
+        with copy.open("r+b") as stream:
+            stream.seek(frame.data_offset)
+            stream.write(bytes(frame.content_size))
+        changed = not np.array_equal(before, run(session, x))
+        del session
+        copy.unlink()
+        return changed
     if path == LoadPath.ORT_MAPPED and source == "file" and case.get("weight_at") is not None:
         # A copy of the blob file; one weight's bytes rewritten in place after the session was made.
         copy = folder / f"copy-{path.value}.ocb"

@@ -49,6 +49,7 @@ class LoadPath(str, Enum):
     ONNX_FILE_BUFFERS = "onnx-file-buffers"
     ONNX_SHARED_INITIALIZERS = "onnx-shared-initializers"
     ONNX_EXTERNAL_INITIALIZERS = "onnx-external-initializers"
+    ONNX_MAPPED = "onnx-mapped"
     ORT_MAPPED = "ort-mapped"
     ORT_FILE = "ort-file"
     ORT_BYTES = "ort-bytes"
@@ -64,6 +65,7 @@ IN_PLACE = frozenset(
         LoadPath.ONNX_FILE_BUFFERS,
         LoadPath.ONNX_SHARED_INITIALIZERS,
         LoadPath.ONNX_EXTERNAL_INITIALIZERS,  # after a copy it throws away: slower, not bigger
+        LoadPath.ONNX_MAPPED,
         LoadPath.ORT_MAPPED,
     }
 )
@@ -103,6 +105,8 @@ def choose_load_path(
         return LoadPath.ORT_MAPPED if installed >= ORT_MAPPING_SINCE else LoadPath.ORT_FILE
     if header.weights is None:
         return LoadPath.ONNX_INLINE
+    if model_file is not None and checked.extent("weights") is not None:
+        return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
         return LoadPath.ONNX_FILE_BUFFERS
     if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS:
@@ -124,9 +128,15 @@ def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: Blob
         LoadPath.ONNX_FILE_BUFFERS,
         LoadPath.ONNX_SHARED_INITIALIZERS,
         LoadPath.ONNX_EXTERNAL_INITIALIZERS,
+        LoadPath.ONNX_MAPPED,
     ):
         if header.weights is None:
             return "the blob has no weights section"
+    if path == LoadPath.ONNX_MAPPED:
+        if model_file is None:
+            return "it maps the blob file: Bundle.session's, not bytes in memory"
+        if checked.extent("weights") is None:
+            return "the blob's weights are not one raw extent (zstd frames, or an old blob)"
     if path == LoadPath.ONNX_FILE_BUFFERS:
         if installed < FILE_BUFFERS_SINCE:
             return f"onnxruntime {version} ignores use_external_initializer_file_buffers_directly (1.32+)"
@@ -172,6 +182,8 @@ class Prepared:
     keep: list[Any] = field(default_factory=list)
     cleanup: list[Callable[[], None]] = field(default_factory=list)
     fallback: Callable[[], Prepared] | None = None
+    # After the session is made: raises OSError if what onnxruntime read may not be what was checked.
+    confirm: Callable[[], None] | None = None
 
 
 def prepare(
@@ -189,6 +201,9 @@ def prepare(
     check_references(graph, weights.file if weights else None, tensors)
     if path == LoadPath.ONNX_INLINE or weights is None:
         return Prepared(graph)
+    if path == LoadPath.ONNX_MAPPED:
+        assert model_file is not None
+        return _prepare_mapped(graph, checked, options, model_file)
     segments = checked.weight_segments()
     if path == LoadPath.ONNX_FILE_BUFFERS:
         (_, buffer) = segments[0]
@@ -213,6 +228,32 @@ def prepare(
 
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
     return Prepared(rewrite_locations(graph, NULL_FILE), keep=[segments, values], fallback=copying)
+
+
+def _prepare_mapped(
+    graph: bytes, checked: CheckedBlob, options: onnxruntime.SessionOptions, model_file: BlobFile
+) -> Prepared:
+    """onnxruntime maps the weights from the blob file itself, as it maps a loose ``.onnx.data``: each
+    external-data reference names the blob file, at its tensor's offset in the raw extent (measured
+    in 1.24.4, 1.28.0 and 1.32.0: the same time as the source file, and its pages are let go after
+    prepacking, so the peak is the file's). A reference must be a name in a folder (onnxruntime
+    refuses one that resolves outside it, so not ``/proc/self/fd/N``): the file's name is checked to
+    still be the checked file before and after onnxruntime opens it."""
+    start = checked.frames("weights")[0].data_offset
+    real = os.path.realpath(model_file.path)
+    folder, name = os.path.split(real)
+    _still_the_checked_file(model_file, real)
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+    mapped = rewrite_locations(graph, name, shift=start)
+    checked.release()  # onnxruntime maps what it needs itself: ours would count its pages twice
+    return Prepared(mapped, confirm=lambda: _still_the_checked_file(model_file, real))
+
+
+def _still_the_checked_file(model_file: BlobFile, path: str) -> None:
+    """Raise OSError unless ``path`` names the file open as ``model_file.fd`` (the one checked)."""
+    held, named = os.fstat(model_file.fd), os.stat(path)
+    if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+        raise OSError(f"{path} was replaced while it was loaded (another file now has its name)")
 
 
 def _prepare_ort(

@@ -267,6 +267,14 @@ def session_from_checked(
     finally:
         for undo in cleanup:
             undo()
+    if prepared.confirm is not None:
+        try:
+            prepared.confirm()
+        except OSError as exc:
+            raise SessionCreateError(
+                f"model {header.name!r} (load path {path.value}): {exc}; a re-cook replaced the blob "
+                "file during the load: open the bundle again and load it again"
+            ) from None
     report("session", 1.0)
     # What onnxruntime uses in place must live as long as the session: the blob's views (and through
     # them the caller's buffer or the mapped file) go with it.

@@ -1,0 +1,106 @@
+"""The ``onnx-mapped`` load path: ``Bundle.session`` has onnxruntime map an ONNX blob's raw weights
+from the blob file itself, as it maps a loose ``.onnx.data`` (docs/bundle-format.md, "Load paths").
+Per-version proofs (every target onnxruntime, the file rewritten under a live session) are in
+tests/test_load_paths.py; here: the choice, what is mapped, hostile references, a replaced file."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights, write_bundle
+
+from pipeline.runtime import CorruptBlobError, load_info, open_bundle, session_from_blob
+from pipeline.runtime.loadpaths import BlobFile, _still_the_checked_file
+from pipeline.runtime.writer import encode_blob
+from tests.models import dense_model
+
+X = np.random.default_rng(8).standard_normal((1, 1024)).astype(np.float32)
+
+
+def onnx_blob(codec: str = "raw", edit=None) -> tuple[bytes, np.ndarray]:
+    """A 2 MB MLP as an ONNX blob (weights ``codec``), and the source's output on X."""
+    model = dense_model(1024, 512, batch=1, seed=12, activation="Relu", name="net")
+    expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": X})[0]
+    graph, weights = split_weights(model, "net")
+    if edit is not None:
+        proto = onnx.ModelProto.FromString(graph)
+        edit(proto)
+        graph = proto.SerializeToString()
+    stored = dataclasses.replace(weights, codec=codec)
+    return encode_blob(graph, level=3, weights=stored, model_format="onnx", **HEADER_DEFAULTS), expected
+
+
+def mappings_of(path: Path) -> int:
+    return sum(1 for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(str(path)))
+
+
+def test_a_bundle_has_onnxruntime_map_the_raw_weights_from_the_blob_file(tmp_path: Path) -> None:
+    blob, expected = onnx_blob()
+    root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    path = next(root.glob("*.ocb")).resolve()
+
+    session = open_bundle(root).session("net", providers=CPU, low_memory=True)
+
+    assert load_info(session).path.value == "onnx-mapped" and load_info(session).in_place
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-5, atol=1e-5)
+    # onnxruntime's own mappings of the blob file (one per tensor), not the loader's whole-file map
+    assert mappings_of(path) == 2
+    del session
+    assert mappings_of(path) == 0
+    # from memory there is no file to map: the bytes go in place as before
+    assert load_info(session_from_blob(blob, providers=CPU)).path.value != "onnx-mapped"
+
+
+def test_weights_stored_as_zstd_frames_are_not_mapped(tmp_path: Path) -> None:
+    blob, expected = onnx_blob("zstd")
+    root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    session = open_bundle(root).session("net", providers=CPU)
+    assert load_info(session).path.value != "onnx-mapped"
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="not one raw extent"):
+        open_bundle(root).session("net", providers=CPU, load_path="onnx-mapped")
+
+
+@pytest.mark.parametrize("location", ["/dev/zero", "../../etc/passwd", "net.onnx.ocb", ""])
+def test_a_graph_naming_any_file_is_refused_before_onnxruntime_maps_anything(
+    location: str, tmp_path: Path
+) -> None:
+    """The loader writes the blob file's name into the references itself, only after checking that
+    each names the blob's own weights: a graph naming any other file (the blob file's own name
+    included) is refused as on every path."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        for entry in proto.graph.initializer[0].external_data:
+            if entry.key == "location":
+                entry.value = location
+
+    blob, _ = onnx_blob(edit=edit)
+    root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    with pytest.raises(
+        CorruptBlobError, match=re.escape(f"refers to {location!r}, not the blob's own weights")
+    ):
+        open_bundle(root).session("net", providers=CPU)
+
+
+def test_a_file_replaced_under_its_name_is_told_apart_from_the_checked_one(tmp_path: Path) -> None:
+    """What ``onnx-mapped`` checks before and after onnxruntime opens the file by name: a re-cook
+    renaming a new blob over it in between would have onnxruntime map the wrong bytes."""
+    checked = tmp_path / "net.onnx.ocb"
+    checked.write_bytes(b"checked")
+    fd = os.open(checked, os.O_RDONLY)
+    try:
+        _still_the_checked_file(BlobFile(fd, str(checked)), str(checked))  # the same file: fine
+        newer = tmp_path / ".new"
+        newer.write_bytes(b"another")
+        newer.replace(checked)
+        with pytest.raises(OSError, match="was replaced while it was loaded"):
+            _still_the_checked_file(BlobFile(fd, str(checked)), str(checked))
+    finally:
+        os.close(fd)
