@@ -49,6 +49,7 @@ from pipeline.verify import load_inputs, rounding_noise, synthesize_inputs
 from . import models, standard
 from .machine import describe
 from .project import EXAMPLES, REPO
+from .sections import embed
 
 # Every cook verifies (the figures are what is measured): rtol/atol keep their defaults, so that
 # `passed_by` says which outputs the elementwise rule alone would have refused.
@@ -351,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "verification.md")
     parser.add_argument("--workdir", type=Path, help="where to create the temporary folder (~3 GB)")
+    parser.add_argument(
+        "--results", default=str(REPO / "bench" / "results.md"), help="also embedded here ('': nowhere)"
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="verify-errors-", dir=args.workdir))
@@ -389,8 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     info = describe()
     info |= {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
-    args.output.write_text(render(correct, broken, info, time.perf_counter() - start), encoding="utf-8")
+    report = render(correct, broken, info, time.perf_counter() - start)
+    args.output.write_text(report, encoding="utf-8")
     print(f"wrote {args.output}")
+    if args.results:
+        embed(Path(args.results), "verification", report, "docs/verification.md")
+        print(f"embedded in {args.results}")
     return 0
 
 

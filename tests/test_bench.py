@@ -278,3 +278,26 @@ def test_the_loading_bench_runs_every_platform_in_its_own_onnxruntime(tmp_path: 
     embedded = results.read_text(encoding="utf-8")
     assert embedded.startswith("# onnx-cooker benchmarks\n\nearlier tables")
     assert "<!-- bench.loading -->" in embedded and "### android in onnxruntime 1.32.0" in embedded
+
+
+def test_the_verification_bench_measures_correct_cooks_and_catches_broken_models(tmp_path: Path) -> None:
+    """``python -m bench.verify_errors --quick``: the figures per source set and platform, the broken
+    models each refused by the default rule, and the rule's margins (docs/verification.md)."""
+    output = tmp_path / "verification.md"
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.verify_errors", "--quick", "--output", str(output), "--results", ""]
+        + ["--workdir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = output.read_text(encoding="utf-8")
+    rows = [line.split(" | ") for line in report.splitlines() if line.startswith("| bench | ")]
+    assert {row[1] for row in rows} == {"windows-dml", "android", "ios", "console"}
+    assert all(int(row[2]) > 0 for row in rows)  # cooks measured on every platform
+    broken = [line for line in report.splitlines() if "| a bias dropped (zeroed) |" in line]
+    assert broken and all(line.rstrip().endswith("| yes |") for line in broken)
+    assert "## The default rule" in report and "below it" in report
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("verify-errors-")]
