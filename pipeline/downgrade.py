@@ -95,30 +95,25 @@ def downgrade(
     opset = default_opset(model)
     if opset > limits.opset:
         model = _convert_opset(model, opset, limits, where)
-        records.append(
-            {
-                "used": {"opset": limits.opset},
-                "instead_of": {"opset": opset},
-                "why": (
-                    f"onnxruntime {limits.runtime} loads default-domain opset {limits.opset} at most; "
-                    f"converted by onnx's version converter and verified against the source"
-                ),
-            }
+        why = (
+            f"onnxruntime {limits.runtime} loads default-domain opset {limits.opset} at most; converted by "
+            "onnx's version converter and verified against the source"
         )
+        records.append(_record("opset", limits.opset, opset, why))
     if model.ir_version > limits.ir_version:
         was = model.ir_version
         model = _lower_ir(model, limits, where)
-        records.append(
-            {
-                "used": {"ir_version": limits.ir_version},
-                "instead_of": {"ir_version": was},
-                "why": (
-                    f"onnxruntime {limits.runtime} loads IR {limits.ir_version} at most and the model uses "
-                    f"no feature of {_irs(limits.ir_version + 1, was)}"
-                ),
-            }
+        why = (
+            f"onnxruntime {limits.runtime} loads IR {limits.ir_version} at most and the model uses no "
+            f"feature of {_irs(limits.ir_version + 1, was)}"
         )
+        records.append(_record("ir_version", limits.ir_version, was, why))
     return model, records
+
+
+def _record(what: str, used: int, instead_of: int, why: str) -> dict[str, Any]:
+    """A ``fallbacks`` entry of the manifest (printed as one warning line by the cook task)."""
+    return {"used": {what: used}, "instead_of": {what: instead_of}, "why": why}
 
 
 def default_opset(model: onnx.ModelProto) -> int:
