@@ -17,16 +17,18 @@ import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights, write_bundle
 
 from pipeline.runtime import CorruptBlobError, load_info, open_bundle, session_from_blob
-from pipeline.runtime.loadpaths import BlobFile, _still_the_checked_file
+from pipeline.runtime.errors import SessionCreateError
+from pipeline.runtime.loadpaths import MAPPED_WEIGHTS_MIN, BlobFile, _still_the_checked_file
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model
 
 X = np.random.default_rng(8).standard_normal((1, 1024)).astype(np.float32)
 
 
-def onnx_blob(codec: str = "raw", edit=None) -> tuple[bytes, np.ndarray]:
-    """A 2 MB MLP as an ONNX blob (weights ``codec``), and the source's output on X."""
-    model = dense_model(1024, 512, batch=1, seed=12, activation="Relu", name="net")
+def onnx_blob(codec: str = "raw", edit=None, outputs: int = 512) -> tuple[bytes, np.ndarray]:
+    """An MLP (1024 x ``outputs`` float32 weights) as an ONNX blob (weights ``codec``), and the
+    source's output on X."""
+    model = dense_model(1024, outputs, batch=1, seed=12, activation="Relu", name="net")
     expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": X})[0]
     graph, weights = split_weights(model, "net")
     if edit is not None:
@@ -41,21 +43,38 @@ def mappings_of(path: Path) -> int:
     return sum(1 for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(str(path)))
 
 
-def test_a_bundle_has_onnxruntime_map_the_raw_weights_from_the_blob_file(tmp_path: Path) -> None:
+def test_big_raw_weights_of_a_bundle_are_mapped_by_onnxruntime_from_the_blob_file(tmp_path: Path) -> None:
+    """From MAPPED_WEIGHTS_MIN up, with prepacking on: a file onnxruntime maps itself is let go
+    after packing, memory the loader lends is not (docs/design.md, "Loading from memory")."""
+    outputs = MAPPED_WEIGHTS_MIN // (1024 * 4)
+    blob, expected = onnx_blob(outputs=outputs)
+    root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    bundle = open_bundle(root)
+
+    session = bundle.session("net", providers=CPU)
+
+    assert load_info(session).path.value == "onnx-mapped" and load_info(session).in_place
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
+    # with prepacking off nothing is packed twice: the loader's own views are faster
+    assert load_info(bundle.session("net", providers=CPU, low_memory=True)).path.value != "onnx-mapped"
+    # from memory there is no file to map
+    assert load_info(session_from_blob(blob, providers=CPU)).path.value != "onnx-mapped"
+
+
+def test_onnxruntime_maps_the_blob_file_itself_and_lets_it_go_with_the_session(tmp_path: Path) -> None:
     blob, expected = onnx_blob()
     root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
     path = next(root.glob("*.ocb")).resolve()
+    bundle = open_bundle(root)
+    assert load_info(bundle.session("net", providers=CPU)).path.value != "onnx-mapped"  # 2 MB: small
 
-    session = open_bundle(root).session("net", providers=CPU, low_memory=True)
+    session = bundle.session("net", providers=CPU, low_memory=True, load_path="onnx-mapped")
 
-    assert load_info(session).path.value == "onnx-mapped" and load_info(session).in_place
     np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-5, atol=1e-5)
     # onnxruntime's own mappings of the blob file (one per tensor), not the loader's whole-file map
     assert mappings_of(path) == 2
     del session
     assert mappings_of(path) == 0
-    # from memory there is no file to map: the bytes go in place as before
-    assert load_info(session_from_blob(blob, providers=CPU)).path.value != "onnx-mapped"
 
 
 def test_weights_stored_as_zstd_frames_are_not_mapped(tmp_path: Path) -> None:
@@ -64,7 +83,7 @@ def test_weights_stored_as_zstd_frames_are_not_mapped(tmp_path: Path) -> None:
     session = open_bundle(root).session("net", providers=CPU)
     assert load_info(session).path.value != "onnx-mapped"
     np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-5, atol=1e-5)
-    with pytest.raises(Exception, match="not one raw extent"):
+    with pytest.raises(SessionCreateError, match="not one raw extent"):
         open_bundle(root).session("net", providers=CPU, load_path="onnx-mapped")
 
 

@@ -202,7 +202,7 @@ def session_from_checked(
     report = progress or no_progress
     header = checked.header
     check_runtime(header)
-    path = _load_path(checked, load_path, model_file)
+    path = _load_path(checked, load_path, model_file, low_memory)
     refused = _REFUSED.get(_refusal_key(header)) if load_path is None else None
     if providers is None:
         names, skipped = choose_providers(header.execution_providers, onnxruntime.get_available_providers())
@@ -290,9 +290,11 @@ _REFUSED: dict[tuple[str, str, str], str] = {}
 _MAX_REFUSED = 4096
 
 
-def _load_path(checked: CheckedBlob, asked: str | None, model_file: BlobFile | None) -> LoadPath:
+def _load_path(
+    checked: CheckedBlob, asked: str | None, model_file: BlobFile | None, low_memory: bool = False
+) -> LoadPath:
     if asked is None:
-        path = choose_load_path(checked, model_file=model_file)
+        path = choose_load_path(checked, model_file=model_file, low_memory=low_memory)
         if path == LoadPath.ONNX_SHARED_INITIALIZERS and _refusal_key(checked.header) in _REFUSED:
             return LoadPath.ONNX_EXTERNAL_INITIALIZERS
         return path
