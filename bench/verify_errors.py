@@ -110,7 +110,7 @@ def cook_folder(
                 if math.isfinite(output["max_abs"]):
                     record.rows.append(_figures(output))
                     record.names.append(f"{asset.name} ({output['name']})")
-                    record.elementwise_refused += output.get("passed_by") == "scale"
+                    record.elementwise_refused += output.get("passed_by") in ("scale", "noise")
 
 
 def cook_conformance(build: Path, found: dict[str, Found], limit: int | None) -> None:

@@ -97,3 +97,30 @@ def test_the_scale_rule_still_refuses_real_differences(breakage: str) -> None:
         got = np.zeros_like(want)
     (result,) = compare({"y": want}, {"y": got}, RTOL, ATOL, scale=1e-5)
     assert not result.ok and result.worst.startswith("at [")
+
+
+def test_integer_outputs_get_no_scale_rule() -> None:
+    """One wrong class id among 200,000 is a wrong answer, however small its share of the norm."""
+    want = np.arange(200_000, dtype=np.int64) % 1000
+    got = want.copy()
+    got[12_345] += 1
+    (result,) = compare({"ids": want}, {"ids": got}, RTOL, ATOL, scale=1e-5)
+    assert not result.ok and result.rel_l2 < 1e-5 and "at [12345]" in result.worst
+
+
+def test_the_sources_own_rounding_noise_raises_the_bound_up_to_its_cap() -> None:
+    """4x the noise (same figures between two correct runs of the source) where that is more than
+    verify_scale, at most 100x verify_scale; the rule that passed is recorded."""
+    rng = np.random.default_rng(3)
+    want = rng.standard_normal(10_000)
+    got = want + rng.standard_normal(want.shape) * 5e-5  # rel_l2 5e-5: beyond verify_scale 1e-5
+    fixed, noisy, capped = (
+        compare({"y": want}, {"y": got}, 0.0, 0.0, scale=1e-5, noise=noise)[0]
+        for noise in ({}, {"y": (2e-5, 2e-4)}, {"y": (1.0, 1.0)})
+    )
+    assert not fixed.ok
+    assert noisy.ok and noisy.passed_by == "noise" and noisy.noise_rel_l2 == 2e-5
+    assert capped.ok  # 5e-5 is under the cap (1e-3) too
+    far = want + rng.standard_normal(want.shape) * 5e-3  # rel_l2 5e-3: over the cap whatever the noise
+    (beyond,) = compare({"y": want}, {"y": far}, 0.0, 0.0, scale=1e-5, noise={"y": (1.0, 1.0)})
+    assert not beyond.ok

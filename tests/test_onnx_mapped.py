@@ -123,3 +123,100 @@ def test_a_file_replaced_under_its_name_is_told_apart_from_the_checked_one(tmp_p
             _still_the_checked_file(BlobFile(fd, str(checked)), str(checked))
     finally:
         os.close(fd)
+
+
+def test_a_graph_whose_dims_outgrow_the_header_cannot_read_past_its_tensor(tmp_path: Path) -> None:
+    """onnxruntime sizes a read by the graph's dims; the loader writes the header's length into
+    every reference, so a graph asking for more than its extent is refused: it never reads on into
+    the blob (the next tensor, the header, the trailer)."""
+    weight = np.arange(1024 * 512, dtype=np.float32).reshape(1024, 512)  # 2 MB: the blob is mapped
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [onnx.helper.make_node("Identity", ["w"], ["y"])],
+            "echo",
+            [],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+            [onnx.numpy_helper.from_array(weight, "w")],
+        ),
+        opset_imports=[onnx.helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 8
+    graph, weights = split_weights(model, "echo")
+    proto = onnx.ModelProto.FromString(graph)
+    tensor = proto.graph.initializer[0]
+    tensor.dims[0] += 4  # 8 KiB more than the header's extent (still inside the file), no length
+    kept = [e for e in tensor.external_data if e.key != "length"]
+    del tensor.external_data[:]
+    tensor.external_data.extend(kept)
+    raw = dataclasses.replace(weights, codec="raw")
+    blob = encode_blob(
+        proto.SerializeToString(), level=3, weights=raw, model_format="onnx", **HEADER_DEFAULTS
+    )
+    root = write_bundle(tmp_path / "bundle", {"echo": ("onnx", blob)})
+    with pytest.raises(SessionCreateError, match="onnx-mapped") as failure:
+        open_bundle(root).session("echo", providers=CPU, load_path="onnx-mapped")
+    assert "external data size mismatch" in str(failure.value)  # the length the loader wrote
+
+
+def test_references_get_the_blob_file_its_offsets_and_the_header_lengths() -> None:
+    from pipeline.runtime.onnxrefs import rewrite_locations
+
+    def external(name: str, entries: dict[str, str]) -> onnx.TensorProto:
+        tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=[2])
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in entries.items():
+            tensor.external_data.add(key=key, value=value)
+        return tensor
+
+    graph = onnx.helper.make_graph(
+        [],
+        "g",
+        [],
+        [],
+        [external("a", {"location": "w", "offset": "64", "length": "8"}), external("b", {"location": "w"})],
+    )
+    rewritten = onnx.load_from_string(
+        rewrite_locations(onnx.helper.make_model(graph).SerializeToString(), "x.ocb", 65536, {"a": 8, "b": 8})
+    )
+    entries = {t.name: {e.key: e.value for e in t.external_data} for t in rewritten.graph.initializer}
+    assert entries == {
+        "a": {"location": "x.ocb", "offset": "65600", "length": "8"},
+        "b": {"location": "x.ocb", "offset": "65536", "length": "8"},  # no offset meant 0
+    }
+
+
+def test_a_signed_bundle_never_lets_onnxruntime_reopen_the_blob_by_name(tmp_path: Path) -> None:
+    """Its blob's sha256 is checked on the mapped bytes at every load: what onnxruntime reads must
+    be those bytes, not a file opened again by name later."""
+    from cryptography.hazmat.primitives import serialization
+
+    from pipeline.runtime.constants import SIGNATURE_NAME
+    from pipeline.signing import keygen, sign
+
+    blob, expected = onnx_blob(outputs=MAPPED_WEIGHTS_MIN // (1024 * 4))
+    root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    private, public = keygen(tmp_path / "keys")
+    (root / SIGNATURE_NAME).write_bytes(sign((root / "manifest.json").read_bytes(), private))
+    key = serialization.load_pem_public_key(public.read_bytes()).public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    bundle = open_bundle(root, public_keys=[key])
+
+    session = bundle.session("net", providers=CPU)
+
+    assert load_info(session).path.value != "onnx-mapped"
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(SessionCreateError, match="signed bundle"):
+        bundle.session("net", providers=CPU, load_path="onnx-mapped")
+
+
+def test_only_proven_onnxruntime_versions_resolve_the_blob_by_name(tmp_path: Path) -> None:
+    from pipeline.runtime.blob import check_blob
+    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, why_not
+
+    blob, _ = onnx_blob(outputs=MAPPED_WEIGHTS_MIN // (1024 * 4))
+    checked = check_blob(blob)
+    model_file = BlobFile(-1, str(tmp_path / "net.onnx.ocb"))
+    assert choose_load_path(checked, "1.32.0", model_file=model_file) == LoadPath.ONNX_MAPPED
+    assert choose_load_path(checked, "1.30.0", model_file=model_file) != LoadPath.ONNX_MAPPED
+    assert "not one of the versions proven" in why_not(LoadPath.ONNX_MAPPED, checked, "1.30.0", model_file)

@@ -146,7 +146,7 @@ class Bundle:
             checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=not hashed)
             checked.owns_source = fd is not None  # our own mapping: the load path may close it early
             self._check_identity(name, entry, checked.header, path)
-            model_file = BlobFile(fd, str(path)) if fd is not None else None
+            model_file = BlobFile(fd, str(path), by_name=not self._signed) if fd is not None else None
             session = session_from_checked(
                 checked,
                 providers=providers,

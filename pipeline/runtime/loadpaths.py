@@ -38,7 +38,7 @@ from typing import Any
 
 import onnxruntime
 
-from .blob import CheckedBlob, tensor_view
+from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
 from .onnxrefs import check_references, rewrite_locations
@@ -86,6 +86,10 @@ SMALL_ORT_MODEL = 1 << 20
 # and with prepacking off, the views of the loader's own mapping load faster (measured: a 45 MB
 # ResNet-18 in 12 ms against 19 ms mapped by onnxruntime, which faults every page in again).
 MAPPED_WEIGHTS_MIN = 64 << 20
+# onnxruntime builds proven to resolve the references of onnx-mapped in the folder the session
+# entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
+# would look for the blob's name in the current directory instead.
+MAPPED_VERSIONS = frozenset({(1, 24, 4), (1, 28, 0), (1, 32, 0)})
 _ORT_FORMAT_KEY = "session.load_model_format"
 
 
@@ -116,7 +120,8 @@ def choose_load_path(
         return LoadPath.ORT_MAPPED if installed >= ORT_MAPPING_SINCE else LoadPath.ORT_FILE
     if header.weights is None:
         return LoadPath.ONNX_INLINE
-    extent = checked.extent("weights") if model_file is not None and not low_memory else None
+    mappable = model_file is not None and model_file.by_name and installed in MAPPED_VERSIONS
+    extent = checked.extent("weights") if mappable and not low_memory else None
     if extent is not None and len(extent) >= MAPPED_WEIGHTS_MIN:
         return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
@@ -147,6 +152,12 @@ def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: Blob
     if path == LoadPath.ONNX_MAPPED:
         if model_file is None:
             return "it maps the blob file: Bundle.session's, not bytes in memory"
+        if not model_file.by_name:
+            return (
+                "onnxruntime would open the blob file by name, after its sha256 was checked (a signed bundle)"
+            )
+        if installed not in MAPPED_VERSIONS:
+            return f"onnxruntime {version} is not one of the versions proven to resolve its references"
         if checked.extent("weights") is None:
             return "the blob's weights are not one raw extent (zstd frames, or an old blob)"
     if path == LoadPath.ONNX_FILE_BUFFERS:
@@ -173,6 +184,9 @@ class BlobFile:
 
     fd: int
     path: str
+    # Whether onnxruntime may open it again by name (onnx-mapped): not for a signed bundle, whose
+    # blob's sha256 was checked on these bytes and must not be swapped in between.
+    by_name: bool = True
 
     def onnxruntime_path(self) -> str:
         """A path naming exactly the file that was checked (on Linux its descriptor, not its name)."""
@@ -251,14 +265,24 @@ def _prepare_mapped(
     prepacking, so the peak is the file's). A reference must be a name in a folder (onnxruntime
     refuses one that resolves outside it, so not ``/proc/self/fd/N``): the file's name is checked to
     still be the checked file before and after onnxruntime opens it."""
+    weights = checked.header.weights
+    assert weights is not None
     start = checked.frames("weights")[0].data_offset
     real = os.path.realpath(model_file.path)
     folder, name = os.path.split(real)
     _still_the_checked_file(model_file, real)
+    lengths = {t.name: t.nbytes for t in weights.tensors}  # exactly the header's extents, no further
+    mapped = rewrite_locations(graph, name, shift=start, lengths=lengths)
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
-    mapped = rewrite_locations(graph, name, shift=start)
     checked.release()  # onnxruntime maps what it needs itself: ours would count its pages twice
-    return Prepared(mapped, confirm=lambda: _still_the_checked_file(model_file, real))
+
+    def copying() -> Prepared:
+        # onnxruntime refused to map it (a file system it cannot map, say): the blob again from
+        # the open descriptor, its weights satisfied from memory (the path every version takes).
+        again = check_blob(mmap.mmap(model_file.fd, 0, access=mmap.ACCESS_READ), max_model_size=1 << 62)
+        return prepare(LoadPath.ONNX_EXTERNAL_INITIALIZERS, again, options)
+
+    return Prepared(mapped, fallback=copying, confirm=lambda: _still_the_checked_file(model_file, real))
 
 
 def _still_the_checked_file(model_file: BlobFile, path: str) -> None:

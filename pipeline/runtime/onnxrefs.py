@@ -191,23 +191,30 @@ def _varint_bytes(value: int) -> bytes:
             return bytes(out)
 
 
-def _offset_entry(offset: int) -> bytes:
-    """A StringStringEntryProto ``offset`` = ``offset``."""
-    return _length_delimited(1, b"offset") + _length_delimited(2, str(offset).encode("ascii"))
+def _entry(key: bytes, value: int) -> bytes:
+    """A StringStringEntryProto ``key`` = ``value``."""
+    return _length_delimited(1, key) + _length_delimited(2, str(value).encode("ascii"))
 
 
 def _length_delimited(number: int, payload: bytes) -> bytes:
     return _key(number, 2) + _varint_bytes(len(payload)) + payload
 
 
-def rewrite_locations(model: bytes | memoryview, location: str, shift: int = 0) -> bytes:
+def rewrite_locations(
+    model: bytes | memoryview,
+    location: str,
+    shift: int = 0,
+    lengths: Mapping[str, int] | None = None,
+) -> bytes:
     """The model with the ``location`` of every main-graph initializer's external data replaced by
-    ``location`` and its ``offset`` moved by ``shift`` bytes (lengths kept). Call after
-    ``check_references``: other references are not rewritten."""
+    ``location`` and its ``offset`` moved by ``shift`` bytes; with ``lengths`` (name -> bytes, the
+    blob header's) each reference's ``length`` set too, so that onnxruntime reads exactly the
+    header's extent and refuses dims that do not fit it. Call after ``check_references``: other
+    references are not rewritten."""
     data = memoryview(model).cast("B")
     target = location.encode("utf-8")
 
-    def entry(a: int, b: int) -> bytes:
+    def entry(a: int, b: int, length: int | None) -> bytes:
         parts = []
         key, value = "", ""
         for number, wire, c, d in _fields(data, a, b):
@@ -220,11 +227,17 @@ def rewrite_locations(model: bytes | memoryview, location: str, shift: int = 0) 
                 parts.append(_length_delimited(2, target))
             elif number == 2 and wire == 2 and key == "offset" and shift:
                 parts.append(_length_delimited(2, str(int(value) + shift).encode("ascii")))
+            elif number == 2 and wire == 2 and key == "length" and length is not None:
+                parts.append(_length_delimited(2, str(length).encode("ascii")))
             else:
                 parts.append(copied(number, wire, c, d))
         return b"".join(parts)
 
     def tensor(a: int, b: int) -> bytes:
+        name = next(
+            (_string(data, c, d) for n, w, c, d in _fields(data, a, b) if n == _TENSOR_NAME and w == 2), ""
+        )
+        length = lengths.get(name) if lengths is not None else None
         keys = [
             _string(data, e, f)
             for n, w, c, d in _fields(data, a, b)
@@ -233,11 +246,15 @@ def rewrite_locations(model: bytes | memoryview, location: str, shift: int = 0) 
             if number == 1 and wire == 2
         ]
         parts = [
-            _length_delimited(n, entry(c, d)) if n == _TENSOR_EXTERNAL_DATA and w == 2 else copied(n, w, c, d)
+            _length_delimited(n, entry(c, d, length))
+            if n == _TENSOR_EXTERNAL_DATA and w == 2
+            else copied(n, w, c, d)
             for n, w, c, d in _fields(data, a, b)
         ]
         if shift and keys and "offset" not in keys:  # no offset means 0: it becomes the shift
-            parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _offset_entry(shift)))
+            parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"offset", shift)))
+        if length is not None and keys and "length" not in keys:
+            parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"length", length)))
         return b"".join(parts)
 
     def graph(a: int, b: int) -> bytes:
