@@ -38,7 +38,7 @@ import onnxruntime
 from onnx import numpy_helper
 
 from pipeline.assets import discover
-from pipeline.compare import NOISE_FACTOR, OF_RANGE_FACTOR, compare
+from pipeline.compare import NOISE_CAP, NOISE_FACTOR, OF_RANGE_FACTOR, compare
 from pipeline.cook import cook
 from pipeline.errors import CookError
 from pipeline.job import CookJob
@@ -71,7 +71,10 @@ class Found:
 
 
 def _figures(output: Mapping[str, Any]) -> dict[str, float]:
-    bound = max(DEFAULT_VERIFY_SCALE, NOISE_FACTOR * output.get("noise_rel_l2", 0.0))
+    bound = min(
+        max(DEFAULT_VERIFY_SCALE, NOISE_FACTOR * output.get("noise_rel_l2", 0.0)),
+        NOISE_CAP * DEFAULT_VERIFY_SCALE,
+    )
     return {
         "to_bound": output["rel_l2"] / bound,
         "max_abs": output["max_abs"],
@@ -159,7 +162,9 @@ def _judged(
     results = compare(want, got, DEFAULT_RTOL, DEFAULT_ATOL, 0.0, DEFAULT_VERIFY_SCALE, noise)
     worst = max(results, key=lambda r: r.rel_l2)
     figures = _figures(dataclasses.asdict(worst))
-    bound = max(DEFAULT_VERIFY_SCALE, NOISE_FACTOR * worst.noise_rel_l2)
+    bound = min(
+        max(DEFAULT_VERIFY_SCALE, NOISE_FACTOR * worst.noise_rel_l2), NOISE_CAP * DEFAULT_VERIFY_SCALE
+    )
     return {**figures, "bound": bound, "caught": not all(r.ok for r in results)}
 
 
@@ -313,9 +318,12 @@ def _rule(
         "## The default rule",
         "",
         f"An output verifies when every element is within `atol + rtol * |source|` (defaults rtol "
-        f"{DEFAULT_RTOL:g}, atol {DEFAULT_ATOL:g}), or when its `rel_l2` is at most `verify_scale` "
-        f"({DEFAULT_VERIFY_SCALE:g}) and its `of_range` at most {OF_RANGE_FACTOR:g} times that; "
-        "non-finite values must match. Explicit rtol/atol turn the second branch off.",
+        f"{DEFAULT_RTOL:g}, atol {DEFAULT_ATOL:g}), or, for float outputs, when its `rel_l2` is at most "
+        f"`verify_scale` ({DEFAULT_VERIFY_SCALE:g}) and its `of_range` at most {OF_RANGE_FACTOR:g} times "
+        f"that, each bound raised to {NOISE_FACTOR:g} times the source's own rounding noise (optimizations "
+        f"off against onnxruntime's default level, same inputs) where that is more, up to "
+        f"{NOISE_CAP:g} times the fixed bound; non-finite values must match. Explicit rtol/atol turn the "
+        "second branch off.",
         "",
     ]
     if rows:

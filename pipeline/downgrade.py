@@ -27,7 +27,7 @@ import onnx
 from .errors import ModelError
 from .facts import DEFAULT_DOMAINS, onnx_graphs
 from .large import is_large
-from .runtime.compat import RUNTIME_LIMITS, format_version, parse_version
+from .runtime.compat import RUNTIME_LIMITS, format_version, min_runtime_for, parse_version
 
 T = onnx.TensorProto
 # IR version -> the data types it added (onnx/onnx.proto's IR version history). Older IRs' types
@@ -72,10 +72,10 @@ def limits_of(runtime_version: str) -> Limits:
 
 def oldest_runtime(*, opset: int = 0, ir_version: int = 0) -> str | None:
     """The oldest onnxruntime (major.minor) that loads this opset and IR; None if none known does."""
-    for release, max_opset, max_ir in RUNTIME_LIMITS:
-        if opset <= max_opset and ir_version <= max_ir:
-            return format_version(release)
-    return None
+    try:
+        return format_version(min_runtime_for(opset=opset, ir_version=ir_version, ort_format_version=None))
+    except ValueError:
+        return None
 
 
 def downgrade(
