@@ -179,7 +179,7 @@ def test_exported_model_cooks_and_matches_its_source(
     source = exported(net_name, exporter)
     assets = tmp_path / "assets"
     copy_asset(source, assets, net_name)
-    settings = shipped_settings(platform, verify_dims=BATCH, rtol=1e-3, atol=1e-4)
+    settings = shipped_settings(platform, verify_dims=BATCH)  # the default verification rule
     entry = cook(job_for(assets, net_name, settings, tmp_path / "build"))
 
     assert all(output["ok"] for output in entry["verification"]["outputs"])
@@ -322,3 +322,26 @@ def test_fp16_export_cooks_and_matches_its_source(
     assert entry["fallbacks"] == []
     blob = blob_path(tmp_path / "build" / platform, net_name, settings.format).read_bytes()
     assert_blob_matches_source(source, blob, NETS[net_name].shape, **FP16_TOLERANCES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("platform", "version"), [("windows-dml", "1.24.4"), ("console", "1.28.0")])
+def test_exported_models_load_in_the_older_targets_exact_runtime(
+    tmp_path: Path, exported: Callable[[str, str], Path], platform: str, version: str
+) -> None:
+    """Every net by both exporters, cooked with the defaults, passes the runtime check in the exact
+    onnxruntime of the platforms that ship the oldest ones (what writes their manifest)."""
+    from tests.test_target_check import check_for, run_check
+
+    names = sorted(NETS)
+    for exporter in EXPORTERS:  # a folder each: the exported files keep their names
+        assets, build = tmp_path / exporter / "assets", tmp_path / exporter / "build"
+        for name in names:
+            copy_asset(exported(name, exporter), assets, name)
+            cook(job_for(assets, name, shipped_settings(platform, verify_dims=BATCH), build))
+        check = check_for(build / platform, names, version, Path(f"platforms/{platform}.yaml"))
+
+        report = run_check(check)
+
+        assert report["onnxruntime"] == version
+        assert all(report["models"][name]["ok"] for name in names), (exporter, report["models"])
