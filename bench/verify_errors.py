@@ -331,7 +331,8 @@ def _rule(
         lines.append(
             f"- Correct cooks: every output verifies; the closest to its bound has `rel_l2` "
             f"{_fmt(closest['rel_l2'])} ({closest_at}), {1 / max(closest['to_bound'], 1e-300):.1f}x below it "
-            f"(the bound is max(verify_scale, {NOISE_FACTOR:g} x the source's rounding noise))."
+            f"(the bound is verify_scale, or {NOISE_FACTOR:g} x the source's rounding noise where more, "
+            f"at most {NOISE_CAP:g} x verify_scale)."
         )
     if harms:
         missed = [at for figures, at in harms if not figures["caught"]]

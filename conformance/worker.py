@@ -28,7 +28,7 @@ import yaml
 from pipeline.assets import discover
 from pipeline.cook import cook
 from pipeline.errors import CookError
-from pipeline.facts import onnx_facts, ort_facts
+from pipeline.facts import default_opset, onnx_facts, ort_facts
 from pipeline.job import CookJob
 from pipeline.profile import CookSettings, Platform, load_model_settings, resolve
 from pipeline.runtime import BundleError, decode_blob, session_from_blob
@@ -176,7 +176,7 @@ def runtime_too_old(source: onnx.ModelProto | tuple[int, int], settings: CookSet
     if isinstance(source, tuple):
         opset, ir_version = source
     else:
-        opset = next((o.version for o in source.opset_import if o.domain in ("", "ai.onnx")), 0)
+        opset = default_opset(source)
         ir_version = max(source.ir_version, FIRST_IR_WITHOUT_INITIALIZER_INPUTS)
     try:
         needed = min_runtime_for(opset=opset, ir_version=ir_version, ort_format_version=None)

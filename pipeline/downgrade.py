@@ -25,7 +25,7 @@ from typing import Any
 import onnx
 
 from .errors import ModelError
-from .facts import DEFAULT_DOMAINS, onnx_graphs
+from .facts import default_opset, onnx_graphs
 from .large import is_large
 from .runtime.compat import RUNTIME_LIMITS, format_version, min_runtime_for, parse_version
 
@@ -114,10 +114,6 @@ def downgrade(
 def _record(what: str, used: int, instead_of: int, why: str) -> dict[str, Any]:
     """A ``fallbacks`` entry of the manifest (printed as one warning line by the cook task)."""
     return {"used": {what: used}, "instead_of": {what: instead_of}, "why": why}
-
-
-def default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 0)
 
 
 # --- IR ------------------------------------------------------------------------------------------

@@ -65,6 +65,11 @@ def feed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     return [value for value in graph.input if value.name not in initializers]
 
 
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset import (0: none)."""
+    return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 0)
+
+
 def _domain(name: str) -> str:
     return "" if name in DEFAULT_DOMAINS else name
 
@@ -125,7 +130,7 @@ def _onnx_missing(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -
 def onnx_facts(model: onnx.ModelProto) -> ModelFacts:
     graph = model.graph
     graphs = list(onnx_graphs(graph))
-    opset = next((o.version for o in model.opset_import if _domain(o.domain) == ""), 0)
+    opset = default_opset(model)
     weights = {tensor.name: onnx_weight(tensor) for tensor in graph.initializer}
     contents = {w.digest for w in weights.values()}
     contents |= {onnx_weight(t).digest for g in graphs[1:] for t in g.initializer}

@@ -22,6 +22,7 @@ import onnx
 import onnx.version_converter
 
 from .errors import ModelError, VerifyError
+from .facts import default_opset
 from .precision_options import resolved as resolved_options
 from .profile import CookSettings
 from .runtime.constants import Precision
@@ -105,7 +106,7 @@ def _int8(
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     from onnxruntime.quantization import quantize_dynamic
 
-    raised = _opset(model) < QDQ_MIN_OPSET
+    raised = default_opset(model) < QDQ_MIN_OPSET
     if raised:  # the quantizers raise older models only to opset 11, too old for per-channel QDQ
         model = _converted(model, QDQ_MIN_OPSET)
     excluded = [node.name for node in model.graph.node if node.op_type in keep_ops and node.name]
@@ -141,18 +142,14 @@ def _int8(
     return quantized, {"precision": precision, "converter": converter, "options": options}
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
 def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     try:
         return onnx.version_converter.convert_version(model, opset)
     except Exception as exc:  # the converter raises RuntimeError/ValidationError per unsupported op
         raise ModelError(
-            f"int8 quantization needs opset {opset} or newer (the model has {_opset(model)}) and onnx's "
-            f"version converter cannot raise it: {str(exc).splitlines()[0]}; re-export the model at opset "
-            f">= {opset}"
+            f"int8 quantization needs opset {opset} or newer (the model has {default_opset(model)}) and "
+            f"onnx's version converter cannot raise it: {str(exc).splitlines()[0]}; re-export the model "
+            f"at opset >= {opset}"
         ) from None
 
 

@@ -15,6 +15,7 @@ from onnx import external_data_helper
 
 from .assets import AssetModel
 from .errors import ModelError
+from .facts import default_opset
 from .large import is_large
 from .runtime.compat import RUNTIME_LIMITS
 
@@ -166,7 +167,7 @@ def _check_loadable(model: onnx.ModelProto) -> None:
             "its outputs listed (e.g. `output_names=` in torch.onnx.export)"
         )
     release, newest_opset, _ = RUNTIME_LIMITS[-1]
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset(model)
     if opset > newest_opset:
         raise ModelError(
             f"the model imports opset {opset}, newer than any onnxruntime this cooker knows runs "

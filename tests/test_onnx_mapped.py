@@ -16,7 +16,7 @@ import onnxruntime
 import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights, write_bundle
 
-from pipeline.runtime import CorruptBlobError, load_info, open_bundle, session_from_blob
+from pipeline.runtime import CorruptBlobError, load_info, open_bundle
 from pipeline.runtime.errors import SessionCreateError
 from pipeline.runtime.loadpaths import MAPPED_WEIGHTS_MIN, BlobFile, _still_the_checked_file
 from pipeline.runtime.writer import encode_blob
@@ -57,8 +57,6 @@ def test_big_raw_weights_of_a_bundle_are_mapped_by_onnxruntime_from_the_blob_fil
     np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
     # with prepacking off nothing is packed twice: the loader's own views are faster
     assert load_info(bundle.session("net", providers=CPU, low_memory=True)).path.value != "onnx-mapped"
-    # from memory there is no file to map
-    assert load_info(session_from_blob(blob, providers=CPU)).path.value != "onnx-mapped"
 
 
 def test_onnxruntime_maps_the_blob_file_itself_and_lets_it_go_with_the_session(tmp_path: Path) -> None:
