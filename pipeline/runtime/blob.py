@@ -674,6 +674,21 @@ class CheckedBlob:
             )
         return self._segments
 
+    def raw_bytes(self) -> int:
+        """Bytes of raw content whose CRC-32s ``check_raw`` reads (0 for a version-1 blob)."""
+        if self.header.version == LEGACY_BLOB_FORMAT_VERSION:
+            return 0
+        return sum(f.content_size for f in self.header.frames if f.codec == "raw")
+
+    def check_raw(self, threads: int | None = None) -> None:
+        """Compare the CRC-32s of every raw frame's content with the header's (what ``check_blob``
+        does unless told not to) on ``threads`` threads (default: the blob's), on a view of its own:
+        ``release`` elsewhere does not cut it off."""
+        if self.header.version == LEGACY_BLOB_FORMAT_VERSION:
+            return
+        with memoryview(self._source) as whole, whole.cast("B") as view:
+            check_raw_frames(view, self.header.frames, self.where, threads or self.threads)
+
     def weights_contiguous(self) -> bool:
         """Whether ``weight_segments`` gives one buffer, known without decoding anything: always in
         version 3; in version 2 unless the weights are several raw frames."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -164,7 +165,8 @@ def session_from_blob(
     the preferred EPs this onnxruntime offers are used, then the CPU. The blob's per-EP session
     options are applied onto ``session_options`` (or fresh options); the load path adds its own
     entries and weights there too, so use them for that blob only. Frames are checked and
-    decompressed on ``threads`` threads (default: one per core).
+    decompressed on ``threads`` threads (default: one per core); the CRC-32s of large raw content
+    are read on one thread while onnxruntime builds the session, and a mismatch returns no session.
 
     ``load_path`` forces one of ``LoadPath``'s paths (default: the fastest one proven for this
     blob's format, this onnxruntime and this OS; ``SessionCreateError`` if the one asked for cannot
@@ -177,15 +179,50 @@ def session_from_blob(
     """
     report = progress or no_progress
     report("decompress", 0.0)
-    checked = check_blob(data, max_model_size=max_model_size, threads=threads)
-    return session_from_checked(
-        checked,
-        providers=providers,
-        session_options=session_options,
-        low_memory=low_memory,
-        progress=report,
-        load_path=load_path,
-    )
+    checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=False)
+    # The CRC-32s of raw content catch damage, not attacks (anyone can recompute them; hostile bytes
+    # are refused by the layout checks above and by onnxruntime's own parsers): read them while
+    # onnxruntime builds the session, which releases the GIL, instead of before it. 268 MB of
+    # weights: 64 ms of CRC that no longer add to the load (docs/design.md, "Loading from memory").
+    if checked.raw_bytes() < DEFER_RAW_CHECK_MIN:
+        checked.check_raw()
+        return _session(checked, providers, session_options, low_memory, report, load_path, None)
+    crc = _Background(lambda: checked.check_raw(threads=1))  # one core for it, the others for onnxruntime
+    try:
+        session = _session(checked, providers, session_options, low_memory, report, load_path, None)
+    except BaseException:
+        crc.result()  # damage explains a refusal better than onnxruntime's message does
+        raise
+    crc.result()  # damaged: the session goes, unreturned, and the caller gets ChecksumMismatchError
+    return session
+
+
+# Raw content from this size is CRC-checked on a thread while onnxruntime builds the session; below
+# it, starting a thread costs more than the check (a 100 kB model's CRC takes about 20 us).
+DEFER_RAW_CHECK_MIN = 4 << 20
+
+
+class _Background:
+    """``task()`` on a thread of its own (not the decoding pool: the task itself uses that pool)."""
+
+    def __init__(self, task: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                task()
+            except BaseException as exc:  # handed to result(), on the caller's thread
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="onnx-cooker-crc", daemon=True)
+        self._thread.start()
+
+    def result(self) -> None:
+        """Wait for the task; raise what it raised."""
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 def session_from_checked(
@@ -199,7 +236,18 @@ def session_from_checked(
     model_file: BlobFile | None = None,
 ) -> onnxruntime.InferenceSession:
     """``session_from_blob`` after ``check_blob`` (``Bundle.session`` passes the mapped blob file)."""
-    report = progress or no_progress
+    return _session(checked, providers, session_options, low_memory, progress or no_progress, load_path, model_file)
+
+
+def _session(
+    checked: CheckedBlob,
+    providers: Sequence[ProviderSpec] | None,
+    session_options: onnxruntime.SessionOptions | None,
+    low_memory: bool,
+    report: Progress,
+    load_path: str | None,
+    model_file: BlobFile | None,
+) -> onnxruntime.InferenceSession:
     header = checked.header
     check_runtime(header)
     path = _load_path(checked, load_path, model_file, low_memory)

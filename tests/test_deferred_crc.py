@@ -1,0 +1,97 @@
+"""session_from_blob reads the CRC-32s of large raw content while onnxruntime builds the session
+(pipeline/runtime/session.py, DEFER_RAW_CHECK_MIN): damage is still refused, with the same
+ChecksumMismatchError, and it wins over onnxruntime's own refusal of the damaged bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from runtime_helpers import CPU, make_blob, make_weighted_blob, to_ort_format
+
+from pipeline.runtime import load_info, session_from_blob
+from pipeline.runtime.blob import check_blob, read_header
+from pipeline.runtime.errors import ChecksumMismatchError
+from pipeline.runtime.loadpaths import LoadPath, why_not
+from pipeline.runtime.session import DEFER_RAW_CHECK_MIN
+from tests.models import large_matmul_model
+
+ROWS, COLUMNS = 1024, 1536  # 6 MiB of float32 weights: over DEFER_RAW_CHECK_MIN
+
+
+@pytest.fixture(scope="module")
+def large() -> tuple[bytes, np.ndarray, np.ndarray]:
+    """(source model bytes, an input, onnxruntime's output on the source)."""
+    assert ROWS * COLUMNS * 4 >= DEFER_RAW_CHECK_MIN
+    source = large_matmul_model(ROWS, COLUMNS, seed=5).SerializeToString()
+    x = np.random.default_rng(6).standard_normal((1, ROWS)).astype(np.float32)
+    expected = onnxruntime.InferenceSession(source, providers=CPU).run(None, {"x": x})[0]
+    return source, x, expected
+
+
+def flipped(blob: bytes, index: int) -> bytes:
+    mutable = bytearray(blob)
+    mutable[index] ^= 0x40
+    return bytes(mutable)
+
+
+def raw_frame(blob: bytes, section: str):
+    (frame,) = [f for f in read_header(blob)[0].frames if f.section == section]
+    assert frame.codec == "raw"
+    return frame
+
+
+def test_large_onnx_weights_damaged_anywhere_are_refused(large: tuple) -> None:
+    source, x, expected = large
+    blob = make_weighted_blob(onnx.load_from_string(source), "raw")[0]
+    session = session_from_blob(blob, providers=CPU)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)
+    frame = raw_frame(blob, "weights")
+    for where in (0, frame.content_size // 2, frame.content_size - 1):  # first, middle, last piece
+        with pytest.raises(ChecksumMismatchError, match=r"weights frame 1 of 1 is damaged: CRC-32"):
+            session_from_blob(flipped(blob, frame.data_offset + where), providers=CPU)
+
+
+@pytest.mark.parametrize("path", ["onnx-external-initializers", "onnx-shared-initializers", "onnx-file-buffers"])
+def test_every_onnx_load_path_refuses_damaged_weights(large: tuple, path: str) -> None:
+    source, x, expected = large
+    blob = make_weighted_blob(onnx.load_from_string(source), "raw")[0]
+    reason = why_not(LoadPath(path), check_blob(blob), onnxruntime.__version__, None)
+    if reason is not None:  # another onnxruntime's path (tests/test_load_paths.py runs each version)
+        assert path != "onnx-external-initializers", reason  # every version has the copying path
+        return
+    session = session_from_blob(blob, providers=CPU, load_path=path)
+    assert load_info(session).path.value == path
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)
+    frame = raw_frame(blob, "weights")
+    with pytest.raises(ChecksumMismatchError, match=r"weights frame 1 of 1 is damaged: CRC-32"):
+        session_from_blob(flipped(blob, frame.data_offset + 12345), providers=CPU, load_path=path)
+
+
+def test_large_ort_model_damage_wins_over_onnxruntimes_refusal(large: tuple, tmp_path: Path) -> None:
+    source, x, expected = large
+    blob = make_blob(to_ort_format(source, tmp_path), "ort")
+    frame = raw_frame(blob, "graph")
+    assert frame.content_size >= DEFER_RAW_CHECK_MIN and frame.data_offset == 0  # the flatbuffer leads
+    session = session_from_blob(blob, providers=CPU)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)
+    # Bytes 4-8 are the flatbuffer's file identifier: onnxruntime refuses the model outright, and
+    # the caller hears of the damage, not of onnxruntime's confusion.
+    with pytest.raises(ChecksumMismatchError, match=r"graph frame 1 of 1 is damaged: CRC-32"):
+        session_from_blob(flipped(blob, 5), providers=CPU)
+    # A weight byte: onnxruntime would load it and compute wrong numbers; the session is not returned.
+    with pytest.raises(ChecksumMismatchError, match=r"graph frame 1 of 1 is damaged: CRC-32"):
+        session_from_blob(flipped(blob, frame.content_size - 4096), providers=CPU)
+
+
+def test_small_blobs_are_refused_the_same_way(tmp_path: Path) -> None:
+    """Below DEFER_RAW_CHECK_MIN the check runs before onnxruntime is called, with the same error."""
+    source = large_matmul_model(64, 32, seed=3).SerializeToString()
+    blob = make_blob(to_ort_format(source, tmp_path), "ort", graph_codec="raw")
+    frame = raw_frame(blob, "graph")
+    assert frame.content_size < DEFER_RAW_CHECK_MIN
+    with pytest.raises(ChecksumMismatchError, match=r"graph frame 1 of 1 is damaged: CRC-32"):
+        session_from_blob(flipped(blob, 5), providers=CPU)
