@@ -1,0 +1,304 @@
+/*
+ * onnx_cooker.h - read onnx-cooker bundles and blobs, and create onnxruntime sessions from them.
+ *
+ * The native counterpart of the Python loader (pipeline/runtime/): a game opens a cooked bundle
+ * (a folder holding manifest.json and one blob per model) or a single blob held in memory, checks
+ * it, and either takes the model's bytes and session recipe to create sessions its own way
+ * ("unpack" level), or lets this library create the OrtSession through the onnxruntime C API
+ * ("session" level). The format is docs/bundle-format.md; the reference is docs/native.md.
+ *
+ * C99. No C++ types cross this interface: plain structs, plain function pointers plus a void*
+ * user pointer for callbacks, so that C++ engines and C# (P/Invoke) call it as they are.
+ *
+ * Errors: every function that can fail returns an oc_status and, when `err` is not NULL, fills it
+ * with the status and a message naming the file or model, what was wrong and how to fix it. No
+ * function aborts, whatever the bytes it is given; every byte read from a file is treated as hostile.
+ *
+ * Ownership (also stated at each function):
+ *   - Memory the caller passes in (blob bytes) is BORROWED: it must stay valid and unchanged until
+ *     the oc_blob and every session created from it are gone (sessions use raw weights in place).
+ *   - Objects this library returns (oc_bundle, oc_blob, oc_runtime) are OWNED by the caller and
+ *     released with their *_close/_release function; strings they return live as long as they do.
+ *   - An OrtSession created here is owned by the caller (release it with the OrtApi's
+ *     ReleaseSession); it borrows the oc_blob, which borrows the caller's bytes or holds the
+ *     mapped file: release the session first, then the blob, then the bundle, then the runtime.
+ *
+ * Thread safety: distinct objects may be used from distinct threads; one object from one thread
+ * at a time. Functions that only read an object (the getters) may run concurrently.
+ */
+#ifndef ONNX_COOKER_H
+#define ONNX_COOKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(OC_BUILDING_DLL)
+#define OC_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(OC_USING_DLL)
+#define OC_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define OC_API __attribute__((visibility("default")))
+#else
+#define OC_API
+#endif
+
+#define OC_VERSION_MAJOR 0
+#define OC_VERSION_MINOR 1
+#define OC_VERSION_PATCH 0
+/* The blob format version this library reads (others are OC_ERR_UNSUPPORTED_VERSION). */
+#define OC_BLOB_FORMAT_VERSION 3
+#define OC_MANIFEST_VERSION 1
+
+/* The same causes as the Python loader's BundleError subclasses (pipeline/runtime/errors.py). */
+typedef enum oc_status {
+    OC_OK = 0,
+    OC_ERR_INVALID_ARGUMENT = 1,     /* a NULL pointer or a bad value from the caller */
+    OC_ERR_OUT_OF_MEMORY = 2,        /* an allocation failed */
+    OC_ERR_IO = 3,                   /* a file could not be opened, mapped or read */
+    OC_ERR_NOT_A_BLOB = 4,           /* NotABlobError: not an onnx-cooker blob at all */
+    OC_ERR_TRUNCATED = 5,            /* TruncatedBlobError: the blob is cut off */
+    OC_ERR_CORRUPT = 6,              /* CorruptBlobError: the header or layout breaks the format */
+    OC_ERR_CHECKSUM = 7,             /* ChecksumMismatchError: damaged or replaced bytes */
+    OC_ERR_UNSUPPORTED_VERSION = 8,  /* UnsupportedBlobVersionError: another blob format version */
+    OC_ERR_TOO_LARGE = 9,            /* BlobTooLargeError: declares more than max_model_size */
+    OC_ERR_MANIFEST = 10,            /* ManifestError: manifest.json missing, damaged or invalid */
+    OC_ERR_UNKNOWN_MODEL = 11,       /* UnknownModelError: no such model in the bundle */
+    OC_ERR_SIGNATURE = 12,           /* SignatureError (reserved: signatures are not read yet) */
+    OC_ERR_INCOMPATIBLE_RUNTIME = 13,/* IncompatibleRuntimeError: onnxruntime too old for the blob */
+    OC_ERR_RUNTIME_LOAD = 14,        /* libonnxruntime could not be loaded or lacks the API needed */
+    OC_ERR_SESSION_CREATE = 15       /* SessionCreateError: onnxruntime refused the session */
+} oc_status;
+
+#define OC_MESSAGE_SIZE 1024
+
+/* Filled by every failing call when not NULL; `message` is NUL-terminated UTF-8. */
+typedef struct oc_error {
+    oc_status status;
+    char message[OC_MESSAGE_SIZE];
+} oc_error;
+
+/* A static, NUL-terminated name of a status: "OC_ERR_CHECKSUM", ... */
+OC_API const char *oc_status_name(oc_status status);
+
+/* Allocator hooks for everything this library allocates (NULL or zeroed: malloc/free).
+ * alloc returns memory of `size` bytes aligned to `alignment` (a power of two <= 4096) or NULL. */
+typedef struct oc_allocator {
+    void *(*alloc)(void *user, size_t size, size_t alignment);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} oc_allocator;
+
+/* Progress for loading screens: stage is "read", "check", "decompress" or "session"; fraction is
+ * 0.0 when the stage starts and 1.0 when it ends. Called on the calling thread. */
+typedef void (*oc_progress_fn)(void *user, const char *stage, double fraction);
+
+/* ---------------------------------------------------------------------------------------------
+ * Blobs (the "unpack" level)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct oc_blob oc_blob;
+
+typedef enum oc_model_format { OC_FORMAT_ONNX = 0, OC_FORMAT_ORT = 1 } oc_model_format;
+
+typedef struct oc_blob_options {
+    uint64_t max_model_size;        /* 0: 2 GiB, the Python loader's default */
+    int check_raw;                  /* < 0: default (1): check the CRC-32s of raw extents; 0: skip
+                                       (the caller checked the whole blob's sha256 already) */
+    const oc_allocator *allocator;  /* NULL: malloc/free; copied, must outlive the blob */
+    oc_progress_fn progress;        /* NULL: none */
+    void *progress_user;
+} oc_blob_options;
+
+/* Check `size` bytes at `data` as a blob (header CRC, layout, extents within the blob, raw CRC-32s,
+ * zstd frames decoded with their checksums) and keep them for the getters below.
+ * BORROWS data: it must outlive *out and every session created from it. On failure *out is NULL.
+ * options may be NULL (defaults). */
+OC_API oc_status oc_blob_open_memory(const void *data, size_t size, const oc_blob_options *options,
+                                     oc_blob **out, oc_error *err);
+
+/* Map the blob file at `path` read-only and open it as oc_blob_open_memory does; the mapping is
+ * owned by the blob and unmapped by oc_blob_close. A file truncated in place while mapped raises
+ * SIGBUS (the cooker only ever replaces blobs by rename, which a mapping survives). */
+OC_API oc_status oc_blob_open_file(const char *path, const oc_blob_options *options, oc_blob **out,
+                                   oc_error *err);
+
+/* Release a blob (NULL is fine). Sessions created from it must be released before. */
+OC_API void oc_blob_close(oc_blob *blob);
+
+/* What the header says. Strings live as long as the blob. */
+typedef struct oc_blob_info {
+    const char *name;                /* the model's name ("vision/detector") */
+    const char *platform;            /* the platform it was cooked for */
+    oc_model_format format;
+    const char *min_runtime_version; /* oldest onnxruntime that loads it ("1.16") */
+    const char *cook_key;
+    const char *model_sha256;
+    uint64_t model_size;             /* graph + weights bytes */
+    uint64_t graph_size;             /* bytes of the model file */
+    uint64_t weights_size;           /* bytes of the weights section (0: none) */
+    const char *weights_file;        /* the name the graph's external-data references use, or NULL */
+    int saved_runtime_optimizations; /* ORT "runtime" style: replay saved optimizations */
+    uint32_t blob_format_version;
+} oc_blob_info;
+
+OC_API oc_status oc_blob_get_info(const oc_blob *blob, oc_blob_info *out, oc_error *err);
+
+/* The model file (the .onnx protobuf or .ort flatbuffer): a view into the caller's bytes when it
+ * is stored raw, else decoded once into memory the blob owns. Valid as long as the blob. */
+OC_API oc_status oc_blob_model(oc_blob *blob, const void **bytes, size_t *size, oc_error *err);
+
+/* The weights section (ONNX only; *size 0 and *bytes NULL when there is none), as the graph's
+ * external-data references name it: file name `info.weights_file`, offsets within this buffer.
+ * In place when stored raw (64-byte aligned tensors), else decoded into memory the blob owns. */
+OC_API oc_status oc_blob_weights(oc_blob *blob, const void **bytes, size_t *size, oc_error *err);
+
+/* The session recipe the cook wrote: EPs in order of preference, and by EP name (any EP, the
+ * CPU EP included) its provider options and the session options to apply when it is used: named
+ * ones ("enable_mem_pattern", "execution_mode", "graph_optimization_level") and onnxruntime config
+ * entries, every value as the string the Python loader passes ("True"/"False" for booleans).
+ * Indices run from 0 to the count - 1; strings live as long as the blob. */
+OC_API size_t oc_blob_ep_count(const oc_blob *blob);
+OC_API const char *oc_blob_ep_name(const oc_blob *blob, size_t index); /* NULL past the end */
+OC_API size_t oc_blob_provider_option_count(const oc_blob *blob, const char *ep);
+OC_API oc_status oc_blob_provider_option(const oc_blob *blob, const char *ep, size_t index, const char **key,
+                                         const char **value);
+OC_API size_t oc_blob_session_option_count(const oc_blob *blob, const char *ep);
+OC_API oc_status oc_blob_session_option(const oc_blob *blob, const char *ep, size_t index, const char **key,
+                                        const char **value);
+
+/* ---------------------------------------------------------------------------------------------
+ * Bundles
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct oc_bundle oc_bundle;
+
+/* Caller-supplied file access (pak/IoStore archives). `path` is relative to the bundle ("manifest.json",
+ * "vision/detector.0a1b2c3d4e5f6071.ort.ocb"). size: the file's size in bytes, or -1 when missing
+ * (then fill `message`, at most OC_MESSAGE_SIZE bytes, if you can say why). read: `count` bytes
+ * at `offset` into `buffer`; return the bytes read (count unless the file is shorter) or -1. */
+typedef struct oc_reader {
+    int64_t (*size)(void *user, const char *path);
+    int64_t (*read)(void *user, const char *path, uint64_t offset, void *buffer, size_t count);
+    void *user;
+} oc_reader;
+
+typedef struct oc_bundle_options {
+    uint64_t max_model_size;        /* 0: 2 GiB */
+    int verify;                     /* < 0: default (1): check each blob's size and sha256 against
+                                       the manifest when it is opened; 0: size only (the blob's own
+                                       CRCs and zstd checksums still catch damage) */
+    int map_blobs;                  /* < 0: default (1): map blob files read-only; 0: read them */
+    const oc_allocator *allocator;  /* NULL: malloc/free */
+    oc_progress_fn progress;
+    void *progress_user;
+} oc_bundle_options;
+
+/* Open the bundle in folder `dir` (its manifest.json) on the local file system. */
+OC_API oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out,
+                                    oc_error *err);
+
+/* Open a bundle through caller callbacks; `reader` is copied, its `user` must outlive the bundle. */
+OC_API oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options *options,
+                                       oc_bundle **out, oc_error *err);
+
+/* Open a bundle whose manifest.json bytes the caller holds (`blob_reader` then reads the blobs:
+ * NULL when every blob is opened with oc_bundle_open_blob_memory). manifest is copied. */
+OC_API oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
+                                         const oc_bundle_options *options, oc_bundle **out,
+                                         oc_error *err);
+
+/* Release a bundle (NULL is fine). Blobs opened from it stay valid: each holds its own bytes. */
+OC_API void oc_bundle_close(oc_bundle *bundle);
+
+OC_API const char *oc_bundle_platform(const oc_bundle *bundle);
+OC_API size_t oc_bundle_model_count(const oc_bundle *bundle);
+/* Models in name order; NULL past the end. */
+OC_API const char *oc_bundle_model_name(const oc_bundle *bundle, size_t index);
+
+/* A model's I/O signature, from the manifest: input or output `index` of model `name`.
+ * type: as onnx prints it ("tensor(float)"); shape: a JSON array of ints, symbolic names and nulls
+ * ("[\"batch\",3,224,224]"), or "null" for a non-tensor. Strings live as long as the bundle. */
+typedef struct oc_tensor_info {
+    const char *name;
+    const char *type;
+    const char *shape;
+} oc_tensor_info;
+
+OC_API oc_status oc_bundle_signature(const oc_bundle *bundle, const char *name, int outputs, size_t index,
+                                     oc_tensor_info *out, oc_error *err);
+OC_API size_t oc_bundle_signature_count(const oc_bundle *bundle, const char *name, int outputs);
+
+/* Open model `name`'s blob: mapped (or read) through the bundle, its size and (verify) sha256
+ * checked against the manifest, its cook key and model sha256 against the header, then checked as
+ * oc_blob_open_memory does. The blob owns what it mapped or read; release it with oc_blob_close. */
+OC_API oc_status oc_bundle_open_blob(oc_bundle *bundle, const char *name, oc_blob **out, oc_error *err);
+
+/* As oc_bundle_open_blob, for blob bytes the caller already holds (BORROWED, as in
+ * oc_blob_open_memory): checked against model `name`'s manifest entry. */
+OC_API oc_status oc_bundle_open_blob_memory(oc_bundle *bundle, const char *name, const void *data,
+                                            size_t size, oc_blob **out, oc_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sessions (the "session" level): onnxruntime through its C API
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct oc_runtime oc_runtime;
+struct OrtApi;
+struct OrtSession;
+struct OrtSessionOptions;
+
+/* Load libonnxruntime at run time (dlopen/LoadLibrary of `library_path`, or the platform's default
+ * name when NULL) and take its C API (OrtGetApiBase()->GetApi(OC_ORT_API_VERSION)); one build runs
+ * against every onnxruntime from 1.21 on. OWNED by the caller: oc_runtime_release. */
+OC_API oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *err);
+
+/* For an engine that links onnxruntime itself: wrap its OrtApi (`api` is borrowed; `version` its
+ * GetVersionString(), e.g. "1.24.4"). */
+OC_API oc_status oc_runtime_from_api(const struct OrtApi *api, const char *version, oc_runtime **out,
+                                     oc_error *err);
+
+OC_API void oc_runtime_release(oc_runtime *runtime);
+/* The OrtApi, to run and release sessions; and onnxruntime's version string. */
+OC_API const struct OrtApi *oc_runtime_api(const oc_runtime *runtime);
+OC_API const char *oc_runtime_version(const oc_runtime *runtime);
+
+/* How the model reached onnxruntime (as the Python loader's load paths). */
+typedef enum oc_load_path {
+    OC_LOAD_ONNX_INLINE = 0,         /* graph bytes, no weights section */
+    OC_LOAD_ONNX_FILE_BUFFERS = 1,   /* weights as an in-memory external-data file, in place (1.32+) */
+    OC_LOAD_ONNX_EXTERNAL = 2,       /* weights as external initializers: onnxruntime copies them */
+    OC_LOAD_ORT_IN_PLACE = 3         /* ORT bytes used in place (use_ort_model_bytes_directly) */
+} oc_load_path;
+
+typedef struct oc_session_options {
+    /* EPs to use, in order, overriding the blob's preference (NULL: the blob's preferred EPs this
+     * onnxruntime offers, then the CPU EP; an EP that must run alone with the CPU ends the list). */
+    const char *const *providers;
+    size_t provider_count;
+    int low_memory;                  /* 1: session.disable_prepacking (faster, leaner load) */
+    int intra_op_threads;            /* 0: onnxruntime's default */
+    /* Options to start from (borrowed; the blob's recipe and the load path's entries are added to
+     * it: use it for one session). NULL: fresh options. */
+    struct OrtSessionOptions *base;
+    oc_progress_fn progress;
+    void *progress_user;
+} oc_session_options;
+
+/* Create a session for `blob` with the blob's recipe (EPs, provider options, per-EP session
+ * options, DirectML rules, the saved-runtime-optimizations flag), weights in place where
+ * onnxruntime allows it. The session BORROWS the blob (release the session first). `path_used`
+ * (may be NULL) receives the load path. options may be NULL. */
+OC_API oc_status oc_session_create(oc_runtime *runtime, oc_blob *blob, const oc_session_options *options,
+                                   struct OrtSession **out, oc_load_path *path_used, oc_error *err);
+
+OC_API const char *oc_load_path_name(oc_load_path path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONNX_COOKER_H */

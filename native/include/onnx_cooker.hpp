@@ -1,0 +1,178 @@
+// onnx_cooker.hpp - C++17 RAII over onnx_cooker.h (header only). Every failure throws
+// oc::Error (status + message); objects release what they own when they go out of scope.
+// Lifetimes are the C API's: a Session borrows its Blob, a Blob borrows memory passed to
+// Blob::from_memory; destroy sessions before blobs, blobs before their memory.
+#ifndef ONNX_COOKER_HPP
+#define ONNX_COOKER_HPP
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onnx_cooker.h"
+
+#if defined(__has_include)
+#if __has_include(<onnxruntime_c_api.h>)
+#include <onnxruntime_c_api.h> // the session level (oc::Session) needs onnxruntime's C API header
+#endif
+#endif
+
+namespace oc {
+
+class Error : public std::runtime_error {
+public:
+    Error(oc_status status, const std::string &message) : std::runtime_error(message), status_(status) {}
+    oc_status status() const noexcept { return status_; }
+
+private:
+    oc_status status_;
+};
+
+namespace detail {
+inline void check(oc_status status, const oc_error &err) {
+    if (status != OC_OK) throw Error(status, std::string(oc_status_name(status)) + ": " + err.message);
+}
+
+// A unique owner of a C handle with its release function.
+template <typename T, void (*Release)(T *)> class Handle {
+public:
+    Handle() noexcept = default;
+    explicit Handle(T *raw) noexcept : raw_(raw) {}
+    Handle(Handle &&other) noexcept : raw_(std::exchange(other.raw_, nullptr)) {}
+    Handle &operator=(Handle &&other) noexcept {
+        if (this != &other) reset(std::exchange(other.raw_, nullptr));
+        return *this;
+    }
+    Handle(const Handle &) = delete;
+    Handle &operator=(const Handle &) = delete;
+    ~Handle() { reset(); }
+    T *get() const noexcept { return raw_; }
+    void reset(T *raw = nullptr) noexcept {
+        if (raw_ != nullptr) Release(raw_);
+        raw_ = raw;
+    }
+
+private:
+    T *raw_ = nullptr;
+};
+} // namespace detail
+
+class Blob {
+public:
+    // Borrows data: it must outlive the Blob and every session made from it.
+    static Blob from_memory(const void *data, size_t size, const oc_blob_options *options = nullptr) {
+        oc_error err{};
+        oc_blob *raw = nullptr;
+        detail::check(oc_blob_open_memory(data, size, options, &raw, &err), err);
+        return Blob(raw);
+    }
+    static Blob from_file(const std::string &path, const oc_blob_options *options = nullptr) {
+        oc_error err{};
+        oc_blob *raw = nullptr;
+        detail::check(oc_blob_open_file(path.c_str(), options, &raw, &err), err);
+        return Blob(raw);
+    }
+    explicit Blob(oc_blob *raw) noexcept : handle_(raw) {}
+
+    oc_blob_info info() const {
+        oc_error err{};
+        oc_blob_info info{};
+        detail::check(oc_blob_get_info(handle_.get(), &info, &err), err);
+        return info;
+    }
+    std::vector<std::string> execution_providers() const {
+        std::vector<std::string> names;
+        for (size_t i = 0; i < oc_blob_ep_count(handle_.get()); ++i) names.emplace_back(oc_blob_ep_name(handle_.get(), i));
+        return names;
+    }
+    std::vector<std::pair<std::string, std::string>> session_options(const std::string &ep) const {
+        std::vector<std::pair<std::string, std::string>> options;
+        for (size_t i = 0; i < oc_blob_session_option_count(handle_.get(), ep.c_str()); ++i) {
+            const char *key = nullptr, *value = nullptr;
+            oc_blob_session_option(handle_.get(), ep.c_str(), i, &key, &value);
+            options.emplace_back(key, value);
+        }
+        return options;
+    }
+    oc_blob *get() const noexcept { return handle_.get(); }
+
+private:
+    detail::Handle<oc_blob, oc_blob_close> handle_;
+};
+
+class Bundle {
+public:
+    static Bundle open(const std::string &dir, const oc_bundle_options *options = nullptr) {
+        oc_error err{};
+        oc_bundle *raw = nullptr;
+        detail::check(oc_bundle_open_dir(dir.c_str(), options, &raw, &err), err);
+        return Bundle(raw);
+    }
+    explicit Bundle(oc_bundle *raw) noexcept : handle_(raw) {}
+
+    std::string platform() const { return oc_bundle_platform(handle_.get()); }
+    std::vector<std::string> models() const {
+        std::vector<std::string> names;
+        for (size_t i = 0; i < oc_bundle_model_count(handle_.get()); ++i) names.emplace_back(oc_bundle_model_name(handle_.get(), i));
+        return names;
+    }
+    Blob blob(const std::string &name) {
+        oc_error err{};
+        oc_blob *raw = nullptr;
+        detail::check(oc_bundle_open_blob(handle_.get(), name.c_str(), &raw, &err), err);
+        return Blob(raw);
+    }
+    oc_bundle *get() const noexcept { return handle_.get(); }
+
+private:
+    detail::Handle<oc_bundle, oc_bundle_close> handle_;
+};
+
+class Runtime {
+public:
+    // nullptr: the platform's default library name.
+    static Runtime load(const char *library_path = nullptr) {
+        oc_error err{};
+        oc_runtime *raw = nullptr;
+        detail::check(oc_runtime_load(library_path, &raw, &err), err);
+        return Runtime(raw);
+    }
+    explicit Runtime(oc_runtime *raw) noexcept : handle_(raw) {}
+    std::string version() const { return oc_runtime_version(handle_.get()); }
+    const OrtApi *api() const noexcept { return oc_runtime_api(handle_.get()); }
+    oc_runtime *get() const noexcept { return handle_.get(); }
+
+private:
+    detail::Handle<oc_runtime, oc_runtime_release> handle_;
+};
+
+#ifdef ORT_API_VERSION
+// An OrtSession released through the runtime's API. Borrows the Blob and the Runtime.
+class Session {
+public:
+    Session(Runtime &runtime, Blob &blob, const oc_session_options *options = nullptr) : api_(runtime.api()) {
+        oc_error err{};
+        detail::check(oc_session_create(runtime.get(), blob.get(), options, &raw_, &path_, &err), err);
+    }
+    Session(Session &&other) noexcept
+        : api_(other.api_), raw_(std::exchange(other.raw_, nullptr)), path_(other.path_) {}
+    Session &operator=(Session &&) = delete;
+    Session(const Session &) = delete;
+    Session &operator=(const Session &) = delete;
+    ~Session() {
+        if (raw_ != nullptr) api_->ReleaseSession(raw_);
+    }
+    OrtSession *get() const noexcept { return raw_; }
+    oc_load_path load_path() const noexcept { return path_; }
+
+private:
+    const OrtApi *api_;
+    OrtSession *raw_ = nullptr;
+    oc_load_path path_ = OC_LOAD_ONNX_INLINE;
+};
+#endif // ORT_API_VERSION
+
+} // namespace oc
+
+#endif // ONNX_COOKER_HPP

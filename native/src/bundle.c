@@ -1,0 +1,468 @@
+/* bundle.c - a cooked bundle: manifest.json, its models, and their blobs (docs/bundle-format.md,
+ * "manifest.json"), as pipeline/runtime/bundle.py reads them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <sodium.h>
+
+#include "internal.h"
+
+#define MAX_MANIFEST (64u << 20)
+#define DEFAULT_MAX_MODEL_SIZE (2ull << 30)
+#define MAX_HEADER_SIZE (16ull << 20)
+
+typedef struct model_entry {
+    const char *name;
+    const char *file;
+    const char *format;
+    const char *blob_sha256;
+    uint64_t blob_size;
+    const char *cook_key;     /* NULL when the entry has none */
+    const char *model_sha256; /* NULL when the entry has none */
+    oc_tensor_info *inputs, *outputs;
+    size_t input_count, output_count;
+} model_entry;
+
+struct oc_bundle {
+    oc_alloc alloc;
+    oc_arena arena;
+    char *dir; /* NULL for a reader bundle */
+    oc_reader reader;
+    int has_reader;
+    const char *platform;
+    model_entry *models; /* sorted by name */
+    size_t model_count;
+    uint64_t max_model_size;
+    int verify, map_blobs;
+    oc_progress_fn progress;
+    void *progress_user;
+};
+
+static int count_of(const cJSON *item, uint64_t *out) {
+    double v;
+    if (!cJSON_IsNumber(item)) return 0;
+    v = item->valuedouble;
+    if (!(v >= 0.0) || v > 9007199254740992.0 || v != (double)(uint64_t)v) return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+static const char *where_of(const oc_bundle *b) { return b->dir ? b->dir : "bundle"; }
+
+static int compare_models(const void *a, const void *b) {
+    return strcmp(((const model_entry *)a)->name, ((const model_entry *)b)->name);
+}
+
+/* A relative POSIX path inside the folder: not absolute, no "..", "\", ":" or NUL, not empty. */
+static int safe_relative(const char *file) {
+    const char *p = file, *segment = file;
+    if (file[0] == '\0' || file[0] == '/') return 0;
+    for (;; ++p) {
+        if (*p == '\\' || *p == ':') return 0;
+        if (*p == '/' || *p == '\0') {
+            size_t n = (size_t)(p - segment);
+            if (n == 0 || (n == 2 && segment[0] == '.' && segment[1] == '.')) return 0;
+            if (*p == '\0') return 1;
+            segment = p + 1;
+        }
+    }
+}
+
+static const char *dup_string(oc_bundle *b, const cJSON *item) {
+    return cJSON_IsString(item) ? oc_arena_strndup(&b->arena, item->valuestring, strlen(item->valuestring)) : NULL;
+}
+
+static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info **out, size_t *count, oc_error *err,
+                                 const char *model) {
+    const cJSON *item;
+    size_t n, i = 0;
+    *out = NULL;
+    *count = 0;
+    if (list == NULL) return OC_OK;
+    if (!cJSON_IsArray(list))
+        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature", where_of(b), model);
+    n = (size_t)cJSON_GetArraySize(list);
+    *out = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **out);
+    if (*out == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+    cJSON_ArrayForEach(item, list) {
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+        char *text;
+        (*out)[i].name = dup_string(b, cJSON_GetObjectItemCaseSensitive(item, "name"));
+        (*out)[i].type = dup_string(b, cJSON_GetObjectItemCaseSensitive(item, "type"));
+        if ((*out)[i].name == NULL || (*out)[i].type == NULL)
+            return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature", where_of(b), model);
+        text = shape ? cJSON_PrintUnformatted(shape) : NULL;
+        (*out)[i].shape = oc_arena_strndup(&b->arena, text ? text : "null", text ? strlen(text) : 4);
+        free(text);
+        if ((*out)[i].shape == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+        ++i;
+    }
+    *count = i;
+    return OC_OK;
+}
+
+static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_error *err) {
+    cJSON *root = cJSON_ParseWithLength(text, size);
+    const cJSON *models, *entry, *version;
+    size_t n, i = 0;
+    oc_status status = OC_OK;
+    if (root == NULL || !cJSON_IsObject(root)) {
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json is not a JSON object; re-run `doit cook`", where_of(b));
+        goto done;
+    }
+    version = cJSON_GetObjectItemCaseSensitive(root, "manifest_version");
+    if (!cJSON_IsNumber(version) || version->valuedouble != OC_MANIFEST_VERSION) {
+        status = oc_fail(err, OC_ERR_MANIFEST,
+                         "%s: manifest.json has manifest_version other than %d; re-cook with the cooker that matches "
+                         "this loader", where_of(b), OC_MANIFEST_VERSION);
+        goto done;
+    }
+    b->platform = dup_string(b, cJSON_GetObjectItemCaseSensitive(root, "platform"));
+    models = cJSON_GetObjectItemCaseSensitive(root, "models");
+    if (b->platform == NULL || !cJSON_IsObject(models)) {
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json needs 'platform' (string) and 'models' (object)", where_of(b));
+        goto done;
+    }
+    n = (size_t)cJSON_GetArraySize(models);
+    b->models = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof *b->models);
+    if (b->models == NULL) {
+        status = oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+        goto done;
+    }
+    cJSON_ArrayForEach(entry, models) {
+        model_entry *m = &b->models[i];
+        m->name = oc_arena_strndup(&b->arena, entry->string, strlen(entry->string));
+        m->file = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "file"));
+        m->format = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "format"));
+        m->blob_sha256 = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "blob_sha256"));
+        m->cook_key = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "cook_key"));
+        m->model_sha256 = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "model_sha256"));
+        if (!cJSON_IsObject(entry) || m->name == NULL || m->file == NULL || m->format == NULL || m->blob_sha256 == NULL ||
+            !count_of(cJSON_GetObjectItemCaseSensitive(entry, "blob_size"), &m->blob_size)) {
+            status = oc_fail(err, OC_ERR_MANIFEST,
+                             "%s: manifest entry '%s' needs file, format, blob_sha256 (strings) and blob_size (int >= 0); "
+                             "re-run `doit cook`", where_of(b), entry->string ? entry->string : "?");
+            goto done;
+        }
+        if (!safe_relative(m->file)) {
+            status = oc_fail(err, OC_ERR_MANIFEST,
+                             "%s: manifest entry '%s' names file '%s', which is not a relative path inside the bundle "
+                             "folder; re-run `doit cook`", where_of(b), m->name, m->file);
+            goto done;
+        }
+        status = parse_signature(b, cJSON_GetObjectItemCaseSensitive(entry, "inputs"), &m->inputs, &m->input_count, err, m->name);
+        if (status == OC_OK)
+            status = parse_signature(b, cJSON_GetObjectItemCaseSensitive(entry, "outputs"), &m->outputs, &m->output_count,
+                                     err, m->name);
+        if (status != OC_OK) goto done;
+        ++i;
+    }
+    b->model_count = i;
+    qsort(b->models, i, sizeof *b->models, compare_models);
+done:
+    cJSON_Delete(root);
+    return status;
+}
+
+static oc_status new_bundle(const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
+    oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
+    oc_bundle *b;
+    if (out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open: out is NULL");
+    *out = NULL;
+    if (sodium_init() < 0) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "libsodium could not start");
+    b = oc_calloc(&alloc, 1, sizeof *b);
+    if (b == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory opening a bundle");
+    b->alloc = alloc;
+    oc_arena_init(&b->arena, &alloc);
+    b->max_model_size = options && options->max_model_size ? options->max_model_size : DEFAULT_MAX_MODEL_SIZE;
+    b->verify = options == NULL || options->verify != 0;
+    b->map_blobs = options == NULL || options->map_blobs != 0;
+    b->progress = options ? options->progress : NULL;
+    b->progress_user = options ? options->progress_user : NULL;
+    *out = b;
+    return OC_OK;
+}
+
+oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
+                                  const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
+    oc_bundle *b;
+    oc_status status;
+    if (manifest == NULL && size != 0) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_manifest: NULL manifest");
+    if (size > MAX_MANIFEST)
+        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %zu bytes, over the limit of %u", size, MAX_MANIFEST);
+    status = new_bundle(options, &b, err);
+    if (status != OC_OK) return status;
+    if (blob_reader != NULL) {
+        if (blob_reader->size == NULL || blob_reader->read == NULL) {
+            oc_bundle_close(b);
+            return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open: the reader needs size and read");
+        }
+        b->reader = *blob_reader;
+        b->has_reader = 1;
+    }
+    status = parse_manifest(b, manifest ? manifest : "", size, err);
+    if (status != OC_OK) {
+        oc_bundle_close(b);
+        return status;
+    }
+    *out = b;
+    return OC_OK;
+}
+
+oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
+    oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
+    size_t n;
+    char *path;
+    void *text;
+    size_t size;
+    oc_status status;
+    if (dir == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_dir: NULL argument");
+    *out = NULL;
+    n = strlen(dir);
+    path = oc_malloc(&alloc, n + sizeof "/manifest.json");
+    if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(path, dir, n);
+    memcpy(path + n, "/manifest.json", sizeof "/manifest.json");
+    status = oc_read_file(path, &alloc, MAX_MANIFEST, &text, &size, err);
+    if (status != OC_OK) {
+        if (status == OC_ERR_IO && err != NULL) {
+            char why[OC_MESSAGE_SIZE];
+            memcpy(why, err->message, sizeof why);
+            oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.900s); cook the platform with `doit cook` first",
+                    why);
+        }
+        oc_free(&alloc, path);
+        return status == OC_ERR_IO ? OC_ERR_MANIFEST : status;
+    }
+    oc_free(&alloc, path);
+    status = oc_bundle_open_manifest(text, size, NULL, options, out, err);
+    oc_free(&alloc, text);
+    if (status != OC_OK) return status;
+    (*out)->dir = oc_strdup(&alloc, dir);
+    if ((*out)->dir == NULL) {
+        oc_bundle_close(*out);
+        *out = NULL;
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    return OC_OK;
+}
+
+oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options *options, oc_bundle **out,
+                                oc_error *err) {
+    oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
+    int64_t size;
+    void *text;
+    oc_status status;
+    if (reader == NULL || reader->size == NULL || reader->read == NULL || out == NULL)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_reader: the reader needs size and read");
+    *out = NULL;
+    size = reader->size(reader->user, "manifest.json");
+    if (size < 0) return oc_fail(err, OC_ERR_MANIFEST, "bundle: the reader has no manifest.json; cook the platform first");
+    if ((uint64_t)size > MAX_MANIFEST)
+        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %lld bytes, over the limit of %u", (long long)size, MAX_MANIFEST);
+    text = oc_malloc(&alloc, (size_t)size + 1);
+    if (text == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    if (reader->read(reader->user, "manifest.json", 0, text, (size_t)size) != size) {
+        oc_free(&alloc, text);
+        return oc_fail(err, OC_ERR_MANIFEST, "bundle: the reader could not read manifest.json whole");
+    }
+    status = oc_bundle_open_manifest(text, (size_t)size, reader, options, out, err);
+    oc_free(&alloc, text);
+    return status;
+}
+
+void oc_bundle_close(oc_bundle *b) {
+    oc_alloc alloc;
+    if (b == NULL) return;
+    alloc = b->alloc;
+    oc_free(&alloc, b->dir);
+    oc_arena_free(&b->arena);
+    oc_free(&alloc, b);
+}
+
+const char *oc_bundle_platform(const oc_bundle *b) { return b ? b->platform : NULL; }
+size_t oc_bundle_model_count(const oc_bundle *b) { return b ? b->model_count : 0; }
+
+const char *oc_bundle_model_name(const oc_bundle *b, size_t index) {
+    return b && index < b->model_count ? b->models[index].name : NULL;
+}
+
+static const model_entry *find_model(const oc_bundle *b, const char *name) {
+    model_entry key;
+    if (b == NULL || name == NULL) return NULL;
+    key.name = name;
+    return bsearch(&key, b->models, b->model_count, sizeof key, compare_models);
+}
+
+static oc_status unknown_model(const oc_bundle *b, const char *name, oc_error *err) {
+    size_t i, best = (size_t)-1, best_score = 0;
+    /* "did you mean": the listed name sharing the longest prefix */
+    for (i = 0; i < b->model_count; ++i) {
+        size_t k = 0;
+        while (name[k] && name[k] == b->models[i].name[k]) ++k;
+        if (k > best_score) {
+            best_score = k;
+            best = i;
+        }
+    }
+    if (best != (size_t)-1)
+        return oc_fail(err, OC_ERR_UNKNOWN_MODEL, "%s: no model '%s' in this %s bundle; did you mean '%s'?", where_of(b),
+                       name, b->platform, b->models[best].name);
+    return oc_fail(err, OC_ERR_UNKNOWN_MODEL, "%s: no model '%s' in this %s bundle (%zu models)", where_of(b), name,
+                   b->platform, b->model_count);
+}
+
+size_t oc_bundle_signature_count(const oc_bundle *b, const char *name, int outputs) {
+    const model_entry *m = find_model(b, name);
+    return m == NULL ? 0 : outputs ? m->output_count : m->input_count;
+}
+
+oc_status oc_bundle_signature(const oc_bundle *b, const char *name, int outputs, size_t index, oc_tensor_info *out,
+                              oc_error *err) {
+    const model_entry *m = find_model(b, name);
+    if (b == NULL || name == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_signature: NULL argument");
+    if (m == NULL) return unknown_model(b, name, err);
+    if (index >= (outputs ? m->output_count : m->input_count))
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "model '%s' has %zu %s", name, outputs ? m->output_count : m->input_count,
+                       outputs ? "outputs" : "inputs");
+    *out = outputs ? m->outputs[index] : m->inputs[index];
+    return OC_OK;
+}
+
+static void hex(const unsigned char *digest, char *text) {
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < 32; ++i) {
+        text[2 * i] = digits[digest[i] >> 4];
+        text[2 * i + 1] = digits[digest[i] & 15];
+    }
+    text[64] = '\0';
+}
+
+/* Check the blob bytes against the manifest entry and open them. */
+static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *path, const uint8_t *data, size_t size,
+                              void *map, size_t map_size, void *buffer, oc_blob **out, oc_error *err) {
+    oc_blob_options options;
+    oc_blob_info info;
+    oc_status status;
+    if ((uint64_t)size != m->blob_size)
+        return oc_fail(err, OC_ERR_CHECKSUM,
+                       "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest says "
+                       "%llu); the file was damaged or replaced: re-run `doit cook`", path, size,
+                       (unsigned long long)m->blob_size);
+    if (b->progress) b->progress(b->progress_user, "check", 0.0);
+    if (b->verify) {
+        unsigned char digest[32];
+        char text[65];
+        crypto_hash_sha256(digest, data, size);
+        hex(digest, text);
+        if (strcmp(text, m->blob_sha256) != 0)
+            return oc_fail(err, OC_ERR_CHECKSUM,
+                           "%s: blob does not match the sha256/size recorded in manifest.json; the file was damaged or "
+                           "replaced: re-run `doit cook`", path);
+    }
+    memset(&options, 0, sizeof options);
+    options.max_model_size = b->max_model_size;
+    options.check_raw = b->verify ? 0 : 1; /* a checked sha256 covers every byte already */
+    options.allocator = NULL;
+    options.progress = b->progress;
+    options.progress_user = b->progress_user;
+    {
+        oc_allocator hooks;
+        hooks.alloc = b->alloc.alloc;
+        hooks.free = b->alloc.free;
+        hooks.user = b->alloc.user;
+        options.allocator = &hooks;
+        status = oc_blob_parse(data, size, &options, path, map, map_size, buffer, out, err);
+    }
+    if (status != OC_OK) return status;
+    oc_blob_get_info(*out, &info, NULL);
+    if ((m->cook_key && strcmp(m->cook_key, info.cook_key) != 0) ||
+        (m->model_sha256 && strcmp(m->model_sha256, info.model_sha256) != 0)) {
+        (*out)->map = NULL; /* the caller frees what it passed when this fails */
+        (*out)->buffer = NULL;
+        oc_blob_close(*out);
+        *out = NULL;
+        return oc_fail(err, OC_ERR_CHECKSUM,
+                       "%s: blob is not the one manifest.json lists for '%s' (its %s differs); the file was replaced: "
+                       "re-run `doit cook`", path, m->name,
+                       m->cook_key && strcmp(m->cook_key, info.cook_key) != 0 ? "cook_key" : "model_sha256");
+    }
+    return OC_OK;
+}
+
+oc_status oc_bundle_open_blob_memory(oc_bundle *b, const char *name, const void *data, size_t size, oc_blob **out,
+                                     oc_error *err) {
+    const model_entry *m;
+    if (b == NULL || name == NULL || out == NULL || (data == NULL && size))
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_blob_memory: NULL argument");
+    *out = NULL;
+    m = find_model(b, name);
+    if (m == NULL) return unknown_model(b, name, err);
+    return open_checked(b, m, m->file, data, size, NULL, 0, NULL, out, err);
+}
+
+oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_error *err) {
+    const model_entry *m;
+    oc_status status;
+    char *path;
+    void *data = NULL;
+    size_t size = 0;
+    uint64_t limit;
+    if (b == NULL || name == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_blob: NULL argument");
+    *out = NULL;
+    m = find_model(b, name);
+    if (m == NULL) return unknown_model(b, name, err);
+    limit = b->max_model_size + (b->max_model_size >> 8) + MAX_HEADER_SIZE;
+    if (m->blob_size > limit)
+        return oc_fail(err, OC_ERR_MANIFEST, "%s: model '%s' declares an oversized blob", where_of(b), name);
+    if (b->progress) b->progress(b->progress_user, "read", 0.0);
+    if (b->has_reader) {
+        int64_t got, have = b->reader.size(b->reader.user, m->file);
+        if (have < 0) return oc_fail(err, OC_ERR_IO, "%s: the reader has no blob file %s for model '%s'; re-run `doit cook`",
+                                     where_of(b), m->file, name);
+        if ((uint64_t)have != m->blob_size)
+            return oc_fail(err, OC_ERR_CHECKSUM, "%s: blob does not match the sha256/size recorded in manifest.json; the file "
+                           "was damaged or replaced: re-run `doit cook`", m->file);
+        data = oc_malloc(&b->alloc, (size_t)have);
+        if (data == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory for blob %s (%lld bytes)", m->file, (long long)have);
+        got = b->reader.read(b->reader.user, m->file, 0, data, (size_t)have);
+        if (got != have) {
+            oc_free(&b->alloc, data);
+            return oc_fail(err, OC_ERR_IO, "%s: the reader returned %lld of %lld bytes", m->file, (long long)got, (long long)have);
+        }
+        if (b->progress) b->progress(b->progress_user, "read", 1.0);
+        status = open_checked(b, m, m->file, data, (size_t)have, NULL, 0, data, out, err);
+        if (status != OC_OK) oc_free(&b->alloc, data);
+        return status;
+    }
+    if (b->dir == NULL)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "bundle opened from a manifest without a reader: use oc_bundle_open_blob_memory");
+    path = oc_malloc(&b->alloc, strlen(b->dir) + strlen(m->file) + 2);
+    if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    sprintf(path, "%s/%s", b->dir, m->file);
+    if (b->map_blobs) {
+        status = oc_map_file(path, &data, &size, err);
+        if (status == OC_OK) {
+            if (b->progress) b->progress(b->progress_user, "read", 1.0);
+            status = open_checked(b, m, path, data, size, data, size, NULL, out, err);
+            if (status != OC_OK) oc_unmap(data, size);
+        }
+    } else {
+        status = oc_read_file(path, &b->alloc, limit, &data, &size, err);
+        if (status == OC_OK) {
+            if (b->progress) b->progress(b->progress_user, "read", 1.0);
+            status = open_checked(b, m, path, data, size, NULL, 0, data, out, err);
+            if (status != OC_OK) oc_free(&b->alloc, data);
+        }
+    }
+    if (status == OC_ERR_IO && err != NULL) {
+        char why[OC_MESSAGE_SIZE];
+        memcpy(why, err->message, sizeof why);
+        oc_fail(err, OC_ERR_IO, "%.900s; re-run `doit cook` if the bundle is incomplete", why);
+    }
+    oc_free(&b->alloc, path);
+    return status;
+}

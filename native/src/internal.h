@@ -1,0 +1,133 @@
+/* internal.h - shared by the library's sources; not installed. */
+#ifndef OC_INTERNAL_H
+#define OC_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "onnx_cooker.h"
+
+/* The allocator every object uses (copied from the caller's oc_allocator, or malloc/free). */
+typedef struct oc_alloc {
+    void *(*alloc)(void *user, size_t size, size_t alignment);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} oc_alloc;
+
+/* The caller's hooks, or the C library's when `from` is NULL or incomplete. */
+oc_alloc oc_alloc_from(const oc_allocator *from);
+/* size bytes aligned to 64 (NULL on failure or size 0 -> a valid 1-byte allocation). */
+void *oc_malloc(const oc_alloc *a, size_t size);
+void *oc_calloc(const oc_alloc *a, size_t count, size_t size); /* NULL on overflow or failure */
+void oc_free(const oc_alloc *a, void *ptr);
+char *oc_strdup(const oc_alloc *a, const char *text);           /* NULL on failure */
+
+/* Fill err (if not NULL) and return status. printf-style message. */
+oc_status oc_fail(oc_error *err, oc_status status, const char *format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list args);
+
+/* An external-data tensor the blob's header lists: main-graph initializer `name`, at `offset` in
+ * the weights section, `nbytes` long. */
+typedef struct oc_ref_tensor {
+    const char *name;
+    uint64_t offset;
+    uint64_t nbytes;
+} oc_ref_tensor;
+
+/* Check every external-data reference of the ONNX ModelProto in model[0..size) (onnxrefs.c): each
+ * tensor with external data anywhere in the model (main graph, subgraphs, node attributes,
+ * functions, sparse tensors) must be a main-graph initializer listed in `tensors` (sorted by name,
+ * strcmp order, names unique), named once, with location == weights_file, offset and length equal
+ * to the listed ones (absent: offset 0, length the whole tensor), and no keys but location,
+ * offset, length and checksum. weights_file may be NULL (no weights section: any reference is
+ * refused). Malformed protobuf is refused too. Returns OC_OK, or OC_ERR_CORRUPT with a message
+ * ("model 'name': ...") in err. Never reads outside model[0..size); recursion depth is bounded. */
+oc_status oc_check_references(const uint8_t *model, size_t size, const char *model_name,
+                              const char *weights_file, const oc_ref_tensor *tensors, size_t count,
+                              const oc_alloc *alloc, oc_error *err);
+
+/* A bump arena for the strings and tables of one object (header fields, recipes, manifests). */
+typedef struct oc_arena_block oc_arena_block;
+typedef struct oc_arena {
+    oc_alloc alloc;
+    oc_arena_block *head;
+} oc_arena;
+
+void oc_arena_init(oc_arena *arena, const oc_alloc *alloc);
+void *oc_arena_alloc(oc_arena *arena, size_t size); /* 16-byte aligned, zeroed; NULL on failure */
+char *oc_arena_strndup(oc_arena *arena, const char *text, size_t n);
+void oc_arena_free(oc_arena *arena);
+
+typedef struct oc_kv {
+    const char *key;
+    const char *value;
+} oc_kv;
+
+/* One EP the header names (in execution_providers, provider_options or ep_session_options). */
+typedef struct oc_ep_recipe {
+    const char *name;
+    oc_kv *provider;
+    size_t provider_count;
+    oc_kv *session;
+    size_t session_count;
+} oc_ep_recipe;
+
+enum { OC_SECTION_GRAPH = 0, OC_SECTION_WEIGHTS = 1 };
+
+typedef struct oc_frame {
+    int section;
+    int raw;
+    uint64_t offset, size, content_offset, content_size, pad;
+    const uint32_t *crcs;
+    size_t crc_count;
+} oc_frame;
+
+struct oc_blob {
+    oc_alloc alloc;
+    oc_arena arena;
+    const uint8_t *data;
+    size_t size;
+    /* What the blob owns besides the arena: a mapping (bundle/file) or a read buffer. */
+    void *map;
+    size_t map_size;
+    void *buffer;
+    oc_blob_info info;
+    const char *where; /* "blob of model 'x' (platform)" or with the file's path */
+    const char **eps;  /* execution_providers, in order */
+    size_t ep_count;
+    oc_ep_recipe *recipes; /* every EP the header names */
+    size_t recipe_count;
+    oc_frame *frames;
+    size_t frame_count;
+    oc_ref_tensor *tensors; /* sorted by name */
+    size_t tensor_count;
+    const uint8_t *graph;
+    size_t graph_size;
+    uint8_t *graph_owned;
+    const uint8_t *weights;
+    size_t weights_size;
+    uint8_t *weights_owned;
+    int min_runtime[3];
+};
+
+/* Check and decode `size` bytes at `data` into a new blob (blob.c). `origin` (a file path, or NULL)
+ * starts every message. The blob borrows data; map/buffer (if not NULL) become the blob's. */
+oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options *options, const char *origin,
+                        void *map, size_t map_size, void *buffer, oc_blob **out, oc_error *err);
+
+/* "major.minor[.patch]" -> version[3]; 0 on success. */
+int oc_parse_version(const char *text, int version[3]);
+
+/* Map a whole file read-only (platform.c); *map NULL and *size 0 for an empty file. */
+oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err);
+void oc_unmap(void *map, size_t size);
+/* Read a whole file into memory from `alloc` (at most `limit` bytes, else OC_ERR_TOO_LARGE). */
+oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
+                       oc_error *err);
+
+#endif

@@ -1,0 +1,126 @@
+/* platform.c - map or read whole files: POSIX, and Windows (written, not yet built or run here). */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+
+oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err) {
+    HANDLE file, mapping;
+    LARGE_INTEGER length;
+    void *view;
+    *map = NULL;
+    *size = 0;
+    file = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
+                       FILE_ATTRIBUTE_NORMAL, NULL);
+    if (file == INVALID_HANDLE_VALUE)
+        return oc_fail(err, OC_ERR_IO, "%s: cannot open (Windows error %lu)", path, (unsigned long)GetLastError());
+    if (!GetFileSizeEx(file, &length)) {
+        CloseHandle(file);
+        return oc_fail(err, OC_ERR_IO, "%s: cannot read its size", path);
+    }
+    if (length.QuadPart == 0) {
+        CloseHandle(file);
+        return OC_OK;
+    }
+    if ((unsigned long long)length.QuadPart > (unsigned long long)SIZE_MAX) {
+        CloseHandle(file);
+        return oc_fail(err, OC_ERR_TOO_LARGE, "%s: too large to map in this process", path);
+    }
+    mapping = CreateFileMappingA(file, NULL, PAGE_READONLY, 0, 0, NULL);
+    CloseHandle(file);
+    if (mapping == NULL) return oc_fail(err, OC_ERR_IO, "%s: cannot map", path);
+    view = MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, 0);
+    CloseHandle(mapping);
+    if (view == NULL) return oc_fail(err, OC_ERR_IO, "%s: cannot map", path);
+    *map = view;
+    *size = (size_t)length.QuadPart;
+    return OC_OK;
+}
+
+void oc_unmap(void *map, size_t size) {
+    (void)size;
+    if (map != NULL) UnmapViewOfFile(map);
+}
+
+#else
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err) {
+    struct stat st;
+    void *view;
+    int fd;
+    *map = NULL;
+    *size = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return oc_fail(err, OC_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return oc_fail(err, OC_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        return OC_OK;
+    }
+    if ((unsigned long long)st.st_size > (unsigned long long)SIZE_MAX) {
+        close(fd);
+        return oc_fail(err, OC_ERR_TOO_LARGE, "%s: too large to map in this process", path);
+    }
+    view = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd); /* the mapping keeps the file */
+    if (view == MAP_FAILED) return oc_fail(err, OC_ERR_IO, "%s: cannot map (%s)", path, strerror(errno));
+    *map = view;
+    *size = (size_t)st.st_size;
+    return OC_OK;
+}
+
+void oc_unmap(void *map, size_t size) {
+    if (map != NULL) munmap(map, size);
+}
+#endif
+
+oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
+                       oc_error *err) {
+    FILE *f;
+    long length;
+    unsigned char *buffer;
+    size_t got;
+    *data = NULL;
+    *size = 0;
+    f = fopen(path, "rb");
+    if (f == NULL) return oc_fail(err, OC_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (length = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return oc_fail(err, OC_ERR_IO, "%s: cannot read its size", path);
+    }
+    if ((uint64_t)length > limit) {
+        fclose(f);
+        return oc_fail(err, OC_ERR_TOO_LARGE, "%s: %ld bytes, over the limit of %llu", path, length,
+                       (unsigned long long)limit);
+    }
+    buffer = oc_malloc(alloc, (size_t)length + 1);
+    if (buffer == NULL) {
+        fclose(f);
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for %ld bytes", path, length);
+    }
+    got = fread(buffer, 1, (size_t)length, f);
+    fclose(f);
+    if (got != (size_t)length) {
+        oc_free(alloc, buffer);
+        return oc_fail(err, OC_ERR_IO, "%s: read %zu of %ld bytes", path, got, length);
+    }
+    buffer[length] = 0;
+    *data = buffer;
+    *size = (size_t)length;
+    return OC_OK;
+}

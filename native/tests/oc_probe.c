@@ -1,0 +1,183 @@
+/* oc_probe.c - the test suite's window into the library: one JSON line per input.
+ *
+ *   oc-probe blob FILE...            open each file's bytes as a blob (from memory)
+ *   oc-probe bundle DIR [NAME...]    open the bundle, then each named model's blob (default: all)
+ *   oc-probe manifest FILE           open a bundle from manifest bytes alone
+ *
+ * Each line: {"input": ..., "status": "OC_OK" | "OC_ERR_...", "message": ..., plus what was read}.
+ * Exit status 0 whatever the inputs: the statuses are the result. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_cooker.h"
+
+static void json_string(const char *text) {
+    const unsigned char *p = (const unsigned char *)(text ? text : "");
+    putchar('"');
+    for (; *p; ++p) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
+static unsigned char *read_all(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *data = NULL;
+    size_t capacity = 0, n = 0, got;
+    if (f == NULL) return NULL;
+    for (;;) {
+        if (n == capacity) {
+            unsigned char *bigger;
+            capacity = capacity ? capacity * 2 : 65536;
+            bigger = realloc(data, capacity);
+            if (bigger == NULL) {
+                free(data);
+                fclose(f);
+                return NULL;
+            }
+            data = bigger;
+        }
+        got = fread(data + n, 1, capacity - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    fclose(f);
+    *size = n;
+    return data;
+}
+
+static void print_blob(const oc_blob *blob) {
+    oc_blob_info info;
+    size_t i, k;
+    oc_blob_get_info(blob, &info, NULL);
+    printf(", \"name\": ");
+    json_string(info.name);
+    printf(", \"platform\": ");
+    json_string(info.platform);
+    printf(", \"format\": \"%s\", \"graph_size\": %llu, \"weights_size\": %llu, \"min_runtime_version\": ",
+           info.format == OC_FORMAT_ORT ? "ort" : "onnx", (unsigned long long)info.graph_size,
+           (unsigned long long)info.weights_size);
+    json_string(info.min_runtime_version);
+    printf(", \"saved_runtime_optimizations\": %s, \"execution_providers\": [", info.saved_runtime_optimizations ? "true" : "false");
+    for (i = 0; i < oc_blob_ep_count(blob); ++i) {
+        if (i) printf(", ");
+        json_string(oc_blob_ep_name(blob, i));
+    }
+    printf("], \"session_options\": {");
+    for (i = 0; i < oc_blob_ep_count(blob); ++i) {
+        const char *ep = oc_blob_ep_name(blob, i);
+        if (i) printf(", ");
+        json_string(ep);
+        printf(": {");
+        for (k = 0; k < oc_blob_session_option_count(blob, ep); ++k) {
+            const char *key, *value;
+            oc_blob_session_option(blob, ep, k, &key, &value);
+            if (k) printf(", ");
+            json_string(key);
+            printf(": ");
+            json_string(value);
+        }
+        printf("}");
+    }
+    printf("}");
+}
+
+static void blob_line(const char *input, oc_status status, const oc_error *err, const oc_blob *blob) {
+    printf("{\"input\": ");
+    json_string(input);
+    printf(", \"status\": \"%s\", \"message\": ", oc_status_name(status));
+    json_string(status == OC_OK ? "" : err->message);
+    if (blob) print_blob(blob);
+    printf("}\n");
+}
+
+int main(int argc, char **argv) {
+    int i;
+    oc_error err;
+    if (argc < 3) {
+        fprintf(stderr, "usage: oc-probe blob FILE... | bundle DIR [NAME...] | manifest FILE\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "blob") == 0) {
+        for (i = 2; i < argc; ++i) {
+            size_t size = 0;
+            unsigned char *data = read_all(argv[i], &size);
+            oc_blob *blob = NULL;
+            oc_status status;
+            memset(&err, 0, sizeof err);
+            if (data == NULL && size == 0) data = malloc(1);
+            status = oc_blob_open_memory(data, size, NULL, &blob, &err);
+            blob_line(argv[i], status, &err, blob);
+            oc_blob_close(blob);
+            free(data);
+        }
+        return 0;
+    }
+    if (strcmp(argv[1], "bundle") == 0 || strcmp(argv[1], "manifest") == 0) {
+        oc_bundle *bundle = NULL;
+        oc_status status;
+        memset(&err, 0, sizeof err);
+        if (strcmp(argv[1], "bundle") == 0) {
+            status = oc_bundle_open_dir(argv[2], NULL, &bundle, &err);
+        } else {
+            size_t size = 0;
+            unsigned char *data = read_all(argv[2], &size);
+            status = data ? oc_bundle_open_manifest(data, size, NULL, NULL, &bundle, &err) : OC_ERR_IO;
+            free(data);
+        }
+        printf("{\"input\": ");
+        json_string(argv[2]);
+        printf(", \"status\": \"%s\", \"message\": ", oc_status_name(status));
+        json_string(status == OC_OK ? "" : err.message);
+        if (status == OC_OK) {
+            size_t m, k;
+            printf(", \"platform\": ");
+            json_string(oc_bundle_platform(bundle));
+            printf(", \"models\": {");
+            for (m = 0; m < oc_bundle_model_count(bundle); ++m) {
+                const char *name = oc_bundle_model_name(bundle, m);
+                int side;
+                if (m) printf(", ");
+                json_string(name);
+                printf(": {");
+                for (side = 0; side < 2; ++side) {
+                    printf("%s\"%s\": [", side ? ", " : "", side ? "outputs" : "inputs");
+                    for (k = 0; k < oc_bundle_signature_count(bundle, name, side); ++k) {
+                        oc_tensor_info t;
+                        oc_bundle_signature(bundle, name, side, k, &t, NULL);
+                        printf("%s{\"name\": ", k ? ", " : "");
+                        json_string(t.name);
+                        printf(", \"type\": ");
+                        json_string(t.type);
+                        printf(", \"shape\": %s}", t.shape);
+                    }
+                    printf("]");
+                }
+                printf("}");
+            }
+            printf("}");
+        }
+        printf("}\n");
+        if (status == OC_OK && strcmp(argv[1], "bundle") == 0) {
+            size_t m;
+            int named = argc > 3;
+            size_t count = named ? (size_t)(argc - 3) : oc_bundle_model_count(bundle);
+            for (m = 0; m < count; ++m) {
+                const char *name = named ? argv[3 + m] : oc_bundle_model_name(bundle, m);
+                oc_blob *blob = NULL;
+                memset(&err, 0, sizeof err);
+                status = oc_bundle_open_blob(bundle, name, &blob, &err);
+                blob_line(name, status, &err, blob);
+                oc_blob_close(blob);
+            }
+        }
+        oc_bundle_close(bundle);
+        return 0;
+    }
+    fprintf(stderr, "oc-probe: unknown command %s\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,224 @@
+"""The native loader (native/: libonnx_cooker, oc-run, the C++ header), built by `bash native/build.sh`
+with gcc under -Wall -Wextra -Werror, its tests under AddressSanitizer and UBSan, and checked
+against the Python loader on real cooked bundles in each onnxruntime a shipped platform targets
+(the C API library of that version's wheel)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from filelock import FileLock
+from runtime_helpers import split_blob
+
+from pipeline.runtime import open_bundle, unpack_blob
+from pipeline.runtime import errors as py_errors
+from pipeline.target_check import ensure_runtime
+from tests.test_dodo import doit, feeds_for, run_session
+
+REPO = Path(__file__).resolve().parents[1]
+NATIVE_OUT = REPO / ".pytest_cache" / "native"
+RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
+VERSIONS = ("1.24.4", "1.28.0", "1.32.0")
+PLATFORMS = ("android", "console", "ios", "windows-dml")
+SANITIZERS = {
+    "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=86",
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87",
+}
+# The Python loader's exception for each status of the C library (pipeline/runtime/errors.py).
+STATUS_OF = {
+    py_errors.NotABlobError: "OC_ERR_NOT_A_BLOB",
+    py_errors.TruncatedBlobError: "OC_ERR_TRUNCATED",
+    py_errors.CorruptBlobError: "OC_ERR_CORRUPT",
+    py_errors.ChecksumMismatchError: "OC_ERR_CHECKSUM",
+    py_errors.UnsupportedBlobVersionError: "OC_ERR_UNSUPPORTED_VERSION",
+    py_errors.BlobTooLargeError: "OC_ERR_TOO_LARGE",
+}
+
+
+@pytest.fixture(scope="session")
+def native() -> Path:
+    """The sanitizer build (native/build.sh builds release and asan trees; one build per machine,
+    shared by the test workers under a lock)."""
+    NATIVE_OUT.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(NATIVE_OUT) + ".lock"):
+        done = subprocess.run(
+            ["bash", str(REPO / "native" / "build.sh"), str(NATIVE_OUT)], capture_output=True, text=True, check=False
+        )
+    assert done.returncode == 0, f"native/build.sh failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return NATIVE_OUT / "asan"
+
+
+def run_native(args: list[str], *, check: bool = True, **kwargs) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, env={**os.environ, **SANITIZERS}, check=False, **kwargs
+    )
+    assert done.returncode not in (86, 87), f"sanitizer report from {args[0]}:\n{done.stderr[-6000:]}"
+    if check:
+        assert done.returncode == 0, f"{args} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
+def ort_library(version: str) -> Path:
+    """libonnxruntime.so.<version> of that version's wheel (the runtime check's environment)."""
+    python = ensure_runtime(version, RUNTIMES_CACHE, REPO / "platforms" / "windows-dml.yaml")
+    found = subprocess.run(
+        [str(python), "-c", "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    (library,) = Path(found).glob("libonnxruntime.so.*")
+    return library
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[Path], Path]) -> Path:
+    """The example assets cooked for every platform with the real doit: the build folder."""
+    project = project_copier(tmp_path_factory.mktemp("native") / "project")
+    run = doit(project, "cook")
+    assert run.returncode == 0, run.output
+    return project / "build"
+
+
+def test_unit_programs_pass_under_the_sanitizers(native: Path) -> None:
+    """The C unit tests: the external-reference checker against the Python one on ~14,000 cases
+    (named hostile cases, every truncation, bit flips, noise), and the .npy reader and writer."""
+    # Exit status 0: C and Python agreed on every case, C freed all it allocated, no sanitizer spoke.
+    run_native([sys.executable, REPO / "native" / "tests" / "onnxrefs_cases.py", "--binary", native / "test_onnxrefs"])
+    run_native([native / "test_npy", sys.executable], cwd=native)
+
+
+def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bundles: Path) -> None:
+    done = run_native([native / "test_cxx_header", bundles / "windows-dml", "big_weights", ort_library("1.32.0")])
+    assert "session onnx-file-buffers" in done.stdout
+    assert "OC_ERR_UNKNOWN_MODEL" in done.stdout
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles: Path, platform: str) -> None:
+    lines = [json.loads(line) for line in run_native([native / "oc-probe", "bundle", bundles / platform]).stdout.splitlines()]
+    head, blobs = lines[0], lines[1:]
+    bundle = open_bundle(bundles / platform)
+    assert head["status"] == "OC_OK" and head["platform"] == platform
+    assert sorted(head["models"]) == sorted(bundle.names)
+    for line in blobs:
+        assert line["status"] == "OC_OK", line
+        header = unpack_blob(bundle.read_blob(line["name"])).header
+        assert line["format"] == header.model_format
+        assert line["graph_size"] == header.graph_size
+        assert line["weights_size"] == (header.weights.size if header.weights else 0)
+        assert line["execution_providers"] == list(header.execution_providers)
+        assert line["saved_runtime_optimizations"] == header.saved_runtime_optimizations
+        for ep, options in line["session_options"].items():
+            assert options == {k: str(v) for k, v in header.ep_session_options.get(ep, {}).items()}
+        info = bundle.info(line["name"])
+        for side in ("inputs", "outputs"):
+            assert [t["name"] for t in head["models"][line["name"]][side]] == [t["name"] for t in info[side]]
+            assert [t["shape"] for t in head["models"][line["name"]][side]] == [t["shape"] for t in info[side]]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_oc_run_gives_the_python_loaders_outputs(
+    native: Path, bundles: Path, platform: str, version: str, tmp_path: Path
+) -> None:
+    """Every model of every platform's bundle through oc-run (the C library creating the session)
+    in each target onnxruntime, against the Python loader's session in this environment."""
+    library = ort_library(version)
+    bundle = open_bundle(bundles / platform)
+    assets = bundles.parent / "assets"
+    for name in bundle.names:
+        session = bundle.session(name, providers=["CPUExecutionProvider"])
+        inputs_file = assets / f"{name}.inputs.npz"
+        feeds = feeds_for(session, inputs_file if inputs_file.is_file() else None)
+        expected = run_session(session, feeds)
+        folder = tmp_path / name.replace("/", "_")
+        folder.mkdir()
+        args = []
+        for value in session.get_inputs():
+            path = folder / f"in-{value.name}.npy"
+            np.save(path, feeds[value.name])
+            args += ["--in", path]
+        run_native(
+            [native / "oc-run", "--bundle", bundles / platform, "--model", name, "--ort", library, *args,
+             "--out", folder / "out"]
+        )
+        for output, want in expected.items():
+            got = np.load(folder / "out" / f"{output.replace('/', '_')}.npy")
+            assert got.dtype == want.dtype and got.shape == want.shape, (platform, version, name, output)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{platform}/{name} in {version}")
+
+
+def _mutations(blob: bytes, rng: random.Random, count: int) -> list[bytes]:
+    """Damaged and hostile versions of ``blob``: bit flips (header, frames, trailer), truncations,
+    junk appended or prepended, and header JSON edits re-sealed with a valid CRC (huge sizes,
+    frames pointing outside, overlapping or reordered frames, wrong types)."""
+    from runtime_helpers import pack_header  # crafted headers with a correct CRC
+
+    cases = []
+    for _ in range(count):
+        data = bytearray(blob)
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        cases.append(bytes(data))
+    for cut in sorted({rng.randrange(len(blob)) for _ in range(count // 4)} | {0, 1, 7, 8, 21, len(blob) - 1}):
+        cases.append(blob[:cut])
+    cases += [blob + b"\0", b"junk" + blob, bytes(64), b"\x5e\x2a\x4d\x18" + bytes(100)]
+    fields, rest = split_blob(blob)
+    start = blob.find(b"ONNXCOOK") - 8
+    edits = [
+        ("model_size", 1 << 62), ("graph_size", 1 << 40), ("compressed_size", -1), ("frames", []),
+        ("frames", [["graph", "raw", 0, 1 << 50, 1 << 50, 0, []]]), ("frames", "x"), ("weights", 7),
+        ("execution_providers", [1]), ("min_runtime_version", "one"), ("model_format", "tflite"),
+        ("provider_options", {"X": 1}), ("ep_session_options", {"CPUExecutionProvider": {"a": [1]}}),
+    ]
+    for key, value in edits:
+        changed = json.loads(json.dumps(fields))
+        changed[key] = value
+        payload = json.dumps(changed, sort_keys=True, separators=(",", ":")).encode()
+        cases.append(blob[:start] + pack_header(payload, version=3) + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little"):])
+    for index in range(len(fields["frames"])):
+        for position, value in ((2, 1 << 45), (3, 1 << 45), (4, 3), (5, 70000)):
+            changed = json.loads(json.dumps(fields))
+            changed["frames"][index][position] = value
+            payload = json.dumps(changed, sort_keys=True, separators=(",", ":")).encode()
+            cases.append(blob[:start] + pack_header(payload, version=3) + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little"):])
+    return cases
+
+
+@pytest.mark.parametrize("platform", ["windows-dml", "android"])
+def test_hostile_blobs_get_the_python_loaders_verdict_and_never_crash(
+    native: Path, bundles: Path, platform: str, tmp_path: Path
+) -> None:
+    """Only statuses, no crash, no leak, no sanitizer report: and the same verdict (accepted, or
+    refused with the same cause) as the Python loader's unpack_blob on every case."""
+    bundle = open_bundle(bundles / platform)
+    rng = random.Random(platform)
+    files = []
+    for name in bundle.names:
+        for index, case in enumerate(_mutations(bundle.read_blob(name), rng, 60)):
+            path = tmp_path / f"{name.replace('/', '_')}-{index}.ocb"
+            path.write_bytes(case)
+            files.append(path)
+    lines = []
+    for start in range(0, len(files), 400):
+        done = run_native([native / "oc-probe", "blob", *files[start : start + 400]])
+        lines += [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(lines) == len(files)
+    disagreements = []
+    for path, line in zip(files, lines, strict=True):
+        try:
+            unpack_blob(path.read_bytes())
+            expected = "OC_OK"
+        except py_errors.UnsupportedBlobVersionError:
+            expected = "OC_ERR_UNSUPPORTED_VERSION"
+        except py_errors.BundleError as exc:
+            expected = STATUS_OF[type(exc)]
+        if line["status"] != expected:
+            disagreements.append((path.name, expected, line["status"], line["message"]))
+    assert not disagreements, f"{len(disagreements)} of {len(files)} differ: {disagreements[:10]}"
