@@ -106,12 +106,14 @@ typedef enum oc_model_format { OC_FORMAT_ONNX = 0, OC_FORMAT_ORT = 1 } oc_model_
 
 typedef struct oc_blob_options {
     uint64_t max_model_size;        /* 0: 2 GiB, the Python loader's default */
-    int check_raw;                  /* < 0: default (1): check the CRC-32s of raw extents; 0: skip
-                                       (the caller checked the whole blob's sha256 already) */
+    int skip_raw_check;             /* 0 (default): check the CRC-32s of raw extents; 1: skip (the
+                                       caller checked the whole blob's sha256 already) */
     const oc_allocator *allocator;  /* NULL: malloc/free; copied, must outlive the blob */
     oc_progress_fn progress;        /* NULL: none */
     void *progress_user;
 } oc_blob_options;
+
+/* Options structs: zero-initialize them ({0} / memset) for the defaults, then set what you need. */
 
 /* Check `size` bytes at `data` as a blob (header CRC, layout, extents within the blob, raw CRC-32s,
  * zstd frames decoded with their checksums) and keep them for the getters below.
@@ -188,10 +190,13 @@ typedef struct oc_reader {
 
 typedef struct oc_bundle_options {
     uint64_t max_model_size;        /* 0: 2 GiB */
-    int verify;                     /* < 0: default (1): check each blob's size and sha256 against
-                                       the manifest when it is opened; 0: size only (the blob's own
-                                       CRCs and zstd checksums still catch damage) */
-    int map_blobs;                  /* < 0: default (1): map blob files read-only; 0: read them */
+    int skip_verify;                /* 0 (default): check each blob's size and sha256 against the
+                                       manifest (a folder bundle: every blob once, when the bundle is
+                                       opened; a blob file still the one hashed then is not hashed or
+                                       CRC-checked again when it is loaded); 1: size only (the blob's
+                                       own CRCs and zstd checksums still catch damage) */
+    int read_blobs;                 /* 0 (default): map blob files read-only; 1: read them into memory
+                                       (where a file may be rewritten in place while mapped) */
     const oc_allocator *allocator;  /* NULL: malloc/free */
     oc_progress_fn progress;
     void *progress_user;

@@ -665,7 +665,7 @@ oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options 
                         void *map, size_t map_size, void *buffer, oc_blob **out, oc_error *err) {
     oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
     uint64_t max_model_size = options && options->max_model_size ? options->max_model_size : DEFAULT_MAX_MODEL_SIZE;
-    int check_raw = options == NULL || options->check_raw != 0;
+    int check_raw = options == NULL || !options->skip_raw_check;
     parse_ctx ctx;
     oc_blob *blob;
     oc_status status;
@@ -818,7 +818,7 @@ oc_status oc_blob_open_file(const char *path, const oc_blob_options *options, oc
     oc_status status;
     if (path == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_blob_open_file: NULL argument");
     *out = NULL;
-    status = oc_map_file(path, &map, &size, err);
+    status = oc_map_file(path, &map, &size, NULL, err);
     if (status != OC_OK) return status;
     status = oc_blob_parse(map, size, options, path, map, size, NULL, out, err);
     if (status != OC_OK) oc_unmap(map, size);

@@ -23,6 +23,10 @@ typedef struct model_entry {
     const char *model_sha256; /* NULL when the entry has none */
     oc_tensor_info *inputs, *outputs;
     size_t input_count, output_count;
+    /* The blob file hashed at open (verify, a folder bundle): its identity then. A load of the
+     * same file (same identity) needs no sha256 and no CRC pass again, as in the Python loader. */
+    uint64_t identity[OC_IDENTITY_WORDS];
+    int hashed;
 } model_entry;
 
 struct oc_bundle {
@@ -177,8 +181,8 @@ static oc_status new_bundle(const oc_bundle_options *options, oc_bundle **out, o
     b->alloc = alloc;
     oc_arena_init(&b->arena, &alloc);
     b->max_model_size = options && options->max_model_size ? options->max_model_size : DEFAULT_MAX_MODEL_SIZE;
-    b->verify = options == NULL || options->verify != 0;
-    b->map_blobs = options == NULL || options->map_blobs != 0;
+    b->verify = options == NULL || !options->skip_verify;
+    b->map_blobs = options == NULL || !options->read_blobs;
     b->progress = options ? options->progress : NULL;
     b->progress_user = options ? options->progress_user : NULL;
     *out = b;
@@ -208,6 +212,37 @@ oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_re
         return status;
     }
     *out = b;
+    return OC_OK;
+}
+
+static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err);
+
+/* verify at open, as open_bundle(verify=True) does: every blob's size and sha256 against the
+ * manifest, once; later loads of the same files skip both (and the CRCs). */
+static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
+    size_t i;
+    for (i = 0; i < b->model_count; ++i) {
+        model_entry *m = &b->models[i];
+        char *path = oc_malloc(&b->alloc, strlen(b->dir) + strlen(m->file) + 2);
+        void *data = NULL;
+        size_t size = 0;
+        oc_status status;
+        if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+        sprintf(path, "%s/%s", b->dir, m->file);
+        if (b->progress) b->progress(b->progress_user, "check", (double)i / (double)b->model_count);
+        status = oc_map_file(path, &data, &size, m->identity, err);
+        if (status == OC_OK && (uint64_t)size != m->blob_size)
+            status = oc_fail(err, OC_ERR_CHECKSUM,
+                             "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
+                             "says %llu); the file was damaged or replaced: re-run `doit cook`", path, size,
+                             (unsigned long long)m->blob_size);
+        if (status == OC_OK) status = check_sha256(m, path, data, size, err);
+        oc_unmap(data, size);
+        oc_free(&b->alloc, path);
+        if (status != OC_OK) return status;
+        m->hashed = 1;
+    }
+    if (b->progress) b->progress(b->progress_user, "check", 1.0);
     return OC_OK;
 }
 
@@ -246,7 +281,14 @@ oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, 
         *out = NULL;
         return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    return OC_OK;
+    if ((*out)->verify && (*out)->map_blobs) {
+        status = hash_every_blob(*out, err);
+        if (status != OC_OK) {
+            oc_bundle_close(*out);
+            *out = NULL;
+        }
+    }
+    return status;
 }
 
 oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options *options, oc_bundle **out,
@@ -342,8 +384,21 @@ static void hex(const unsigned char *digest, char *text) {
 }
 
 /* Check the blob bytes against the manifest entry and open them. */
+static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err) {
+    unsigned char digest[32];
+    char text[65];
+    crypto_hash_sha256(digest, data, size);
+    hex(digest, text);
+    if (strcmp(text, m->blob_sha256) != 0)
+        return oc_fail(err, OC_ERR_CHECKSUM,
+                       "%s: blob does not match the sha256/size recorded in manifest.json; the file was damaged or "
+                       "replaced: re-run `doit cook`", path);
+    return OC_OK;
+}
+
+/* `trusted`: these are the very bytes hashed when the bundle was opened (same file identity). */
 static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *path, const uint8_t *data, size_t size,
-                              void *map, size_t map_size, void *buffer, oc_blob **out, oc_error *err) {
+                              void *map, size_t map_size, void *buffer, int trusted, oc_blob **out, oc_error *err) {
     oc_blob_options options;
     oc_blob_info info;
     oc_status status;
@@ -353,19 +408,13 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
                        "%llu); the file was damaged or replaced: re-run `doit cook`", path, size,
                        (unsigned long long)m->blob_size);
     if (b->progress) b->progress(b->progress_user, "check", 0.0);
-    if (b->verify) {
-        unsigned char digest[32];
-        char text[65];
-        crypto_hash_sha256(digest, data, size);
-        hex(digest, text);
-        if (strcmp(text, m->blob_sha256) != 0)
-            return oc_fail(err, OC_ERR_CHECKSUM,
-                           "%s: blob does not match the sha256/size recorded in manifest.json; the file was damaged or "
-                           "replaced: re-run `doit cook`", path);
+    if (b->verify && !trusted) {
+        status = check_sha256(m, path, data, size, err);
+        if (status != OC_OK) return status;
     }
     memset(&options, 0, sizeof options);
     options.max_model_size = b->max_model_size;
-    options.check_raw = b->verify ? 0 : 1; /* a checked sha256 covers every byte already */
+    options.skip_raw_check = b->verify || trusted; /* a checked sha256 covers every byte already */
     options.allocator = NULL;
     options.progress = b->progress;
     options.progress_user = b->progress_user;
@@ -401,7 +450,7 @@ oc_status oc_bundle_open_blob_memory(oc_bundle *b, const char *name, const void 
     *out = NULL;
     m = find_model(b, name);
     if (m == NULL) return unknown_model(b, name, err);
-    return open_checked(b, m, m->file, data, size, NULL, 0, NULL, out, err);
+    return open_checked(b, m, m->file, data, size, NULL, 0, NULL, 0, out, err);
 }
 
 oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_error *err) {
@@ -434,7 +483,7 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
             return oc_fail(err, OC_ERR_IO, "%s: the reader returned %lld of %lld bytes", m->file, (long long)got, (long long)have);
         }
         if (b->progress) b->progress(b->progress_user, "read", 1.0);
-        status = open_checked(b, m, m->file, data, (size_t)have, NULL, 0, data, out, err);
+        status = open_checked(b, m, m->file, data, (size_t)have, NULL, 0, data, 0, out, err);
         if (status != OC_OK) oc_free(&b->alloc, data);
         return status;
     }
@@ -444,17 +493,19 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
     if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
     sprintf(path, "%s/%s", b->dir, m->file);
     if (b->map_blobs) {
-        status = oc_map_file(path, &data, &size, err);
+        uint64_t identity[OC_IDENTITY_WORDS];
+        status = oc_map_file(path, &data, &size, identity, err);
         if (status == OC_OK) {
+            int trusted = m->hashed && identity[5] != 0 && memcmp(identity, m->identity, sizeof identity) == 0;
             if (b->progress) b->progress(b->progress_user, "read", 1.0);
-            status = open_checked(b, m, path, data, size, data, size, NULL, out, err);
+            status = open_checked(b, m, path, data, size, data, size, NULL, trusted, out, err);
             if (status != OC_OK) oc_unmap(data, size);
         }
     } else {
         status = oc_read_file(path, &b->alloc, limit, &data, &size, err);
         if (status == OC_OK) {
             if (b->progress) b->progress(b->progress_user, "read", 1.0);
-            status = open_checked(b, m, path, data, size, NULL, 0, data, out, err);
+            status = open_checked(b, m, path, data, size, NULL, 0, data, 0, out, err);
             if (status != OC_OK) oc_free(&b->alloc, data);
         }
     }

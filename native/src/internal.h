@@ -123,8 +123,11 @@ oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options 
 /* "major.minor[.patch]" -> version[3]; 0 on success. */
 int oc_parse_version(const char *text, int version[3]);
 
-/* Map a whole file read-only (platform.c); *map NULL and *size 0 for an empty file. */
-oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err);
+/* Map a whole file read-only (platform.c); *map NULL and *size 0 for an empty file. `identity`
+ * (may be NULL) receives what tells this file apart from any that later takes its name: device,
+ * inode, size, modification and change times (zeros where the system has no such notion). */
+#define OC_IDENTITY_WORDS 6
+oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err);
 void oc_unmap(void *map, size_t size);
 /* Read a whole file into memory from `alloc` (at most `limit` bytes, else OC_ERR_TOO_LARGE). */
 oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,

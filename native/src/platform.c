@@ -12,8 +12,9 @@
 #define WIN32_LEAN_AND_MEAN
 #include <windows.h>
 
-oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err) {
+oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err) {
     HANDLE file, mapping;
+    BY_HANDLE_FILE_INFORMATION about;
     LARGE_INTEGER length;
     void *view;
     *map = NULL;
@@ -22,9 +23,17 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err)
                        FILE_ATTRIBUTE_NORMAL, NULL);
     if (file == INVALID_HANDLE_VALUE)
         return oc_fail(err, OC_ERR_IO, "%s: cannot open (Windows error %lu)", path, (unsigned long)GetLastError());
-    if (!GetFileSizeEx(file, &length)) {
+    if (!GetFileSizeEx(file, &length) || !GetFileInformationByHandle(file, &about)) {
         CloseHandle(file);
         return oc_fail(err, OC_ERR_IO, "%s: cannot read its size", path);
+    }
+    if (identity != NULL) {
+        identity[0] = about.dwVolumeSerialNumber;
+        identity[1] = (uint64_t)about.nFileIndexHigh << 32 | about.nFileIndexLow;
+        identity[2] = (uint64_t)length.QuadPart;
+        identity[3] = (uint64_t)about.ftLastWriteTime.dwHighDateTime << 32 | about.ftLastWriteTime.dwLowDateTime;
+        identity[4] = (uint64_t)about.ftCreationTime.dwHighDateTime << 32 | about.ftCreationTime.dwLowDateTime;
+        identity[5] = 0;
     }
     if (length.QuadPart == 0) {
         CloseHandle(file);
@@ -56,7 +65,7 @@ void oc_unmap(void *map, size_t size) {
 #include <sys/stat.h>
 #include <unistd.h>
 
-oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err) {
+oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err) {
     struct stat st;
     void *view;
     int fd;
@@ -67,6 +76,14 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, oc_error *err)
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return oc_fail(err, OC_ERR_IO, "%s: not a regular file", path);
+    }
+    if (identity != NULL) {
+        identity[0] = (uint64_t)st.st_dev;
+        identity[1] = (uint64_t)st.st_ino;
+        identity[2] = (uint64_t)st.st_size;
+        identity[3] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+        identity[4] = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
+        identity[5] = 1;
     }
     if (st.st_size == 0) {
         close(fd);

@@ -3,6 +3,9 @@
  *   oc-probe blob FILE...            open each file's bytes as a blob (from memory)
  *   oc-probe bundle DIR [NAME...]    open the bundle, then each named model's blob (default: all)
  *   oc-probe manifest FILE           open a bundle from manifest bytes alone
+ *   oc-probe time DIR NAME N         the library's own cost, no onnxruntime: medians of N rounds of
+ *                                    opening the bundle with and without the sha256 pass, and of
+ *                                    opening (parse, checks, decoding) and closing NAME's blob
  *
  * Each line: {"input": ..., "status": "OC_OK" | "OC_ERR_...", "message": ..., plus what was read}.
  * Exit status 0 whatever the inputs: the statuses are the result. */
@@ -10,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "onnx_cooker.h"
 
@@ -95,6 +99,55 @@ static void blob_line(const char *input, oc_status status, const oc_error *err, 
     printf("}\n");
 }
 
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *values, int n) {
+    qsort(values, (size_t)n, sizeof *values, compare_doubles);
+    return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+static int time_library(const char *dir, const char *name, int rounds) {
+    double verify[64], plain[64], blob_ms[64];
+    oc_bundle_options options;
+    oc_error err;
+    int i;
+    if (rounds < 1 || rounds > 64) return 2;
+    memset(&options, 0, sizeof options);
+    for (i = 0; i < rounds; ++i) {
+        oc_bundle *bundle = NULL;
+        oc_blob *blob = NULL;
+        double t = now_ms();
+        options.skip_verify = 0;
+        if (oc_bundle_open_dir(dir, &options, &bundle, &err) != OC_OK) goto failed;
+        verify[i] = now_ms() - t;
+        t = now_ms();
+        if (oc_bundle_open_blob(bundle, name, &blob, &err) != OC_OK) goto failed;
+        oc_blob_close(blob);
+        blob_ms[i] = now_ms() - t;
+        oc_bundle_close(bundle);
+        options.skip_verify = 1;
+        t = now_ms();
+        if (oc_bundle_open_dir(dir, &options, &bundle, &err) != OC_OK) goto failed;
+        plain[i] = now_ms() - t;
+        oc_bundle_close(bundle);
+    }
+    printf("{\"open_bundle_verify_ms\": %.3f, \"open_bundle_ms\": %.3f, \"open_blob_ms\": %.3f}\n",
+           median(verify, rounds), median(plain, rounds), median(blob_ms, rounds));
+    return 0;
+failed:
+    fprintf(stderr, "oc-probe: %s: %s\n", oc_status_name(err.status), err.message);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     int i;
     oc_error err;
@@ -102,6 +155,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: oc-probe blob FILE... | bundle DIR [NAME...] | manifest FILE\n");
         return 2;
     }
+    if (strcmp(argv[1], "time") == 0) return argc == 5 ? time_library(argv[2], argv[3], atoi(argv[4])) : 2;
     if (strcmp(argv[1], "blob") == 0) {
         for (i = 2; i < argc; ++i) {
             size_t size = 0;
