@@ -53,7 +53,7 @@ static int count_of(const cJSON *item, uint64_t *out) {
     return 1;
 }
 
-static const char *where_of(const oc_bundle *b) { return b->dir ? b->dir : "bundle"; }
+static const char *where_of(const oc_bundle *b) { return b->dir ? b->dir : b->has_reader ? "bundle (reader)" : "bundle"; }
 
 static int compare_models(const void *a, const void *b) {
     return strcmp(((const model_entry *)a)->name, ((const model_entry *)b)->name);
@@ -86,7 +86,7 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
     *count = 0;
     if (list == NULL) return OC_OK;
     if (!cJSON_IsArray(list))
-        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature", where_of(b), model);
+        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `doit cook`", where_of(b), model);
     n = (size_t)cJSON_GetArraySize(list);
     *out = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **out);
     if (*out == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
@@ -96,7 +96,7 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
         (*out)[i].name = dup_string(b, cJSON_GetObjectItemCaseSensitive(item, "name"));
         (*out)[i].type = dup_string(b, cJSON_GetObjectItemCaseSensitive(item, "type"));
         if ((*out)[i].name == NULL || (*out)[i].type == NULL)
-            return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature", where_of(b), model);
+            return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `doit cook`", where_of(b), model);
         text = shape ? cJSON_PrintUnformatted(shape) : NULL;
         (*out)[i].shape = oc_arena_strndup(&b->arena, text ? text : "null", text ? strlen(text) : 4);
         free(text);
@@ -126,7 +126,8 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
     b->platform = dup_string(b, cJSON_GetObjectItemCaseSensitive(root, "platform"));
     models = cJSON_GetObjectItemCaseSensitive(root, "models");
     if (b->platform == NULL || !cJSON_IsObject(models)) {
-        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json needs 'platform' (string) and 'models' (object)", where_of(b));
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json needs 'platform' (string) and 'models' (object); re-run `doit cook`",
+                         where_of(b));
         goto done;
     }
     n = (size_t)cJSON_GetArraySize(models);
@@ -189,13 +190,14 @@ static oc_status new_bundle(const oc_bundle_options *options, oc_bundle **out, o
     return OC_OK;
 }
 
-oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
-                                  const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
+static oc_status open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
+                               const oc_bundle_options *options, const char *dir, oc_bundle **out, oc_error *err) {
     oc_bundle *b;
     oc_status status;
     if (manifest == NULL && size != 0) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_manifest: NULL manifest");
     if (size > MAX_MANIFEST)
-        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %zu bytes, over the limit of %u", size, MAX_MANIFEST);
+        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %zu bytes, over the limit of %u: not a manifest the cooker wrote; re-run `doit cook`",
+                       size, MAX_MANIFEST);
     status = new_bundle(options, &b, err);
     if (status != OC_OK) return status;
     if (blob_reader != NULL) {
@@ -206,6 +208,10 @@ oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_re
         b->reader = *blob_reader;
         b->has_reader = 1;
     }
+    if (dir != NULL && (b->dir = oc_strdup(&b->alloc, dir)) == NULL) {
+        oc_bundle_close(b);
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     status = parse_manifest(b, manifest ? manifest : "", size, err);
     if (status != OC_OK) {
         oc_bundle_close(b);
@@ -213,6 +219,11 @@ oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_re
     }
     *out = b;
     return OC_OK;
+}
+
+oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
+                                  const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
+    return open_manifest(manifest, size, blob_reader, options, NULL, out, err);
 }
 
 static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err);
@@ -231,6 +242,9 @@ static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
         sprintf(path, "%s/%s", b->dir, m->file);
         if (b->progress) b->progress(b->progress_user, "check", (double)i / (double)b->model_count);
         status = oc_map_file(path, &data, &size, m->identity, err);
+        if (status == OC_ERR_IO) /* as open_bundle: the manifest names a file the bundle lacks */
+            status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing or unreadable; re-run "
+                             "`doit cook`", b->dir, m->name, m->file);
         if (status == OC_OK && (uint64_t)size != m->blob_size)
             status = oc_fail(err, OC_ERR_CHECKSUM,
                              "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
@@ -272,15 +286,9 @@ oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, 
         return status == OC_ERR_IO ? OC_ERR_MANIFEST : status;
     }
     oc_free(&alloc, path);
-    status = oc_bundle_open_manifest(text, size, NULL, options, out, err);
+    status = open_manifest(text, size, NULL, options, dir, out, err);
     oc_free(&alloc, text);
     if (status != OC_OK) return status;
-    (*out)->dir = oc_strdup(&alloc, dir);
-    if ((*out)->dir == NULL) {
-        oc_bundle_close(*out);
-        *out = NULL;
-        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
-    }
     if ((*out)->verify && (*out)->map_blobs) {
         status = hash_every_blob(*out, err);
         if (status != OC_OK) {
@@ -303,12 +311,13 @@ oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options
     size = reader->size(reader->user, "manifest.json");
     if (size < 0) return oc_fail(err, OC_ERR_MANIFEST, "bundle: the reader has no manifest.json; cook the platform first");
     if ((uint64_t)size > MAX_MANIFEST)
-        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %lld bytes, over the limit of %u", (long long)size, MAX_MANIFEST);
+        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %lld bytes, over the limit of %u: not a manifest the cooker wrote; re-run `doit cook`",
+                       (long long)size, MAX_MANIFEST);
     text = oc_malloc(&alloc, (size_t)size + 1);
     if (text == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
     if (reader->read(reader->user, "manifest.json", 0, text, (size_t)size) != size) {
         oc_free(&alloc, text);
-        return oc_fail(err, OC_ERR_MANIFEST, "bundle: the reader could not read manifest.json whole");
+        return oc_fail(err, OC_ERR_MANIFEST, "bundle (reader): could not read manifest.json whole; check the archive the reader serves");
     }
     status = oc_bundle_open_manifest(text, (size_t)size, reader, options, out, err);
     oc_free(&alloc, text);
@@ -430,14 +439,14 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
     oc_blob_get_info(*out, &info, NULL);
     if ((m->cook_key && strcmp(m->cook_key, info.cook_key) != 0) ||
         (m->model_sha256 && strcmp(m->model_sha256, info.model_sha256) != 0)) {
+        const char *which = m->cook_key && strcmp(m->cook_key, info.cook_key) != 0 ? "cook_key" : "model_sha256";
         (*out)->map = NULL; /* the caller frees what it passed when this fails */
         (*out)->buffer = NULL;
-        oc_blob_close(*out);
+        oc_blob_close(*out); /* `info` points into it: nothing of it is read from here on */
         *out = NULL;
         return oc_fail(err, OC_ERR_CHECKSUM,
                        "%s: blob is not the one manifest.json lists for '%s' (its %s differs); the file was replaced: "
-                       "re-run `doit cook`", path, m->name,
-                       m->cook_key && strcmp(m->cook_key, info.cook_key) != 0 ? "cook_key" : "model_sha256");
+                       "re-run `doit cook`", path, m->name, which);
     }
     return OC_OK;
 }
@@ -466,12 +475,14 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
     if (m == NULL) return unknown_model(b, name, err);
     limit = b->max_model_size + (b->max_model_size >> 8) + MAX_HEADER_SIZE;
     if (m->blob_size > limit)
-        return oc_fail(err, OC_ERR_MANIFEST, "%s: model '%s' declares an oversized blob", where_of(b), name);
+        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' declares an oversized blob; raise max_model_size if the model is that large, else re-run `doit cook`",
+                       where_of(b), name);
     if (b->progress) b->progress(b->progress_user, "read", 0.0);
     if (b->has_reader) {
         int64_t got, have = b->reader.size(b->reader.user, m->file);
-        if (have < 0) return oc_fail(err, OC_ERR_IO, "%s: the reader has no blob file %s for model '%s'; re-run `doit cook`",
-                                     where_of(b), m->file, name);
+        if (have < 0)
+            return oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing: the reader has no "
+                           "such file; re-run `doit cook`", where_of(b), name, m->file);
         if ((uint64_t)have != m->blob_size)
             return oc_fail(err, OC_ERR_CHECKSUM, "%s: blob does not match the sha256/size recorded in manifest.json; the file "
                            "was damaged or replaced: re-run `doit cook`", m->file);
@@ -509,10 +520,11 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
             if (status != OC_OK) oc_free(&b->alloc, data);
         }
     }
-    if (status == OC_ERR_IO && err != NULL) {
-        char why[OC_MESSAGE_SIZE];
-        memcpy(why, err->message, sizeof why);
-        oc_fail(err, OC_ERR_IO, "%.900s; re-run `doit cook` if the bundle is incomplete", why);
+    if (status == OC_ERR_IO) { /* as Bundle.session: the manifest names a file the bundle lacks */
+        char why[OC_MESSAGE_SIZE] = "";
+        if (err != NULL) memcpy(why, err->message, sizeof why);
+        status = oc_fail(err, OC_ERR_MANIFEST, "%.900s: blob of '%s' (named by manifest.json) is missing or unreadable; re-run "
+                         "`doit cook`", why, name);
     }
     oc_free(&b->alloc, path);
     return status;

@@ -3,6 +3,8 @@
  *   oc-probe blob FILE...            open each file's bytes as a blob (from memory)
  *   oc-probe bundle DIR [NAME...]    open the bundle, then each named model's blob (default: all)
  *   oc-probe manifest FILE           open a bundle from manifest bytes alone
+ *   oc-probe reader DIR [NAME...]    as bundle, through oc_reader callbacks (as an engine's pak
+ *                                    reader would: the library sees no paths of this system)
  *   oc-probe time DIR NAME N         the library's own cost, no onnxruntime: medians of N rounds of
  *                                    opening the bundle with and without the sha256 pass, and of
  *                                    opening (parse, checks, decoding) and closing NAME's blob
@@ -99,6 +101,35 @@ static void blob_line(const char *input, oc_status status, const oc_error *err, 
     printf("}\n");
 }
 
+/* oc_reader over the files of one folder: what an engine's archive reader does. */
+static int64_t reader_size(void *user, const char *path) {
+    char full[4096];
+    FILE *f;
+    long n;
+    snprintf(full, sizeof full, "%s/%s", (const char *)user, path);
+    f = fopen(full, "rb");
+    if (f == NULL) return -1;
+    n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    fclose(f);
+    return n;
+}
+
+static int64_t reader_read(void *user, const char *path, uint64_t offset, void *buffer, size_t count) {
+    char full[4096];
+    FILE *f;
+    size_t got;
+    snprintf(full, sizeof full, "%s/%s", (const char *)user, path);
+    f = fopen(full, "rb");
+    if (f == NULL) return -1;
+    if (fseek(f, (long)offset, SEEK_SET) != 0) {
+        fclose(f);
+        return -1;
+    }
+    got = fread(buffer, 1, count, f);
+    fclose(f);
+    return (int64_t)got;
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -171,12 +202,19 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
-    if (strcmp(argv[1], "bundle") == 0 || strcmp(argv[1], "manifest") == 0) {
+    if (strcmp(argv[1], "bundle") == 0 || strcmp(argv[1], "manifest") == 0 || strcmp(argv[1], "reader") == 0) {
+        int opens_blobs = strcmp(argv[1], "manifest") != 0;
         oc_bundle *bundle = NULL;
         oc_status status;
         memset(&err, 0, sizeof err);
         if (strcmp(argv[1], "bundle") == 0) {
             status = oc_bundle_open_dir(argv[2], NULL, &bundle, &err);
+        } else if (strcmp(argv[1], "reader") == 0) {
+            oc_reader reader;
+            reader.size = reader_size;
+            reader.read = reader_read;
+            reader.user = argv[2];
+            status = oc_bundle_open_reader(&reader, NULL, &bundle, &err);
         } else {
             size_t size = 0;
             unsigned char *data = read_all(argv[2], &size);
@@ -216,7 +254,7 @@ int main(int argc, char **argv) {
             printf("}");
         }
         printf("}\n");
-        if (status == OC_OK && strcmp(argv[1], "bundle") == 0) {
+        if (status == OC_OK && opens_blobs) {
             size_t m;
             int named = argc > 3;
             size_t count = named ? (size_t)(argc - 3) : oc_bundle_model_count(bundle);
