@@ -56,9 +56,12 @@ def native() -> Path:
     return NATIVE_OUT / "asan"
 
 
-def run_native(args: list[str], *, check: bool = True, **kwargs) -> subprocess.CompletedProcess[str]:
+def run_native(
+    args: list, *, check: bool = True, env: dict[str, str] | None = None, **kwargs
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, env={**os.environ, **SANITIZERS}, check=False, **kwargs
+        [str(a) for a in args], capture_output=True, text=True, env={**os.environ, **SANITIZERS, **(env or {})},
+        check=False, **kwargs,
     )
     assert done.returncode not in (86, 87), f"sanitizer report from {args[0]}:\n{done.stderr[-6000:]}"
     if check:
@@ -378,3 +381,98 @@ def test_hostile_manifests_and_bundles_get_the_python_loaders_verdict(
             if refusal is not None:  # says which file and what to do
                 assert "manifest" in refusal["message"] and "cook" in refusal["message"], (case, refusal)
     assert not differ, "\n".join(map(str, differ))
+
+
+def test_signed_bundles_open_only_with_a_trusted_key(native: Path, tmp_path: Path) -> None:
+    """A bundle cooked with COOK_SIGNING_KEY: the C library accepts it with the studio's key (or
+    during a rotation, old and new), and refuses a modified manifest, a foreign key, a missing or
+    cut signature, and a blob replaced behind the signed manifest: as the Python loader does."""
+    import shutil
+
+    from cryptography.hazmat.primitives import serialization
+
+    from pipeline.signing import keygen
+    from tests.test_reliability import small_project
+
+    project = small_project(tmp_path / "project")
+    private, public = keygen(tmp_path / "keys")
+    run = doit(project, "cook", env={"COOK_SIGNING_KEY": str(private)})
+    assert run.returncode == 0, run.output
+    signed = project / "build" / "android"
+
+    def raw(pem: Path) -> str:
+        key = serialization.load_pem_public_key(pem.read_bytes())
+        return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+    other = raw(keygen(tmp_path / "other")[1])
+
+    def probe(folder: Path, keys: list[str], mode: str = "bundle") -> list[dict]:
+        done = run_native([native / "oc-probe", mode, folder], env={"OC_PROBE_KEYS": ",".join(keys)})
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    for mode in ("bundle", "reader"):
+        lines = probe(signed, [raw(public)], mode)
+        assert [line["status"] for line in lines] == ["OC_OK"] * 3, lines
+        assert probe(signed, [other, raw(public)], mode)[0]["status"] == "OC_OK"  # rotation
+        foreign = probe(signed, [other], mode)[0]
+        assert foreign["status"] == "OC_ERR_SIGNATURE" and "matches none of the 1 trusted key" in foreign["message"]
+
+    modified = Path(shutil.copytree(signed, tmp_path / "modified"))
+    manifest = json.loads((modified / "manifest.json").read_text())
+    manifest["models"]["net"]["execution_providers"] = ["CPUExecutionProvider"]
+    (modified / "manifest.json").write_text(json.dumps(manifest))
+    assert probe(modified, [raw(public)])[0]["status"] == "OC_ERR_SIGNATURE"
+
+    unsigned = Path(shutil.copytree(signed, tmp_path / "unsigned"))
+    (unsigned / "manifest.json.sig").write_bytes((unsigned / "manifest.json.sig").read_bytes()[:63])
+    assert "not a 64-byte signature" in probe(unsigned, [raw(public)])[0]["message"]
+    (unsigned / "manifest.json.sig").unlink()
+    missing = probe(unsigned, [raw(public)])[0]
+    assert missing["status"] == "OC_ERR_SIGNATURE" and "manifest.json.sig missing" in missing["message"]
+    assert probe(unsigned, [])[0]["status"] == "OC_OK"  # without keys, no signature is asked for
+
+    replaced = Path(shutil.copytree(signed, tmp_path / "replaced"))
+    files = {name: entry["file"] for name, entry in json.loads((replaced / "manifest.json").read_text())["models"].items()}
+    (replaced / files["net"]).write_bytes((replaced / files["mlp"]).read_bytes())
+    lines = probe(replaced, [raw(public)])
+    assert lines[0]["status"] == "OC_ERR_CHECKSUM" and files["net"] in lines[0]["message"]
+
+
+def test_the_csharp_declarations_cover_the_whole_c_abi() -> None:
+    import re
+
+    header = (REPO / "native" / "include" / "onnx_cooker.h").read_text()
+    functions = set(re.findall(r"^OC_API [^(]*?\b(oc_\w+)\(", header, re.MULTILINE))
+    declared = set(re.findall(r"static extern \S+ (oc_\w+)\(", (REPO / "native" / "bindings" / "OnnxCooker.cs").read_text()))
+    assert len(functions) > 30
+    assert functions == declared, f"missing in C#: {sorted(functions - declared)}; unknown: {sorted(declared - functions)}"
+
+
+@pytest.mark.parametrize("platform, model", [("windows-dml", "big_weights"), ("android", "mnist"), ("console", "resnet")])
+def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
+    native: Path, bundles: Path, platform: str, model: str, tmp_path: Path
+) -> None:
+    """What a Unity script does, under mono: a bundle from manifest bytes in a byte[], models and
+    signatures, a blob from a pinned byte[], its recipe, a session created and released, and each
+    error status managed code can provoke."""
+    exe = tmp_path / "csharp_probe.exe"
+    subprocess.run(
+        ["mcs", "-nologo", "-warnaserror", f"-out:{exe}", REPO / "native" / "bindings" / "OnnxCooker.cs",
+         REPO / "native" / "tests" / "CsharpProbe.cs"],
+        check=True, capture_output=True, text=True,
+    )
+    release = native.parent / "release"  # mono is not built with the sanitizers: the plain library
+    done = subprocess.run(
+        ["mono", str(exe), str(bundles / platform), model, str(ort_library("1.32.0"))],
+        capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(release)}, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    facts = done.stdout
+    names = open_bundle(bundles / platform).names
+    assert f"platform: {platform}" in facts
+    for name in names:
+        assert f"signature: {name} input " in facts and f"signature: {name} output " in facts
+    for status in ("OC_ERR_UNKNOWN_MODEL", "OC_ERR_NOT_A_BLOB", "OC_ERR_CHECKSUM", "OC_ERR_MANIFEST",
+                   "OC_ERR_RUNTIME_LOAD", "OC_ERR_INVALID_ARGUMENT"):
+        assert status in facts
+    assert "load path: " in facts and facts.rstrip().endswith("ok")

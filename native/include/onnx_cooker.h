@@ -67,7 +67,7 @@ typedef enum oc_status {
     OC_ERR_TOO_LARGE = 9,            /* BlobTooLargeError: declares more than max_model_size */
     OC_ERR_MANIFEST = 10,            /* ManifestError: manifest.json missing, damaged or invalid */
     OC_ERR_UNKNOWN_MODEL = 11,       /* UnknownModelError: no such model in the bundle */
-    OC_ERR_SIGNATURE = 12,           /* SignatureError (reserved: signatures are not read yet) */
+    OC_ERR_SIGNATURE = 12,           /* SignatureError: the manifest's signature is missing or not trusted */
     OC_ERR_INCOMPATIBLE_RUNTIME = 13,/* IncompatibleRuntimeError: onnxruntime too old for the blob */
     OC_ERR_RUNTIME_LOAD = 14,        /* libonnxruntime could not be loaded or lacks the API needed */
     OC_ERR_SESSION_CREATE = 15       /* SessionCreateError: onnxruntime refused the session */
@@ -197,6 +197,15 @@ typedef struct oc_bundle_options {
                                        own CRCs and zstd checksums still catch damage) */
     int read_blobs;                 /* 0 (default): map blob files read-only; 1: read them into memory
                                        (where a file may be rewritten in place while mapped) */
+    /* Trusted Ed25519 public keys, 32 raw bytes each, `public_key_count` of them back to back
+     * (several: key rotation). When given, manifest.json.sig (64 bytes) must be a signature of
+     * manifest.json by one of them (OC_ERR_SIGNATURE otherwise), and each blob's sha256 is checked
+     * on every load. Borrowed during the open call only. */
+    const unsigned char *public_keys;
+    size_t public_key_count;
+    /* For oc_bundle_open_manifest with public keys: the manifest.json.sig bytes (NULL: missing). */
+    const void *signature;
+    size_t signature_size;
     const oc_allocator *allocator;  /* NULL: malloc/free */
     oc_progress_fn progress;
     void *progress_user;
@@ -300,6 +309,11 @@ typedef struct oc_session_options {
 OC_API oc_status oc_session_create(oc_runtime *runtime, oc_blob *blob, const oc_session_options *options,
                                    struct OrtSession **out, oc_load_path *path_used, oc_error *err);
 
+/* Release a session created by oc_session_create (NULL is fine): the OrtApi's ReleaseSession, for
+ * callers that do not include onnxruntime's header (C#). */
+OC_API void oc_session_release(oc_runtime *runtime, struct OrtSession *session);
+
+/* A static name of a load path: "onnx-inline", "onnx-file-buffers", ... (lower case, '-'). */
 OC_API const char *oc_load_path_name(oc_load_path path);
 
 #ifdef __cplusplus

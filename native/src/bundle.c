@@ -40,6 +40,7 @@ struct oc_bundle {
     size_t model_count;
     uint64_t max_model_size;
     int verify, map_blobs;
+    int is_signed; /* public keys were given: each load checks its blob's sha256 again */
     oc_progress_fn progress;
     void *progress_user;
 };
@@ -190,16 +191,43 @@ static oc_status new_bundle(const oc_bundle_options *options, oc_bundle **out, o
     return OC_OK;
 }
 
+/* The manifest is signed by one of the trusted keys (trust.py's verify_signature). */
+static oc_status check_signature(const void *manifest, size_t size, const void *signature, size_t signature_size,
+                                 const oc_bundle_options *options, const char *where, oc_error *err) {
+    size_t i;
+    if (signature == NULL)
+        return oc_fail(err, OC_ERR_SIGNATURE, "%s is not signed (manifest.json.sig missing) but a signature is required",
+                       where);
+    if (signature_size != crypto_sign_BYTES)
+        return oc_fail(err, OC_ERR_SIGNATURE, "%s: manifest.json.sig is %zu bytes, not a %d-byte signature", where,
+                       signature_size, crypto_sign_BYTES);
+    for (i = 0; i < options->public_key_count; ++i)
+        if (crypto_sign_verify_detached(signature, manifest, size, options->public_keys + i * crypto_sign_PUBLICKEYBYTES) == 0)
+            return OC_OK;
+    return oc_fail(err, OC_ERR_SIGNATURE,
+                   "%s: the signature matches none of the %zu trusted key(s): the bundle was modified after cooking, or "
+                   "signed with a key this game does not trust", where, options->public_key_count);
+}
+
 static oc_status open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
-                               const oc_bundle_options *options, const char *dir, oc_bundle **out, oc_error *err) {
+                               const oc_bundle_options *options, const char *dir, const void *signature,
+                               size_t signature_size, oc_bundle **out, oc_error *err) {
     oc_bundle *b;
     oc_status status;
     if (manifest == NULL && size != 0) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_manifest: NULL manifest");
     if (size > MAX_MANIFEST)
         return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %zu bytes, over the limit of %u: not a manifest the cooker wrote; re-run `doit cook`",
                        size, MAX_MANIFEST);
+    if (options != NULL && options->public_key_count > 0) {
+        if (options->public_keys == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open: public_keys is NULL");
+        if (sodium_init() < 0) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "libsodium could not start");
+        status = check_signature(manifest ? manifest : "", size, signature, signature_size, options,
+                                 dir ? dir : "bundle", err);
+        if (status != OC_OK) return status;
+    }
     status = new_bundle(options, &b, err);
     if (status != OC_OK) return status;
+    b->is_signed = options != NULL && options->public_key_count > 0;
     if (blob_reader != NULL) {
         if (blob_reader->size == NULL || blob_reader->read == NULL) {
             oc_bundle_close(b);
@@ -223,7 +251,8 @@ static oc_status open_manifest(const void *manifest, size_t size, const oc_reade
 
 oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
                                   const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
-    return open_manifest(manifest, size, blob_reader, options, NULL, out, err);
+    return open_manifest(manifest, size, blob_reader, options, NULL, options ? options->signature : NULL,
+                         options ? options->signature_size : 0, out, err);
 }
 
 static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err);
@@ -286,7 +315,23 @@ oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, 
         return status == OC_ERR_IO ? OC_ERR_MANIFEST : status;
     }
     oc_free(&alloc, path);
-    status = open_manifest(text, size, NULL, options, dir, out, err);
+    {
+        void *signature = NULL;
+        size_t signature_size = 0;
+        if (options != NULL && options->public_key_count > 0) {
+            char *sig_path = oc_malloc(&alloc, n + sizeof "/manifest.json.sig");
+            if (sig_path == NULL) {
+                oc_free(&alloc, text);
+                return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+            }
+            memcpy(sig_path, dir, n);
+            memcpy(sig_path + n, "/manifest.json.sig", sizeof "/manifest.json.sig");
+            if (oc_read_file(sig_path, &alloc, 4096, &signature, &signature_size, NULL) != OC_OK) signature = NULL;
+            oc_free(&alloc, sig_path);
+        }
+        status = open_manifest(text, size, NULL, options, dir, signature, signature_size, out, err);
+        oc_free(&alloc, signature);
+    }
     oc_free(&alloc, text);
     if (status != OC_OK) return status;
     if ((*out)->verify && (*out)->map_blobs) {
@@ -319,7 +364,15 @@ oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options
         oc_free(&alloc, text);
         return oc_fail(err, OC_ERR_MANIFEST, "bundle (reader): could not read manifest.json whole; check the archive the reader serves");
     }
-    status = oc_bundle_open_manifest(text, (size_t)size, reader, options, out, err);
+    {
+        unsigned char signature[crypto_sign_BYTES];
+        int64_t sig_size = options != NULL && options->public_key_count > 0 ? reader->size(reader->user, "manifest.json.sig") : -1;
+        int present = sig_size == crypto_sign_BYTES &&
+                      reader->read(reader->user, "manifest.json.sig", 0, signature, sizeof signature) == crypto_sign_BYTES;
+        /* a signature of the wrong size is refused by its size, before its bytes are read */
+        const void *given = present || (sig_size >= 0 && sig_size != crypto_sign_BYTES) ? signature : NULL;
+        status = open_manifest(text, (size_t)size, reader, options, NULL, given, given ? (size_t)sig_size : 0, out, err);
+    }
     oc_free(&alloc, text);
     return status;
 }
@@ -507,7 +560,8 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
         uint64_t identity[OC_IDENTITY_WORDS];
         status = oc_map_file(path, &data, &size, identity, err);
         if (status == OC_OK) {
-            int trusted = m->hashed && identity[5] != 0 && memcmp(identity, m->identity, sizeof identity) == 0;
+            int trusted = !b->is_signed && m->hashed && identity[5] != 0 &&
+                          memcmp(identity, m->identity, sizeof identity) == 0;
             if (b->progress) b->progress(b->progress_user, "read", 1.0);
             status = open_checked(b, m, path, data, size, data, size, NULL, trusted, out, err);
             if (status != OC_OK) oc_unmap(data, size);

@@ -132,6 +132,10 @@ void oc_runtime_release(oc_runtime *rt) {
 const struct OrtApi *oc_runtime_api(const oc_runtime *rt) { return rt ? rt->api : NULL; }
 const char *oc_runtime_version(const oc_runtime *rt) { return rt ? rt->version : NULL; }
 
+void oc_session_release(oc_runtime *rt, struct OrtSession *session) {
+    if (rt != NULL && session != NULL) rt->api->ReleaseSession(session);
+}
+
 const char *oc_load_path_name(oc_load_path path) {
     switch (path) {
     case OC_LOAD_ONNX_INLINE: return "onnx-inline";

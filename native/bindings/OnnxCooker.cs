@@ -1,0 +1,171 @@
+// OnnxCooker.cs - P/Invoke declarations of the whole C ABI of libonnx_cooker (native/include/onnx_cooker.h),
+// for Unity and other .NET/Mono hosts. One to one with the header: read it for what each call does and
+// for lifetimes. Memory handed to the library (blob bytes) is BORROWED: pin it (GCHandle.Alloc(bytes,
+// GCHandleType.Pinned)) for as long as the blob and every session made from it live; release sessions
+// (oc_session_release), then blobs, then free the handle. Options structs: pass IntPtr.Zero for the
+// defaults, or a zero-initialized struct with the fields you need set.
+using System;
+using System.Runtime.InteropServices;
+
+namespace OnnxCooker
+{
+    public enum Status
+    {
+        Ok = 0,
+        InvalidArgument = 1,
+        OutOfMemory = 2,
+        Io = 3,
+        NotABlob = 4,
+        Truncated = 5,
+        Corrupt = 6,
+        Checksum = 7,
+        UnsupportedVersion = 8,
+        TooLarge = 9,
+        Manifest = 10,
+        UnknownModel = 11,
+        Signature = 12,
+        IncompatibleRuntime = 13,
+        RuntimeLoad = 14,
+        SessionCreate = 15,
+    }
+
+    public enum ModelFormat { Onnx = 0, Ort = 1 }
+
+    public enum LoadPath { OnnxInline = 0, OnnxFileBuffers = 1, OnnxExternal = 2, OrtInPlace = 3 }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Error
+    {
+        public Status Status;
+        [MarshalAs(UnmanagedType.ByValArray, SizeConst = 1024)] public byte[] MessageBytes;
+
+        public static Error Create() { return new Error { MessageBytes = new byte[1024] }; }
+
+        public string Message
+        {
+            get
+            {
+                if (MessageBytes == null) return "";
+                int n = Array.IndexOf(MessageBytes, (byte)0);
+                return System.Text.Encoding.UTF8.GetString(MessageBytes, 0, n < 0 ? MessageBytes.Length : n);
+            }
+        }
+    }
+
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate IntPtr AllocFn(IntPtr user, UIntPtr size, UIntPtr alignment);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate void FreeFn(IntPtr user, IntPtr ptr);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate void ProgressFn(IntPtr user, [MarshalAs(UnmanagedType.LPStr)] string stage, double fraction);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate long ReaderSizeFn(IntPtr user, [MarshalAs(UnmanagedType.LPStr)] string path);
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate long ReaderReadFn(IntPtr user, [MarshalAs(UnmanagedType.LPStr)] string path, ulong offset,
+                                      IntPtr buffer, UIntPtr count);
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Allocator { public IntPtr Alloc, Free, User; }  // Marshal.GetFunctionPointerForDelegate
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct BlobOptions
+    {
+        public ulong MaxModelSize;
+        public int SkipRawCheck;
+        public IntPtr Allocator, Progress, ProgressUser;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct BundleOptions
+    {
+        public ulong MaxModelSize;
+        public int SkipVerify, ReadBlobs;
+        public IntPtr PublicKeys;       // 32 bytes per key, back to back (pinned)
+        public UIntPtr PublicKeyCount;
+        public IntPtr Signature;        // oc_bundle_open_manifest: manifest.json.sig bytes (pinned)
+        public UIntPtr SignatureSize;
+        public IntPtr Allocator, Progress, ProgressUser;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct SessionOptions
+    {
+        public IntPtr Providers;        // const char *const *: an array of UTF-8 strings (pinned)
+        public UIntPtr ProviderCount;
+        public int LowMemory, IntraOpThreads;
+        public IntPtr Base, Progress, ProgressUser;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Reader { public IntPtr Size, Read, User; }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct BlobInfo
+    {
+        public IntPtr Name, Platform;
+        public ModelFormat Format;
+        public IntPtr MinRuntimeVersion, CookKey, ModelSha256;
+        public ulong ModelSize, GraphSize, WeightsSize;
+        public IntPtr WeightsFile;
+        public int SavedRuntimeOptimizations;
+        public uint BlobFormatVersion;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct TensorInfo { public IntPtr Name, Type, Shape; }
+
+    public static class Native
+    {
+        const string Lib = "onnx_cooker";
+
+        [DllImport(Lib)] public static extern IntPtr oc_status_name(Status status);
+
+        // Blobs
+        [DllImport(Lib)] public static extern Status oc_blob_open_memory(IntPtr data, UIntPtr size, IntPtr options, out IntPtr blob, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_blob_open_file([MarshalAs(UnmanagedType.LPStr)] string path, IntPtr options, out IntPtr blob, ref Error err);
+        [DllImport(Lib)] public static extern void oc_blob_close(IntPtr blob);
+        [DllImport(Lib)] public static extern Status oc_blob_get_info(IntPtr blob, out BlobInfo info, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_blob_model(IntPtr blob, out IntPtr bytes, out UIntPtr size, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_blob_weights(IntPtr blob, out IntPtr bytes, out UIntPtr size, ref Error err);
+        [DllImport(Lib)] public static extern UIntPtr oc_blob_ep_count(IntPtr blob);
+        [DllImport(Lib)] public static extern IntPtr oc_blob_ep_name(IntPtr blob, UIntPtr index);
+        [DllImport(Lib)] public static extern UIntPtr oc_blob_provider_option_count(IntPtr blob, [MarshalAs(UnmanagedType.LPStr)] string ep);
+        [DllImport(Lib)] public static extern Status oc_blob_provider_option(IntPtr blob, [MarshalAs(UnmanagedType.LPStr)] string ep, UIntPtr index, out IntPtr key, out IntPtr value);
+        [DllImport(Lib)] public static extern UIntPtr oc_blob_session_option_count(IntPtr blob, [MarshalAs(UnmanagedType.LPStr)] string ep);
+        [DllImport(Lib)] public static extern Status oc_blob_session_option(IntPtr blob, [MarshalAs(UnmanagedType.LPStr)] string ep, UIntPtr index, out IntPtr key, out IntPtr value);
+
+        // Bundles
+        [DllImport(Lib)] public static extern Status oc_bundle_open_dir([MarshalAs(UnmanagedType.LPStr)] string dir, IntPtr options, out IntPtr bundle, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_bundle_open_reader(ref Reader reader, IntPtr options, out IntPtr bundle, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_bundle_open_manifest(IntPtr manifest, UIntPtr size, IntPtr blobReader, IntPtr options, out IntPtr bundle, ref Error err);
+        [DllImport(Lib)] public static extern void oc_bundle_close(IntPtr bundle);
+        [DllImport(Lib)] public static extern IntPtr oc_bundle_platform(IntPtr bundle);
+        [DllImport(Lib)] public static extern UIntPtr oc_bundle_model_count(IntPtr bundle);
+        [DllImport(Lib)] public static extern IntPtr oc_bundle_model_name(IntPtr bundle, UIntPtr index);
+        [DllImport(Lib)] public static extern Status oc_bundle_signature(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs, UIntPtr index, out TensorInfo info, ref Error err);
+        [DllImport(Lib)] public static extern UIntPtr oc_bundle_signature_count(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs);
+        [DllImport(Lib)] public static extern Status oc_bundle_open_blob(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, out IntPtr blob, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_bundle_open_blob_memory(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, IntPtr data, UIntPtr size, out IntPtr blob, ref Error err);
+
+        // Sessions
+        [DllImport(Lib)] public static extern Status oc_runtime_load([MarshalAs(UnmanagedType.LPStr)] string libraryPath, out IntPtr runtime, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_runtime_from_api(IntPtr api, [MarshalAs(UnmanagedType.LPStr)] string version, out IntPtr runtime, ref Error err);
+        [DllImport(Lib)] public static extern void oc_runtime_release(IntPtr runtime);
+        [DllImport(Lib)] public static extern IntPtr oc_runtime_api(IntPtr runtime);
+        [DllImport(Lib)] public static extern IntPtr oc_runtime_version(IntPtr runtime);
+        [DllImport(Lib)] public static extern Status oc_session_create(IntPtr runtime, IntPtr blob, IntPtr options, out IntPtr session, out LoadPath pathUsed, ref Error err);
+        [DllImport(Lib)] public static extern void oc_session_release(IntPtr runtime, IntPtr session);
+        [DllImport(Lib)] public static extern IntPtr oc_load_path_name(LoadPath path);
+
+        /// <summary>A UTF-8 string the library returned (NULL: null).</summary>
+        public static string Text(IntPtr utf8)
+        {
+            if (utf8 == IntPtr.Zero) return null;
+            int n = 0;
+            while (Marshal.ReadByte(utf8, n) != 0) n++;
+            byte[] bytes = new byte[n];
+            Marshal.Copy(utf8, bytes, 0, n);
+            return System.Text.Encoding.UTF8.GetString(bytes);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+// CsharpProbe.cs - the C ABI from C# (mono), as a Unity script would use it (tests/test_native.py):
+//   mono csharp_probe.exe BUNDLE_DIR MODEL ORT_LIBRARY
+// Opens the bundle from manifest bytes held in a byte[], lists models and signatures, opens MODEL's
+// blob from a pinned byte[], prints its recipe, creates and releases a session, then provokes each
+// error status it can from managed code. One "key: value" line per fact; exit 0 when all went as
+// expected.
+using System;
+using System.IO;
+using System.Runtime.InteropServices;
+using OnnxCooker;
+
+static class CsharpProbe
+{
+    static int failures;
+
+    static void Expect(string what, Status got, Status want, Error err)
+    {
+        Console.WriteLine("status " + what + ": " + Native.Text(Native.oc_status_name(got)) +
+                          (got == Status.Ok ? "" : " (" + err.Message + ")"));
+        if (got != want) { failures++; Console.WriteLine("FAIL " + what + ": wanted " + want); }
+    }
+
+    static int Main(string[] args)
+    {
+        string dir = args[0], model = args[1], ortLibrary = args[2];
+        byte[] manifest = File.ReadAllBytes(Path.Combine(dir, "manifest.json"));
+        GCHandle manifestPin = GCHandle.Alloc(manifest, GCHandleType.Pinned);
+        Error err = Error.Create();
+        IntPtr bundle;
+        Status s = Native.oc_bundle_open_manifest(manifestPin.AddrOfPinnedObject(), (UIntPtr)manifest.Length,
+                                                  IntPtr.Zero, IntPtr.Zero, out bundle, ref err);
+        manifestPin.Free();  // the bundle copied what it needs
+        Expect("open manifest", s, Status.Ok, err);
+        Console.WriteLine("platform: " + Native.Text(Native.oc_bundle_platform(bundle)));
+        ulong count = (ulong)Native.oc_bundle_model_count(bundle);
+        for (ulong i = 0; i < count; i++)
+        {
+            string name = Native.Text(Native.oc_bundle_model_name(bundle, (UIntPtr)i));
+            for (int side = 0; side < 2; side++)
+            {
+                ulong n = (ulong)Native.oc_bundle_signature_count(bundle, name, side);
+                for (ulong k = 0; k < n; k++)
+                {
+                    TensorInfo t;
+                    Native.oc_bundle_signature(bundle, name, side, (UIntPtr)k, out t, ref err);
+                    Console.WriteLine("signature: " + name + " " + (side == 1 ? "output " : "input ") +
+                                      Native.Text(t.Name) + " " + Native.Text(t.Type) + " " + Native.Text(t.Shape));
+                }
+            }
+        }
+
+        // The blob from a byte[] (as a ScriptableObject would hold it), pinned while it is used.
+        string file = null;
+        foreach (string path in Directory.GetFiles(dir, "*.ocb", SearchOption.AllDirectories))
+            if (Path.GetFileName(path).StartsWith(model + ".")) file = path;
+        byte[] blobBytes = File.ReadAllBytes(file);
+        GCHandle blobPin = GCHandle.Alloc(blobBytes, GCHandleType.Pinned);
+        IntPtr blob;
+        s = Native.oc_bundle_open_blob_memory(bundle, model, blobPin.AddrOfPinnedObject(), (UIntPtr)blobBytes.Length,
+                                              out blob, ref err);
+        Expect("open blob", s, Status.Ok, err);
+        BlobInfo info;
+        Native.oc_blob_get_info(blob, out info, ref err);
+        Console.WriteLine("blob: " + Native.Text(info.Name) + " " + info.Format + " graph " + info.GraphSize +
+                          " weights " + info.WeightsSize);
+        ulong eps = (ulong)Native.oc_blob_ep_count(blob);
+        for (ulong i = 0; i < eps; i++)
+        {
+            string ep = Native.Text(Native.oc_blob_ep_name(blob, (UIntPtr)i));
+            ulong n = (ulong)Native.oc_blob_session_option_count(blob, ep);
+            string options = "";
+            for (ulong k = 0; k < n; k++)
+            {
+                IntPtr key, value;
+                Native.oc_blob_session_option(blob, ep, (UIntPtr)k, out key, out value);
+                options += " " + Native.Text(key) + "=" + Native.Text(value);
+            }
+            Console.WriteLine("recipe: " + ep + options);
+        }
+
+        IntPtr runtime;
+        s = Native.oc_runtime_load(ortLibrary, out runtime, ref err);
+        Expect("load onnxruntime", s, Status.Ok, err);
+        Console.WriteLine("onnxruntime: " + Native.Text(Native.oc_runtime_version(runtime)));
+        IntPtr session;
+        LoadPath loadPath;
+        s = Native.oc_session_create(runtime, blob, IntPtr.Zero, out session, out loadPath, ref err);
+        Expect("create session", s, Status.Ok, err);
+        Console.WriteLine("load path: " + Native.Text(Native.oc_load_path_name(loadPath)));
+        Native.oc_session_release(runtime, session);  // the session first,
+        Native.oc_blob_close(blob);                     // then the blob,
+        blobPin.Free();                                 // then the bytes it borrowed
+
+        // Each error status managed code can provoke.
+        IntPtr none;
+        Expect("unknown model", Native.oc_bundle_open_blob(bundle, "no-such-model", out none, ref err), Status.UnknownModel, err);
+        byte[] junk = System.Text.Encoding.ASCII.GetBytes("definitely not a blob, just some text");
+        Expect("junk bytes", OpenBytes(junk, ref err), Status.NotABlob, err);
+        byte[] cut = new byte[10];
+        Array.Copy(blobBytes, cut, cut.Length);
+        bool headerFirst = blobBytes[0] == 0x5E && blobBytes[1] == 0x2A && blobBytes[2] == 0x4D && blobBytes[3] == 0x18;
+        // cut inside the header: "truncated"; cut inside an ORT graph that leads the blob: no header, not a blob
+        Expect("truncated blob", OpenBytes(cut, ref err), headerFirst ? Status.Truncated : Status.NotABlob, err);
+        byte[] damaged = (byte[])blobBytes.Clone();
+        damaged[damaged.Length / 2] ^= 0x20;
+        Expect("damaged blob", OpenNamed(bundle, model, damaged, ref err), Status.Checksum, err);
+        byte[] badManifest = System.Text.Encoding.UTF8.GetBytes("{\"manifest_version\": 9}");
+        GCHandle pin = GCHandle.Alloc(badManifest, GCHandleType.Pinned);
+        IntPtr other;
+        Expect("bad manifest", Native.oc_bundle_open_manifest(pin.AddrOfPinnedObject(), (UIntPtr)badManifest.Length,
+                                                              IntPtr.Zero, IntPtr.Zero, out other, ref err), Status.Manifest, err);
+        pin.Free();
+        Expect("no onnxruntime", Native.oc_runtime_load("/nonexistent/libonnxruntime.so", out other, ref err), Status.RuntimeLoad, err);
+        Expect("null argument", Native.oc_blob_open_memory(IntPtr.Zero, (UIntPtr)5, IntPtr.Zero, out other, ref err), Status.InvalidArgument, err);
+        Native.oc_runtime_release(runtime);
+        Native.oc_bundle_close(bundle);
+        Console.WriteLine(failures == 0 ? "ok" : failures + " failures");
+        return failures == 0 ? 0 : 1;
+    }
+
+    static Status OpenBytes(byte[] bytes, ref Error err)
+    {
+        GCHandle pin = GCHandle.Alloc(bytes, GCHandleType.Pinned);
+        IntPtr blob;
+        Status s = Native.oc_blob_open_memory(pin.AddrOfPinnedObject(), (UIntPtr)bytes.Length, IntPtr.Zero, out blob, ref err);
+        Native.oc_blob_close(blob);
+        pin.Free();
+        return s;
+    }
+
+    static Status OpenNamed(IntPtr bundle, string name, byte[] bytes, ref Error err)
+    {
+        GCHandle pin = GCHandle.Alloc(bytes, GCHandleType.Pinned);
+        IntPtr blob;
+        Status s = Native.oc_bundle_open_blob_memory(bundle, name, pin.AddrOfPinnedObject(), (UIntPtr)bytes.Length, out blob, ref err);
+        Native.oc_blob_close(blob);
+        pin.Free();
+        return s;
+    }
+}
