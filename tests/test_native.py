@@ -476,3 +476,98 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
                    "OC_ERR_RUNTIME_LOAD", "OC_ERR_INVALID_ARGUMENT"):
         assert status in facts
     assert "load path: " in facts and facts.rstrip().endswith("ok")
+
+
+def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:
+    """A weights section of many zstd frames decodes on several threads (oc_blob_options.threads)
+    to the same bytes, and a damaged frame is named as the Python loader names it."""
+    import re
+
+    import onnx
+    from runtime_helpers import make_weighted_blob
+
+    rng = np.random.default_rng(3)
+    weights = (rng.integers(0, 4, size=(1024, 1024)) * 0.5).astype(np.float32)  # compressible: zstd frames
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1024])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 1024])],
+        [onnx.numpy_helper.from_array(weights, "W")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    blob = make_weighted_blob(model, "zstd")[0]
+    frames = [f for f in split_blob(blob)[0]["frames"] if f[0] == "weights"]
+    assert len(frames) >= 4 and all(f[1] == "zstd" for f in frames)  # 1 MiB each: a frame per thread and more
+    good = tmp_path / "good.ocb"
+    good.write_bytes(blob)
+    damaged = bytearray(blob)
+    third = frames[2]
+    damaged[third[2] + third[3] // 2] ^= 0x01
+    bad = tmp_path / "bad.ocb"
+    bad.write_bytes(bytes(damaged))
+    lines = [json.loads(line) for line in run_native([native / "oc-probe", "blob", good, bad]).stdout.splitlines()]
+    assert lines[0]["status"] == "OC_OK" and lines[0]["weights_size"] == weights.nbytes
+    unpacked = unpack_blob(blob)
+    assert lines[0]["weights_fnv"] == fnv1a(b"".join(bytes(view) for _, view in unpacked.segments))
+    assert lines[0]["model_fnv"] == fnv1a(unpacked.model)
+    with pytest.raises(py_errors.ChecksumMismatchError) as python:
+        unpack_blob(bytes(damaged))
+    assert lines[1]["status"] == "OC_ERR_CHECKSUM"
+    named = re.compile(r"weights frame \d+ of \d+ is damaged")
+    assert named.search(lines[1]["message"])[0] == named.search(str(python.value))[0] == (
+        f"weights frame 3 of {len(frames)} is damaged"
+    )
+
+
+def fnv1a(data: bytes) -> str:
+    value = 1469598103934665603
+    for chunk in np.frombuffer(data, dtype=np.uint8).tolist():
+        value = ((value ^ chunk) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_large_onnx_weights_are_mapped_by_onnxruntime_from_the_blob_file(
+    native: Path, version: str, tmp_path: Path
+) -> None:
+    """64 MiB and more of raw ONNX weights in a folder bundle, prepacking on: onnxruntime maps them
+    from the blob file itself (onnx-mapped, every version the Python loader proved), with the
+    source's outputs; with --low-memory the blob's own mapping is used (file buffers or a copy)."""
+    import hashlib
+
+    from runtime_helpers import make_weighted_blob
+
+    from tests.models import large_matmul_model
+
+    source = large_matmul_model(4096, 4200, seed=21)  # 68.8 MB of float32
+    blob = make_weighted_blob(source, "raw", name="big", platform="windows-dml")[0]
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    file = "big.0123456789abcdef.onnx.ocb"
+    (folder / file).write_bytes(blob)
+    header = split_blob(blob)[0]
+    entry = {"file": file, "format": "onnx", "blob_sha256": hashlib.sha256(blob).hexdigest(), "blob_size": len(blob),
+             "cook_key": header["cook_key"], "model_sha256": header["model_sha256"]}
+    (folder / "manifest.json").write_text(
+        json.dumps({"manifest_version": 1, "platform": "windows-dml", "models": {"big": entry}})
+    )
+    x = np.random.default_rng(2).standard_normal((1, 4096)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = run_session_of(source, x)
+    library = ort_library(version)
+    for low, expected in ((False, "onnx-mapped"), (True, "onnx-file-buffers" if version == "1.32.0" else "onnx-external-initializers")):
+        out = tmp_path / f"out-{low}"
+        done = run_native(
+            [native / "oc-run", "--bundle", folder, "--model", "big", "--ort", library, "--in", tmp_path / "x.npy",
+             "--out", out, *(["--low-memory"] if low else [])]
+        )
+        assert f"load path {expected}," in done.stdout, done.stdout
+        np.testing.assert_allclose(np.load(out / "y.npy"), want, rtol=1e-5, atol=1e-4)
+
+
+def run_session_of(model, x: np.ndarray) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]

@@ -108,7 +108,10 @@ typedef struct oc_blob_options {
     uint64_t max_model_size;        /* 0: 2 GiB, the Python loader's default */
     int skip_raw_check;             /* 0 (default): check the CRC-32s of raw extents; 1: skip (the
                                        caller checked the whole blob's sha256 already) */
-    const oc_allocator *allocator;  /* NULL: malloc/free; copied, must outlive the blob */
+    int threads;                    /* zstd frames are decoded on this many threads; 0 (default):
+                                       one per core. The allocator hooks are then called from them */
+    const oc_allocator *allocator;  /* NULL: malloc/free. Copied; its `user` must outlive the blob,
+                                       and its functions must be thread-safe when threads != 1 */
     oc_progress_fn progress;        /* NULL: none */
     void *progress_user;
 } oc_blob_options;
@@ -285,7 +288,10 @@ typedef enum oc_load_path {
     OC_LOAD_ONNX_INLINE = 0,         /* graph bytes, no weights section */
     OC_LOAD_ONNX_FILE_BUFFERS = 1,   /* weights as an in-memory external-data file, in place (1.32+) */
     OC_LOAD_ONNX_EXTERNAL = 2,       /* weights as external initializers: onnxruntime copies them */
-    OC_LOAD_ORT_IN_PLACE = 3         /* ORT bytes used in place (use_ort_model_bytes_directly) */
+    OC_LOAD_ORT_IN_PLACE = 3,        /* ORT bytes used in place (use_ort_model_bytes_directly) */
+    OC_LOAD_ONNX_MAPPED = 4          /* raw weights of 64 MiB and more of a blob file, prepacking on:
+                                        onnxruntime maps them from the blob file itself, as from a
+                                        loose .onnx.data, and lets go of prepacked pages */
 } oc_load_path;
 
 typedef struct oc_session_options {

@@ -604,14 +604,55 @@ static oc_status check_raw_content(parse_ctx *c) {
 static void *zstd_alloc(void *opaque, size_t size) { return oc_malloc((const oc_alloc *)opaque, size); }
 static void zstd_free(void *opaque, void *address) { oc_free((const oc_alloc *)opaque, address); }
 
-/* The section as one view: in place when it is one raw extent, else zstd frames decoded into a
- * buffer the blob owns. */
-static oc_status decode_section(parse_ctx *c, int section, uint64_t size, const uint8_t **view, uint8_t **owned) {
-    oc_blob *blob = c->blob;
-    size_t i, k = 0, total = 0;
-    ZSTD_DCtx *dctx;
-    ZSTD_customMem mem;
+/* One section's zstd frames decoded by `workers` threads: worker w takes frames w, w + workers, ...
+ * Each records its first failure; the lowest failing frame is reported. */
+#define MAX_DECODE_WORKERS 64
+
+typedef struct decode_job {
+    oc_blob *blob;
+    const oc_frame **frames;
+    size_t count, workers;
     uint8_t *buffer;
+    /* per worker, written by that worker only: its failing frame (count: none), why, no memory */
+    size_t failed_at[MAX_DECODE_WORKERS];
+    const char *why[MAX_DECODE_WORKERS];
+    int no_memory[MAX_DECODE_WORKERS];
+} decode_job;
+
+static void decode_worker(void *raw, size_t worker) {
+    decode_job *job = raw;
+    ZSTD_customMem mem;
+    ZSTD_DCtx *dctx;
+    size_t i;
+    mem.customAlloc = zstd_alloc;
+    mem.customFree = zstd_free;
+    mem.opaque = &job->blob->alloc;
+    job->failed_at[worker] = job->count;
+    dctx = ZSTD_createDCtx_advanced(mem);
+    if (dctx == NULL) {
+        job->no_memory[worker] = 1;
+        return;
+    }
+    for (i = worker; i < job->count; i += job->workers) {
+        const oc_frame *f = job->frames[i];
+        size_t r = ZSTD_decompressDCtx(dctx, job->buffer + f->content_offset, (size_t)f->content_size,
+                                       job->blob->data + f->offset, (size_t)f->size);
+        if (ZSTD_isError(r) || r != f->content_size) { /* this worker's first failure */
+            job->why[worker] = ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short content";
+            job->failed_at[worker] = i;
+            break;
+        }
+    }
+    ZSTD_freeDCtx(dctx);
+}
+
+/* The section as one view: in place when it is one raw extent, else zstd frames decoded (in
+ * parallel) into a buffer the blob owns. */
+static oc_status decode_section(parse_ctx *c, int section, uint64_t size, size_t threads, const uint8_t **view,
+                                uint8_t **owned) {
+    oc_blob *blob = c->blob;
+    size_t i, total = 0;
+    decode_job job;
     *view = NULL;
     *owned = NULL;
     for (i = 0; i < blob->frame_count; ++i)
@@ -624,36 +665,47 @@ static oc_status decode_section(parse_ctx *c, int section, uint64_t size, const 
         }
     if (total == 0 || size == 0) return OC_OK;
     if (size > SIZE_MAX) return fail(c, OC_ERR_TOO_LARGE, "%s: too large for this address space", blob->where);
-    buffer = oc_malloc(&blob->alloc, (size_t)size);
-    if (buffer == NULL)
+    memset(&job, 0, sizeof job);
+    job.blob = blob;
+    job.count = total;
+    job.frames = oc_malloc(&blob->alloc, total * sizeof *job.frames);
+    job.buffer = oc_malloc(&blob->alloc, (size_t)size);
+    if (job.frames == NULL || job.buffer == NULL) {
+        oc_free(&blob->alloc, job.frames);
+        oc_free(&blob->alloc, job.buffer);
         return fail(c, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for %llu bytes of %s", blob->where,
                     (unsigned long long)size, section ? "weights" : "graph");
-    mem.customAlloc = zstd_alloc;
-    mem.customFree = zstd_free;
-    mem.opaque = &blob->alloc;
-    dctx = ZSTD_createDCtx_advanced(mem);
-    if (dctx == NULL) {
-        oc_free(&blob->alloc, buffer);
-        return fail(c, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for a zstd decoder", blob->where);
     }
-    for (i = 0; i < blob->frame_count; ++i) {
-        const oc_frame *f = &blob->frames[i];
-        size_t r;
-        if (f->section != section) continue;
-        ++k;
-        r = ZSTD_decompressDCtx(dctx, buffer + f->content_offset, (size_t)f->content_size, blob->data + f->offset,
-                                (size_t)f->size);
-        if (ZSTD_isError(r) || r != f->content_size) {
-            ZSTD_freeDCtx(dctx);
-            oc_free(&blob->alloc, buffer);
-            return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu is damaged (%s)", blob->where,
-                        section ? "weights" : "graph", k, total,
-                        ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short content");
+    for (i = 0, total = 0; i < blob->frame_count; ++i)
+        if (blob->frames[i].section == section) job.frames[total++] = &blob->frames[i];
+    job.workers = threads < total ? threads : total;
+    if (job.workers > MAX_DECODE_WORKERS) job.workers = MAX_DECODE_WORKERS;
+    if (job.workers < 1) job.workers = 1;
+    if (job.workers == 1)
+        decode_worker(&job, 0);
+    else
+        oc_run_parallel(decode_worker, &job, job.workers);
+    oc_free(&blob->alloc, job.frames);
+    {
+        size_t w, first = total, no_memory = 0;
+        const char *why = NULL;
+        for (w = 0; w < job.workers; ++w) { /* the lowest failing frame is the one reported */
+            no_memory |= (size_t)job.no_memory[w];
+            if (job.failed_at[w] < first) {
+                first = job.failed_at[w];
+                why = job.why[w];
+            }
+        }
+        if (no_memory || first < total) {
+            oc_free(&blob->alloc, job.buffer);
+            if (first < total)
+                return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu is damaged (%s)", blob->where,
+                            section ? "weights" : "graph", first + 1, total, why);
+            return fail(c, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for a zstd decoder", blob->where);
         }
     }
-    ZSTD_freeDCtx(dctx);
-    *view = buffer;
-    *owned = buffer;
+    *view = job.buffer;
+    *owned = job.buffer;
     return OC_OK;
 }
 
@@ -666,6 +718,7 @@ oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options 
     oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
     uint64_t max_model_size = options && options->max_model_size ? options->max_model_size : DEFAULT_MAX_MODEL_SIZE;
     int check_raw = options == NULL || !options->skip_raw_check;
+    size_t threads = options && options->threads ? (size_t)options->threads : oc_cores();
     parse_ctx ctx;
     oc_blob *blob;
     oc_status status;
@@ -791,10 +844,11 @@ oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options 
     }
     report(options, "check", 1.0);
     report(options, "decompress", 0.0);
-    status = decode_section(&ctx, OC_SECTION_GRAPH, blob->info.graph_size, &blob->graph, &blob->graph_owned);
+    status = decode_section(&ctx, OC_SECTION_GRAPH, blob->info.graph_size, threads, &blob->graph, &blob->graph_owned);
     if (status != OC_OK) goto fail;
     blob->graph_size = (size_t)blob->info.graph_size;
-    status = decode_section(&ctx, OC_SECTION_WEIGHTS, blob->info.weights_size, &blob->weights, &blob->weights_owned);
+    status = decode_section(&ctx, OC_SECTION_WEIGHTS, blob->info.weights_size, threads, &blob->weights,
+                            &blob->weights_owned);
     if (status != OC_OK) goto fail;
     blob->weights_size = (size_t)blob->info.weights_size;
     report(options, "decompress", 1.0);
@@ -812,17 +866,34 @@ oc_status oc_blob_open_memory(const void *data, size_t size, const oc_blob_optio
     return oc_blob_parse(data, size, options, NULL, NULL, 0, NULL, out, err);
 }
 
+oc_status oc_blob_set_file(oc_blob *blob, const char *path, const uint64_t identity[OC_IDENTITY_WORDS], int reopen_by_name) {
+    blob->file_path = oc_arena_strndup(&blob->arena, path, strlen(path));
+    if (blob->file_path == NULL) return OC_ERR_OUT_OF_MEMORY;
+    memcpy(blob->file_identity, identity, sizeof blob->file_identity);
+    blob->reopen_by_name = reopen_by_name;
+    return OC_OK;
+}
+
 oc_status oc_blob_open_file(const char *path, const oc_blob_options *options, oc_blob **out, oc_error *err) {
     void *map = NULL;
     size_t size = 0;
+    uint64_t identity[OC_IDENTITY_WORDS];
     oc_status status;
     if (path == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_blob_open_file: NULL argument");
     *out = NULL;
-    status = oc_map_file(path, &map, &size, NULL, err);
+    status = oc_map_file(path, &map, &size, identity, err);
     if (status != OC_OK) return status;
     status = oc_blob_parse(map, size, options, path, map, size, NULL, out, err);
-    if (status != OC_OK) oc_unmap(map, size);
-    return status;
+    if (status != OC_OK) {
+        oc_unmap(map, size);
+        return status;
+    }
+    if (identity[5] != 0 && oc_blob_set_file(*out, path, identity, 1) != OC_OK) {
+        oc_blob_close(*out);
+        *out = NULL;
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    return OC_OK;
 }
 
 void oc_blob_close(oc_blob *blob) {

@@ -565,6 +565,11 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
             if (b->progress) b->progress(b->progress_user, "read", 1.0);
             status = open_checked(b, m, path, data, size, data, size, NULL, trusted, out, err);
             if (status != OC_OK) oc_unmap(data, size);
+            if (status == OC_OK && identity[5] != 0 && oc_blob_set_file(*out, path, identity, !b->is_signed) != OC_OK) {
+                oc_blob_close(*out);
+                *out = NULL;
+                status = oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+            }
         }
     } else {
         status = oc_read_file(path, &b->alloc, limit, &data, &size, err);

@@ -8,6 +8,8 @@
 
 #include "onnx_cooker.h"
 
+#define OC_IDENTITY_WORDS 6 /* see oc_map_file */
+
 /* The allocator every object uses (copied from the caller's oc_allocator, or malloc/free). */
 typedef struct oc_alloc {
     void *(*alloc)(void *user, size_t size, size_t alignment);
@@ -113,6 +115,12 @@ struct oc_blob {
     size_t weights_size;
     uint8_t *weights_owned;
     int min_runtime[3];
+    /* The blob file this blob was mapped from (oc_blob_open_file, a folder bundle), or NULL; its
+     * identity then; whether onnxruntime may open it again by name (not for a signed bundle, whose
+     * sha256 was checked on these very bytes). */
+    const char *file_path;
+    uint64_t file_identity[OC_IDENTITY_WORDS];
+    int reopen_by_name;
 };
 
 /* Check and decode `size` bytes at `data` into a new blob (blob.c). `origin` (a file path, or NULL)
@@ -120,15 +128,35 @@ struct oc_blob {
 oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options *options, const char *origin,
                         void *map, size_t map_size, void *buffer, oc_blob **out, oc_error *err);
 
+/* Record that `blob` was mapped from the file at `path` with `identity` (blob.c). */
+oc_status oc_blob_set_file(oc_blob *blob, const char *path, const uint64_t identity[OC_IDENTITY_WORDS], int reopen_by_name);
+
+/* Whether `path` still names the file of `identity` (same device and inode); platform.c. */
+int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]);
+/* The absolute, resolved form of `path` (malloc'd; free()), or NULL. */
+char *oc_real_path(const char *path);
+
+#define TENSOR_EXTERNAL_DATA_FIELD 13
+/* The graph with every main-graph initializer's external data at `location`, offsets moved by
+ * `shift`, lengths the listed ones (rewrite.c); *out from alloc. Only after oc_check_references. */
+oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *location, uint64_t shift,
+                               const oc_ref_tensor *tensors, size_t count, const oc_alloc *alloc, uint8_t **out,
+                               size_t *out_size, oc_error *err);
+
 /* "major.minor[.patch]" -> version[3]; 0 on success. */
 int oc_parse_version(const char *text, int version[3]);
 
 /* Map a whole file read-only (platform.c); *map NULL and *size 0 for an empty file. `identity`
  * (may be NULL) receives what tells this file apart from any that later takes its name: device,
  * inode, size, modification and change times (zeros where the system has no such notion). */
-#define OC_IDENTITY_WORDS 6
 oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err);
 void oc_unmap(void *map, size_t size);
+/* Run task(context, w) for w in 0..workers-1, each on a thread of its own (the caller's thread
+ * runs w = 0), and wait for all; falls back to running them in turn where a thread cannot start. */
+void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, size_t workers);
+/* The cores this process may use (at least 1). */
+size_t oc_cores(void);
+
 /* Read a whole file into memory from `alloc` (at most `limit` bytes, else OC_ERR_TOO_LARGE). */
 oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
                        oc_error *err);

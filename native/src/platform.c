@@ -1,9 +1,10 @@
 /* platform.c - map or read whole files: POSIX, and Windows (written, not yet built or run here). */
-#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
-#define _POSIX_C_SOURCE 200809L
+#if !defined(_WIN32) && !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700 /* realpath */
 #endif
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -59,8 +60,61 @@ void oc_unmap(void *map, size_t size) {
     if (map != NULL) UnmapViewOfFile(map);
 }
 
+int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
+    uint64_t now[OC_IDENTITY_WORDS];
+    void *map = NULL;
+    size_t size = 0;
+    int same;
+    if (oc_map_file(path, &map, &size, now, NULL) != OC_OK) return 0;
+    oc_unmap(map, size);
+    same = now[0] == identity[0] && now[1] == identity[1];
+    return same;
+}
+
+char *oc_real_path(const char *path) { return _fullpath(NULL, path, 0); }
+
+typedef struct oc_thread_arg {
+    void (*task)(void *, size_t);
+    void *context;
+    size_t worker;
+} oc_thread_arg;
+
+static DWORD WINAPI thread_main(LPVOID raw) {
+    oc_thread_arg *arg = raw;
+    arg->task(arg->context, arg->worker);
+    return 0;
+}
+
+void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, size_t workers) {
+    HANDLE threads[64];
+    oc_thread_arg args[64];
+    size_t w, started = 0;
+    if (workers > 64) workers = 64;
+    for (w = 1; w < workers; ++w) {
+        args[w].task = task;
+        args[w].context = context;
+        args[w].worker = w;
+        threads[w] = CreateThread(NULL, 0, thread_main, &args[w], 0, NULL);
+        if (threads[w] == NULL) break;
+        started = w;
+    }
+    task(context, 0);
+    for (w = started + 1; w < workers; ++w) task(context, w); /* those that could not start */
+    for (w = 1; w <= started; ++w) {
+        WaitForSingleObject(threads[w], INFINITE);
+        CloseHandle(threads[w]);
+    }
+}
+
+size_t oc_cores(void) {
+    SYSTEM_INFO info;
+    GetSystemInfo(&info);
+    return info.dwNumberOfProcessors ? info.dwNumberOfProcessors : 1;
+}
+
 #else
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -103,6 +157,48 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t ident
 
 void oc_unmap(void *map, size_t size) {
     if (map != NULL) munmap(map, size);
+}
+
+int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    return (uint64_t)st.st_dev == identity[0] && (uint64_t)st.st_ino == identity[1];
+}
+
+char *oc_real_path(const char *path) { return realpath(path, NULL); }
+
+typedef struct oc_thread_arg {
+    void (*task)(void *, size_t);
+    void *context;
+    size_t worker;
+} oc_thread_arg;
+
+static void *thread_main(void *raw) {
+    oc_thread_arg *arg = raw;
+    arg->task(arg->context, arg->worker);
+    return NULL;
+}
+
+void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, size_t workers) {
+    pthread_t threads[64];
+    oc_thread_arg args[64];
+    size_t w, started = 0;
+    if (workers > 64) workers = 64;
+    for (w = 1; w < workers; ++w) {
+        args[w].task = task;
+        args[w].context = context;
+        args[w].worker = w;
+        if (pthread_create(&threads[w], NULL, thread_main, &args[w]) != 0) break;
+        started = w;
+    }
+    task(context, 0);
+    for (w = started + 1; w < workers; ++w) task(context, w); /* those that could not start */
+    for (w = 1; w <= started; ++w) pthread_join(threads[w], NULL);
+}
+
+size_t oc_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (size_t)n : 1;
 }
 #endif
 

@@ -142,6 +142,7 @@ const char *oc_load_path_name(oc_load_path path) {
     case OC_LOAD_ONNX_FILE_BUFFERS: return "onnx-file-buffers";
     case OC_LOAD_ONNX_EXTERNAL: return "onnx-external-initializers";
     case OC_LOAD_ORT_IN_PLACE: return "ort-in-place";
+    case OC_LOAD_ONNX_MAPPED: return "onnx-mapped";
     }
     return "unknown";
 }
@@ -297,6 +298,150 @@ static void report(const oc_session_options *o, const char *stage, double fracti
     if (o != NULL && o->progress != NULL) o->progress(o->progress_user, stage, fraction);
 }
 
+#define TRY(expr)                       \
+    do {                                \
+        status = (expr);                \
+        if (status != OC_OK) goto done; \
+    } while (0)
+#define TRY_ORT(expr, what) TRY(check_ort(c, (expr), OC_ERR_SESSION_CREATE, what))
+
+/* Session options with the blob's recipe for `chosen` EPs (the caller's base, or new ones). */
+static oc_status recipe_options(session_ctx *c, const oc_session_options *o, const char **chosen, size_t count,
+                                OrtSessionOptions **out) {
+    const OrtApi *api = c->rt->api;
+    OrtSessionOptions *options = NULL;
+    oc_status status = OC_OK;
+    size_t i;
+    if (o != NULL && o->base != NULL) {
+        options = o->base;
+    } else if (check_ort(c, api->CreateSessionOptions(&options), OC_ERR_SESSION_CREATE,
+                         "could not create session options for") != OC_OK) {
+        return OC_ERR_SESSION_CREATE;
+    }
+    for (i = 0; i < count; ++i) TRY(apply_session_options(c, options, chosen[i]));
+    TRY_ORT(api->AddSessionConfigEntry(options, "session.enable_saved_runtime_optimizations",
+                                       c->blob->info.saved_runtime_optimizations ? "1" : "0"),
+            "refused a session option of");
+    if (o != NULL && o->low_memory)
+        TRY_ORT(api->AddSessionConfigEntry(options, "session.disable_prepacking", "1"), "refused low_memory for");
+    if (o != NULL && o->intra_op_threads > 0)
+        TRY_ORT(api->SetIntraOpNumThreads(options, o->intra_op_threads), "refused the thread count for");
+    for (i = 0; i < count; ++i) TRY(append_ep(c, options, chosen[i]));
+done:
+    if (status != OC_OK && (o == NULL || o->base == NULL)) api->ReleaseSessionOptions(options);
+    else *out = options;
+    return status;
+}
+
+/* onnxruntime builds proven to resolve onnx-mapped's references in the folder the session entry
+ * names (the Python loader's MAPPED_VERSIONS, each proven by its tests and the cook's runtime check). */
+static int mapped_version(const int v[3]) {
+    return (v[0] == 1 && v[1] == 24 && v[2] == 4) || (v[0] == 1 && v[1] == 28 && v[2] == 0) ||
+           (v[0] == 1 && v[1] == 32 && v[2] == 0);
+}
+
+#define MAPPED_WEIGHTS_MIN (64ull << 20)
+
+/* The load path for this blob: the fastest proven one (choose_load_path in loadpaths.py). */
+static oc_load_path choose_path(const oc_runtime *rt, const oc_blob *blob, const oc_session_options *o) {
+    static const int FILE_BUFFERS_SINCE[3] = {1, 32, 0};
+    int weights_raw = blob->weights != NULL && blob->weights_owned == NULL;
+    if (blob->info.format == OC_FORMAT_ORT) return OC_LOAD_ORT_IN_PLACE;
+    if (blob->weights_size == 0) return OC_LOAD_ONNX_INLINE;
+    if (blob->file_path != NULL && blob->reopen_by_name && weights_raw && blob->weights_size >= MAPPED_WEIGHTS_MIN &&
+        mapped_version(rt->parsed) && (o == NULL || (!o->low_memory && o->base == NULL)))
+        return OC_LOAD_ONNX_MAPPED;
+    return version_below(rt->parsed, FILE_BUFFERS_SINCE) ? OC_LOAD_ONNX_EXTERNAL : OC_LOAD_ONNX_FILE_BUFFERS;
+}
+
+/* Hand the blob to onnxruntime along `path` with `options` (which it completes). */
+static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptions *options, OrtSession **session) {
+    const OrtApi *api = c->rt->api;
+    const oc_blob *blob = c->blob;
+    const void *model = blob->graph;
+    size_t model_size = blob->graph_size;
+    uint8_t *rewritten = NULL;
+    char *real = NULL;
+    oc_status status = OC_OK;
+    OrtStatus *s;
+    if (path == OC_LOAD_ORT_IN_PLACE) {
+        TRY_ORT(api->AddSessionConfigEntry(options, "session.load_model_format", "ORT"), "refused the ORT format for");
+        TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_directly", "1"), "refused in-place bytes for");
+        TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_for_initializers", "1"),
+                "refused in-place initializers for");
+    } else if (path == OC_LOAD_ONNX_MAPPED) {
+        /* References name the blob file at each tensor's offset in its raw extent; onnxruntime
+         * opens it by name from the folder the entry gives: check the name is still the file the
+         * blob mapped, before and after (a re-cook renames files over it). */
+        char *slash;
+        real = oc_real_path(blob->file_path);
+        if (real == NULL || !oc_same_file(real, blob->file_identity)) {
+            status = oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s was replaced after it was opened; open the "
+                             "bundle and the blob again", blob->info.name, blob->file_path);
+            goto done;
+        }
+        slash = strrchr(real, '/');
+#ifdef _WIN32
+        if (strrchr(real, '\\') > slash) slash = strrchr(real, '\\');
+#endif
+        if (slash == NULL) {
+            status = oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': no folder in %s", blob->info.name, real);
+            goto done;
+        }
+        *slash = '\0';
+        TRY(oc_rewrite_locations(blob->graph, blob->graph_size, slash + 1, (uint64_t)(blob->weights - blob->data),
+                                 blob->tensors, blob->tensor_count, &blob->alloc, &rewritten, &model_size, c->err));
+        model = rewritten;
+        TRY_ORT(api->AddSessionConfigEntry(options, "session.model_external_initializers_file_folder_path",
+                                           real[0] ? real : "/"),
+                "refused the blob's folder for");
+        *slash = '/';
+    } else if (path == OC_LOAD_ONNX_FILE_BUFFERS || path == OC_LOAD_ONNX_EXTERNAL) {
+        const ORTCHAR_T *names[1];
+        char *buffers[1];
+        size_t lengths[1];
+#ifdef _WIN32
+        wchar_t wide[512];
+        if (MultiByteToWideChar(CP_UTF8, 0, blob->info.weights_file, -1, wide, 512) == 0) {
+            status = oc_fail(c->err, OC_ERR_CORRUPT, "model '%s': weights file name too long", blob->info.name);
+            goto done;
+        }
+        names[0] = wide;
+#else
+        names[0] = blob->info.weights_file;
+#endif
+        if (path == OC_LOAD_ONNX_FILE_BUFFERS)
+            TRY_ORT(api->AddSessionConfigEntry(options, "session.use_external_initializer_file_buffers_directly", "1"),
+                    "refused in-place weights for");
+        buffers[0] = (char *)(uintptr_t)blob->weights; /* onnxruntime reads it, never writes */
+        lengths[0] = blob->weights_size;
+        TRY_ORT(api->AddExternalInitializersFromFilesInMemory(options, names, buffers, lengths, 1), "refused the weights of");
+    }
+    s = api->CreateSessionFromArray(c->rt->env, model, model_size, options, session);
+    if (s != NULL) {
+        status = oc_fail(c->err, OC_ERR_SESSION_CREATE,
+                         "onnxruntime %s could not create a session for model '%s' (%s, %s, load path %s): %s",
+                         c->rt->version, blob->info.name, blob->info.platform,
+                         blob->info.format == OC_FORMAT_ORT ? "ort" : "onnx", oc_load_path_name(path),
+                         api->GetErrorMessage(s));
+        api->ReleaseStatus(s);
+        *session = NULL;
+        goto done;
+    }
+    if (path == OC_LOAD_ONNX_MAPPED && !oc_same_file(real, blob->file_identity)) {
+        api->ReleaseSession(*session);
+        *session = NULL;
+        status = oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s' (load path onnx-mapped): %s was replaced while it was "
+                         "loaded; open the bundle and the blob again", blob->info.name, blob->file_path);
+    }
+done:
+    free(real);
+    oc_free(&blob->alloc, rewritten);
+    return status;
+}
+#undef TRY
+#undef TRY_ORT
+
 oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_options *o, struct OrtSession **out,
                             oc_load_path *path_used, oc_error *err) {
     session_ctx c;
@@ -313,9 +458,8 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
     c.rt = rt;
     c.blob = blob;
     c.err = err;
-    if (rt->parsed[0] == 0 && rt->parsed[1] == 0) {
+    if (rt->parsed[0] == 0 && rt->parsed[1] == 0)
         return oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime reports an unreadable version '%s'", rt->version);
-    }
     if (version_below(rt->parsed, blob->min_runtime)) {
         const char *kind = blob->info.format == OC_FORMAT_ORT ? "ORT format" : "ONNX";
         return oc_fail(err, OC_ERR_INCOMPATIBLE_RUNTIME,
@@ -323,6 +467,12 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
                        "re-cook for this version (set runtime_version in the platform profile)",
                        blob->info.name, blob->info.platform, kind, blob->info.min_runtime_version, rt->version,
                        blob->info.min_runtime_version);
+    }
+    if (blob->info.format == OC_FORMAT_ONNX) { /* every reference checked before onnxruntime sees the graph */
+        status = oc_check_references(blob->graph, blob->graph_size, blob->info.name,
+                                     blob->weights_size ? blob->info.weights_file : NULL, blob->tensors,
+                                     blob->weights_size ? blob->tensor_count : 0, &blob->alloc, err);
+        if (status != OC_OK) return status;
     }
     if (o != NULL && o->providers != NULL) {
         if (o->provider_count + 1 > sizeof chosen / sizeof chosen[0])
@@ -335,79 +485,25 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
         status = choose_providers(&c, chosen, sizeof chosen / sizeof chosen[0], &count);
         if (status != OC_OK) return status;
     }
-    if (o != NULL && o->base != NULL) {
-        options = o->base;
-    } else if (check_ort(&c, api->CreateSessionOptions(&options), OC_ERR_SESSION_CREATE, "could not create session options for") != OC_OK) {
-        return OC_ERR_SESSION_CREATE;
-    }
-#define TRY(expr)                      \
-    do {                               \
-        status = (expr);               \
-        if (status != OC_OK) goto done; \
-    } while (0)
-#define TRY_ORT(expr, what) TRY(check_ort(&c, (expr), OC_ERR_SESSION_CREATE, what))
-    for (i = 0; i < count; ++i) TRY(apply_session_options(&c, options, chosen[i]));
-    TRY_ORT(api->AddSessionConfigEntry(options, "session.enable_saved_runtime_optimizations",
-                                       blob->info.saved_runtime_optimizations ? "1" : "0"),
-            "refused a session option of");
-    if (o != NULL && o->low_memory) TRY_ORT(api->AddSessionConfigEntry(options, "session.disable_prepacking", "1"), "refused low_memory for");
-    if (o != NULL && o->intra_op_threads > 0)
-        TRY_ORT(api->SetIntraOpNumThreads(options, o->intra_op_threads), "refused the thread count for");
-    for (i = 0; i < count; ++i) TRY(append_ep(&c, options, chosen[i]));
+    path = choose_path(rt, blob, o);
+    status = recipe_options(&c, o, chosen, count, &options);
+    if (status != OC_OK) return status;
     report(o, "session", 0.0);
-    if (blob->info.format == OC_FORMAT_ORT) {
-        path = OC_LOAD_ORT_IN_PLACE;
-        TRY_ORT(api->AddSessionConfigEntry(options, "session.load_model_format", "ORT"), "refused the ORT format for");
-        TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_directly", "1"), "refused in-place bytes for");
-        TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_for_initializers", "1"),
-                "refused in-place initializers for");
-    } else if (blob->weights_size == 0) {
-        path = OC_LOAD_ONNX_INLINE;
-        TRY(oc_check_references(blob->graph, blob->graph_size, blob->info.name, NULL, NULL, 0, &blob->alloc, err));
-    } else {
+    status = create_along(&c, path, options, out);
+    if (status == OC_ERR_SESSION_CREATE && path == OC_LOAD_ONNX_MAPPED) {
+        /* onnxruntime refused to map the file (a file system it cannot map, a renamed file): the
+         * weights from the blob's own mapping instead, on fresh options (as loadpaths.py does) */
+        api->ReleaseSessionOptions(options);
+        options = NULL;
         static const int FILE_BUFFERS_SINCE[3] = {1, 32, 0};
-        const ORTCHAR_T *names[1];
-        char *buffers[1];
-        size_t lengths[1];
-#ifdef _WIN32
-        wchar_t wide[512];
-        if (MultiByteToWideChar(CP_UTF8, 0, blob->info.weights_file, -1, wide, 512) == 0) {
-            status = oc_fail(err, OC_ERR_CORRUPT, "model '%s': weights file name too long", blob->info.name);
-            goto done;
-        }
-        names[0] = wide;
-#else
-        names[0] = blob->info.weights_file;
-#endif
-        TRY(oc_check_references(blob->graph, blob->graph_size, blob->info.name, blob->info.weights_file, blob->tensors,
-                                blob->tensor_count, &blob->alloc, err));
         path = version_below(rt->parsed, FILE_BUFFERS_SINCE) ? OC_LOAD_ONNX_EXTERNAL : OC_LOAD_ONNX_FILE_BUFFERS;
-        if (path == OC_LOAD_ONNX_FILE_BUFFERS)
-            TRY_ORT(api->AddSessionConfigEntry(options, "session.use_external_initializer_file_buffers_directly", "1"),
-                    "refused in-place weights for");
-        buffers[0] = (char *)(uintptr_t)blob->weights; /* onnxruntime reads it, never writes */
-        lengths[0] = blob->weights_size;
-        TRY_ORT(api->AddExternalInitializersFromFilesInMemory(options, names, buffers, lengths, 1), "refused the weights of");
+        status = recipe_options(&c, o, chosen, count, &options);
+        if (status == OC_OK) status = create_along(&c, path, options, out);
     }
-    {
-        OrtSession *session = NULL;
-        OrtStatus *s = api->CreateSessionFromArray(rt->env, blob->graph, blob->graph_size, options, &session);
-        if (s != NULL) {
-            status = oc_fail(err, OC_ERR_SESSION_CREATE,
-                             "onnxruntime %s could not create a session for model '%s' (%s, %s, load path %s): %s",
-                             rt->version, blob->info.name, blob->info.platform,
-                             blob->info.format == OC_FORMAT_ORT ? "ort" : "onnx", oc_load_path_name(path),
-                             api->GetErrorMessage(s));
-            api->ReleaseStatus(s);
-            goto done;
-        }
-        *out = session;
+    if (status == OC_OK) {
         if (path_used != NULL) *path_used = path;
+        report(o, "session", 1.0);
     }
-    report(o, "session", 1.0);
-done:
     if (options != NULL && (o == NULL || o->base == NULL)) api->ReleaseSessionOptions(options);
     return status;
-#undef TRY
-#undef TRY_ORT
 }

@@ -59,10 +59,24 @@ static unsigned char *read_all(const char *path, size_t *size) {
     return data;
 }
 
-static void print_blob(const oc_blob *blob) {
+/* FNV-1a, 64 bits: the test compares the decoded sections with Python's bytes through it. */
+static unsigned long long fnv1a(const void *data, size_t size) {
+    const unsigned char *p = data;
+    unsigned long long h = 1469598103934665603ULL;
+    size_t i;
+    for (i = 0; i < size; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void print_blob(oc_blob *blob) {
     oc_blob_info info;
-    size_t i, k;
+    size_t i, k, size;
+    const void *bytes;
     oc_blob_get_info(blob, &info, NULL);
+    oc_blob_model(blob, &bytes, &size, NULL);
+    printf(", \"model_fnv\": \"%016llx\"", fnv1a(bytes, size));
+    oc_blob_weights(blob, &bytes, &size, NULL);
+    printf(", \"weights_fnv\": \"%016llx\"", fnv1a(bytes, size));
     printf(", \"name\": ");
     json_string(info.name);
     printf(", \"platform\": ");
@@ -95,7 +109,7 @@ static void print_blob(const oc_blob *blob) {
     printf("}");
 }
 
-static void blob_line(const char *input, oc_status status, const oc_error *err, const oc_blob *blob) {
+static void blob_line(const char *input, oc_status status, const oc_error *err, oc_blob *blob) {
     printf("{\"input\": ");
     json_string(input);
     printf(", \"status\": \"%s\", \"message\": ", oc_status_name(status));
