@@ -610,6 +610,7 @@ static void zstd_free(void *opaque, void *address) { oc_free((const oc_alloc *)o
 
 typedef struct decode_job {
     oc_blob *blob;
+    ZSTD_DCtx *shared; /* for worker 0 when the caller keeps one (not freed here), or NULL */
     const oc_frame **frames;
     size_t count, workers;
     uint8_t *buffer;
@@ -628,7 +629,7 @@ static void decode_worker(void *raw, size_t worker) {
     mem.customFree = zstd_free;
     mem.opaque = &job->blob->alloc;
     job->failed_at[worker] = job->count;
-    dctx = ZSTD_createDCtx_advanced(mem);
+    dctx = worker == 0 && job->shared != NULL ? job->shared : ZSTD_createDCtx_advanced(mem);
     if (dctx == NULL) {
         job->no_memory[worker] = 1;
         return;
@@ -643,13 +644,13 @@ static void decode_worker(void *raw, size_t worker) {
             break;
         }
     }
-    ZSTD_freeDCtx(dctx);
+    if (dctx != job->shared) ZSTD_freeDCtx(dctx);
 }
 
 /* The section as one view: in place when it is one raw extent, else zstd frames decoded (in
  * parallel) into a buffer the blob owns. */
-static oc_status decode_section(parse_ctx *c, int section, uint64_t size, size_t threads, const uint8_t **view,
-                                uint8_t **owned) {
+static oc_status decode_section(parse_ctx *c, int section, uint64_t size, size_t threads, ZSTD_DCtx *shared,
+                                const uint8_t **view, uint8_t **owned) {
     oc_blob *blob = c->blob;
     size_t i, total = 0;
     decode_job job;
@@ -667,6 +668,7 @@ static oc_status decode_section(parse_ctx *c, int section, uint64_t size, size_t
     if (size > SIZE_MAX) return fail(c, OC_ERR_TOO_LARGE, "%s: too large for this address space", blob->where);
     memset(&job, 0, sizeof job);
     job.blob = blob;
+    job.shared = shared;
     job.count = total;
     job.frames = oc_malloc(&blob->alloc, total * sizeof *job.frames);
     job.buffer = oc_malloc(&blob->alloc, (size_t)size);
@@ -678,6 +680,7 @@ static oc_status decode_section(parse_ctx *c, int section, uint64_t size, size_t
     }
     for (i = 0, total = 0; i < blob->frame_count; ++i)
         if (blob->frames[i].section == section) job.frames[total++] = &blob->frames[i];
+    if (threads == 0) threads = total > 1 ? oc_cores() : 1; /* asked only when it matters: it reads /sys */
     job.workers = threads < total ? threads : total;
     if (job.workers > MAX_DECODE_WORKERS) job.workers = MAX_DECODE_WORKERS;
     if (job.workers < 1) job.workers = 1;
@@ -715,10 +718,15 @@ static void report(const oc_blob_options *options, const char *stage, double fra
 
 oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options *options, const char *origin,
                         void *map, size_t map_size, void *buffer, oc_blob **out, oc_error *err) {
+    return oc_blob_parse_with(data, size, options, origin, map, map_size, buffer, NULL, out, err);
+}
+
+oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_options *options, const char *origin,
+                             void *map, size_t map_size, void *buffer, void *dctx, oc_blob **out, oc_error *err) {
     oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
     uint64_t max_model_size = options && options->max_model_size ? options->max_model_size : DEFAULT_MAX_MODEL_SIZE;
     int check_raw = options == NULL || !options->skip_raw_check;
-    size_t threads = options && options->threads ? (size_t)options->threads : oc_cores();
+    size_t threads = options && options->threads ? (size_t)options->threads : 0; /* 0: one per core */
     parse_ctx ctx;
     oc_blob *blob;
     oc_status status;
@@ -844,10 +852,11 @@ oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options 
     }
     report(options, "check", 1.0);
     report(options, "decompress", 0.0);
-    status = decode_section(&ctx, OC_SECTION_GRAPH, blob->info.graph_size, threads, &blob->graph, &blob->graph_owned);
+    status = decode_section(&ctx, OC_SECTION_GRAPH, blob->info.graph_size, threads, dctx, &blob->graph,
+                            &blob->graph_owned);
     if (status != OC_OK) goto fail;
     blob->graph_size = (size_t)blob->info.graph_size;
-    status = decode_section(&ctx, OC_SECTION_WEIGHTS, blob->info.weights_size, threads, &blob->weights,
+    status = decode_section(&ctx, OC_SECTION_WEIGHTS, blob->info.weights_size, threads, dctx, &blob->weights,
                             &blob->weights_owned);
     if (status != OC_OK) goto fail;
     blob->weights_size = (size_t)blob->info.weights_size;

@@ -6,12 +6,14 @@
 
 #include <cjson/cJSON.h>
 #include <sodium.h>
+#include <zstd.h>
 
 #include "internal.h"
 
 #define MAX_MANIFEST (64u << 20)
 #define DEFAULT_MAX_MODEL_SIZE (2ull << 30)
 #define MAX_HEADER_SIZE (16ull << 20)
+#define SMALL_BLOB (1u << 20)
 
 typedef struct model_entry {
     const char *name;
@@ -43,6 +45,7 @@ struct oc_bundle {
     int is_signed; /* public keys were given: each load checks its blob's sha256 again */
     oc_progress_fn progress;
     void *progress_user;
+    ZSTD_DCtx *dctx; /* kept for the blobs opened through this bundle (one thread at a time) */
 };
 
 static int count_of(const cJSON *item, uint64_t *out) {
@@ -381,6 +384,7 @@ void oc_bundle_close(oc_bundle *b) {
     oc_alloc alloc;
     if (b == NULL) return;
     alloc = b->alloc;
+    ZSTD_freeDCtx(b->dctx);
     oc_free(&alloc, b->dir);
     oc_arena_free(&b->arena);
     oc_free(&alloc, b);
@@ -486,7 +490,8 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
         hooks.free = b->alloc.free;
         hooks.user = b->alloc.user;
         options.allocator = &hooks;
-        status = oc_blob_parse(data, size, &options, path, map, map_size, buffer, out, err);
+        if (b->dctx == NULL) b->dctx = ZSTD_createDCtx(); /* NULL: each decode makes its own */
+        status = oc_blob_parse_with(data, size, &options, path, map, map_size, buffer, b->dctx, out, err);
     }
     if (status != OC_OK) return status;
     oc_blob_get_info(*out, &info, NULL);
@@ -556,7 +561,8 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
     path = oc_malloc(&b->alloc, strlen(b->dir) + strlen(m->file) + 2);
     if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
     sprintf(path, "%s/%s", b->dir, m->file);
-    if (b->map_blobs) {
+    /* Below SMALL_BLOB a read costs less than a mapping and its page faults (as Bundle.session) */
+    if (b->map_blobs && m->blob_size >= SMALL_BLOB) {
         uint64_t identity[OC_IDENTITY_WORDS];
         status = oc_map_file(path, &data, &size, identity, err);
         if (status == OC_OK) {

@@ -127,6 +127,10 @@ struct oc_blob {
  * starts every message. The blob borrows data; map/buffer (if not NULL) become the blob's. */
 oc_status oc_blob_parse(const uint8_t *data, size_t size, const oc_blob_options *options, const char *origin,
                         void *map, size_t map_size, void *buffer, oc_blob **out, oc_error *err);
+/* The same, decoding single-threaded work with `dctx` (a ZSTD_DCtx the caller keeps: a bundle
+ * keeps one, so that opening small blobs does not make and unmap a decoder each time). */
+oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_options *options, const char *origin,
+                             void *map, size_t map_size, void *buffer, void *dctx, oc_blob **out, oc_error *err);
 
 /* Record that `blob` was mapped from the file at `path` with `identity` (blob.c). */
 oc_status oc_blob_set_file(oc_blob *blob, const char *path, const uint64_t identity[OC_IDENTITY_WORDS], int reopen_by_name);
