@@ -227,11 +227,11 @@ def render(results: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for key, o in results["own"].items():
-        sha = o["bundle_bytes"] / max(o["open_bundle_verify_ms"] - o["open_bundle_ms"], 1e-6) / 1e6
+        gb_s = o["bundle_bytes"] / max(o["open_bundle_verify_ms"] - o["open_bundle_ms"], 1e-6) / 1e6
         large = results["timings"][key].get(models.LARGE_WEIGHTS)
         share = o["open_blob_ms"] / large["ready_ms"]["bundle"] if large else float("nan")
         lines.append(f"| {key.replace('@', ' (')}) | {o['open_bundle_verify_ms']:.1f} | {o['open_bundle_ms']:.2f} | "
-                     f"{sha / 1e3:.2f} GB/s | {o['open_blob_ms']:.2f} | {share:.2%} |")
+                     f"{gb_s:.2f} GB/s | {o['open_blob_ms']:.2f} | {share:.2%} |")
     lines += ["", "## Session-ready time per model (ms)", ""]
     for key, report in results["timings"].items():
         lines += [f"### {key.replace('@', ' in onnxruntime ')}", "",

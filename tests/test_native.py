@@ -95,6 +95,9 @@ def test_unit_programs_pass_under_the_sanitizers(native: Path) -> None:
     # Exit status 0: C and Python agreed on every case, C freed all it allocated, no sanitizer spoke.
     run_native([sys.executable, REPO / "native" / "tests" / "onnxrefs_cases.py", "--binary", native / "test_onnxrefs"])
     run_native([native / "test_npy", sys.executable], cwd=native)
+    # SHA-256 (the CPU's SHA instructions where present) equal to libsodium's on every padding case
+    sha = json.loads(run_native([native / "test_sha256"]).stdout)
+    assert sha["failures"] == 0
 
 
 def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bundles: Path) -> None:

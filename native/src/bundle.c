@@ -453,7 +453,7 @@ static void hex(const unsigned char *digest, char *text) {
 static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err) {
     unsigned char digest[32];
     char text[65];
-    crypto_hash_sha256(digest, data, size);
+    oc_sha256(data, size, digest);
     hex(digest, text);
     if (strcmp(text, m->blob_sha256) != 0)
         return oc_fail(err, OC_ERR_CHECKSUM,

@@ -147,6 +147,11 @@ oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *lo
                                const oc_ref_tensor *tensors, size_t count, const oc_alloc *alloc, uint8_t **out,
                                size_t *out_size, oc_error *err);
 
+/* SHA-256 of data[0..size) (sha256.c): the CPU's SHA instructions where it has them, else
+ * libsodium. oc_sha256_accelerated says which. */
+void oc_sha256(const uint8_t *data, size_t size, uint8_t digest[32]);
+int oc_sha256_accelerated(void);
+
 /* "major.minor[.patch]" -> version[3]; 0 on success. */
 int oc_parse_version(const char *text, int version[3]);
 
