@@ -574,3 +574,34 @@ def run_session_of(model, x: np.ndarray) -> np.ndarray:
 
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(native: Path, version: str, tmp_path: Path) -> None:
+    """A 24 MB ORT-format blob from a folder bundle (mapped, prepacking on): the library releases
+    the mapping's resident pages while onnxruntime builds the session (they come back from the
+    file when read), and the session still computes the source's outputs."""
+    import hashlib
+
+    from runtime_helpers import make_blob, to_ort_format
+
+    from tests.models import large_matmul_model
+
+    source = large_matmul_model(2048, 3072, seed=23)  # 25 MB of float32
+    blob = make_blob(to_ort_format(source.SerializeToString(), tmp_path), "ort", graph_codec="raw", name="big",
+                     platform="android")
+    assert len(blob) >= 16 << 20
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    header = split_blob(blob)[0]
+    file = "big.0123456789abcdef.ort.ocb"
+    (folder / file).write_bytes(blob)
+    entry = {"file": file, "format": "ort", "blob_sha256": hashlib.sha256(blob).hexdigest(), "blob_size": len(blob),
+             "cook_key": header["cook_key"], "model_sha256": header["model_sha256"]}
+    (folder / "manifest.json").write_text(json.dumps({"manifest_version": 1, "platform": "android", "models": {"big": entry}}))
+    x = np.random.default_rng(4).standard_normal((1, 2048)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    done = run_native([native / "oc-run", "--bundle", folder, "--model", "big", "--ort", ort_library(version),
+                       "--in", tmp_path / "x.npy", "--out", tmp_path / "out"])
+    assert "load path ort-in-place," in done.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), run_session_of(source, x), rtol=1e-5, atol=1e-4)

@@ -163,6 +163,14 @@ void oc_unmap(void *map, size_t size);
 /* Run task(context, w) for w in 0..workers-1, each on a thread of its own (the caller's thread
  * runs w = 0), and wait for all; falls back to running them in turn where a thread cannot start. */
 void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, size_t workers);
+/* While onnxruntime builds a session from a read-only file mapping, keep the mapping's resident
+ * pages released (Linux: MADV_DONTNEED every couple of milliseconds; the pages come back from the
+ * page cache when read again, unchanged), so that the pages prepacking has read do not stay beside
+ * the packed copies. NULL where not supported; oc_pager_stop(NULL) is fine. */
+typedef struct oc_pager oc_pager;
+oc_pager *oc_pager_start(void *map, size_t size);
+void oc_pager_stop(oc_pager *pager);
+
 /* The cores this process may use (at least 1). */
 size_t oc_cores(void);
 

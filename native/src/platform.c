@@ -1,6 +1,6 @@
 /* platform.c - map or read whole files: POSIX, and Windows (written, not yet built or run here). */
-#if !defined(_WIN32) && !defined(_XOPEN_SOURCE)
-#define _XOPEN_SOURCE 700 /* realpath */
+#if !defined(_WIN32) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE /* realpath, madvise */
 #endif
 #include <errno.h>
 #include <stdio.h>
@@ -106,6 +106,14 @@ void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, 
     }
 }
 
+oc_pager *oc_pager_start(void *map, size_t size) {
+    (void)map;
+    (void)size;
+    return NULL;
+}
+
+void oc_pager_stop(oc_pager *pager) { (void)pager; }
+
 size_t oc_cores(void) {
     SYSTEM_INFO info;
     GetSystemInfo(&info);
@@ -195,6 +203,76 @@ void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, 
     for (w = started + 1; w < workers; ++w) task(context, w); /* those that could not start */
     for (w = 1; w <= started; ++w) pthread_join(threads[w], NULL);
 }
+
+#ifdef __linux__
+struct oc_pager {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int stop;
+    void *map;
+    size_t size;
+};
+
+static void *pager_main(void *raw) {
+    oc_pager *p = raw;
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        struct timespec until;
+        pthread_mutex_unlock(&p->lock);
+        madvise(p->map, p->size, MADV_DONTNEED); /* a read-only private file mapping: refaults from the file */
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 2000000; /* 2 ms */
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&p->lock);
+        if (!p->stop) pthread_cond_timedwait(&p->wake, &p->lock, &until);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+oc_pager *oc_pager_start(void *map, size_t size) {
+    oc_pager *p;
+    if (map == NULL || size == 0) return NULL;
+    p = calloc(1, sizeof *p);
+    if (p == NULL) return NULL;
+    p->map = map;
+    p->size = size;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    if (pthread_create(&p->thread, NULL, pager_main, p) != 0) {
+        pthread_cond_destroy(&p->wake);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void oc_pager_stop(oc_pager *p) {
+    if (p == NULL) return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    madvise(p->map, p->size, MADV_DONTNEED); /* what the session reads later comes back on demand */
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+#else
+oc_pager *oc_pager_start(void *map, size_t size) {
+    (void)map;
+    (void)size;
+    return NULL;
+}
+
+void oc_pager_stop(oc_pager *pager) { (void)pager; }
+#endif
 
 size_t oc_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -153,6 +153,7 @@ typedef struct session_ctx {
     const oc_runtime *rt;
     const oc_blob *blob;
     oc_error *err;
+    int low_memory;
 } session_ctx;
 
 /* Turn an OrtStatus into an oc_status (releasing it); OC_OK for NULL. */
@@ -341,6 +342,10 @@ static int mapped_version(const int v[3]) {
 }
 
 #define MAPPED_WEIGHTS_MIN (64ull << 20)
+/* From this size of a mapped blob, the pages prepacking reads are let go while the session is built
+ * (268 MB ORT model: peak 2.02x -> 1.07x the model, session ready 360 ms against the file's 381;
+ * below it a thread and its madvise calls cost more than the pages weigh). */
+#define PAGER_MIN (16u << 20)
 
 /* The load path for this blob: the fastest proven one (choose_load_path in loadpaths.py). */
 static oc_load_path choose_path(const oc_runtime *rt, const oc_blob *blob, const oc_session_options *o) {
@@ -417,7 +422,16 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
         lengths[0] = blob->weights_size;
         TRY_ORT(api->AddExternalInitializersFromFilesInMemory(options, names, buffers, lengths, 1), "refused the weights of");
     }
-    s = api->CreateSessionFromArray(c->rt->env, model, model_size, options, session);
+    {
+        /* From the blob's own file mapping, with prepacking on, drop the pages onnxruntime has read
+         * while it builds the session: they would stay beside the packed copies (peak 2x the model). */
+        oc_pager *pager = NULL;
+        if (blob->map != NULL && blob->map_size >= PAGER_MIN && !c->low_memory &&
+            (path == OC_LOAD_ORT_IN_PLACE || path == OC_LOAD_ONNX_FILE_BUFFERS || path == OC_LOAD_ONNX_EXTERNAL))
+            pager = oc_pager_start(blob->map, blob->map_size);
+        s = api->CreateSessionFromArray(c->rt->env, model, model_size, options, session);
+        oc_pager_stop(pager);
+    }
     if (s != NULL) {
         status = oc_fail(c->err, OC_ERR_SESSION_CREATE,
                          "onnxruntime %s could not create a session for model '%s' (%s, %s, load path %s): %s",
@@ -458,6 +472,7 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
     c.rt = rt;
     c.blob = blob;
     c.err = err;
+    c.low_memory = o != NULL && o->low_memory;
     if (rt->parsed[0] == 0 && rt->parsed[1] == 0)
         return oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime reports an unreadable version '%s'", rt->version);
     if (version_below(rt->parsed, blob->min_runtime)) {
