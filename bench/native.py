@@ -15,14 +15,11 @@ section of bench/results.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,12 +29,25 @@ from pipeline.target_check import ensure_runtime
 from . import models
 from .machine import describe
 from .measure import Build
-from .project import EXAMPLES, REPO, BenchError, copy_project, doit, platform_names, warm_up
-from .sections import embed
+from .project import EXAMPLES, REPO, BenchError, copy_project, doit, platform_names, standalone_main, warm_up
 
-VERSIONS = {"android": ("1.32.0",), "ios": ("1.32.0",), "console": ("1.28.0",), "windows-dml": ("1.24.4", "1.32.0")}
+VERSIONS = {
+    "android": ("1.32.0",),
+    "ios": ("1.32.0",),
+    "console": ("1.28.0",),
+    "windows-dml": ("1.24.4", "1.32.0"),
+}
 VARIANTS = ("file", "bundle", "low")
-TARGETS = {"onnx": 1.3, "ort": 2.0, "slowest": 1.0, "large": 1.0, "low": 20.0, "peak": 1.1, "own": 0.05, "sha": 1e9}
+TARGETS = {
+    "onnx": 1.3,
+    "ort": 2.0,
+    "slowest": 1.0,
+    "large": 1.0,
+    "low": 20.0,
+    "peak": 1.1,
+    "own": 0.05,
+    "sha": 1e9,
+}
 
 
 def _step(message: str, started: float) -> None:
@@ -45,7 +55,9 @@ def _step(message: str, started: float) -> None:
 
 
 def build_native(out: Path) -> Path:
-    done = subprocess.run(["bash", str(REPO / "native" / "build.sh"), str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", str(REPO / "native" / "build.sh"), str(out)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise BenchError(f"native/build.sh failed:\n{done.stderr[-3000:]}")
     return out / "release"
@@ -54,8 +66,14 @@ def build_native(out: Path) -> Path:
 def ort_library(version: str, runtimes: Path, profile: Path) -> Path:
     python = ensure_runtime(version, runtimes, profile)
     folder = subprocess.run(
-        [str(python), "-c", "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')"],
-        capture_output=True, text=True, check=True,
+        [
+            str(python),
+            "-c",
+            "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     return next(Path(folder).glob("libonnxruntime.so.*"))
 
@@ -64,7 +82,13 @@ def oc_run(binary: Path, library: Path, variant: str, case: dict[str, Any], sess
     if variant == "file":
         args = ["--file", case["source"]]
     else:
-        args = ["--bundle", case["bundle"], "--model", case["model"], *(["--low-memory"] if variant == "low" else [])]
+        args = [
+            "--bundle",
+            case["bundle"],
+            "--model",
+            case["model"],
+            *(["--low-memory"] if variant == "low" else []),
+        ]
     done = subprocess.run(
         [str(binary), *args, "--time", str(sessions), "--ort", str(library)], capture_output=True, text=True
     )
@@ -92,8 +116,12 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
     for platform in build.platforms:
         manifest = build.manifests[platform]
         cases = [
-            {"model": name, "source": str(assets / f"{name}.onnx"), "bundle": str(build.root / platform),
-             "size": entry.get("model_size", 0)}
+            {
+                "model": name,
+                "source": str(assets / f"{name}.onnx"),
+                "bundle": str(build.root / platform),
+                "size": entry.get("model_size", 0),
+            }
             for name, entry in sorted(manifest.items())
         ]
         for version in VERSIONS.get(platform, ("1.32.0",)):
@@ -110,30 +138,50 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
                         samples[variant].append(result["ready_ms_median"])
                         if variant == "bundle":
                             path = result["load_path"]
-                report[case["model"]] = {"ready_ms": {v: statistics.median(s) for v, s in samples.items()}, "path": path}
+                report[case["model"]] = {
+                    "ready_ms": {v: statistics.median(s) for v, s in samples.items()},
+                    "path": path,
+                }
             timings[key] = report
             large = next((c for c in cases if c["model"] == models.LARGE_WEIGHTS), None)
             if large is not None:
                 _step(f"peak memory and the library's own cost, {key}", started)
                 rows = {}
                 for variant in VARIANTS:
-                    probes = [oc_run(release / "oc-run", library, variant, large, 1) for _ in range(1 if quick else 3)]
+                    probes = [
+                        oc_run(release / "oc-run", library, variant, large, 1)
+                        for _ in range(1 if quick else 3)
+                    ]
                     rows[variant] = {
-                        "peak": statistics.median(p["peak_rss_bytes"] - p["baseline_rss_bytes"] for p in probes),
+                        "peak": statistics.median(
+                            p["peak_rss_bytes"] - p["baseline_rss_bytes"] for p in probes
+                        ),
                         "size": large["size"],
                     }
                 memory[key] = rows
                 done = subprocess.run(
-                    [str(release / "oc-probe"), "time", large["bundle"], large["model"], "3" if quick else "9"],
-                    capture_output=True, text=True,
+                    [
+                        str(release / "oc-probe"),
+                        "time",
+                        large["bundle"],
+                        large["model"],
+                        "3" if quick else "9",
+                    ],
+                    capture_output=True,
+                    text=True,
                 )
                 if done.returncode != 0:
                     raise BenchError(f"oc-probe time failed: {done.stderr[-2000:]}")
                 total = sum(e["blob_size"] for e in manifest.values())
                 own[key] = json.loads(done.stdout) | {"bundle_bytes": total}
     return {
-        "quick": quick, "machine": machine, "timings": timings, "memory": memory, "own": own,
-        "formats": {p: build.format(p) for p in build.platforms}, "duration_s": time.perf_counter() - started,
+        "quick": quick,
+        "machine": machine,
+        "timings": timings,
+        "memory": memory,
+        "own": own,
+        "formats": {p: build.format(p) for p in build.platforms},
+        "duration_s": time.perf_counter() - started,
     }
 
 
@@ -151,8 +199,10 @@ def render(results: dict[str, Any]) -> str:
         "# onnx-cooker benchmarks: the native loader",
         "",
         f"Written by `python -m bench.native{' --quick' if results['quick'] else ''}` on {m['date']} in "
-        f"{results['duration_s'] / 60:.1f} min ({m['cores']}, {m['CPU']}; project commit {m['project commit']}). "
-        "Each variant runs in fresh `oc-run` processes (native/tools/oc_run.c), alternating within each round; "
+        f"{results['duration_s'] / 60:.1f} min ({m['cores']}, {m['CPU']}; "
+        f"project commit {m['project commit']}). "
+        "Each variant runs in fresh `oc-run` processes (native/tools/oc_run.c), "
+        "alternating within each round; "
         "a time is the median over rounds of each process's median session-ready time. Speed-up = file / "
         "the variant (above 1: faster than onnxruntime's own `CreateSession` of the source file).",
         "",
@@ -185,31 +235,47 @@ def render(results: dict[str, Any]) -> str:
             path = large["path"]
             verdicts.append((f"{key}: 268 MB bundle vs file", t["file"] / t["bundle"], TARGETS["large"]))
             verdicts.append((f"{key}: 268 MB low vs file", t["file"] / t["low"], TARGETS["low"]))
-        lines.append(f"| {key.replace('@', ' (')}) | {_x(geo)} | {_x(ratios[slowest])} {slowest} | {large_text} | "
-                     f"{low_text} | {path} |")
+        lines.append(
+            f"| {key.replace('@', ' (')}) | {_x(geo)} | {_x(ratios[slowest])} {slowest} | {large_text} | "
+            f"{low_text} | {path} |"
+        )
     for key, rows in results["memory"].items():
         size = rows["bundle"]["size"] or 1
-        verdicts.append((f"{key}: 268 MB peak RSS of bundle / model size", size / max(rows["bundle"]["peak"], 1) * 1.0,
-                         1 / TARGETS["peak"]))
+        verdicts.append(
+            (
+                f"{key}: 268 MB peak RSS of bundle / model size",
+                size / max(rows["bundle"]["peak"], 1) * 1.0,
+                1 / TARGETS["peak"],
+            )
+        )
     for key, o in results["own"].items():
         large = results["timings"][key].get(models.LARGE_WEIGHTS)
         if large:
             share = o["open_blob_ms"] / large["ready_ms"]["bundle"]
-            verdicts.append((f"{key}: library's own cost / session ready (268 MB), as 5% / share",
-                             TARGETS["own"] / max(share, 1e-9), 1.0))
+            verdicts.append(
+                (
+                    f"{key}: library's own cost / session ready (268 MB), as 5% / share",
+                    TARGETS["own"] / max(share, 1e-9),
+                    1.0,
+                )
+            )
         sha = o["bundle_bytes"] / max(o["open_bundle_verify_ms"] - o["open_bundle_ms"], 1e-6) * 1e3
         verdicts.append((f"{key}: sha256 pass, GB/s / 1 GB/s", sha / TARGETS["sha"], 1.0))
     lines += ["", "| check | measured | target | result |", "|---|---|---|---|"]
     for name, value, target in verdicts:
-        lines.append(f"| {name} | {value:.2f} | >= {target:.2f} | {'met' if value >= target else '**missed**'} |")
+        lines.append(
+            f"| {name} | {value:.2f} | >= {target:.2f} | {'met' if value >= target else '**missed**'} |"
+        )
     lines += [
         "",
-        "The memory check reads model size / peak (>= 0.91 means peak <= 1.1x the model); the cost and sha256 "
+        "The memory check reads model size / peak (>= 0.91 means peak <= 1.1x the model); "
+        "the cost and sha256 "
         "checks are normalized so that 1.00 is the target.",
         "",
         "## Peak resident memory, 268 MB model",
         "",
-        "VmHWM of a fresh `oc-run` process after one session, over its VmRSS just before (onnxruntime loaded, "
+        "VmHWM of a fresh `oc-run` process after one session, over its VmRSS just before "
+        "(onnxruntime loaded, "
         "the bundle opened), as a multiple of the cooked model's size.",
         "",
         "| platform (onnxruntime) | file | bundle | low |",
@@ -217,7 +283,11 @@ def render(results: dict[str, Any]) -> str:
     ]
     for key, rows in results["memory"].items():
         size = rows["bundle"]["size"] or 1
-        lines.append(f"| {key.replace('@', ' (')}) | " + " | ".join(_x(rows[v]["peak"] / size) for v in VARIANTS) + " |")
+        lines.append(
+            f"| {key.replace('@', ' (')}) | "
+            + " | ".join(_x(rows[v]["peak"] / size) for v in VARIANTS)
+            + " |"
+        )
     lines += [
         "",
         "## The library's own cost (no onnxruntime), 268 MB model's bundle",
@@ -230,42 +300,31 @@ def render(results: dict[str, Any]) -> str:
         gb_s = o["bundle_bytes"] / max(o["open_bundle_verify_ms"] - o["open_bundle_ms"], 1e-6) / 1e6
         large = results["timings"][key].get(models.LARGE_WEIGHTS)
         share = o["open_blob_ms"] / large["ready_ms"]["bundle"] if large else float("nan")
-        lines.append(f"| {key.replace('@', ' (')}) | {o['open_bundle_verify_ms']:.1f} | {o['open_bundle_ms']:.2f} | "
-                     f"{gb_s:.2f} GB/s | {o['open_blob_ms']:.2f} | {share:.2%} |")
+        lines.append(
+            f"| {key.replace('@', ' (')}) | {o['open_bundle_verify_ms']:.1f} | {o['open_bundle_ms']:.2f} | "
+            f"{gb_s:.2f} GB/s | {o['open_blob_ms']:.2f} | {share:.2%} |"
+        )
     lines += ["", "## Session-ready time per model (ms)", ""]
     for key, report in results["timings"].items():
-        lines += [f"### {key.replace('@', ' in onnxruntime ')}", "",
-                  "| model | file | bundle | low | bundle vs file | low vs file | load path |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### {key.replace('@', ' in onnxruntime ')}",
+            "",
+            "| model | file | bundle | low | bundle vs file | low vs file | load path |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, r in sorted(report.items()):
             t = r["ready_ms"]
-            lines.append(f"| {name} | {t['file']:.2f} | {t['bundle']:.2f} | {t['low']:.2f} | {_x(t['file'] / t['bundle'])} | "
-                         f"{_x(t['file'] / t['low'])} | {r['path']} |")
+            lines.append(
+                f"| {name} | {t['file']:.2f} | {t['bundle']:.2f} | {t['low']:.2f} | "
+                f"{_x(t['file'] / t['bundle'])} | "
+                f"{_x(t['file'] / t['low'])} | {r['path']} |"
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.native", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny models, one round (seconds)")
-    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results-native.md")
-    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results.md")
-    parser.add_argument("--workdir", type=Path)
-    parser.add_argument("--runtimes-dir", type=Path, default=REPO / "build" / ".runtimes")
-    args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="onnx-cooker-native-", dir=args.workdir))
-    try:
-        results = run(args.quick, root, args.runtimes_dir.resolve())
-        report = render(results)
-        args.output.write_text(report, encoding="utf-8")
-        embed(args.results, "native", report, args.output.name)
-    except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+    return standalone_main("native", __doc__, run, render, argv)
 
 
 if __name__ == "__main__":

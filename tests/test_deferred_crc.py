@@ -55,7 +55,9 @@ def test_large_onnx_weights_damaged_anywhere_are_refused(large: tuple) -> None:
             session_from_blob(flipped(blob, frame.data_offset + where), providers=CPU)
 
 
-@pytest.mark.parametrize("path", ["onnx-external-initializers", "onnx-shared-initializers", "onnx-file-buffers"])
+@pytest.mark.parametrize(
+    "path", ["onnx-external-initializers", "onnx-shared-initializers", "onnx-file-buffers"]
+)
 def test_every_onnx_load_path_refuses_damaged_weights(large: tuple, path: str) -> None:
     source, x, expected = large
     blob = make_weighted_blob(onnx.load_from_string(source), "raw")[0]

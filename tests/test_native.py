@@ -18,8 +18,8 @@ import pytest
 from filelock import FileLock
 from runtime_helpers import split_blob
 
-from pipeline.runtime import open_bundle, unpack_blob
 from pipeline.runtime import errors as py_errors
+from pipeline.runtime import open_bundle, unpack_blob
 from pipeline.target_check import ensure_runtime
 from tests.test_dodo import doit, feeds_for, run_session
 
@@ -50,7 +50,10 @@ def native() -> Path:
     NATIVE_OUT.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(NATIVE_OUT) + ".lock"):
         done = subprocess.run(
-            ["bash", str(REPO / "native" / "build.sh"), str(NATIVE_OUT)], capture_output=True, text=True, check=False
+            ["bash", str(REPO / "native" / "build.sh"), str(NATIVE_OUT)],
+            capture_output=True,
+            text=True,
+            check=False,
         )
     assert done.returncode == 0, f"native/build.sh failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return NATIVE_OUT / "asan"
@@ -60,12 +63,18 @@ def run_native(
     args: list, *, check: bool = True, env: dict[str, str] | None = None, **kwargs
 ) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, env={**os.environ, **SANITIZERS, **(env or {})},
-        check=False, **kwargs,
+        [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **SANITIZERS, **(env or {})},
+        check=False,
+        **kwargs,
     )
     assert done.returncode not in (86, 87), f"sanitizer report from {args[0]}:\n{done.stderr[-6000:]}"
     if check:
-        assert done.returncode == 0, f"{args} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        assert done.returncode == 0, (
+            f"{args} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
     return done
 
 
@@ -73,8 +82,14 @@ def ort_library(version: str) -> Path:
     """libonnxruntime.so.<version> of that version's wheel (the runtime check's environment)."""
     python = ensure_runtime(version, RUNTIMES_CACHE, REPO / "platforms" / "windows-dml.yaml")
     found = subprocess.run(
-        [str(python), "-c", "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')"],
-        capture_output=True, text=True, check=True,
+        [
+            str(python),
+            "-c",
+            "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     (library,) = Path(found).glob("libonnxruntime.so.*")
     return library
@@ -93,7 +108,14 @@ def test_unit_programs_pass_under_the_sanitizers(native: Path) -> None:
     """The C unit tests: the external-reference checker against the Python one on ~14,000 cases
     (named hostile cases, every truncation, bit flips, noise), and the .npy reader and writer."""
     # Exit status 0: C and Python agreed on every case, C freed all it allocated, no sanitizer spoke.
-    run_native([sys.executable, REPO / "native" / "tests" / "onnxrefs_cases.py", "--binary", native / "test_onnxrefs"])
+    run_native(
+        [
+            sys.executable,
+            REPO / "native" / "tests" / "onnxrefs_cases.py",
+            "--binary",
+            native / "test_onnxrefs",
+        ]
+    )
     run_native([native / "test_npy", sys.executable], cwd=native)
     # SHA-256 (the CPU's SHA instructions where present) equal to libsodium's on every padding case
     sha = json.loads(run_native([native / "test_sha256"]).stdout)
@@ -101,14 +123,19 @@ def test_unit_programs_pass_under_the_sanitizers(native: Path) -> None:
 
 
 def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bundles: Path) -> None:
-    done = run_native([native / "test_cxx_header", bundles / "windows-dml", "big_weights", ort_library("1.32.0")])
+    done = run_native(
+        [native / "test_cxx_header", bundles / "windows-dml", "big_weights", ort_library("1.32.0")]
+    )
     assert "session onnx-file-buffers" in done.stdout
     assert "OC_ERR_UNKNOWN_MODEL" in done.stdout
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles: Path, platform: str) -> None:
-    lines = [json.loads(line) for line in run_native([native / "oc-probe", "bundle", bundles / platform]).stdout.splitlines()]
+    lines = [
+        json.loads(line)
+        for line in run_native([native / "oc-probe", "bundle", bundles / platform]).stdout.splitlines()
+    ]
     head, blobs = lines[0], lines[1:]
     bundle = open_bundle(bundles / platform)
     assert head["status"] == "OC_OK" and head["platform"] == platform
@@ -126,7 +153,9 @@ def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles:
         info = bundle.info(line["name"])
         for side in ("inputs", "outputs"):
             assert [t["name"] for t in head["models"][line["name"]][side]] == [t["name"] for t in info[side]]
-            assert [t["shape"] for t in head["models"][line["name"]][side]] == [t["shape"] for t in info[side]]
+            assert [t["shape"] for t in head["models"][line["name"]][side]] == [
+                t["shape"] for t in info[side]
+            ]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -152,13 +181,25 @@ def test_oc_run_gives_the_python_loaders_outputs(
             np.save(path, feeds[value.name])
             args += ["--in", path]
         run_native(
-            [native / "oc-run", "--bundle", bundles / platform, "--model", name, "--ort", library, *args,
-             "--out", folder / "out"]
+            [
+                native / "oc-run",
+                "--bundle",
+                bundles / platform,
+                "--model",
+                name,
+                "--ort",
+                library,
+                *args,
+                "--out",
+                folder / "out",
+            ]
         )
         for output, want in expected.items():
             got = np.load(folder / "out" / f"{output.replace('/', '_')}.npy")
             assert got.dtype == want.dtype and got.shape == want.shape, (platform, version, name, output)
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{platform}/{name} in {version}")
+            np.testing.assert_allclose(
+                got, want, rtol=1e-5, atol=1e-6, err_msg=f"{platform}/{name} in {version}"
+            )
 
 
 def _mutations(blob: bytes, rng: random.Random, count: int) -> list[bytes]:
@@ -172,28 +213,46 @@ def _mutations(blob: bytes, rng: random.Random, count: int) -> list[bytes]:
         data = bytearray(blob)
         data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
         cases.append(bytes(data))
-    for cut in sorted({rng.randrange(len(blob)) for _ in range(count // 4)} | {0, 1, 7, 8, 21, len(blob) - 1}):
+    for cut in sorted(
+        {rng.randrange(len(blob)) for _ in range(count // 4)} | {0, 1, 7, 8, 21, len(blob) - 1}
+    ):
         cases.append(blob[:cut])
     cases += [blob + b"\0", b"junk" + blob, bytes(64), b"\x5e\x2a\x4d\x18" + bytes(100)]
     fields, rest = split_blob(blob)
     start = blob.find(b"ONNXCOOK") - 8
     edits = [
-        ("model_size", 1 << 62), ("graph_size", 1 << 40), ("compressed_size", -1), ("frames", []),
-        ("frames", [["graph", "raw", 0, 1 << 50, 1 << 50, 0, []]]), ("frames", "x"), ("weights", 7),
-        ("execution_providers", [1]), ("min_runtime_version", "one"), ("model_format", "tflite"),
-        ("provider_options", {"X": 1}), ("ep_session_options", {"CPUExecutionProvider": {"a": [1]}}),
+        ("model_size", 1 << 62),
+        ("graph_size", 1 << 40),
+        ("compressed_size", -1),
+        ("frames", []),
+        ("frames", [["graph", "raw", 0, 1 << 50, 1 << 50, 0, []]]),
+        ("frames", "x"),
+        ("weights", 7),
+        ("execution_providers", [1]),
+        ("min_runtime_version", "one"),
+        ("model_format", "tflite"),
+        ("provider_options", {"X": 1}),
+        ("ep_session_options", {"CPUExecutionProvider": {"a": [1]}}),
     ]
     for key, value in edits:
         changed = json.loads(json.dumps(fields))
         changed[key] = value
         payload = json.dumps(changed, sort_keys=True, separators=(",", ":")).encode()
-        cases.append(blob[:start] + pack_header(payload, version=3) + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little"):])
+        cases.append(
+            blob[:start]
+            + pack_header(payload, version=3)
+            + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little") :]
+        )
     for index in range(len(fields["frames"])):
         for position, value in ((2, 1 << 45), (3, 1 << 45), (4, 3), (5, 70000)):
             changed = json.loads(json.dumps(fields))
             changed["frames"][index][position] = value
             payload = json.dumps(changed, sort_keys=True, separators=(",", ":")).encode()
-            cases.append(blob[:start] + pack_header(payload, version=3) + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little"):])
+            cases.append(
+                blob[:start]
+                + pack_header(payload, version=3)
+                + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little") :]
+            )
     return cases
 
 
@@ -257,7 +316,10 @@ def test_sessions_compute_from_the_callers_memory_where_the_path_says_so(
         run_native([native / "test_in_place", ort_library(version), path, offset, len(weight)]).stdout
     )
     in_place = model_format == "ort" or version == "1.32.0"
-    expected_path = {"ort": "ort-in-place", "onnx": "onnx-file-buffers" if in_place else "onnx-external-initializers"}
+    expected_path = {
+        "ort": "ort-in-place",
+        "onnx": "onnx-file-buffers" if in_place else "onnx-external-initializers",
+    }
     assert result["load_path"] == expected_path[model_format]
     assert result["handed_inside_caller_memory"] is True  # the library hands over views, never copies
     assert result["before"] > 1.0
@@ -325,7 +387,9 @@ def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
         "drive-file": entry("file", "c:x.ocb"),
         "empty-file": entry("file", ""),
         "missing-file": entry("file", "nope.ocb"),
-        "size-off-by-one": edit(lambda d: d["models"][first].__setitem__("blob_size", d["models"][first]["blob_size"] + 1)),
+        "size-off-by-one": edit(
+            lambda d: d["models"][first].__setitem__("blob_size", d["models"][first]["blob_size"] + 1)
+        ),
         "wrong-sha256": entry("blob_sha256", "0" * 64),
         "blobs-swapped": edit(swap),
         "blob-cut": damage_blob(cut=True),
@@ -372,14 +436,19 @@ def test_hostile_manifests_and_bundles_get_the_python_loaders_verdict(
         apply(folder)
         expected = _python_verdicts(folder)
         for mode in ("bundle", "reader"):
-            lines = [json.loads(line) for line in run_native([native / "oc-probe", mode, folder]).stdout.splitlines()]
+            lines = [
+                json.loads(line)
+                for line in run_native([native / "oc-probe", mode, folder]).stdout.splitlines()
+            ]
             got = [line["status"] for line in lines]
             if mode == "reader" and got[0] == "OC_OK" and expected[0] != "OC_OK":
                 # Through callbacks each blob is checked when it is loaded, not when the bundle is
                 # opened: the same cause, on the model it concerns.
                 got = next(([s] for s in got if s != "OC_OK"), got)
             if got != expected:
-                differ.append((case, mode, expected, got, [line["message"] for line in lines if line["message"]]))
+                differ.append(
+                    (case, mode, expected, got, [line["message"] for line in lines if line["message"]])
+                )
             refusal = next((line for line in lines if line["status"] != "OC_OK"), None)
             if refusal is not None:  # says which file and what to do
                 assert "manifest" in refusal["message"] and "cook" in refusal["message"], (case, refusal)
@@ -418,7 +487,10 @@ def test_signed_bundles_open_only_with_a_trusted_key(native: Path, tmp_path: Pat
         assert [line["status"] for line in lines] == ["OC_OK"] * 3, lines
         assert probe(signed, [other, raw(public)], mode)[0]["status"] == "OC_OK"  # rotation
         foreign = probe(signed, [other], mode)[0]
-        assert foreign["status"] == "OC_ERR_SIGNATURE" and "matches none of the 1 trusted key" in foreign["message"]
+        assert (
+            foreign["status"] == "OC_ERR_SIGNATURE"
+            and "matches none of the 1 trusted key" in foreign["message"]
+        )
 
     modified = Path(shutil.copytree(signed, tmp_path / "modified"))
     manifest = json.loads((modified / "manifest.json").read_text())
@@ -435,7 +507,10 @@ def test_signed_bundles_open_only_with_a_trusted_key(native: Path, tmp_path: Pat
     assert probe(unsigned, [])[0]["status"] == "OC_OK"  # without keys, no signature is asked for
 
     replaced = Path(shutil.copytree(signed, tmp_path / "replaced"))
-    files = {name: entry["file"] for name, entry in json.loads((replaced / "manifest.json").read_text())["models"].items()}
+    files = {
+        name: entry["file"]
+        for name, entry in json.loads((replaced / "manifest.json").read_text())["models"].items()
+    }
     (replaced / files["net"]).write_bytes((replaced / files["mlp"]).read_bytes())
     lines = probe(replaced, [raw(public)])
     assert lines[0]["status"] == "OC_ERR_CHECKSUM" and files["net"] in lines[0]["message"]
@@ -446,12 +521,20 @@ def test_the_csharp_declarations_cover_the_whole_c_abi() -> None:
 
     header = (REPO / "native" / "include" / "onnx_cooker.h").read_text()
     functions = set(re.findall(r"^OC_API [^(]*?\b(oc_\w+)\(", header, re.MULTILINE))
-    declared = set(re.findall(r"static extern \S+ (oc_\w+)\(", (REPO / "native" / "bindings" / "OnnxCooker.cs").read_text()))
+    declared = set(
+        re.findall(
+            r"static extern \S+ (oc_\w+)\(", (REPO / "native" / "bindings" / "OnnxCooker.cs").read_text()
+        )
+    )
     assert len(functions) > 30
-    assert functions == declared, f"missing in C#: {sorted(functions - declared)}; unknown: {sorted(declared - functions)}"
+    assert functions == declared, (
+        f"missing in C#: {sorted(functions - declared)}; unknown: {sorted(declared - functions)}"
+    )
 
 
-@pytest.mark.parametrize("platform, model", [("windows-dml", "big_weights"), ("android", "mnist"), ("console", "resnet")])
+@pytest.mark.parametrize(
+    "platform, model", [("windows-dml", "big_weights"), ("android", "mnist"), ("console", "resnet")]
+)
 def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     native: Path, bundles: Path, platform: str, model: str, tmp_path: Path
 ) -> None:
@@ -460,14 +543,25 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     error status managed code can provoke."""
     exe = tmp_path / "csharp_probe.exe"
     subprocess.run(
-        ["mcs", "-nologo", "-warnaserror", f"-out:{exe}", REPO / "native" / "bindings" / "OnnxCooker.cs",
-         REPO / "native" / "tests" / "CsharpProbe.cs"],
-        check=True, capture_output=True, text=True,
+        [
+            "mcs",
+            "-nologo",
+            "-warnaserror",
+            f"-out:{exe}",
+            REPO / "native" / "bindings" / "OnnxCooker.cs",
+            REPO / "native" / "tests" / "CsharpProbe.cs",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     release = native.parent / "release"  # mono is not built with the sanitizers: the plain library
     done = subprocess.run(
         ["mono", str(exe), str(bundles / platform), model, str(ort_library("1.32.0"))],
-        capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(release)}, check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LD_LIBRARY_PATH": str(release)},
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     facts = done.stdout
@@ -475,8 +569,14 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     assert f"platform: {platform}" in facts
     for name in names:
         assert f"signature: {name} input " in facts and f"signature: {name} output " in facts
-    for status in ("OC_ERR_UNKNOWN_MODEL", "OC_ERR_NOT_A_BLOB", "OC_ERR_CHECKSUM", "OC_ERR_MANIFEST",
-                   "OC_ERR_RUNTIME_LOAD", "OC_ERR_INVALID_ARGUMENT"):
+    for status in (
+        "OC_ERR_UNKNOWN_MODEL",
+        "OC_ERR_NOT_A_BLOB",
+        "OC_ERR_CHECKSUM",
+        "OC_ERR_MANIFEST",
+        "OC_ERR_RUNTIME_LOAD",
+        "OC_ERR_INVALID_ARGUMENT",
+    ):
         assert status in facts
     assert "load path: " in facts and facts.rstrip().endswith("ok")
 
@@ -492,7 +592,8 @@ def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path,
     rng = np.random.default_rng(3)
     weights = (rng.integers(0, 4, size=(1024, 1024)) * 0.5).astype(np.float32)  # compressible: zstd frames
     graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [onnx.helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "g",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1024])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 1024])],
         [onnx.numpy_helper.from_array(weights, "W")],
@@ -509,7 +610,9 @@ def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path,
     damaged[third[2] + third[3] // 2] ^= 0x01
     bad = tmp_path / "bad.ocb"
     bad.write_bytes(bytes(damaged))
-    lines = [json.loads(line) for line in run_native([native / "oc-probe", "blob", good, bad]).stdout.splitlines()]
+    lines = [
+        json.loads(line) for line in run_native([native / "oc-probe", "blob", good, bad]).stdout.splitlines()
+    ]
     assert lines[0]["status"] == "OC_OK" and lines[0]["weights_size"] == weights.nbytes
     unpacked = unpack_blob(blob)
     assert lines[0]["weights_fnv"] == fnv1a(b"".join(bytes(view) for _, view in unpacked.segments))
@@ -518,8 +621,10 @@ def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path,
         unpack_blob(bytes(damaged))
     assert lines[1]["status"] == "OC_ERR_CHECKSUM"
     named = re.compile(r"weights frame \d+ of \d+ is damaged")
-    assert named.search(lines[1]["message"])[0] == named.search(str(python.value))[0] == (
-        f"weights frame 3 of {len(frames)} is damaged"
+    assert (
+        named.search(lines[1]["message"])[0]
+        == named.search(str(python.value))[0]
+        == (f"weights frame 3 of {len(frames)} is damaged")
     )
 
 
@@ -550,8 +655,14 @@ def test_large_onnx_weights_are_mapped_by_onnxruntime_from_the_blob_file(
     file = "big.0123456789abcdef.onnx.ocb"
     (folder / file).write_bytes(blob)
     header = split_blob(blob)[0]
-    entry = {"file": file, "format": "onnx", "blob_sha256": hashlib.sha256(blob).hexdigest(), "blob_size": len(blob),
-             "cook_key": header["cook_key"], "model_sha256": header["model_sha256"]}
+    entry = {
+        "file": file,
+        "format": "onnx",
+        "blob_sha256": hashlib.sha256(blob).hexdigest(),
+        "blob_size": len(blob),
+        "cook_key": header["cook_key"],
+        "model_sha256": header["model_sha256"],
+    }
     (folder / "manifest.json").write_text(
         json.dumps({"manifest_version": 1, "platform": "windows-dml", "models": {"big": entry}})
     )
@@ -559,11 +670,26 @@ def test_large_onnx_weights_are_mapped_by_onnxruntime_from_the_blob_file(
     np.save(tmp_path / "x.npy", x)
     want = run_session_of(source, x)
     library = ort_library(version)
-    for low, expected in ((False, "onnx-mapped"), (True, "onnx-file-buffers" if version == "1.32.0" else "onnx-external-initializers")):
+    for low, expected in (
+        (False, "onnx-mapped"),
+        (True, "onnx-file-buffers" if version == "1.32.0" else "onnx-external-initializers"),
+    ):
         out = tmp_path / f"out-{low}"
         done = run_native(
-            [native / "oc-run", "--bundle", folder, "--model", "big", "--ort", library, "--in", tmp_path / "x.npy",
-             "--out", out, *(["--low-memory"] if low else [])]
+            [
+                native / "oc-run",
+                "--bundle",
+                folder,
+                "--model",
+                "big",
+                "--ort",
+                library,
+                "--in",
+                tmp_path / "x.npy",
+                "--out",
+                out,
+                *(["--low-memory"] if low else []),
+            ]
         )
         assert f"load path {expected}," in done.stdout, done.stdout
         np.testing.assert_allclose(np.load(out / "y.npy"), want, rtol=1e-5, atol=1e-4)
@@ -577,7 +703,9 @@ def run_session_of(model, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(native: Path, version: str, tmp_path: Path) -> None:
+def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(
+    native: Path, version: str, tmp_path: Path
+) -> None:
     """A 24 MB ORT-format blob from a folder bundle (mapped, prepacking on): the library releases
     the mapping's resident pages while onnxruntime builds the session (they come back from the
     file when read), and the session still computes the source's outputs."""
@@ -588,20 +716,48 @@ def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(native: P
     from tests.models import large_matmul_model
 
     source = large_matmul_model(2048, 3072, seed=23)  # 25 MB of float32
-    blob = make_blob(to_ort_format(source.SerializeToString(), tmp_path), "ort", graph_codec="raw", name="big",
-                     platform="android")
+    blob = make_blob(
+        to_ort_format(source.SerializeToString(), tmp_path),
+        "ort",
+        graph_codec="raw",
+        name="big",
+        platform="android",
+    )
     assert len(blob) >= 16 << 20
     folder = tmp_path / "bundle"
     folder.mkdir()
     header = split_blob(blob)[0]
     file = "big.0123456789abcdef.ort.ocb"
     (folder / file).write_bytes(blob)
-    entry = {"file": file, "format": "ort", "blob_sha256": hashlib.sha256(blob).hexdigest(), "blob_size": len(blob),
-             "cook_key": header["cook_key"], "model_sha256": header["model_sha256"]}
-    (folder / "manifest.json").write_text(json.dumps({"manifest_version": 1, "platform": "android", "models": {"big": entry}}))
+    entry = {
+        "file": file,
+        "format": "ort",
+        "blob_sha256": hashlib.sha256(blob).hexdigest(),
+        "blob_size": len(blob),
+        "cook_key": header["cook_key"],
+        "model_sha256": header["model_sha256"],
+    }
+    (folder / "manifest.json").write_text(
+        json.dumps({"manifest_version": 1, "platform": "android", "models": {"big": entry}})
+    )
     x = np.random.default_rng(4).standard_normal((1, 2048)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    done = run_native([native / "oc-run", "--bundle", folder, "--model", "big", "--ort", ort_library(version),
-                       "--in", tmp_path / "x.npy", "--out", tmp_path / "out"])
+    done = run_native(
+        [
+            native / "oc-run",
+            "--bundle",
+            folder,
+            "--model",
+            "big",
+            "--ort",
+            ort_library(version),
+            "--in",
+            tmp_path / "x.npy",
+            "--out",
+            tmp_path / "out",
+        ]
+    )
     assert "load path ort-in-place," in done.stdout
-    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), run_session_of(source, x), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out" / "y.npy"), run_session_of(source, x), rtol=1e-5, atol=1e-4
+    )

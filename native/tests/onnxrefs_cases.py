@@ -3,7 +3,7 @@
 
     cd /work/main && . .venv/bin/activate && python native/tests/onnxrefs_cases.py [--binary PATH]
 
-Without --binary it builds native/tests/test_onnxrefs.c with the stub allocator under
+Without --binary it builds native/tests/test_onnxrefs.c (with src/util.c) under
 AddressSanitizer and UndefinedBehaviorSanitizer, runs its built-in cases, then feeds every case
 here through ``test_onnxrefs --batch`` and checks, for each, that C and Python both accept or both
 refuse (and, where they refuse, with the same message after C's "model '<name>': " prefix), that C
@@ -34,11 +34,21 @@ from pipeline.runtime.onnxrefs import check_references  # noqa: E402
 
 MODEL_NAME = "vision/detector"
 FILE = "weights.onnx.data"
-CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g", "-O1",
-          "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+CFLAGS = [
+    "-std=c99",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-pedantic",
+    "-g",
+    "-O1",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+]
 
 
 # ---- models ---------------------------------------------------------------------------------------
+
 
 def externalize(tensor: TensorProto, location: str | None, offset, length, extra=()) -> None:
     """Make ``tensor`` refer to external data: entries in this order (None: left out)."""
@@ -56,9 +66,11 @@ def mlp(names=("w1", "b1", "w2")) -> tuple[onnx.ModelProto, dict[str, tuple[int,
     """Two MatMul+Add layers whose weights are all external (offsets 64-aligned), plus one inline
     initializer; returns the model and the header's {name: (offset, nbytes)}."""
     rng = np.random.default_rng(0)
-    arrays = {names[0]: rng.standard_normal((8, 16)).astype(np.float32),
-              names[1]: rng.standard_normal((16,)).astype(np.float32),
-              names[2]: rng.standard_normal((16, 4)).astype(np.float32)}
+    arrays = {
+        names[0]: rng.standard_normal((8, 16)).astype(np.float32),
+        names[1]: rng.standard_normal((16,)).astype(np.float32),
+        names[2]: rng.standard_normal((16, 4)).astype(np.float32),
+    }
     inits, tensors, offset = [], {}, 0
     for name, array in arrays.items():
         t = numpy_helper.from_array(array, name)
@@ -73,8 +85,13 @@ def mlp(names=("w1", "b1", "w2")) -> tuple[onnx.ModelProto, dict[str, tuple[int,
         helper.make_node("MatMul", ["h1", names[2]], ["h2"]),
         helper.make_node("Add", ["h2", "inline_bias"], ["y"]),
     ]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tensors
 
 
@@ -98,6 +115,7 @@ def field(number: int, payload: bytes) -> bytes:
             out.append(b | (0x80 if v else 0))
             if not v:
                 return bytes(out)
+
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
@@ -124,11 +142,38 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
             if e.key == key:
                 e.value = value
 
-    for loc in ["/dev/zero", "../../etc/passwd", "/etc/passwd", "/dev/stdin", "sub/../../x", "C:\\Windows\\x", "",
-                FILE + "\0", "\0" + FILE, FILE + " ", "WEIGHTS.ONNX.DATA", "it's", "quo\"te's", "é.data", "a\nb"]:
+    for loc in [
+        "/dev/zero",
+        "../../etc/passwd",
+        "/etc/passwd",
+        "/dev/stdin",
+        "sub/../../x",
+        "C:\\Windows\\x",
+        "",
+        FILE + "\0",
+        "\0" + FILE,
+        FILE + " ",
+        "WEIGHTS.ONNX.DATA",
+        "it's",
+        "quo\"te's",
+        "é.data",
+        "a\nb",
+    ]:
         add(f"location {loc!r}", lambda m, t, loc=loc: entry(m, "b1", "location", loc))
-    for off in ["00", "0064", "+64", "-64", " 64", "64 ", "0x40", "64.0", "1e2", "", "18446744073709551680",
-                "\u0664"]:
+    for off in [
+        "00",
+        "0064",
+        "+64",
+        "-64",
+        " 64",
+        "64 ",
+        "0x40",
+        "64.0",
+        "1e2",
+        "",
+        "18446744073709551680",
+        "\u0664",
+    ]:
         add(f"offset {off!r}", lambda m, t, off=off: entry(m, "b1", "offset", off))
     for length in ["0", "63", "65", "064", "+64", ""]:
         add(f"length {length!r}", lambda m, t, length=length: entry(m, "b1", "length", length))
@@ -141,6 +186,7 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
             for k, v in keep:
                 e = tensor.external_data.add()
                 e.key, e.value = k, v
+
         return edit
 
     add("no offset, listed at 0", drop("offset", "w1"))
@@ -152,6 +198,7 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
         def edit(m, t):
             e = init(m, name).external_data.add()
             e.key, e.value = key, value
+
         return edit
 
     add("checksum key", extra("checksum", "abc"))
@@ -189,6 +236,7 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
             for node in m.graph.node:
                 node.input[:] = [new if i == "b1" else i for i in node.input]
             return {**{k: v for k, v in t.items() if k != "b1"}, new: t["b1"]}
+
         return edit
 
     add("non-ASCII name", rename("bïas€😀"))
@@ -198,22 +246,32 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
     def rename_unlisted(new):
         def edit(m, t):
             init(m, "b1").name = new
+
         return edit
 
     for new in ["it's", "b1\0", "b\u0085", "tab\there", "quo\"te's", "x" * 300, "é" * 100]:
         add(f"unlisted name {new[:20]!r}", rename_unlisted(new))
 
     def subgraph(m, t):
-        branch = helper.make_graph([helper.make_node("Constant", [], ["o"], value=ext_constant("c"))], "branch", [],
-                                   [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])])
+        branch = helper.make_graph(
+            [helper.make_node("Constant", [], ["o"], value=ext_constant("c"))],
+            "branch",
+            [],
+            [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])],
+        )
         m.graph.node.append(helper.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch))
         return {**t, "c": (4096, 16)}
 
     add("If branch constant", subgraph)
 
     def branch_initializer(m, t):
-        branch = helper.make_graph([helper.make_node("Identity", ["c"], ["o"])], "branch", [],
-                                   [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])], [ext_constant("c")])
+        branch = helper.make_graph(
+            [helper.make_node("Identity", ["c"], ["o"])],
+            "branch",
+            [],
+            [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])],
+            [ext_constant("c")],
+        )
         m.graph.node.append(helper.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch))
         return {**t, "c": (0, 16)}
 
@@ -257,8 +315,11 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
         indices = ext_constant("si", length=16)
         indices.data_type = TensorProto.INT64
         indices.dims[:] = [2]
-        m.graph.node.append(helper.make_node(
-            "Constant", [], ["k"], sparse_value=helper.make_sparse_tensor(values, indices, [4])))
+        m.graph.node.append(
+            helper.make_node(
+                "Constant", [], ["k"], sparse_value=helper.make_sparse_tensor(values, indices, [4])
+            )
+        )
         return {**t, "si": (0, 16)}
 
     add("Constant sparse_value", sparse_attr)
@@ -272,22 +333,35 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
 
     def training_algorithm(m, t):
         info = m.training_info.add()
-        info.algorithm.CopyFrom(helper.make_graph([], "algo", [], [], [ext_constant("w1", offset=0, length=512)]))
+        info.algorithm.CopyFrom(
+            helper.make_graph([], "algo", [], [], [ext_constant("w1", offset=0, length=512)])
+        )
 
     add("training_info algorithm", training_algorithm)
 
     def function_node(m, t):
-        f = helper.make_function("local", "F", [], ["o"],
-                                 [helper.make_node("Constant", [], ["o"], value=ext_constant("c"))],
-                                 [helper.make_opsetid("", 17)])
+        f = helper.make_function(
+            "local",
+            "F",
+            [],
+            ["o"],
+            [helper.make_node("Constant", [], ["o"], value=ext_constant("c"))],
+            [helper.make_opsetid("", 17)],
+        )
         m.functions.append(f)
         return {**t, "c": (0, 16)}
 
     add("function node", function_node)
 
     def function_default(m, t):
-        f = helper.make_function("local", "G", [], ["o"], [helper.make_node("Identity", ["a"], ["o"])],
-                                 [helper.make_opsetid("", 17)])
+        f = helper.make_function(
+            "local",
+            "G",
+            [],
+            ["o"],
+            [helper.make_node("Identity", ["a"], ["o"])],
+            [helper.make_opsetid("", 17)],
+        )
         f.attribute_proto.append(helper.make_attribute("dflt", ext_constant("c")))
         m.functions.append(f)
         return {**t, "c": (0, 16)}
@@ -307,16 +381,22 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
             graph = field(1, field(5, field(6, graph)))
         cases.append((f"nested {levels}", field(7, graph), FILE, {"c": (0, 16)}))
     # inline weights only: nothing to check, even without a weights section
-    inline = helper.make_model(helper.make_graph(
-        [helper.make_node("Identity", ["c"], ["y"])], "g", [],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-        [numpy_helper.from_array(np.arange(4, dtype=np.float32), "c")]))
+    inline = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Identity", ["c"], ["y"])],
+            "g",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+            [numpy_helper.from_array(np.arange(4, dtype=np.float32), "c")],
+        )
+    )
     cases.append(("inline only", inline.SerializeToString(), None, {}))
     cases.append(("empty model", b"", None, {}))
     return cases
 
 
 # ---- mutations -----------------------------------------------------------------------------------
+
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
     b = bytearray(data)
@@ -352,12 +432,41 @@ def mutation_cases(seeds: list[tuple[str, bytes, dict]], count: int) -> list:
     for k in range(count):
         label, data, tensors = seeds[k % len(seeds)]
         cases.append((f"{label} mutation {k}", mutate(data, rng), FILE, tensors))
-    edges = [0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC, 0xED,
-             0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]
+    edges = [
+        0x00,
+        0x41,
+        0x7F,
+        0x80,
+        0x8F,
+        0x90,
+        0x9F,
+        0xA0,
+        0xBF,
+        0xC0,
+        0xC1,
+        0xC2,
+        0xDF,
+        0xE0,
+        0xE1,
+        0xEC,
+        0xED,
+        0xEE,
+        0xEF,
+        0xF0,
+        0xF1,
+        0xF3,
+        0xF4,
+        0xF5,
+        0xFF,
+    ]
     for k in range(count // 3):  # names (and keys) of odd bytes: as strict as Python's UTF-8 decoder
         raw = bytes(rng.choice(edges) for _ in range(rng.randrange(1, 5)))
         entry = field(1, b"location") + field(2, FILE.encode())
-        tensor = field(8, raw) + field(13, entry) if k % 2 else field(8, b"w") + field(13, field(1, raw) + field(2, b"x"))
+        tensor = (
+            field(8, raw) + field(13, entry)
+            if k % 2
+            else field(8, b"w") + field(13, field(1, raw) + field(2, b"x"))
+        )
         cases.append((f"bytes {raw!r}", field(7, field(5, tensor)), FILE, {"w": (0, 16)}))
     for k in range(count // 4):  # random bytes behind "location" (never skipped by the fast path)
         noise = bytes(rng.randrange(256) for _ in range(rng.randrange(400)))
@@ -367,6 +476,7 @@ def mutation_cases(seeds: list[tuple[str, bytes, dict]], count: int) -> list:
 
 
 # ---- running -------------------------------------------------------------------------------------
+
 
 def python_result(data: bytes, file, tensors) -> str:
     try:
@@ -379,7 +489,11 @@ def python_result(data: bytes, file, tensors) -> str:
 def known_repr_difference(python: str, c: str) -> bool:
     """C quotes names as Python's repr() does, except that it cuts them at 128 bytes ("'...") and
     leaves non-ASCII characters as they are where repr() escapes the non-printable ones."""
-    return "'..." in c or '"...' in c or re.search(r"\\(u[0-9a-f]{4}|U[0-9a-f]{8}|x[a-f][0-9a-f])", python) is not None
+    return (
+        "'..." in c
+        or '"...' in c
+        or re.search(r"\\(u[0-9a-f]{4}|U[0-9a-f]{8}|x[a-f][0-9a-f])", python) is not None
+    )
 
 
 def encode(data: bytes, file, tensors) -> bytes:
@@ -401,9 +515,22 @@ def encode(data: bytes, file, tensors) -> bytes:
 def build(out: Path) -> Path:
     native = ROOT / "native"
     binary = out / "test_onnxrefs"
-    subprocess.run(["gcc", *CFLAGS, "-DOC_TEST_STUBS", "-I", str(native / "include"), "-I", str(native / "src"),
-                    str(native / "tests" / "test_onnxrefs.c"), str(native / "src" / "onnxrefs.c"), "-o",
-                    str(binary)], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            *CFLAGS,
+            "-I",
+            str(native / "include"),
+            "-I",
+            str(native / "src"),
+            str(native / "tests" / "test_onnxrefs.c"),
+            str(native / "src" / "onnxrefs.c"),
+            str(native / "src" / "util.c"),
+            "-o",
+            str(binary),
+        ],
+        check=True,
+    )
     return binary
 
 
@@ -415,7 +542,11 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         binary = args.binary or build(Path(tmp))
-        env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
+        env = {
+            **os.environ,
+            "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+            "UBSAN_OPTIONS": "print_stacktrace=1",
+        }
         builtin = subprocess.run([str(binary)], capture_output=True, text=True, env=env)
         print(builtin.stdout.strip() or builtin.stderr.strip())
         if builtin.returncode != 0:
@@ -423,14 +554,26 @@ def main() -> int:
             return 1
 
         named = named_cases()
-        seeds = [(label, data, tensors) for label, data, file, tensors in named
-                 if label in ("valid", "If branch constant", "sparse initializer", "function attribute default",
-                              "location '/dev/zero'", "nested 21")]
+        seeds = [
+            (label, data, tensors)
+            for label, data, file, tensors in named
+            if label
+            in (
+                "valid",
+                "If branch constant",
+                "sparse initializer",
+                "function attribute default",
+                "location '/dev/zero'",
+                "nested 21",
+            )
+        ]
         cases = named + mutation_cases(seeds, args.mutations)
         stdin = b"".join(encode(data, file, tensors) for _, data, file, tensors in cases)
         run = subprocess.run([str(binary), "--batch"], input=stdin, capture_output=True, env=env)
         if run.returncode != 0 or run.stderr:
-            print(f"C program failed (status {run.returncode}):\n{run.stderr.decode(errors='replace')[-4000:]}")
+            print(
+                f"C program failed (status {run.returncode}):\n{run.stderr.decode(errors='replace')[-4000:]}"
+            )
             return 1
         lines = run.stdout.decode("utf-8", errors="surrogateescape").split("\n")[:-1]
         assert len(lines) == len(cases), (len(lines), len(cases))
@@ -438,7 +581,7 @@ def main() -> int:
         verdicts = messages = leaks = repr_only = 0
         named_labels = {n[0] for n in named}
         accepted = 0
-        for (label, data, file, tensors), c_line in zip(cases, lines):
+        for (label, data, file, tensors), c_line in zip(cases, lines, strict=True):
             want = python_result(data, file, tensors)
             if c_line.endswith(" LEAK"):
                 leaks += 1
@@ -454,10 +597,14 @@ def main() -> int:
             accepted += want == "OK"
             if "--verbose" in sys.argv and label in named_labels:
                 print(f"{label}: {c_line}")
-        print(f"{len(cases)} cases ({len(named)} named, {len(cases) - len(named)} mutated; {accepted} accepted): "
-              f"{verdicts} verdict disagreements, {messages} message differences, {leaks} leaks; "
-              f"{repr_only} known quoting differences (names cut at 128 bytes, non-printable non-ASCII characters "
-              "left unescaped)")
+        print(
+            f"{len(cases)} cases ({len(named)} named, {len(cases) - len(named)} mutated; "
+            f"{accepted} accepted): "
+            f"{verdicts} verdict disagreements, {messages} message differences, {leaks} leaks; "
+            f"{repr_only} known quoting differences (names cut at 128 bytes, "
+            "non-printable non-ASCII characters "
+            "left unescaped)"
+        )
         return 1 if verdicts or leaks or messages else 0
 
 

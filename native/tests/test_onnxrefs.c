@@ -12,10 +12,8 @@
  * freed. Each model is copied into an allocation of exactly its size, so that AddressSanitizer sees
  * any read past it.
  *
- * Build alone (stub allocation and error functions):
- *   gcc -std=c99 -DOC_TEST_STUBS -fsanitize=address,undefined -I include -I src \
- *       tests/test_onnxrefs.c src/onnxrefs.c
- * or without -DOC_TEST_STUBS, linked with src/util.c.
+ * Build alone (native/build.sh builds it too):
+ *   gcc -std=c99 -fsanitize=address,undefined -I include -I src tests/test_onnxrefs.c src/onnxrefs.c src/util.c
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,70 +22,6 @@
 
 #include "internal.h"
 
-#ifdef OC_TEST_STUBS
-/* Stand-ins for util.c's functions, with the same names and behaviour. */
-static void *stub_alloc(void *user, size_t size, size_t alignment) {
-    (void)user;
-    (void)alignment;
-    return malloc(size ? size : 1);
-}
-
-static void stub_free(void *user, void *ptr) {
-    (void)user;
-    free(ptr);
-}
-
-oc_alloc oc_alloc_from(const oc_allocator *from) {
-    oc_alloc a;
-    if (from != NULL && from->alloc != NULL && from->free != NULL) {
-        a.alloc = from->alloc;
-        a.free = from->free;
-        a.user = from->user;
-    } else {
-        a.alloc = stub_alloc;
-        a.free = stub_free;
-        a.user = NULL;
-    }
-    return a;
-}
-
-void *oc_malloc(const oc_alloc *a, size_t size) { return a->alloc(a->user, size ? size : 1, 16); }
-
-void *oc_calloc(const oc_alloc *a, size_t count, size_t size) {
-    void *p;
-    if (size != 0 && count > SIZE_MAX / size) return NULL;
-    p = oc_malloc(a, count * size);
-    if (p != NULL) memset(p, 0, count * size != 0 ? count * size : 1);
-    return p;
-}
-
-void oc_free(const oc_alloc *a, void *ptr) {
-    if (ptr != NULL) a->free(a->user, ptr);
-}
-
-char *oc_strdup(const oc_alloc *a, const char *text) {
-    size_t n = strlen(text) + 1;
-    char *copy = oc_malloc(a, n);
-    if (copy != NULL) memcpy(copy, text, n);
-    return copy;
-}
-
-oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list args) {
-    if (err != NULL) {
-        err->status = status;
-        vsnprintf(err->message, sizeof err->message, format, args);
-    }
-    return status;
-}
-
-oc_status oc_fail(oc_error *err, oc_status status, const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    oc_vfail(err, status, format, args);
-    va_end(args);
-    return status;
-}
-#endif
 
 /* ---- a counting allocator (through the hooks, so the real util.c uses it too) ---------------- */
 

@@ -236,7 +236,9 @@ def session_from_checked(
     model_file: BlobFile | None = None,
 ) -> onnxruntime.InferenceSession:
     """``session_from_blob`` after ``check_blob`` (``Bundle.session`` passes the mapped blob file)."""
-    return _session(checked, providers, session_options, low_memory, progress or no_progress, load_path, model_file)
+    return _session(
+        checked, providers, session_options, low_memory, progress or no_progress, load_path, model_file
+    )
 
 
 def _session(
