@@ -289,9 +289,8 @@ typedef enum oc_load_path {
     OC_LOAD_ONNX_FILE_BUFFERS = 1,   /* weights as an in-memory external-data file, in place (1.32+) */
     OC_LOAD_ONNX_EXTERNAL = 2,       /* weights as external initializers: onnxruntime copies them */
     OC_LOAD_ORT_IN_PLACE = 3,        /* ORT bytes used in place (use_ort_model_bytes_directly) */
-    OC_LOAD_ONNX_MAPPED = 4          /* raw weights of 64 MiB and more of a blob file, prepacking on:
-                                        onnxruntime maps them from the blob file itself, as from a
-                                        loose .onnx.data, and lets go of prepacked pages */
+    OC_LOAD_ONNX_MAPPED = 4          /* before 1.32, raw weights of a blob file: onnxruntime maps them
+                                        from the blob file itself, as from a loose .onnx.data */
 } oc_load_path;
 
 typedef struct oc_session_options {

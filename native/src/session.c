@@ -341,22 +341,25 @@ static int mapped_version(const int v[3]) {
            (v[0] == 1 && v[1] == 32 && v[2] == 0);
 }
 
-#define MAPPED_WEIGHTS_MIN (64ull << 20)
 /* From this size of a mapped blob, the pages prepacking reads are let go while the session is built
  * (268 MB ORT model: peak 2.02x -> 1.07x the model, session ready 360 ms against the file's 381;
  * below it a thread and its madvise calls cost more than the pages weigh). */
 #define PAGER_MIN (16u << 20)
 
-/* The load path for this blob: the fastest proven one (choose_load_path in loadpaths.py). */
+/* The load path for this blob: the fastest and leanest proven one. From 1.32 the weights go in
+ * place from the blob's bytes (file buffers; from the library's own mapping with its pages let go
+ * while prepacking reads them). Before 1.32 that door copies, so a blob file's raw weights are
+ * mapped by onnxruntime itself instead (onnx-mapped), prepacking or not; bytes in memory are copied. */
 static oc_load_path choose_path(const oc_runtime *rt, const oc_blob *blob, const oc_session_options *o) {
     static const int FILE_BUFFERS_SINCE[3] = {1, 32, 0};
     int weights_raw = blob->weights != NULL && blob->weights_owned == NULL;
     if (blob->info.format == OC_FORMAT_ORT) return OC_LOAD_ORT_IN_PLACE;
     if (blob->weights_size == 0) return OC_LOAD_ONNX_INLINE;
-    if (blob->file_path != NULL && blob->reopen_by_name && weights_raw && blob->weights_size >= MAPPED_WEIGHTS_MIN &&
-        mapped_version(rt->parsed) && (o == NULL || (!o->low_memory && o->base == NULL)))
+    if (!version_below(rt->parsed, FILE_BUFFERS_SINCE)) return OC_LOAD_ONNX_FILE_BUFFERS;
+    if (blob->file_path != NULL && blob->reopen_by_name && weights_raw && mapped_version(rt->parsed) &&
+        (o == NULL || o->base == NULL))
         return OC_LOAD_ONNX_MAPPED;
-    return version_below(rt->parsed, FILE_BUFFERS_SINCE) ? OC_LOAD_ONNX_EXTERNAL : OC_LOAD_ONNX_FILE_BUFFERS;
+    return OC_LOAD_ONNX_EXTERNAL;
 }
 
 /* Hand the blob to onnxruntime along `path` with `options` (which it completes). */
