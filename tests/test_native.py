@@ -119,7 +119,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[
                     # the dynamo exporter's .onnx.data keeps its file name: one folder per exporter
                     folder = project / "assets" / "exported" / exporter
                     copy_asset(made / exporter / f"{net}.onnx", folder, net)
-                    (folder / f"{net}.cook.yaml").write_text("verify_dims:\n  batch: 2\n")  # the dynamic batch
+                    (folder / f"{net}.cook.yaml").write_text(
+                        "verify_dims:\n  batch: 2\n"
+                    )  # the dynamic batch
             run = doit(project, "cook")
             assert run.returncode == 0, run.output
             (shared / "done").write_text("cooked")
@@ -658,7 +660,9 @@ def fnv1a(data: bytes) -> str:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_large_onnx_weights_load_in_place_from_the_blob_file(native: Path, version: str, tmp_path: Path) -> None:
+def test_large_onnx_weights_load_in_place_from_the_blob_file(
+    native: Path, version: str, tmp_path: Path
+) -> None:
     """64 MiB and more of raw ONNX weights in a folder bundle, with and without prepacking: from
     1.32 in place from the library's mapping (file buffers), before 1.32 mapped by onnxruntime from
     the blob file itself (onnx-mapped; copied otherwise), each with the source's outputs."""
@@ -781,3 +785,82 @@ def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(
     np.testing.assert_allclose(
         np.load(tmp_path / "out" / "y.npy"), run_session_of(source, x), rtol=1e-5, atol=1e-4
     )
+
+
+def test_the_windows_code_paths_compile_with_mingw(native: Path, tmp_path: Path) -> None:
+    """Every source of the library, oc-run, the probes and the C++ header compile for Windows
+    (MinGW-w64, -Wall -Wextra -Werror -pedantic): the file mapping, threads, paths and onnxruntime's
+    UTF-16 paths there. Compiled only: there are no Windows builds of the dependencies to link here,
+    and nothing to run them on (engines build with MSVC; this catches what MSVC would also refuse)."""
+    import shutil
+
+    include = tmp_path / "include"  # the dependencies' headers (platform-neutral) without glibc's
+    include.mkdir()
+    for header in ("zstd.h", "zstd_errors.h", "zlib.h", "sodium.h"):
+        shutil.copy(Path("/usr/include") / header, include / header)
+    zconf = next(
+        p
+        for p in (Path("/usr/include/x86_64-linux-gnu/zconf.h"), Path("/usr/include/zconf.h"))
+        if p.is_file()
+    )
+    shutil.copy(zconf, include / "zconf.h")
+    shutil.copytree("/usr/include/sodium", include / "sodium")
+    (include / "cjson").mkdir()
+    shutil.copy("/usr/include/cjson/cJSON.h", include / "cjson" / "cJSON.h")
+    source = REPO / "native"
+    ort = native.parent / "_deps" / "onnxruntime" / "include"
+    common = [
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pedantic",
+        "-include",
+        source / "tests" / "mingw_shim.h",
+        "-I",
+        source / "include",
+        "-I",
+        source / "src",
+        "-I",
+        source / "tools",
+        "-I",
+        include,
+        "-I",
+        ort,
+    ]
+    files = [
+        *sorted((source / "src").glob("*.c")),
+        *sorted((source / "tools").glob("*.c")),
+        source / "tests" / "oc_probe.c",
+        source / "tests" / "test_in_place.c",
+    ]
+    for file in files:
+        done = subprocess.run(
+            [
+                "x86_64-w64-mingw32-gcc",
+                "-std=c99",
+                "-D__USE_MINGW_ANSI_STDIO=1",
+                "-DOC_BUILDING_DLL",
+                *common,
+                "-c",
+                file,
+                "-o",
+                tmp_path / "out.o",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, f"{file.name} for Windows:\n{done.stderr[-3000:]}"
+    done = subprocess.run(
+        [
+            "x86_64-w64-mingw32-g++",
+            "-std=c++17",
+            *common,
+            "-c",
+            source / "tests" / "test_cxx_header.cpp",
+            "-o",
+            tmp_path / "out.o",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, f"onnx_cooker.hpp for Windows:\n{done.stderr[-3000:]}"

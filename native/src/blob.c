@@ -165,10 +165,7 @@ static oc_status failv(parse_ctx *c, oc_status status, const char *format, va_li
     return oc_fail(c->err, status, "%s", text);
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static oc_status fail(parse_ctx *c, oc_status status, const char *format, ...) {
+OC_PRINTF(3, 4) static oc_status fail(parse_ctx *c, oc_status status, const char *format, ...) {
     va_list args;
     oc_status s;
     va_start(args, format);

@@ -25,12 +25,17 @@ void *oc_calloc(const oc_alloc *a, size_t count, size_t size); /* NULL on overfl
 void oc_free(const oc_alloc *a, void *ptr);
 char *oc_strdup(const oc_alloc *a, const char *text);           /* NULL on failure */
 
-/* Fill err (if not NULL) and return status. printf-style message. */
-oc_status oc_fail(oc_error *err, oc_status status, const char *format, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
+/* printf-style checking of messages (MinGW builds use its C99 printf: __USE_MINGW_ANSI_STDIO). */
+#if defined(__MINGW32__)
+#define OC_PRINTF(f, a) __attribute__((format(gnu_printf, f, a)))
+#elif defined(__GNUC__)
+#define OC_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define OC_PRINTF(f, a)
 #endif
-    ;
+
+/* Fill err (if not NULL) and return status. printf-style message. */
+oc_status oc_fail(oc_error *err, oc_status status, const char *format, ...) OC_PRINTF(3, 4);
 oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list args);
 
 /* An external-data tensor the blob's header lists: main-graph initializer `name`, at `offset` in

@@ -36,6 +36,13 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#ifdef _WIN32
+#include <direct.h>
+#include <windows.h>
+#define make_dir(path) _mkdir(path)
+#else
+#define make_dir(path) mkdir(path, 0777)
+#endif
 
 #define MAX_TIME_RUNS 100000
 
@@ -212,7 +219,7 @@ static int make_dirs(const char *path) {
         if (*s == '/' || *s == '\0') {
             char keep = *s;
             *s = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            if (make_dir(p) != 0 && errno != EEXIST) {
                 rc = fail("--out %s: cannot create folder %s: %s", path, p, strerror(errno));
                 break;
             }
@@ -280,7 +287,18 @@ static int create_session(ctx *c, OrtSession **session, oc_blob **blob, const ch
         snprintf(context, sizeof context, "--file %s: onnxruntime could not create the session", a->file);
         ORT_CHECK(api, api->CreateSessionOptions(&so), context);
         if (a->low_memory) ORT_CHECK(api, api->AddSessionConfigEntry(so, "session.disable_prepacking", "1"), context);
+#ifdef _WIN32
+        {
+            wchar_t wide[4096]; /* onnxruntime takes paths as UTF-16 on Windows */
+            if (MultiByteToWideChar(CP_UTF8, 0, a->file, -1, wide, 4096) == 0) {
+                rc = fail("--file %s: path too long", a->file);
+                goto done;
+            }
+            ORT_CHECK(api, api->CreateSession(c->env, wide, so, session), context);
+        }
+#else
         ORT_CHECK(api, api->CreateSession(c->env, a->file, so, session), context);
+#endif
         *load_path = "file";
         rc = 0;
     done:
