@@ -45,7 +45,12 @@ if [ ! -f "$ORT_INCLUDE/onnxruntime_c_api.h" ]; then
   for url in "${ORT_HEADERS_URLS[@]}"; do
     [ -f "$deb" ] && break
     say "fetching onnxruntime's C API headers: $url"
-    curl -fsSL --retry 3 -o "$deb.part" "$url" && mv "$deb.part" "$deb" || rm -f "$deb.part"
+    if command -v curl >/dev/null; then
+      curl -fsSL --retry 3 -o "$deb.part" "$url" && mv "$deb.part" "$deb" || rm -f "$deb.part"
+    else # no curl: Python's standard library
+      python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$url" "$deb.part" \
+        && mv "$deb.part" "$deb" || rm -f "$deb.part"
+    fi
   done
   [ -f "$deb" ] || { say "could not download $ORT_HEADERS_DEB"; exit 1; }
   echo "$ORT_HEADERS_SHA256  $deb" | sha256sum -c --quiet - \
