@@ -194,10 +194,12 @@ typedef struct oc_reader {
 typedef struct oc_bundle_options {
     uint64_t max_model_size;        /* 0: 2 GiB */
     int skip_verify;                /* 0 (default): check each blob's size and sha256 against the
-                                       manifest (a folder bundle: every blob once, when the bundle is
-                                       opened; a blob file still the one hashed then is not hashed or
-                                       CRC-checked again when it is loaded); 1: size only (the blob's
-                                       own CRCs and zstd checksums still catch damage) */
+                                       manifest (a folder bundle with mapped blobs: every blob once,
+                                       when the bundle is opened, and a blob file still the one hashed
+                                       then is not hashed or CRC-checked again when it is loaded;
+                                       otherwise each blob when it is loaded); 1: size only (the
+                                       blob's own CRCs and zstd checksums still catch damage). A
+                                       signed bundle checks every blob's sha256 on every load. */
     int read_blobs;                 /* 0 (default): map blob files read-only; 1: read them into memory
                                        (where a file may be rewritten in place while mapped) */
     /* Trusted Ed25519 public keys, 32 raw bytes each, `public_key_count` of them back to back

@@ -184,7 +184,7 @@ static size_t header_start(const uint8_t *data, size_t size, parse_ctx *c, oc_st
     if (size >= 4 && le32(data) == SKIPPABLE_MAGIC) return 0;
     if (size < TRAILER_SIZE || memcmp(data + size - TRAILER_SIZE, "OCB3TAIL", 8) != 0) return 0;
     offset = le64(data + size - 8);
-    if (offset > (uint64_t)size - TRAILER_SIZE - 8u) {
+    if ((uint64_t)size < TRAILER_SIZE + 8u || offset > (uint64_t)size - TRAILER_SIZE - 8u) {
         *status = fail(c, OC_ERR_CORRUPT, "blob trailer puts the header at byte %llu, outside the blob",
                        (unsigned long long)offset);
         return 0;

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <sodium.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_createDCtx_advanced: the caller's allocator */
 #include <zstd.h>
 
 #include "internal.h"
@@ -48,6 +49,9 @@ struct oc_bundle {
     ZSTD_DCtx *dctx; /* kept for the blobs opened through this bundle (one thread at a time) */
 };
 
+static void *bundle_zstd_alloc(void *opaque, size_t size) { return oc_malloc((const oc_alloc *)opaque, size); }
+static void bundle_zstd_free(void *opaque, void *address) { oc_free((const oc_alloc *)opaque, address); }
+
 static int count_of(const cJSON *item, uint64_t *out) {
     double v;
     if (!cJSON_IsNumber(item)) return 0;
@@ -55,6 +59,23 @@ static int count_of(const cJSON *item, uint64_t *out) {
     if (!(v >= 0.0) || v > 9007199254740992.0 || v != (double)(uint64_t)v) return 0;
     *out = (uint64_t)v;
     return 1;
+}
+
+/* The blob file at `path` resolves inside the bundle folder (no link out of it), as Bundle.session
+ * requires; OC_ERR_MANIFEST otherwise. A missing file passes here and fails when it is opened. */
+static oc_status inside_folder(const oc_bundle *b, const model_entry *m, const char *path, oc_error *err) {
+    char *root = oc_real_path(b->dir), *real = oc_real_path(path);
+    oc_status status = OC_OK;
+    if (root != NULL && real != NULL) {
+        size_t n = strlen(root);
+        int inside = strncmp(real, root, n) == 0 && (real[n] == '/' || real[n] == '\\' || (n > 0 && root[n - 1] == '/'));
+        if (!inside)
+            status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' at %s is a link to %s, outside the bundle folder; "
+                             "re-run `doit cook` to rebuild the bundle", b->dir, m->name, path, real);
+    }
+    free(root);
+    free(real);
+    return status;
 }
 
 static const char *where_of(const oc_bundle *b) { return b->dir ? b->dir : b->has_reader ? "bundle (reader)" : "bundle"; }
@@ -273,6 +294,11 @@ static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
         if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
         sprintf(path, "%s/%s", b->dir, m->file);
         if (b->progress) b->progress(b->progress_user, "check", (double)i / (double)b->model_count);
+        status = inside_folder(b, m, path, err);
+        if (status != OC_OK) {
+            oc_free(&b->alloc, path);
+            return status;
+        }
         status = oc_map_file(path, &data, &size, m->identity, err);
         if (status == OC_ERR_IO) /* as open_bundle: the manifest names a file the bundle lacks */
             status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing or unreadable; re-run "
@@ -329,7 +355,8 @@ oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, 
             }
             memcpy(sig_path, dir, n);
             memcpy(sig_path + n, "/manifest.json.sig", sizeof "/manifest.json.sig");
-            if (oc_read_file(sig_path, &alloc, 4096, &signature, &signature_size, NULL) != OC_OK) signature = NULL;
+            /* any size up to 1 MiB is read, so that a wrong one is refused by its size, not as missing */
+            if (oc_read_file(sig_path, &alloc, 1u << 20, &signature, &signature_size, NULL) != OC_OK) signature = NULL;
             oc_free(&alloc, sig_path);
         }
         status = open_manifest(text, size, NULL, options, dir, signature, signature_size, out, err);
@@ -474,13 +501,13 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
                        "%llu); the file was damaged or replaced: re-run `doit cook`", path, size,
                        (unsigned long long)m->blob_size);
     if (b->progress) b->progress(b->progress_user, "check", 0.0);
-    if (b->verify && !trusted) {
+    if ((b->verify || b->is_signed) && !trusted) { /* a signed bundle: on every load (skip_verify or not) */
         status = check_sha256(m, path, data, size, err);
         if (status != OC_OK) return status;
     }
     memset(&options, 0, sizeof options);
     options.max_model_size = b->max_model_size;
-    options.skip_raw_check = b->verify || trusted; /* a checked sha256 covers every byte already */
+    options.skip_raw_check = b->verify || b->is_signed || trusted; /* a checked sha256 covers every byte */
     options.allocator = NULL;
     options.progress = b->progress;
     options.progress_user = b->progress_user;
@@ -490,7 +517,13 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
         hooks.free = b->alloc.free;
         hooks.user = b->alloc.user;
         options.allocator = &hooks;
-        if (b->dctx == NULL) b->dctx = ZSTD_createDCtx(); /* NULL: each decode makes its own */
+        if (b->dctx == NULL) { /* NULL: each decode makes its own */
+            ZSTD_customMem mem;
+            mem.customAlloc = bundle_zstd_alloc;
+            mem.customFree = bundle_zstd_free;
+            mem.opaque = &b->alloc;
+            b->dctx = ZSTD_createDCtx_advanced(mem);
+        }
         status = oc_blob_parse_with(data, size, &options, path, map, map_size, buffer, b->dctx, out, err);
     }
     if (status != OC_OK) return status;
@@ -561,6 +594,11 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
     path = oc_malloc(&b->alloc, strlen(b->dir) + strlen(m->file) + 2);
     if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
     sprintf(path, "%s/%s", b->dir, m->file);
+    status = inside_folder(b, m, path, err);
+    if (status != OC_OK) {
+        oc_free(&b->alloc, path);
+        return status;
+    }
     /* Below SMALL_BLOB a read costs less than a mapping and its page faults (as Bundle.session) */
     if (b->map_blobs && m->blob_size >= SMALL_BLOB) {
         uint64_t identity[OC_IDENTITY_WORDS];
@@ -578,7 +616,10 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
             }
         }
     } else {
-        status = oc_read_file(path, &b->alloc, limit, &data, &size, err);
+        status = oc_read_file(path, &b->alloc, m->blob_size, &data, &size, err); /* no more than listed */
+        if (status == OC_ERR_TOO_LARGE)
+            status = oc_fail(err, OC_ERR_CHECKSUM, "%s: blob does not match the sha256/size recorded in manifest.json; "
+                             "the file was damaged or replaced: re-run `doit cook`", path);
         if (status == OC_OK) {
             if (b->progress) b->progress(b->progress_user, "read", 1.0);
             status = open_checked(b, m, path, data, size, NULL, 0, data, 0, out, err);

@@ -19,7 +19,7 @@ typedef struct oc_alloc {
 
 /* The caller's hooks, or the C library's when `from` is NULL or incomplete. */
 oc_alloc oc_alloc_from(const oc_allocator *from);
-/* size bytes aligned to 64 (NULL on failure or size 0 -> a valid 1-byte allocation). */
+/* size bytes aligned to 16 (NULL on failure; size 0 -> a valid 1-byte allocation). */
 void *oc_malloc(const oc_alloc *a, size_t size);
 void *oc_calloc(const oc_alloc *a, size_t count, size_t size); /* NULL on overflow or failure */
 void oc_free(const oc_alloc *a, void *ptr);

@@ -133,7 +133,7 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t ident
     int fd;
     *map = NULL;
     *size = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
     if (fd < 0) return oc_fail(err, OC_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -280,6 +280,7 @@ size_t oc_cores(void) {
 }
 #endif
 
+#ifdef _WIN32
 oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
                        oc_error *err) {
     FILE *f;
@@ -315,3 +316,45 @@ oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, 
     *size = (size_t)length;
     return OC_OK;
 }
+#else
+oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
+                       oc_error *err) {
+    struct stat st;
+    unsigned char *buffer;
+    size_t got = 0;
+    int fd;
+    *data = NULL;
+    *size = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
+    if (fd < 0) return oc_fail(err, OC_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return oc_fail(err, OC_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > limit || (unsigned long long)st.st_size >= (unsigned long long)SIZE_MAX) {
+        close(fd);
+        return oc_fail(err, OC_ERR_TOO_LARGE, "%s: %lld bytes, over the limit of %llu", path, (long long)st.st_size,
+                       (unsigned long long)limit);
+    }
+    buffer = oc_malloc(alloc, (size_t)st.st_size + 1);
+    if (buffer == NULL) {
+        close(fd);
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes", path, (long long)st.st_size);
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buffer + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (got != (size_t)st.st_size) {
+        oc_free(alloc, buffer);
+        return oc_fail(err, OC_ERR_IO, "%s: read %zu of %lld bytes", path, got, (long long)st.st_size);
+    }
+    buffer[got] = 0;
+    *data = buffer;
+    *size = got;
+    return OC_OK;
+}
+#endif

@@ -493,7 +493,7 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
         if (status != OC_OK) return status;
     }
     if (o != NULL && o->providers != NULL) {
-        if (o->provider_count + 1 > sizeof chosen / sizeof chosen[0])
+        if (o->provider_count >= sizeof chosen / sizeof chosen[0])
             return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: too many providers");
         for (i = 0; i < o->provider_count; ++i) {
             if (o->providers[i] == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: NULL provider name");
