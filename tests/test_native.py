@@ -252,6 +252,7 @@ def _mutations(blob: bytes, rng: random.Random, count: int) -> list[bytes]:
     ]
     fields, rest = split_blob(blob)
     start = blob.find(b"ONNXCOOK") - 8
+    header_size = int.from_bytes(blob[start + 4 : start + 8], "little")
     edits = [
         ("model_size", 1 << 62),
         ("graph_size", 1 << 40),
@@ -270,21 +271,26 @@ def _mutations(blob: bytes, rng: random.Random, count: int) -> list[bytes]:
         changed = json.loads(json.dumps(fields))
         changed[key] = value
         payload = json.dumps(changed, sort_keys=True, separators=(",", ":")).encode()
-        cases.append(
-            blob[:start]
-            + pack_header(payload, version=3)
-            + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little") :]
-        )
+        cases.append(blob[:start] + pack_header(payload, version=3) + blob[start + 8 + header_size :])
+    # JSON as json.loads reads it: trailing bytes refused, of duplicate keys the last one counts.
+    # Same length as the header's own JSON (the cooker pads it with spaces), so the layout still fits.
+    original = blob[start + 22 : start + 8 + header_size]
+    text = original.rstrip(b" ")
+    room = len(original) - len(text)
+    prefix = b'{"model_size":1,"platform":"x",'
+    for crafted in (
+        text + b" " * (room - 1) + b"x" if room else None,  # trailing garbage
+        prefix + text[1:] + b" " * (room - len(prefix) + 1) if room >= len(prefix) else None,  # duplicates
+    ):
+        if crafted is not None:
+            assert len(crafted) == len(original)
+            cases.append(blob[:start] + pack_header(crafted, version=3) + blob[start + 8 + header_size :])
     for index in range(len(fields["frames"])):
         for position, value in ((2, 1 << 45), (3, 1 << 45), (4, 3), (5, 70000)):
             changed = json.loads(json.dumps(fields))
             changed["frames"][index][position] = value
             payload = json.dumps(changed, sort_keys=True, separators=(",", ":")).encode()
-            cases.append(
-                blob[:start]
-                + pack_header(payload, version=3)
-                + blob[start + 8 + int.from_bytes(blob[start + 4 : start + 8], "little") :]
-            )
+            cases.append(blob[:start] + pack_header(payload, version=3) + blob[start + 8 + header_size :])
     return cases
 
 

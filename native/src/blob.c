@@ -248,7 +248,7 @@ static const char *const FIELDS[] = {"model_format", "platform", "name", "model_
 static oc_status check_field_types(parse_ctx *c, const cJSON *root) {
     size_t i;
     for (i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; ++i) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, FIELDS[i]);
+        const cJSON *v = oc_json_get(root, FIELDS[i]);
         int ok;
         if (v == NULL) return fail(c, OC_ERR_CORRUPT, "blob header lacks field(s) %s", FIELDS[i]);
         switch (i) {
@@ -266,7 +266,7 @@ static oc_status check_field_types(parse_ctx *c, const cJSON *root) {
 }
 
 static const char *dup_field(parse_ctx *c, const cJSON *root, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    const cJSON *v = oc_json_get(root, key);
     if (!cJSON_IsString(v)) return NULL;
     return oc_arena_strndup(&c->blob->arena, v->valuestring, strlen(v->valuestring));
 }
@@ -369,15 +369,15 @@ static const int DTYPE_SIZES[14] = {0, 4, 1, 1, 2, 2, 4, 8, 0, 1, 2, 8, 4, 8}; /
 
 static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
     oc_blob *blob = c->blob;
-    const cJSON *file = cJSON_GetObjectItemCaseSensitive(w, "file");
-    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(w, "sha256");
-    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(w, "tensors");
+    const cJSON *file = oc_json_get(w, "file");
+    const cJSON *sha = oc_json_get(w, "sha256");
+    const cJSON *tensors = oc_json_get(w, "tensors");
     const cJSON *entry;
     uint64_t size;
     size_t n, index = 0, i;
     if (!cJSON_IsString(file) || !cJSON_IsString(sha))
         return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': 'file' and 'sha256' must be strings");
-    if (!count_of(cJSON_GetObjectItemCaseSensitive(w, "size"), &size) || !cJSON_IsArray(tensors))
+    if (!count_of(oc_json_get(w, "size"), &size) || !cJSON_IsArray(tensors))
         return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': 'size' (count) and 'tensors' (list) are required");
     n = (size_t)cJSON_GetArraySize(tensors);
     if (n > MAX_TENSORS)
@@ -434,7 +434,7 @@ static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
 
 static oc_status parse_header(parse_ctx *c, const char *json, size_t length, size_t start, size_t end) {
     oc_blob *blob = c->blob;
-    cJSON *root = cJSON_ParseWithLength(json, length);
+    cJSON *root = oc_json_parse(json, length);
     const cJSON *eps, *ep, *weights;
     uint64_t model_size, compressed_size, graph_size, sums[2] = {0, 0}, compressed = 0;
     size_t n, i, capacity;
@@ -447,7 +447,7 @@ static oc_status parse_header(parse_ctx *c, const char *json, size_t length, siz
     status = check_field_types(c, root);
     if (status != OC_OK) goto done;
     {
-        const char *format = cJSON_GetObjectItemCaseSensitive(root, "model_format")->valuestring;
+        const char *format = oc_json_get(root, "model_format")->valuestring;
         if (strcmp(format, "onnx") == 0) blob->info.format = OC_FORMAT_ONNX;
         else if (strcmp(format, "ort") == 0) blob->info.format = OC_FORMAT_ORT;
         else {
@@ -455,8 +455,8 @@ static oc_status parse_header(parse_ctx *c, const char *json, size_t length, siz
             goto done;
         }
     }
-    if (!count_of(cJSON_GetObjectItemCaseSensitive(root, "model_size"), &model_size) ||
-        !count_of(cJSON_GetObjectItemCaseSensitive(root, "compressed_size"), &compressed_size)) {
+    if (!count_of(oc_json_get(root, "model_size"), &model_size) ||
+        !count_of(oc_json_get(root, "compressed_size"), &compressed_size)) {
         status = fail(c, OC_ERR_CORRUPT, "blob header declares a negative size");
         goto done;
     }
@@ -470,12 +470,12 @@ static oc_status parse_header(parse_ctx *c, const char *json, size_t length, siz
         status = out_of_memory(c);
         goto done;
     }
-    blob->info.saved_runtime_optimizations = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "saved_runtime_optimizations"));
+    blob->info.saved_runtime_optimizations = cJSON_IsTrue(oc_json_get(root, "saved_runtime_optimizations"));
     blob->info.model_size = model_size;
-    eps = cJSON_GetObjectItemCaseSensitive(root, "execution_providers");
+    eps = oc_json_get(root, "execution_providers");
     n = (size_t)cJSON_GetArraySize(eps);
-    capacity = n + (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "provider_options")) +
-               (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "ep_session_options"));
+    capacity = n + (size_t)cJSON_GetArraySize(oc_json_get(root, "provider_options")) +
+               (size_t)cJSON_GetArraySize(oc_json_get(root, "ep_session_options"));
     blob->eps = oc_arena_alloc(&blob->arena, (n ? n : 1) * sizeof *blob->eps);
     blob->recipes = oc_arena_alloc(&blob->arena, (capacity ? capacity : 1) * sizeof *blob->recipes);
     if (blob->eps == NULL || blob->recipes == NULL) {
@@ -496,23 +496,23 @@ static oc_status parse_header(parse_ctx *c, const char *json, size_t length, siz
         ++i;
     }
     blob->ep_count = i;
-    status = options_of(c, cJSON_GetObjectItemCaseSensitive(root, "provider_options"), "provider_options", 1, capacity);
+    status = options_of(c, oc_json_get(root, "provider_options"), "provider_options", 1, capacity);
     if (status != OC_OK) goto done;
-    status = options_of(c, cJSON_GetObjectItemCaseSensitive(root, "ep_session_options"), "ep_session_options", 0, capacity);
+    status = options_of(c, oc_json_get(root, "ep_session_options"), "ep_session_options", 0, capacity);
     if (status != OC_OK) goto done;
     if (oc_parse_version(blob->info.min_runtime_version, blob->min_runtime) != 0) {
         status = fail(c, OC_ERR_CORRUPT, "blob header field 'min_runtime_version' is not a version: '%s'",
                       blob->info.min_runtime_version);
         goto done;
     }
-    if (!count_of(cJSON_GetObjectItemCaseSensitive(root, "graph_size"), &graph_size)) {
+    if (!count_of(oc_json_get(root, "graph_size"), &graph_size)) {
         status = fail(c, OC_ERR_CORRUPT, "blob header declares a negative graph size");
         goto done;
     }
-    status = parse_frames(c, cJSON_GetObjectItemCaseSensitive(root, "frames"), start, end,
+    status = parse_frames(c, oc_json_get(root, "frames"), start, end,
                           blob->info.format == OC_FORMAT_ORT);
     if (status != OC_OK) goto done;
-    weights = cJSON_GetObjectItemCaseSensitive(root, "weights");
+    weights = oc_json_get(root, "weights");
     if (cJSON_IsObject(weights)) {
         status = parse_weights(c, weights);
         if (status != OC_OK) goto done;

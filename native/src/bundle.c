@@ -116,10 +116,10 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
     *out = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **out);
     if (*out == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
     cJSON_ArrayForEach(item, list) {
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+        const cJSON *shape = oc_json_get(item, "shape");
         char *text;
-        (*out)[i].name = dup_string(b, cJSON_GetObjectItemCaseSensitive(item, "name"));
-        (*out)[i].type = dup_string(b, cJSON_GetObjectItemCaseSensitive(item, "type"));
+        (*out)[i].name = dup_string(b, oc_json_get(item, "name"));
+        (*out)[i].type = dup_string(b, oc_json_get(item, "type"));
         if ((*out)[i].name == NULL || (*out)[i].type == NULL)
             return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `doit cook`", where_of(b), model);
         text = shape ? cJSON_PrintUnformatted(shape) : NULL;
@@ -133,7 +133,7 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
 }
 
 static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_error *err) {
-    cJSON *root = cJSON_ParseWithLength(text, size);
+    cJSON *root = oc_json_parse(text, size);
     const cJSON *models, *entry, *version;
     size_t n, i = 0;
     oc_status status = OC_OK;
@@ -141,15 +141,15 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
         status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json is not a JSON object; re-run `doit cook`", where_of(b));
         goto done;
     }
-    version = cJSON_GetObjectItemCaseSensitive(root, "manifest_version");
+    version = oc_json_get(root, "manifest_version");
     if (!cJSON_IsNumber(version) || version->valuedouble != OC_MANIFEST_VERSION) {
         status = oc_fail(err, OC_ERR_MANIFEST,
                          "%s: manifest.json has manifest_version other than %d; re-cook with the cooker that matches "
                          "this loader", where_of(b), OC_MANIFEST_VERSION);
         goto done;
     }
-    b->platform = dup_string(b, cJSON_GetObjectItemCaseSensitive(root, "platform"));
-    models = cJSON_GetObjectItemCaseSensitive(root, "models");
+    b->platform = dup_string(b, oc_json_get(root, "platform"));
+    models = oc_json_get(root, "models");
     if (b->platform == NULL || !cJSON_IsObject(models)) {
         status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json needs 'platform' (string) and 'models' (object); re-run `doit cook`",
                          where_of(b));
@@ -164,13 +164,13 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
     cJSON_ArrayForEach(entry, models) {
         model_entry *m = &b->models[i];
         m->name = oc_arena_strndup(&b->arena, entry->string, strlen(entry->string));
-        m->file = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "file"));
-        m->format = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "format"));
-        m->blob_sha256 = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "blob_sha256"));
-        m->cook_key = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "cook_key"));
-        m->model_sha256 = dup_string(b, cJSON_GetObjectItemCaseSensitive(entry, "model_sha256"));
+        m->file = dup_string(b, oc_json_get(entry, "file"));
+        m->format = dup_string(b, oc_json_get(entry, "format"));
+        m->blob_sha256 = dup_string(b, oc_json_get(entry, "blob_sha256"));
+        m->cook_key = dup_string(b, oc_json_get(entry, "cook_key"));
+        m->model_sha256 = dup_string(b, oc_json_get(entry, "model_sha256"));
         if (!cJSON_IsObject(entry) || m->name == NULL || m->file == NULL || m->format == NULL || m->blob_sha256 == NULL ||
-            !count_of(cJSON_GetObjectItemCaseSensitive(entry, "blob_size"), &m->blob_size)) {
+            !count_of(oc_json_get(entry, "blob_size"), &m->blob_size)) {
             status = oc_fail(err, OC_ERR_MANIFEST,
                              "%s: manifest entry '%s' needs file, format, blob_sha256 (strings) and blob_size (int >= 0); "
                              "re-run `doit cook`", where_of(b), entry->string ? entry->string : "?");
@@ -182,9 +182,9 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
                              "folder; re-run `doit cook`", where_of(b), m->name, m->file);
             goto done;
         }
-        status = parse_signature(b, cJSON_GetObjectItemCaseSensitive(entry, "inputs"), &m->inputs, &m->input_count, err, m->name);
+        status = parse_signature(b, oc_json_get(entry, "inputs"), &m->inputs, &m->input_count, err, m->name);
         if (status == OC_OK)
-            status = parse_signature(b, cJSON_GetObjectItemCaseSensitive(entry, "outputs"), &m->outputs, &m->output_count,
+            status = parse_signature(b, oc_json_get(entry, "outputs"), &m->outputs, &m->output_count,
                                      err, m->name);
         if (status != OC_OK) goto done;
         ++i;

@@ -157,6 +157,12 @@ oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *lo
 void oc_sha256(const uint8_t *data, size_t size, uint8_t digest[32]);
 int oc_sha256_accelerated(void);
 
+/* JSON as Python's json.loads reads it (json.c): the whole text one value, nothing but whitespace
+ * after it (NULL otherwise); and an object's member by key with the last of duplicates winning. */
+struct cJSON;
+struct cJSON *oc_json_parse(const char *text, size_t length);
+struct cJSON *oc_json_get(const struct cJSON *object, const char *key);
+
 /* "major.minor[.patch]" -> version[3]; 0 on success. */
 int oc_parse_version(const char *text, int version[3]);
 

@@ -187,7 +187,10 @@ def session_from_blob(
     if checked.raw_bytes() < DEFER_RAW_CHECK_MIN:
         checked.check_raw()
         return _session(checked, providers, session_options, low_memory, report, load_path, None)
-    crc = _Background(lambda: checked.check_raw(threads=1))  # one core for it, the others for onnxruntime
+    # One core for it while onnxruntime prepacks on the others; without prepacking onnxruntime is
+    # done in a millisecond and the check is all that is left: every core for it then.
+    crc_threads = None if low_memory else 1
+    crc = _Background(lambda: checked.check_raw(threads=crc_threads))
     try:
         session = _session(checked, providers, session_options, low_memory, report, load_path, None)
     except BaseException:
