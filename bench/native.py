@@ -16,7 +16,6 @@ section of bench/results.md.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -24,12 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.target_check import ensure_runtime
+from pipeline.target_check import runtime_library
 
 from . import models
 from .machine import describe
 from .measure import Build
 from .project import EXAMPLES, REPO, BenchError, copy_project, doit, platform_names, standalone_main, warm_up
+from .report import geomean
 
 VERSIONS = {
     "android": ("1.32.0",),
@@ -63,21 +63,6 @@ def build_native(out: Path) -> Path:
     return out / "release"
 
 
-def ort_library(version: str, runtimes: Path, profile: Path) -> Path:
-    python = ensure_runtime(version, runtimes, profile)
-    folder = subprocess.run(
-        [
-            str(python),
-            "-c",
-            "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return next(Path(folder).glob("libonnxruntime.so.*"))
-
-
 def oc_run(binary: Path, library: Path, variant: str, case: dict[str, Any], sessions: int) -> dict[str, Any]:
     if variant == "file":
         args = ["--file", case["source"]]
@@ -101,7 +86,7 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
     started = time.perf_counter()
     machine = describe()
     _step("building native/ (release)", started)
-    release = build_native(REPO / "native" / "out")
+    release = build_native(workdir / "native")
     project = copy_project(workdir / "project")
     assets = project / "assets"
     models.write_assets(EXAMPLES, assets, models.QUICK if quick else models.FULL)
@@ -125,7 +110,7 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
             for name, entry in sorted(manifest.items())
         ]
         for version in VERSIONS.get(platform, ("1.32.0",)):
-            library = ort_library(version, runtimes, project / "platforms" / f"{platform}.yaml")
+            library = runtime_library(version, runtimes, project / "platforms" / f"{platform}.yaml")
             key = f"{platform}@{version}"
             _step(f"session-ready times, {key}", started)
             report = {}
@@ -185,10 +170,6 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
     }
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def _x(value: float) -> str:
     return f"{value:.2f}x"
 
@@ -223,7 +204,7 @@ def render(results: dict[str, Any]) -> str:
         fmt = results["formats"][platform]
         ratios = {name: r["ready_ms"]["file"] / r["ready_ms"]["bundle"] for name, r in report.items()}
         slowest = min(ratios, key=ratios.get)
-        geo = _geomean(list(ratios.values()))
+        geo = geomean(list(ratios.values()))
         verdicts.append((f"{key}: geomean bundle vs file", geo, TARGETS[fmt]))
         verdicts.append((f"{key}: slowest ({slowest})", ratios[slowest], TARGETS["slowest"]))
         large = report.get(models.LARGE_WEIGHTS)

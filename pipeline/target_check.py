@@ -118,6 +118,28 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_time
     return _python(final)
 
 
+def runtime_library(version: str, runtimes_dir: Path, profile: Path) -> Path:
+    """The onnxruntime C API library (``libonnxruntime.so.<version>``) of the environment holding
+    exactly ``onnxruntime==version`` (made if missing): what the native loader's tools load."""
+    python = ensure_runtime(version, runtimes_dir, profile)
+    found = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    libraries = sorted(Path(found).glob("libonnxruntime.so.*"))
+    if not libraries:
+        raise RuntimeCheckError(
+            f"{profile}: onnxruntime {version} in {found} has no libonnxruntime.so.<version>"
+        )
+    return libraries[0]
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

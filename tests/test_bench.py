@@ -301,3 +301,34 @@ def test_the_verification_bench_measures_correct_cooks_and_catches_broken_models
     assert broken and all(line.rstrip().endswith("| yes |") for line in broken)
     assert "## The default rule" in report and "below it" in report
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("verify-errors-")]
+
+
+def test_the_native_bench_times_every_platform_through_oc_run(tmp_path: Path) -> None:
+    """``python -m bench.native --quick``: native/ built, every platform's models timed through
+    oc-run in the version it ships (windows-dml also in 1.32) against onnxruntime's own file load,
+    peak memory and the library's own cost reported, with the verdict of each target."""
+    output = tmp_path / "results-native.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.native", "--quick", "--output", str(output)]
+        + ["--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = output.read_text(encoding="utf-8")
+    for platform, version in (
+        ("android", "1.32.0"),
+        ("console", "1.28.0"),
+        ("ios", "1.32.0"),
+        ("windows-dml", "1.24.4"),
+        ("windows-dml", "1.32.0"),
+    ):
+        assert f"### {platform} in onnxruntime {version}" in report
+        assert f"| {platform} ({version}) |" in report
+    assert "ort-in-place" in report and "onnx-file-buffers" in report and "onnx-mapped" in report
+    assert report.count("| large_weights |") == 5
+    assert "sha256 pass" in report and "library's own cost" in report
+    assert "| met |" in report or "| **missed** |" in report

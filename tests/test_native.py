@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from filelock import FileLock
-from runtime_helpers import split_blob
+from runtime_helpers import split_blob, write_bundle
 
 from pipeline.runtime import errors as py_errors
 from pipeline.runtime import open_bundle, unpack_blob
-from pipeline.target_check import ensure_runtime
+from pipeline.target_check import runtime_library
 from tests.test_dodo import doit, feeds_for, run_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,19 +82,7 @@ def run_native(
 
 def ort_library(version: str) -> Path:
     """libonnxruntime.so.<version> of that version's wheel (the runtime check's environment)."""
-    python = ensure_runtime(version, RUNTIMES_CACHE, REPO / "platforms" / "windows-dml.yaml")
-    found = subprocess.run(
-        [
-            str(python),
-            "-c",
-            "import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / 'capi')",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (library,) = Path(found).glob("libonnxruntime.so.*")
-    return library
+    return runtime_library(version, RUNTIMES_CACHE, REPO / "platforms" / "windows-dml.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -703,7 +691,6 @@ def test_large_onnx_weights_load_in_place_from_the_blob_file(
     """64 MiB and more of raw ONNX weights in a folder bundle, with and without prepacking: from
     1.32 in place from the library's mapping (file buffers), before 1.32 mapped by onnxruntime from
     the blob file itself (onnx-mapped; copied otherwise), each with the source's outputs."""
-    import hashlib
 
     from runtime_helpers import make_weighted_blob
 
@@ -711,22 +698,7 @@ def test_large_onnx_weights_load_in_place_from_the_blob_file(
 
     source = large_matmul_model(4096, 4200, seed=21)  # 68.8 MB of float32
     blob = make_weighted_blob(source, "raw", name="big", platform="windows-dml")[0]
-    folder = tmp_path / "bundle"
-    folder.mkdir()
-    file = "big.0123456789abcdef.onnx.ocb"
-    (folder / file).write_bytes(blob)
-    header = split_blob(blob)[0]
-    entry = {
-        "file": file,
-        "format": "onnx",
-        "blob_sha256": hashlib.sha256(blob).hexdigest(),
-        "blob_size": len(blob),
-        "cook_key": header["cook_key"],
-        "model_sha256": header["model_sha256"],
-    }
-    (folder / "manifest.json").write_text(
-        json.dumps({"manifest_version": 1, "platform": "windows-dml", "models": {"big": entry}})
-    )
+    folder = write_bundle(tmp_path / "bundle", {"big": ("onnx", blob)}, platform="windows-dml")
     x = np.random.default_rng(2).standard_normal((1, 4096)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     want = run_session_of(source, x)
@@ -770,7 +742,6 @@ def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(
     """A 24 MB ORT-format blob from a folder bundle (mapped, prepacking on): the library releases
     the mapping's resident pages while onnxruntime builds the session (they come back from the
     file when read), and the session still computes the source's outputs."""
-    import hashlib
 
     from runtime_helpers import make_blob, to_ort_format
 
@@ -785,22 +756,7 @@ def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(
         platform="android",
     )
     assert len(blob) >= 16 << 20
-    folder = tmp_path / "bundle"
-    folder.mkdir()
-    header = split_blob(blob)[0]
-    file = "big.0123456789abcdef.ort.ocb"
-    (folder / file).write_bytes(blob)
-    entry = {
-        "file": file,
-        "format": "ort",
-        "blob_sha256": hashlib.sha256(blob).hexdigest(),
-        "blob_size": len(blob),
-        "cook_key": header["cook_key"],
-        "model_sha256": header["model_sha256"],
-    }
-    (folder / "manifest.json").write_text(
-        json.dumps({"manifest_version": 1, "platform": "android", "models": {"big": entry}})
-    )
+    folder = write_bundle(tmp_path / "bundle", {"big": ("ort", blob)}, platform="android")
     x = np.random.default_rng(4).standard_normal((1, 2048)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     done = run_native(
