@@ -244,6 +244,20 @@ def test_standalone_reports_live_in_results_md_and_survive_the_main_bench(tmp_pa
     assert "| farm | 2 |" in rewritten and "| p | 1 |" in rewritten
 
 
+def assert_every_shipped_version(report: str) -> None:
+    """A table and a per-model section for each platform in the onnxruntime it ships (windows-dml
+    also in 1.32)."""
+    for platform, version in (
+        ("android", "1.32.0"),
+        ("console", "1.28.0"),
+        ("ios", "1.32.0"),
+        ("windows-dml", "1.24.4"),
+        ("windows-dml", "1.32.0"),
+    ):
+        assert f"### {platform} in onnxruntime {version}" in report
+        assert f"| {platform} ({version}) |" in report
+
+
 def test_the_loading_bench_runs_every_platform_in_its_own_onnxruntime(tmp_path: Path) -> None:
     """``python -m bench.loading --quick``: every platform timed in the version it ships (windows-dml
     also in 1.32), every variant, the load path each used, memory in fresh processes, and its
@@ -262,15 +276,7 @@ def test_the_loading_bench_runs_every_platform_in_its_own_onnxruntime(tmp_path: 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = output.read_text(encoding="utf-8")
-    for platform, version in (
-        ("android", "1.32.0"),
-        ("console", "1.28.0"),
-        ("ios", "1.32.0"),
-        ("windows-dml", "1.24.4"),
-        ("windows-dml", "1.32.0"),
-    ):
-        assert f"### {platform} in onnxruntime {version}" in report
-        assert f"| {platform} ({version}) |" in report
+    assert_every_shipped_version(report)
     assert "onnx-shared-initializers" in report and "onnx-file-buffers" in report and "ort-mapped" in report
     assert report.count("| large_weights |") == 5
     for variant in ("source", "blob", "bundle", "plain_ort", "blob_low_memory", "bundle_low_memory"):
@@ -319,15 +325,7 @@ def test_the_native_bench_times_every_platform_through_oc_run(tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = output.read_text(encoding="utf-8")
-    for platform, version in (
-        ("android", "1.32.0"),
-        ("console", "1.28.0"),
-        ("ios", "1.32.0"),
-        ("windows-dml", "1.24.4"),
-        ("windows-dml", "1.32.0"),
-    ):
-        assert f"### {platform} in onnxruntime {version}" in report
-        assert f"| {platform} ({version}) |" in report
+    assert_every_shipped_version(report)
     assert "ort-in-place" in report and "onnx-file-buffers" in report and "onnx-mapped" in report
     assert report.count("| large_weights |") == 5
     assert "sha256 pass" in report and "library's own cost" in report

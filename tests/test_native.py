@@ -708,24 +708,31 @@ def test_large_onnx_weights_load_in_place_from_the_blob_file(
     expected_path = "onnx-file-buffers" if version == "1.32.0" else "onnx-mapped"
     for low, expected in ((False, expected_path), (True, expected_path)):
         out = tmp_path / f"out-{low}"
-        done = run_native(
-            [
-                native / "oc-run",
-                "--bundle",
-                folder,
-                "--model",
-                "big",
-                "--ort",
-                library,
-                "--in",
-                tmp_path / "x.npy",
-                "--out",
-                out,
-                *(["--low-memory"] if low else []),
-            ]
+        done = oc_run_big(
+            native, folder, library, tmp_path / "x.npy", out, *(["--low-memory"] if low else [])
         )
         assert f"load path {expected}," in done.stdout, done.stdout
         np.testing.assert_allclose(np.load(out / "y.npy"), want, rtol=1e-5, atol=1e-4)
+
+
+def oc_run_big(native: Path, bundle: Path, library: Path, x: Path, out: Path, *extra: str):
+    """oc-run on model "big" of ``bundle`` with input ``x``, its outputs into ``out``."""
+    return run_native(
+        [
+            native / "oc-run",
+            "--bundle",
+            bundle,
+            "--model",
+            "big",
+            "--ort",
+            library,
+            "--in",
+            x,
+            "--out",
+            out,
+            *extra,
+        ]
+    )
 
 
 def run_session_of(model, x: np.ndarray) -> np.ndarray:
@@ -759,21 +766,7 @@ def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(
     folder = write_bundle(tmp_path / "bundle", {"big": ("ort", blob)}, platform="android")
     x = np.random.default_rng(4).standard_normal((1, 2048)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    done = run_native(
-        [
-            native / "oc-run",
-            "--bundle",
-            folder,
-            "--model",
-            "big",
-            "--ort",
-            ort_library(version),
-            "--in",
-            tmp_path / "x.npy",
-            "--out",
-            tmp_path / "out",
-        ]
-    )
+    done = oc_run_big(native, folder, ort_library(version), tmp_path / "x.npy", tmp_path / "out")
     assert "load path ort-in-place," in done.stdout
     np.testing.assert_allclose(
         np.load(tmp_path / "out" / "y.npy"), run_session_of(source, x), rtol=1e-5, atol=1e-4
