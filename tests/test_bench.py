@@ -244,6 +244,22 @@ def test_standalone_reports_live_in_results_md_and_survive_the_main_bench(tmp_pa
     assert "| farm | 2 |" in rewritten and "| p | 1 |" in rewritten
 
 
+def run_quick_bench(name: str, tmp_path: Path, *extra: str) -> str:
+    """``python -m bench.<name> --quick`` writing into ``tmp_path``: its report."""
+    output = tmp_path / f"results-{name}.md"
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", "--quick", "--output", str(output), *extra]
+        + ["--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return output.read_text(encoding="utf-8")
+
+
 def assert_every_shipped_version(report: str) -> None:
     """A table and a per-model section for each platform in the onnxruntime it ships (windows-dml
     also in 1.32)."""
@@ -264,18 +280,7 @@ def test_the_loading_bench_runs_every_platform_in_its_own_onnxruntime(tmp_path: 
     section embedded in results.md beside what was there."""
     results = tmp_path / "results.md"
     results.write_text("# onnx-cooker benchmarks\n\nearlier tables\n", encoding="utf-8")
-    output = tmp_path / "results-loading.md"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.loading", "--quick", "--output", str(output), "--results", str(results)]
-        + ["--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = output.read_text(encoding="utf-8")
+    report = run_quick_bench("loading", tmp_path, "--results", str(results))
     assert_every_shipped_version(report)
     assert "onnx-shared-initializers" in report and "onnx-file-buffers" in report and "ort-mapped" in report
     assert report.count("| large_weights |") == 5
@@ -313,18 +318,7 @@ def test_the_native_bench_times_every_platform_through_oc_run(tmp_path: Path) ->
     """``python -m bench.native --quick``: native/ built, every platform's models timed through
     oc-run in the version it ships (windows-dml also in 1.32) against onnxruntime's own file load,
     peak memory and the library's own cost reported, with the verdict of each target."""
-    output = tmp_path / "results-native.md"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.native", "--quick", "--output", str(output)]
-        + ["--workdir", str(tmp_path), "--runtimes-dir", str(RUNTIMES_CACHE)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = output.read_text(encoding="utf-8")
+    report = run_quick_bench("native", tmp_path)
     assert_every_shipped_version(report)
     assert "ort-in-place" in report and "onnx-file-buffers" in report and "onnx-mapped" in report
     assert report.count("| large_weights |") == 5

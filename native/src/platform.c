@@ -1,4 +1,5 @@
-/* platform.c - map or read whole files: POSIX, and Windows (written, not yet built or run here). */
+/* platform.c - whole files mapped or read, threads, paths: POSIX, and Windows (compile-checked
+ * with MinGW-w64 in the tests, not run). */
 #if !defined(_WIN32) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE /* realpath, madvise */
 #endif
@@ -8,6 +9,13 @@
 #include <string.h>
 
 #include "internal.h"
+
+/* One worker of oc_run_parallel: what it runs, on what, as which worker. */
+typedef struct oc_thread_arg {
+    void (*task)(void *, size_t);
+    void *context;
+    size_t worker;
+} oc_thread_arg;
 
 #ifdef _WIN32
 #define WIN32_LEAN_AND_MEAN
@@ -72,12 +80,6 @@ int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
 }
 
 char *oc_real_path(const char *path) { return _fullpath(NULL, path, 0); }
-
-typedef struct oc_thread_arg {
-    void (*task)(void *, size_t);
-    void *context;
-    size_t worker;
-} oc_thread_arg;
 
 static DWORD WINAPI thread_main(LPVOID raw) {
     oc_thread_arg *arg = raw;
@@ -174,12 +176,6 @@ int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
 }
 
 char *oc_real_path(const char *path) { return realpath(path, NULL); }
-
-typedef struct oc_thread_arg {
-    void (*task)(void *, size_t);
-    void *context;
-    size_t worker;
-} oc_thread_arg;
 
 static void *thread_main(void *raw) {
     oc_thread_arg *arg = raw;
