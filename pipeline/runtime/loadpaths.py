@@ -210,6 +210,9 @@ class Prepared:
     fallback: Callable[[], Prepared] | None = None
     # After the session is made: raises OSError if what onnxruntime read may not be what was checked.
     confirm: Callable[[], None] | None = None
+    # The descriptor of the file onnxruntime maps itself for the whole session (the blob file, its
+    # flatbuffer first): its pages can be let go while the session is built (pager.py).
+    mapped_fd: int | None = None
 
 
 def prepare(
@@ -304,7 +307,8 @@ def _prepare_ort(
     if _leading_graph(checked, model_file):
         assert model_file is not None
         checked.release()  # onnxruntime maps the blob file itself: ours would count its pages twice
-        return Prepared(model_file.onnxruntime_path())
+        mapped_fd = model_file.fd if path == LoadPath.ORT_MAPPED else None
+        return Prepared(model_file.onnxruntime_path(), mapped_fd=mapped_fd)
     fd = memfd_with(checked)
     return Prepared(f"/proc/self/fd/{fd}", cleanup=[lambda: os.close(fd)])
 

@@ -16,6 +16,7 @@ from .compat import format_version, parse_version
 from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .loadpaths import BlobFile, LoadPath, choose_load_path, prepare, why_not
+from .pager import Pager, file_lock
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -293,7 +294,7 @@ def _session(
             if fallback is not None:  # a refusal here is expected, and answered: keep the log quiet
                 options.log_severity_level = 4
             try:
-                session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
+                session = _create(prepared.model, options, specs, prepared.mapped_fd, low_memory)
             finally:
                 options.log_severity_level = severity
         except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
@@ -311,7 +312,7 @@ def _session(
             cleanup += prepared.cleanup
             if len(_REFUSED) < _MAX_REFUSED:
                 _REFUSED[_refusal_key(header)] = refused
-            session = onnxruntime.InferenceSession(prepared.model, sess_options=options, providers=specs)
+            session = _create(prepared.model, options, specs, None, low_memory)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
         raise SessionCreateError(
             f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
@@ -334,6 +335,34 @@ def _session(
     session._onnx_cooker_keep = prepared.keep  # type: ignore[attr-defined]
     info = LoadInfo(path, path.in_place, tuple(names), refused)
     session._onnx_cooker_load = info  # type: ignore[attr-defined]
+    return session
+
+
+def _create(
+    model: bytes | str,
+    options: onnxruntime.SessionOptions,
+    specs: Sequence[ProviderSpec],
+    mapped_fd: int | None,
+    low_memory: bool,
+) -> onnxruntime.InferenceSession:
+    """``InferenceSession``, never retried on other EPs behind the caller's back (onnxruntime's
+    Python wrapper would print "EP Error" and retry on the CPU: the seed's silent trap); where
+    onnxruntime maps ``mapped_fd``'s file for the session, its pages are let go while it is built."""
+    lock = file_lock(mapped_fd) if mapped_fd is not None else None
+    if lock is None:
+        return onnxruntime.InferenceSession(model, sess_options=options, providers=specs, enable_fallback=0)
+    assert mapped_fd is not None
+    with lock:
+        pager = None if low_memory else Pager.start(mapped_fd)  # no prepacking: nothing to let go
+        built = False
+        try:
+            session = onnxruntime.InferenceSession(
+                model, sess_options=options, providers=specs, enable_fallback=0
+            )
+            built = True
+        finally:
+            if pager is not None:
+                pager.stop(built=built)  # while the session, and so its mapping, is alive
     return session
 
 

@@ -1,0 +1,142 @@
+"""Let go of the pages onnxruntime's own mapping of a blob file holds while it builds a session.
+
+Where onnxruntime maps the blob file itself (``ort-mapped`` with the flatbuffer leading the file,
+``onnx-mapped``), prepacking reads every MatMul/Conv weight through that mapping and writes a packed
+copy: the pages it read stay counted in the process beside the copies (268 MB ORT model through
+``Bundle.session``: peak and held memory 2.04x the model). The pager drops them as it goes: every
+``INTERVAL`` seconds it finds the mappings of the blob file in ``/proc/self/maps`` (by device and
+inode) and ``madvise(MADV_DONTNEED)``-s them, and once more after the session is built. Pages read
+again later (weights that were not prepacked, at the first run) come back from the page cache.
+
+Why this is safe: ``MADV_DONTNEED`` on a private file mapping discards only pages the process
+changed (copy-on-write) and makes the rest re-read from the file. onnxruntime holds a mapped model as
+``gsl::span<const uint8_t>`` and its initializers as constant tensors; the native loader hands the
+same paths a ``PROT_READ`` mapping, where a write would fault, and its tests pass in every target
+version; tests/test_pager.py checks after each load and run that the mapping holds no changed page
+(``Anonymous: 0 kB`` in ``/proc/self/smaps``). The blob file is only ever replaced by rename, never
+rewritten in place (docs/runtime.md, "Mapped blob files"), so the page cache holds the checked bytes.
+
+Linux only (``/proc/self/maps`` and ``madvise``); elsewhere ``start`` returns None and the pages stay.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sys
+import threading
+
+# From this size of blob file the pager runs: below it the thread and its scans cost more than the
+# pages weigh (the native loader's threshold; docs/native.md).
+PAGER_MIN = 16 << 20
+INTERVAL = 0.002  # seconds between passes: prepacking a 268 MB model takes about 350 ms
+
+
+def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_MADVISE = _madvise()
+
+
+def mappings(st_dev: int, st_ino: int) -> list[tuple[int, int]]:
+    """(start, end) of every mapping of the file with this device and inode in this process."""
+    wanted_dev = f"{os.major(st_dev):02x}:{os.minor(st_dev):02x}"
+    wanted_ino = str(st_ino)
+    found = []
+    with open("/proc/self/maps", "rb") as maps:
+        for line in maps.read().decode("ascii", "replace").splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) >= 5 and fields[4] == wanted_ino and fields[3] == wanted_dev:
+                start, _, end = fields[0].partition("-")
+                found.append((int(start, 16), int(end, 16)))
+    return found
+
+
+_LOCKS: dict[tuple[int, int], threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def file_lock(fd: int) -> threading.Lock | None:
+    """The lock that loads of the file open as ``fd`` hold while onnxruntime maps it, where a pager
+    may run (files from ``PAGER_MIN``, on Linux): a pager claims the one mapping of the file that
+    appears during its load, so no other load of that file may map it meanwhile (see ``Pager``)."""
+    if _MADVISE is None:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    if st.st_size < PAGER_MIN:
+        return None
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault((st.st_dev, st.st_ino), threading.Lock())
+
+
+class Pager:
+    """Drops the pages of the one mapping of a file that onnxruntime creates during a load.
+
+    Which mapping: the first of that file not there when the pager started. Only that range is ever
+    advised, and only while the load runs (``stop`` before onnxruntime can return, or raise and free,
+    the session that owns it): ``MADV_DONTNEED`` on a range that had been unmapped and reused for
+    anonymous memory would zero that memory, so a range that may go away is never touched. Mappings
+    that were already there (other sessions of the same blob, which may be freed at any time) are
+    left alone; the caller holds ``file_lock`` so that no other load maps the file meanwhile.
+    """
+
+    def __init__(self, st_dev: int, st_ino: int) -> None:
+        self._key = (st_dev, st_ino)
+        self._before = set(mappings(st_dev, st_ino))
+        self._claimed: tuple[int, int] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="onnx-cooker-pager", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, fd: int) -> Pager | None:
+        """A running pager for the file open as ``fd``, or None where it cannot help (not Linux, a
+        file under ``PAGER_MIN``, no ``/proc``)."""
+        if _MADVISE is None:
+            return None
+        try:
+            st = os.fstat(fd)
+            if st.st_size < PAGER_MIN:
+                return None
+            return cls(st.st_dev, st.st_ino)
+        except OSError:
+            return None
+
+    def _pass(self) -> None:
+        assert _MADVISE is not None
+        if self._claimed is None:
+            try:
+                new = [r for r in mappings(*self._key) if r not in self._before]
+            except OSError:
+                return
+            if not new:
+                return
+            self._claimed = new[0]
+        start, end = self._claimed
+        _MADVISE(start, end - start, mmap.MADV_DONTNEED)
+
+    def _run(self) -> None:
+        while not self._stop.wait(INTERVAL):
+            self._pass()
+
+    def stop(self, *, built: bool = True) -> None:
+        """End the passes; for a ``built`` session, let go of what it read while it was built. Call it
+        while the session that owns the mapping is alive (before it is returned, or its failure
+        lets it be freed)."""
+        self._stop.set()
+        self._thread.join()
+        if built:
+            self._pass()

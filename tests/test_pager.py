@@ -1,0 +1,160 @@
+"""Bundle.session lets go of the pages onnxruntime's mapping of an ORT blob file holds while the
+session is built (pipeline/runtime/pager.py), in each onnxruntime that maps ORT files (1.28.0 and
+1.32.0; 1.24.4 reads them, "ort-file", and has no mapping to page).
+
+Measured in the target's own environment, from ``/proc/self/smaps``: the resident pages of the
+mapping after the load (the pager's effect: without it nearly the whole file stays resident, which
+the control run shows), the mapping's changed pages after a run (none: what makes dropping them
+safe), the outputs against the source, and a mapping that was there before the load (another
+session of the same blob) left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_helpers import CPU, HEADER_DEFAULTS, run_source, to_ort_format, write_bundle
+
+from pipeline.runtime import SessionCreateError, load_info, open_bundle
+from pipeline.runtime.writer import encode_blob
+from pipeline.target_check import ensure_runtime
+from tests.models import dense_model, large_matmul_model
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
+ROWS, COLUMNS = 2048, 3072  # 25 MB of weights: over PAGER_MIN
+
+PROBE = textwrap.dedent(
+    """
+    import ctypes, json, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    import onnxruntime
+    from pipeline.runtime import load_info, open_bundle
+    from pipeline.runtime import pager
+
+    root, pager_on = Path(sys.argv[2]), sys.argv[3] == "1"
+    if not pager_on:
+        pager.PAGER_MIN = 1 << 62
+    blob = next(root.glob("*.ocb"))
+
+    def mapped():
+        # (start, Rss kB, Anonymous kB) of each mapping of the blob file, from /proc/self/smaps
+        found, current = [], None
+        for line in Path("/proc/self/smaps").read_text().splitlines():
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                current = None
+                if line.endswith(str(blob)):
+                    current = {"start": int(fields[0].split("-")[0], 16), "end": int(fields[0].split("-")[1], 16)}
+                    found.append(current)
+            elif current is not None and fields[0] in ("Rss:", "Anonymous:"):
+                current[fields[0][:-1].lower()] = int(fields[1]) * 1024
+        return found
+
+    x = np.load(root / "x.npy")
+    expected = np.load(root / "y.npy")
+    bundle = open_bundle(root)
+    first = bundle.session("net", providers=["CPUExecutionProvider"])
+    after_load = mapped()
+    ok = bool(np.allclose(first.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4))
+    after_run = mapped()
+    # Every page of the first session's mapping made resident, then a second session of the blob:
+    # its pager must claim only its own, new mapping.
+    (only,) = after_run
+    for at in range(only["start"], only["end"], 4096):
+        ctypes.string_at(at, 1)
+    touched = mapped()[0]["rss"]
+    second = bundle.session("net", providers=["CPUExecutionProvider"])
+    both = mapped()
+    print(json.dumps({
+        "onnxruntime": onnxruntime.__version__,
+        "path": load_info(first).path.value,
+        "size": blob.stat().st_size,
+        "after_load": after_load,
+        "after_run": after_run,
+        "ok": ok,
+        "touched": touched,
+        "both": both,
+        "second_ok": bool(np.allclose(second.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)),
+    }))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("pager")
+    source = large_matmul_model(ROWS, COLUMNS, seed=11)
+    ort_model = to_ort_format(source.SerializeToString(), work)
+    blob = encode_blob(
+        ort_model, level=3, graph_codec="raw", model_format="ort", ort_format_version="6", **HEADER_DEFAULTS
+    )
+    root = write_bundle(work / "bundle", {"net": ("ort", blob)})
+    x = np.random.default_rng(3).standard_normal((1, ROWS)).astype(np.float32)
+    np.save(root / "x.npy", x)
+    np.save(root / "y.npy", run_source(source.SerializeToString(), x))
+    return root
+
+
+def _probe(version: str, root: Path, pager_on: bool, tmp_path: Path) -> dict:
+    python = ensure_runtime(version, RUNTIMES_CACHE, Path("platforms/windows-dml.yaml"))
+    shutil.copytree(REPO / "pipeline" / "runtime", tmp_path / "pipeline" / "runtime")
+    shutil.copy2(REPO / "pipeline" / "__init__.py", tmp_path / "pipeline" / "__init__.py")
+    done = subprocess.run(
+        [str(python), "-I", "-c", PROBE, str(tmp_path), str(root), "1" if pager_on else "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["onnxruntime"] == version
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["1.28.0", "1.32.0"])
+def test_the_pages_onnxruntime_maps_are_let_go_and_never_changed(version: str, bundle: Path, tmp_path: Path) -> None:
+    on = _probe(version, bundle, True, tmp_path / "on")
+    off = _probe(version, bundle, False, tmp_path / "off")
+    size = on["size"]
+    for report in (on, off):
+        assert report["path"] == "ort-mapped"
+        assert report["ok"] and report["second_ok"]
+        assert len(report["after_load"]) == 1  # onnxruntime maps the blob file once
+        # Never a changed (copy-on-write) page in onnxruntime's mapping, after the load or a run:
+        # dropping the mapping's pages can only ever re-read the file's bytes.
+        assert all(m["anonymous"] == 0 for m in report["after_load"] + report["after_run"] + report["both"])
+    # The control: prepacking read the whole file through the mapping, and it stays resident.
+    assert off["after_load"][0]["rss"] > 0.9 * size
+    # The pager let it go (what is left: the pages read after its last pass).
+    assert on["after_load"][0]["rss"] < 0.1 * size
+    # The second session's pager claimed its own mapping only: the first one, made wholly resident
+    # before the second load, still is; the second one was let go.
+    assert on["touched"] > 0.9 * size
+    first, second = sorted(on["both"], key=lambda m: m["start"] != on["after_load"][0]["start"])
+    assert first["start"] == on["after_load"][0]["start"]
+    assert first["rss"] == on["touched"]
+    assert second["rss"] < 0.1 * size
+
+
+def test_an_ep_that_fails_is_an_error_not_a_silent_retry_on_the_cpu(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    model = dense_model(16, 8, batch=1, seed=1, activation="Relu", name="net")
+    blob = encode_blob(model.SerializeToString(), level=3, model_format="onnx", **HEADER_DEFAULTS)
+    root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    # onnxruntime's own wrapper would print "EP Error ..." and hand back a CPU session.
+    with pytest.raises(SessionCreateError, match="NoSuchExecutionProvider"):
+        open_bundle(root).session("net", providers=["NoSuchExecutionProvider", *CPU])
+    assert "Falling back" not in capfd.readouterr().out
+    assert load_info(open_bundle(root).session("net", providers=CPU)).providers == tuple(CPU)
