@@ -6,14 +6,16 @@
 
 from pathlib import Path
 
-from pipeline.allocator import tune_allocator
-from pipeline.buildlock import hold_build_lock, prepare_build_folder
-from pipeline.progress import reporter_for
-from pipeline.stamps import digest_checker
-from pipeline.tasks import cook_tasks, environment, folders
+from pipeline.build.allocator import tune_allocator
+from pipeline.build.lock import hold_build_lock, prepare_build_folder
+from pipeline.build.progress import reporter_for
+from pipeline.build.stamps import digest_checker
+from pipeline.build.tasks import cook_tasks, environment, folders
 
 ENV = environment()
-tune_allocator(ENV)  # freed buffers stay for the next one (pipeline/allocator.py); doit's workers inherit it
+tune_allocator(
+    ENV
+)  # freed buffers stay for the next one (pipeline/build/allocator.py); doit's workers inherit it
 ROOT = Path(__file__).resolve().parent
 BUILD = folders(ENV, ROOT).build
 prepare_build_folder(BUILD)  # doit keeps its state there, for every command (`doit list` too)
@@ -25,7 +27,7 @@ DOIT_CONFIG = {
     "dep_file": str(BUILD / ".doit.db"),
     # A live progress line on a terminal; build/report.html at the end of every run.
     "reporter": reporter_for(BUILD),
-    # File dependencies checked with the sha256s the cooker already computed (pipeline.stamps).
+    # File dependencies checked with the sha256s the cooker already computed (pipeline.build.stamps).
     "check_file_uptodate": digest_checker(BUILD),
 }
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.build.target_check import ensure_runtime
 from pipeline.runtime import unpack_blob
-from pipeline.target_check import ensure_runtime
 
 from . import models
 from .machine import describe

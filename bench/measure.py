@@ -28,7 +28,7 @@ from .project import REPO, BenchError, Run, doit, replicate_examples
 from .timing import interleaved, interleaved_phases, median
 
 CPU = ["CPUExecutionProvider"]
-# A platform's optimization_level as onnxruntime's option (as pipeline/optimize.py maps it).
+# A platform's optimization_level as onnxruntime's option (as pipeline/cook/optimize.py maps it).
 LEVELS = {
     "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.target_check import runtime_library
+from pipeline.build.target_check import runtime_library
 
 from . import models
 from .machine import describe

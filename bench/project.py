@@ -140,7 +140,7 @@ def replicate_examples(dest: Path, count: int) -> list[str]:
     Every copy keeps its external data, sample inputs and settings file beside it, under a new name
     (``set03/mnist``), so each is a distinct model to doit. Returns the model names.
     """
-    from pipeline.assets import discover  # standard library only
+    from pipeline.settings.assets import discover  # standard library only
 
     examples = discover(EXAMPLES)
     names = []

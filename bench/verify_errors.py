@@ -2,7 +2,7 @@
 sources, and how far broken models are: the evidence for the verification's default rule.
 
 Every model the project can make or has is cooked for every shipped platform (its optimization level
-and style, through ``pipeline.cook.cook``, tolerances opened so that every figure is recorded):
+and style, through ``pipeline.cook.run.cook``, tolerances opened so that every figure is recorded):
 
 - **standard**: ResNet-50, ViT-B/16 and a BERT-base encoder (``bench/standard.py``: transformers
   architectures, seeded weights, torch's dynamo exporter, opset 18);
@@ -37,14 +37,14 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
-from pipeline.assets import discover
-from pipeline.compare import NOISE_CAP, NOISE_FACTOR, OF_RANGE_FACTOR, compare
-from pipeline.cook import cook
+from pipeline.cook.compare import NOISE_CAP, NOISE_FACTOR, OF_RANGE_FACTOR, compare
+from pipeline.cook.job import CookJob
+from pipeline.cook.run import cook
+from pipeline.cook.verify import load_inputs, rounding_noise, synthesize_inputs
 from pipeline.errors import CookError
-from pipeline.job import CookJob
-from pipeline.profile import load_model_settings, load_platforms, resolve
-from pipeline.settings_table import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_VERIFY_SCALE
-from pipeline.verify import load_inputs, rounding_noise, synthesize_inputs
+from pipeline.settings.assets import discover
+from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
+from pipeline.settings.table import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_VERIFY_SCALE
 
 from . import models, standard
 from .machine import describe

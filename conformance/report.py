@@ -11,7 +11,7 @@ from .cases import KINDS
 from .worker import UNVERIFIED
 
 if TYPE_CHECKING:
-    from .run import Summary
+    from .summary import Summary
 
 HEADER = """\
 # Conformance: the ONNX backend test suite, cooked for every platform
@@ -26,7 +26,7 @@ Every case of the ONNX backend test suite that ships with the `onnx` package
 (CPU, default options) against its reference outputs: that is the **baseline**; a case whose
 baseline fails (an operator or type this onnxruntime does not implement, or outputs outside the
 tolerance) does not count against the cooker. Every case that passes its baseline is then cooked
-for every platform in `platforms/` through the same code as `doit cook` (`pipeline.cook.cook` on the
+for every platform in `platforms/` through the same code as `doit cook` (`pipeline.cook.run.cook` on the
 model in an assets folder, with the case's inputs as `<name>.inputs.npz`, so the cook's own
 verification runs on them), its blob is loaded by `pipeline.runtime.session_from_blob` on the CPU
 and its outputs are compared with the case's reference outputs with the case's tolerances (onnx's
@@ -89,7 +89,7 @@ def _runtime_checks(summary: Summary) -> str:
         "## Runtime check",
         "",
         "After the cooks, every platform's passing blobs run in the exact onnxruntime the platform "
-        "ships (`pipeline.target_check.run_check`, as `doit cook` does; an isolated environment per "
+        "ships (`pipeline.build.target_check.run_check`, as `doit cook` does; an isolated environment per "
         "version).",
         "",
     ]

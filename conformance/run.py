@@ -21,7 +21,6 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,14 +28,15 @@ from typing import Any
 import onnx
 import onnxruntime
 
-from pipeline.profile import Platform, load_platforms
-from pipeline.tasks import folders
+from pipeline.build.tasks import folders
+from pipeline.settings.resolve import Platform, load_platforms
 
 from . import outcome
 from .cases import KINDS, load_cases, materialize
 from .exclusions import EXCLUSIONS_PATH, Exclusion, load_exclusions
 from .report import render
 from .runtime_check import check_platforms
+from .summary import Summary
 from .worker import CaseResult, PlatformResult, clean, run_case
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,41 +45,6 @@ EXCLUDED = "excluded"
 
 # Set in the parent before the workers fork, so that no case is pickled on the way in.
 _STATE: dict[str, Any] = {}
-
-
-@dataclass
-class Summary:
-    """Everything the report and the gate need."""
-
-    results: list[dict[str, Any]]
-    platforms: list[str]
-    exclusions: dict[str, Exclusion]
-    unexplained: list[dict[str, str]] = field(default_factory=list)
-    excluded: list[dict[str, str]] = field(default_factory=list)
-    stale: list[dict[str, str]] = field(default_factory=list)
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> "<platform>:<outcome>" -> n
-    runtime_checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # platform -> what ran
-    seconds: float = 0.0
-    cook_seconds: float = 0.0
-    jobs: int = 0
-    versions: dict[str, str] = field(default_factory=dict)
-    date: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "platforms": self.platforms,
-            "unexplained": self.unexplained,
-            "excluded": self.excluded,
-            "stale": self.stale,
-            "counts": self.counts,
-            "runtime_checks": self.runtime_checks,
-            "seconds": self.seconds,
-            "cook_seconds": self.cook_seconds,
-            "jobs": self.jobs,
-            "versions": self.versions,
-            "date": self.date,
-            "results": self.results,
-        }
 
 
 # --- running ---------------------------------------------------------------------------------------

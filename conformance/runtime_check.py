@@ -1,6 +1,7 @@
 """After the cooks: every platform's passing blobs run in the exact onnxruntime the platform ships.
 
-This is the runtime check ``doit cook`` runs after a platform's cooks (``pipeline.target_check.run_check``,
+This is the runtime check ``doit cook`` runs after a platform's cooks
+(``pipeline.build.target_check.run_check``,
 an isolated environment per onnxruntime version, cached like doit's under ``build/.runtimes``). It
 fails a whole platform at once, so the models that fail are found by bisection: a few more checks
 when something fails, none when nothing does.
@@ -28,13 +29,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from pipeline.downgrade import downgrade, limits_of
+from pipeline.build.target_check import ensure_runtime, run_check
+from pipeline.cook.downgrade import downgrade, limits_of
+from pipeline.cook.job import RuntimeCheck
 from pipeline.errors import CookError
-from pipeline.job import RuntimeCheck
 from pipeline.layout import runtime_check_path
-from pipeline.profile import Platform, resolve
 from pipeline.runtime.compat import parse_version
-from pipeline.target_check import ensure_runtime, run_check
+from pipeline.settings.resolve import Platform, resolve
 
 from . import outcome
 from .cases import Case

@@ -1,8 +1,9 @@
 """One conformance case, end to end: baseline with plain onnxruntime, then a cook per platform.
 
 The cook goes through the same code path as ``doit cook``: the model and its inputs are written to an
-assets folder, found by ``pipeline.assets.discover``, resolved with ``pipeline.profile.resolve`` and
-cooked by ``pipeline.cook.cook``, whose own verification runs on the case's inputs
+assets folder, found by ``pipeline.settings.assets.discover``, resolved with
+``pipeline.settings.resolve.resolve`` and
+cooked by ``pipeline.cook.run.cook``, whose own verification runs on the case's inputs
 (``<name>.inputs.npz``). The blob is then loaded with ``pipeline.runtime.session_from_blob`` and
 compared with the case's reference outputs.
 """
@@ -25,15 +26,15 @@ import onnx
 import onnxruntime
 import yaml
 
-from pipeline.assets import discover
-from pipeline.cook import cook
+from pipeline.cook.facts import default_opset, onnx_facts, ort_facts
+from pipeline.cook.job import CookJob
+from pipeline.cook.run import cook
+from pipeline.cook.source import FIRST_IR_WITHOUT_INITIALIZER_INPUTS
 from pipeline.errors import CookError
-from pipeline.facts import default_opset, onnx_facts, ort_facts
-from pipeline.job import CookJob
-from pipeline.profile import CookSettings, Platform, load_model_settings, resolve
 from pipeline.runtime import BundleError, decode_blob, session_from_blob
 from pipeline.runtime.compat import min_runtime_for, parse_version
-from pipeline.source import FIRST_IR_WITHOUT_INITIALIZER_INPUTS
+from pipeline.settings.assets import discover
+from pipeline.settings.resolve import CookSettings, Platform, load_model_settings, resolve
 
 from . import outcome
 from .cases import Case

@@ -1,6 +1,6 @@
 """Expected failures on the cooking side, caught in one place (the doit actions) and shown without traceback.
 
-Standard library only: ``pipeline.profile`` imports this at doit task-loading time.
+Standard library only: ``pipeline.settings.resolve`` imports this at doit task-loading time.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ from pathlib import Path
 ENTRIES_DIR = ".entries"
 STAMPS_DIR = ".stamps"
 CHECKS_DIR = ".checks"
-# The cook report in the build folder, and what it keeps between runs (pipeline.report).
+# The cook report in the build folder, and what it keeps between runs (pipeline.report.report).
 REPORT_NAME = "report.html"
 REPORT_STATE_DIR = ".report"
-# The operator lists written for a reduced onnxruntime build (pipeline.opconfig), without and with
+# The operator lists written for a reduced onnxruntime build (pipeline.cook.opconfig), without and with
 # type reduction.
 OPS_CONFIG = "required_operators.config"
 OPS_AND_TYPES_CONFIG = "required_operators_and_types.config"
@@ -28,7 +28,7 @@ def ops_config_names(type_reduction: bool) -> tuple[str, ...]:
 
 def blob_path(platform_dir: Path, name: str, model_format: str) -> Path:
     """Where a cook writes its blob (staging): the manifest task publishes it under a name that
-    carries its content hash (pipeline.publish), so that a bundle is replaced as one unit."""
+    carries its content hash (pipeline.build.publish), so that a bundle is replaced as one unit."""
     return platform_dir / ENTRIES_DIR / f"{name}.{model_format}.{BLOB_SUFFIX}"
 
 
@@ -53,18 +53,18 @@ def entry_path(platform_dir: Path, name: str) -> Path:
 
 def digest_memo_dir(build: Path) -> Path:
     """The sha256s the cooker computed of the files it read and wrote, for doit's file checks
-    (pipeline.stamps.DigestChecker)."""
+    (pipeline.build.stamps.DigestChecker)."""
     return build / STAMPS_DIR / "digests"
 
 
 def reference_memo_dir(build: Path) -> Path:
     """The source models' outputs on their verification inputs, shared by the platforms' cooks
-    (pipeline.verify.reference_outputs)."""
+    (pipeline.cook.verify.reference_outputs)."""
     return build / STAMPS_DIR / "references"
 
 
 def cook_stamps_path(platform_dir: Path, name: str) -> Path:
-    """What a cook task wrote (pipeline.stamps), to notice outputs changed since."""
+    """What a cook task wrote (pipeline.build.stamps), to notice outputs changed since."""
     return platform_dir / STAMPS_DIR / "cook" / f"{name}.json"
 
 
@@ -75,7 +75,7 @@ def step_times_path(platform_dir: Path, name: str) -> Path:
 
 def cache_record_path(platform_dir: Path, name: str) -> Path:
     """What the cook cache did for the last cook of ``name`` (hit or miss, bytes, time saved), for the
-    summary at the end of ``doit cook`` (pipeline.progress)."""
+    summary at the end of ``doit cook`` (pipeline.build.progress)."""
     return platform_dir / STAMPS_DIR / "cache" / f"{name}.json"
 
 

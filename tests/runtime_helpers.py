@@ -17,6 +17,7 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
+from pipeline.cook.weights import externalize
 from pipeline.runtime.blob import (
     EXTENT_ALIGNMENT,
     HEADER_MAGIC,
@@ -28,7 +29,6 @@ from pipeline.runtime.blob import (
 )
 from pipeline.runtime.compat import ort_format_version
 from pipeline.runtime.writer import Weights, encode_blob, encode_blob_v1, encode_blob_v2
-from pipeline.weights import externalize
 from tests.models import IN_FEATURES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def split_weights(model: onnx.ModelProto, name: str = "mlp") -> tuple[bytes, Weights]:
-    """``pipeline.weights.externalize`` on a copy of ``model``: the graph bytes and its weights."""
+    """``pipeline.cook.weights.externalize`` on a copy of ``model``: the graph bytes and its weights."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return externalize(copy, name)

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.assets import discover
-from pipeline.cache import (
+from pipeline.cook.job import CookJob
+from pipeline.cook.run import cook
+from pipeline.errors import CookError
+from pipeline.farm.cache import (
     CacheConfig,
     CacheError,
     CookCache,
@@ -26,10 +28,8 @@ from pipeline.cache import (
     config_from_env,
     entry_digest,
 )
-from pipeline.cook import cook
-from pipeline.errors import CookError
-from pipeline.job import CookJob
 from pipeline.layout import blob_path, cache_record_path, entry_path
+from pipeline.settings.assets import discover
 from tests.models import conv_bn_relu_model
 from tests.s3server import S3Server, s3_server
 from tests.test_cook import save, shipped_settings
@@ -106,7 +106,7 @@ def test_a_second_build_folder_gets_the_same_outputs_from_the_cache_without_cook
     entry = cook(job(assets, first), cooking)
     assert not cooking.hit and cooking.notes == []
 
-    import pipeline.cook as cook_module
+    import pipeline.cook.run as cook_module
 
     def no_cooking(*args: object, **kwargs: object) -> None:
         raise AssertionError("a cache hit must not optimize anything")
@@ -525,7 +525,7 @@ def test_s3_objects_stream_both_ways_and_big_ones_go_up_in_parts(
     parts of S3's 5 MiB minimum); either way it comes back whole, with the sha256 of its bytes."""
     import hashlib
 
-    import pipeline.cache as cache_module
+    import pipeline.farm.cache as cache_module
 
     monkeypatch.setattr(cache_module, "S3_SINGLE_PUT_LIMIT", 6 << 20)
     monkeypatch.setattr(cache_module, "S3_PART_BYTES", 5 << 20)
@@ -576,7 +576,7 @@ def test_a_folder_cache_on_the_builds_file_system_shares_files_by_hard_link_and_
 
 
 def test_folder_urls_name_the_folder_on_every_system() -> None:
-    from pipeline.cache import folder_path
+    from pipeline.farm.cache import folder_path
 
     assert folder_path("file:///mnt/share/cook%20cache") == Path("/mnt/share/cook cache")
     assert folder_path("file:///C:/cook-cache") == Path("C:/cook-cache")

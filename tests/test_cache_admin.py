@@ -1,5 +1,5 @@
-"""Housekeeping for folder cook caches (``python -m pipeline.cache stats|prune``): real files in a
-temporary folder, laid out with ``pipeline.cache``'s own names, their last uses set with ``os.utime``."""
+"""Housekeeping for folder cook caches (``python -m pipeline.farm stats|prune``): real files in a
+temporary folder, laid out with ``pipeline.farm.cache``'s own names, their last uses set with ``os.utime``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cache import _check_name, _index_name, _object_name, entry_digest
-from pipeline.cache_admin import (
+from pipeline.farm.admin import (
     human_size,
     main,
     parse_duration,
@@ -23,6 +22,7 @@ from pipeline.cache_admin import (
     prune,
     scan,
 )
+from pipeline.farm.cache import _check_name, _index_name, _object_name, entry_digest
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = 86400.0
@@ -356,11 +356,11 @@ def test_human_sizes() -> None:
     ]
 
 
-def test_python_m_pipeline_cache_stats(cache: Path) -> None:
+def test_python_m_pipeline_farm_stats(cache: Path) -> None:
     """The command as users type it, in a fresh interpreter that imports neither onnx nor numpy."""
     put_entry(cache, "one", {"blob": 1234, "entry": 56}, days=2)
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "pipeline.cache", "stats", "--cache", str(cache)],
+        [sys.executable, "-X", "importtime", "-m", "pipeline.farm", "stats", "--cache", str(cache)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -370,5 +370,5 @@ def test_python_m_pipeline_cache_stats(cache: Path) -> None:
     assert f"cook cache: {cache}\nentries: 1, objects 1.29 kB (1290 bytes)\n" in done.stdout
     assert "(2 days ago)" in done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "pipeline.cache_admin" in imported
+    assert "pipeline.farm.admin" in imported
     assert not imported & {"onnx", "onnxruntime", "numpy"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.compare import compare
+from pipeline.cook.compare import compare
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -10,17 +10,17 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline import guard as guard_module
-from pipeline.assets import discover
-from pipeline.cook import cook
+from pipeline.cook import guard as guard_module
+from pipeline.cook.facts import onnx_facts, ort_facts
+from pipeline.cook.job import CookJob
+from pipeline.cook.optimize import optimize
+from pipeline.cook.run import cook
+from pipeline.cook.source import load_source, normalize
 from pipeline.errors import GuardError, ModelError, VerifyError
-from pipeline.facts import onnx_facts, ort_facts
-from pipeline.job import CookJob
 from pipeline.layout import blob_path, entry_path
-from pipeline.optimize import optimize
-from pipeline.profile import CookSettings, load_platforms, resolve
 from pipeline.runtime import decode_blob, session_from_blob
-from pipeline.source import load_source, normalize
+from pipeline.settings.assets import discover
+from pipeline.settings.resolve import CookSettings, load_platforms, resolve
 from tests.models import RNG_SEED, conv_bn_relu_model, mlp_model, model_of, relu_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -400,7 +400,7 @@ def test_a_model_that_stays_too_big_fails_naming_the_sizes_and_the_settings(tmp_
 def qdq_attention_model(tmp_path: Path) -> Path:
     """A small attention stack quantized to QDQ int8 by onnxruntime's quantize_static: its saved
     runtime optimizations (QDQ selector records) cannot be replayed by onnxruntime 1.32."""
-    from pipeline.precision import quantize_qdq
+    from pipeline.cook.precision import quantize_qdq
 
     rng = np.random.default_rng(RNG_SEED)
     width, seq = 64, 8

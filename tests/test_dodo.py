@@ -30,9 +30,9 @@ import yaml
 from onnx import TensorProto, numpy_helper
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
-from pipeline.assets import discover
 from pipeline.runtime import decode_blob, open_bundle, unpack_blob
-from pipeline.settings_table import DEFAULTS
+from pipeline.settings.assets import discover
+from pipeline.settings.table import DEFAULTS
 from tests.models import large_matmul_model
 
 # Every test here runs the real doit in a subprocess.

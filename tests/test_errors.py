@@ -38,8 +38,8 @@ def test_context_survives_pickling_as_doits_parallel_runner_does() -> None:
 
 
 def test_a_model_without_a_platform_names_the_file_and_the_model(tmp_path: Path) -> None:
-    from pipeline.assets import discover
-    from pipeline.source import load_source
+    from pipeline.cook.source import load_source
+    from pipeline.settings.assets import discover
 
     (tmp_path / "broken.onnx").write_bytes(b"not a protobuf at all")
     (asset,) = discover(tmp_path)

@@ -21,7 +21,7 @@ import onnxruntime
 import pytest
 import torch
 
-from pipeline.cook import cook
+from pipeline.cook.run import cook
 from pipeline.layout import blob_path
 from pipeline.runtime import session_from_blob
 from tests.test_cook import SHIPPED_PLATFORMS, job_for, shipped_settings
@@ -237,7 +237,7 @@ def quantize(kind: str, source: Path, target: Path, shape: tuple[int, ...]) -> N
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from pipeline.precision import quantize_qdq
+    from pipeline.cook.precision import quantize_qdq
 
     target.parent.mkdir(parents=True, exist_ok=True)
     inline = target.with_name("float.onnx")  # the tool loses a .onnx.data file kept beside the model

@@ -24,11 +24,11 @@ import zstandard
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import make_blob, to_ort_format
 
-from pipeline.assets import discover
-from pipeline.cook import cook
+from pipeline.cook.job import CookJob
+from pipeline.cook.run import cook
 from pipeline.errors import CookError, ModelError, ProfileError
-from pipeline.job import CookJob
-from pipeline.profile import load_model_settings, load_platforms, resolve
+from pipeline.settings.assets import discover
+from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
 from tests.models import matmul_model, model_of, with_symbolic_batch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def save_with_external_data(folder: Path, name: str, **entries: str) -> Path:
 
 
 def job_for(assets: Path, name: str, build: Path, platform: str = "windows-dml") -> CookJob:
-    """The job doit would run for (platform, model), built the way ``pipeline.tasks`` builds it."""
+    """The job doit would run for (platform, model), built the way ``pipeline.build.tasks`` builds it."""
     asset = next(a for a in discover(assets) if a.name == name)
     platforms = load_platforms(REPO / "platforms", {})
     overrides = load_model_settings(asset.settings_path, [p.name for p in platforms])
@@ -114,21 +114,21 @@ _CHILD = textwrap.dedent(
     what = request["what"]
     try:
         if what == "load_source":
-            from pipeline.assets import discover
-            from pipeline.source import load_source
+            from pipeline.settings.assets import discover
+            from pipeline.cook.source import load_source
             assets = discover(Path(request["assets"]))
             load_source(next(a for a in assets if a.name == request["name"]))
         elif what == "load_platforms":
-            from pipeline.profile import load_platforms
+            from pipeline.settings.resolve import load_platforms
             load_platforms(Path(request["path"]), {})
         elif what == "load_model_settings":
-            from pipeline.profile import load_model_settings
+            from pipeline.settings.resolve import load_model_settings
             load_model_settings(Path(request["path"]), ["target"])
         elif what == "cook":
-            from pipeline.assets import discover
-            from pipeline.cook import cook
-            from pipeline.job import CookJob
-            from pipeline.profile import load_model_settings, load_platforms, resolve
+            from pipeline.settings.assets import discover
+            from pipeline.cook.run import cook
+            from pipeline.cook.job import CookJob
+            from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
             asset = next(a for a in discover(Path(request["assets"])) if a.name == request["name"])
             platforms = load_platforms(Path(request["platforms"]), {})
             platform = next(p for p in platforms if p.name == request["platform"])

@@ -18,8 +18,8 @@ import onnx
 import pytest
 from runtime_helpers import HEADER_DEFAULTS, make_weighted_blob, run_source, to_ort_format
 
+from pipeline.build.target_check import ensure_runtime
 from pipeline.runtime.writer import encode_blob
-from pipeline.target_check import ensure_runtime
 from tests.models import conv_bn_relu_model, dense_model, large_matmul_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,15 +10,16 @@ import pytest
 from onnxruntime.tools import reduced_build_config_parser
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
-from pipeline import layout, opconfig
-from pipeline.cook import cook
+from pipeline import layout
+from pipeline.cook import opconfig
+from pipeline.cook.job import CookJob
+from pipeline.cook.optimize import session_options
+from pipeline.cook.run import cook
+from pipeline.cook.usability import usability
 from pipeline.errors import ModelError
-from pipeline.job import CookJob
 from pipeline.layout import applied_variant_path, blob_path
-from pipeline.optimize import session_options
 from pipeline.runtime import decode_blob
 from pipeline.runtime.session import session_options_for
-from pipeline.usability import usability
 from tests.models import conv_bn_relu_model, int4_model, mlp_model, with_symbolic_batch
 from tests.test_cook import job_for, save, settings_for, shipped_settings
 
@@ -33,9 +34,9 @@ def ort_operators(data: bytes) -> set[tuple[str, str]]:
 def applied_variant(job: CookJob) -> bytes:
     """The model with its saved optimizations applied, as the cook makes it to list its operators (the
     cook keeps that file only when the operator lists in its entry lack types)."""
-    from pipeline.optimize import optimize
-    from pipeline.shapes import fix_shapes
-    from pipeline.source import load_source
+    from pipeline.cook.optimize import optimize
+    from pipeline.cook.shapes import fix_shapes
+    from pipeline.cook.source import load_source
 
     model = load_source(job.asset)
     fix_shapes(model, job.settings)
@@ -235,8 +236,8 @@ def test_applied_variants_are_not_kept_and_untyped_models_refuse_a_typed_config(
     """The entries' operator lists cover the applied variants, so their files (as big as the model) are
     neither kept nor cached. A model whose types onnxruntime's processor cannot name (int4) gets a
     config without types; with type reduction, a clear error naming it, as onnxruntime's tool gives."""
-    from pipeline.cache import CacheConfig, CookCache
     from pipeline.errors import CookError
+    from pipeline.farm.cache import CacheConfig, CookCache
 
     assets = tmp_path / "assets"
     save(int4_model(), assets, "quant")

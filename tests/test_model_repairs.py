@@ -13,15 +13,15 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline import guard as guard_module
-from pipeline.cook import _cook_variant, cook
-from pipeline.downgrade import NEWEST_IR_KNOWN, TYPES_SINCE_IR, Limits, downgrade, limits_of
+from pipeline.cook import guard as guard_module
+from pipeline.cook.downgrade import NEWEST_IR_KNOWN, TYPES_SINCE_IR, Limits, downgrade, limits_of
+from pipeline.cook.facts import onnx_facts, ort_facts
+from pipeline.cook.optimize import optimize
+from pipeline.cook.run import _cook_variant, cook
+from pipeline.cook.source import read_sources
 from pipeline.errors import GuardError, ModelError, VerifyError
-from pipeline.facts import onnx_facts, ort_facts
 from pipeline.layout import blob_path
-from pipeline.optimize import optimize
 from pipeline.runtime import decode_blob, session_from_blob
-from pipeline.source import read_sources
 from tests.models import (
     conv_bn_relu_model,
     mlp_model,

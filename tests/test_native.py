@@ -18,9 +18,9 @@ import pytest
 from filelock import FileLock
 from runtime_helpers import split_blob, write_bundle
 
+from pipeline.build.target_check import runtime_library
 from pipeline.runtime import errors as py_errors
 from pipeline.runtime import open_bundle, unpack_blob
-from pipeline.target_check import runtime_library
 from tests.test_dodo import doit, feeds_for, run_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -505,7 +505,7 @@ def test_signed_bundles_open_only_with_a_trusted_key(native: Path, tmp_path: Pat
 
     from cryptography.hazmat.primitives import serialization
 
-    from pipeline.signing import keygen
+    from pipeline.build.signing import keygen
     from tests.test_reliability import small_project
 
     project = small_project(tmp_path / "project")

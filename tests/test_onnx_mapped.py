@@ -188,8 +188,8 @@ def test_a_signed_bundle_never_lets_onnxruntime_reopen_the_blob_by_name(tmp_path
     be those bytes, not a file opened again by name later."""
     from cryptography.hazmat.primitives import serialization
 
+    from pipeline.build.signing import keygen, sign
     from pipeline.runtime.constants import SIGNATURE_NAME
-    from pipeline.signing import keygen, sign
 
     blob, expected = onnx_blob(outputs=MAPPED_WEIGHTS_MIN // (1024 * 4))
     root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, run_source, to_ort_format, write_bundle
 
+from pipeline.build.target_check import ensure_runtime
 from pipeline.runtime import SessionCreateError, load_info, open_bundle
 from pipeline.runtime.writer import encode_blob
-from pipeline.target_check import ensure_runtime
 from tests.models import dense_model, large_matmul_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +53,8 @@ PROBE = textwrap.dedent(
             if "-" in fields[0] and len(fields) >= 5:
                 current = None
                 if line.endswith(str(blob)):
-                    current = {"start": int(fields[0].split("-")[0], 16), "end": int(fields[0].split("-")[1], 16)}
+                    start, end = (int(part, 16) for part in fields[0].split("-"))
+                    current = {"start": start, "end": end}
                     found.append(current)
             elif current is not None and fields[0] in ("Rss:", "Anonymous:"):
                 current[fields[0][:-1].lower()] = int(fields[1]) * 1024
@@ -123,7 +124,9 @@ def _probe(version: str, root: Path, pager_on: bool, tmp_path: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["1.28.0", "1.32.0"])
-def test_the_pages_onnxruntime_maps_are_let_go_and_never_changed(version: str, bundle: Path, tmp_path: Path) -> None:
+def test_the_pages_onnxruntime_maps_are_let_go_and_never_changed(
+    version: str, bundle: Path, tmp_path: Path
+) -> None:
     on = _probe(version, bundle, True, tmp_path / "on")
     off = _probe(version, bundle, False, tmp_path / "off")
     size = on["size"]

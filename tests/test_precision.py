@@ -13,10 +13,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.cook import cook
+from pipeline.build.manifest import write_manifest
+from pipeline.cook.run import cook
 from pipeline.errors import CookError, GuardError, ModelError, VerifyError
 from pipeline.layout import blob_path
-from pipeline.manifest import write_manifest
 from pipeline.runtime import session_from_blob
 from tests.models import conv_bn_relu_model, transformer_block_model
 from tests.test_cook import SHIPPED_PLATFORMS, job_for, save, shipped_settings
@@ -220,7 +220,7 @@ def test_a_variant_passes_the_runtime_check_in_the_targets_exact_onnxruntime(tmp
 
 
 def test_the_gate_refuses_a_variant_that_overflows_to_inf_or_nan() -> None:
-    from pipeline.precision import accuracy, gate
+    from pipeline.cook.precision import accuracy, gate
 
     source = {"y": np.array([[1.0, 70000.0], [2.0, 3.0]], np.float32)}
     overflowed = {"y": np.array([[1.0, np.inf], [2.0, np.nan]], np.float32)}  # fp16 tops out at 65504
@@ -302,7 +302,7 @@ def test_fp16_can_ship_fp16_inputs_and_outputs(tmp_path: Path) -> None:
 def test_wrong_converter_options_are_refused_with_the_choices(
     tmp_path: Path, options: dict, message: str
 ) -> None:
-    from pipeline.profile import load_platforms
+    from pipeline.settings.resolve import load_platforms
 
     (tmp_path / "platforms").mkdir()
     (tmp_path / "platforms" / "target.yaml").write_text(f"precision_options: {json.dumps(options)}\n")

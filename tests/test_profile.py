@@ -1,4 +1,4 @@
-"""Tests for pipeline.profile: platform files, per-model settings, the cascade and the settings key."""
+"""Tests for pipeline.settings.resolve: platform files, per-model settings, the cascade, the settings key."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.eprules import EP_RULES
 from pipeline.errors import CookError, ProfileError
-from pipeline.profile import (
+from pipeline.settings.docs import SCHEMA_LINE
+from pipeline.settings.eprules import EP_RULES
+from pipeline.settings.resolve import (
     CookSettings,
     Platform,
     ep_domains,
@@ -25,8 +26,7 @@ from pipeline.profile import (
     load_platforms,
     resolve,
 )
-from pipeline.settings_docs import SCHEMA_LINE
-from pipeline.settings_table import DEFAULTS
+from pipeline.settings.table import DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "platforms"
@@ -112,7 +112,7 @@ def test_ep_domains_from_the_data_table() -> None:
 
 def test_profile_imports_only_stdlib_and_yaml() -> None:
     code = (
-        "import sys, pipeline.profile; "
+        "import sys, pipeline.settings.resolve; "
         "print(sorted({'onnx', 'onnxruntime', 'numpy', 'doit'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

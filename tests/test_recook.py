@@ -118,9 +118,9 @@ def test_source_rewritten_with_the_same_size_and_mtime_is_cooked_again(tmp_path:
 
 
 def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path, monkeypatch) -> None:
-    from pipeline import cook as cook_module
+    from pipeline.build.stamps import OutputsIntact
+    from pipeline.cook import run as cook_module
     from pipeline.layout import cook_stamps_path
-    from pipeline.stamps import OutputsIntact
     from tests.models import mlp_model
     from tests.test_cook import job_for, save, shipped_settings
 
@@ -146,7 +146,7 @@ def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path
         != hashlib.sha256(source.read_bytes()).hexdigest()
     )
     # ...so the task is not up to date: the next `doit cook` cooks the new bytes.
-    from pipeline.tasks import cook_targets
+    from pipeline.build.tasks import cook_targets
 
     check = OutputsIntact("cook:android:net", cook_targets(job), cook_stamps_path(job.platform_dir, "net"))
     assert check() is False
@@ -305,7 +305,7 @@ def test_partly_failed_cook_keeps_the_previous_bundle_loadable(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path: Path) -> None:
-    from pipeline import publish
+    from pipeline.build import publish
 
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -386,7 +386,7 @@ def test_read_only_build_folder_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_all_nan_sample_inputs_are_refused(tmp_path: Path) -> None:
-    from pipeline.cook import cook as cook_one
+    from pipeline.cook.run import cook as cook_one
     from pipeline.errors import VerifyError
     from tests.models import mlp_model
     from tests.test_cook import job_for, save, shipped_settings
@@ -448,7 +448,7 @@ MESSAGES = {
 
 @pytest.mark.parametrize("case", sorted(MESSAGES))
 def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
-    from pipeline.cook import cook as cook_one
+    from pipeline.cook.run import cook as cook_one
     from pipeline.errors import CookError
     from tests.test_cook import job_for, save, shipped_settings
 
@@ -465,7 +465,7 @@ def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
 
 
 def test_digest_checker_uses_a_remembered_sha256_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
-    from pipeline.stamps import DigestChecker, file_state, remember
+    from pipeline.build.stamps import DigestChecker, file_state, remember
 
     memo = tmp_path / "memo"
     source = tmp_path / "model.onnx"

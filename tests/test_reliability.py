@@ -12,8 +12,8 @@ from pathlib import Path
 import onnx
 import pytest
 
+from pipeline.build.signing import keygen
 from pipeline.runtime import ChecksumMismatchError, SignatureError, decode_blob, open_bundle
-from pipeline.signing import keygen
 from tests.models import conv_bn_relu_model, large_matmul_model, mlp_model
 
 REPO = Path(__file__).resolve().parents[1]

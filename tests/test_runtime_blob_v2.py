@@ -146,7 +146,7 @@ def pseudo_model(size: int, seed: int = 3) -> bytes:
 
 
 def weights_of(arrays: dict[str, np.ndarray], codec: str = "auto", file: str = "w.onnx.data") -> Weights:
-    """A weights section as ``pipeline.weights.externalize`` lays one out: tensors at 64-byte offsets."""
+    """A weights section as ``pipeline.cook.weights.externalize`` lays one out: tensors at 64-byte offsets."""
     pieces, tensors, offset = [], [], 0
     for name, array in arrays.items():
         pad = -offset % WEIGHT_ALIGNMENT

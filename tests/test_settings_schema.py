@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from pipeline.errors import ProfileError
-from pipeline.profile import CookSettings, Platform, load_platforms
-from pipeline.settings_docs import (
+from pipeline.settings.docs import (
     README_PATH,
     README_TABLE,
     SCHEMA_LINE,
@@ -26,11 +25,12 @@ from pipeline.settings_docs import (
     schema_text,
     yaml_text,
 )
-from pipeline.settings_table import AS_ABOVE, COOK_SETTINGS, DEFAULTS, PLATFORM_SETTINGS, SETTINGS
+from pipeline.settings.resolve import CookSettings, Platform, load_platforms
+from pipeline.settings.table import AS_ABOVE, COOK_SETTINGS, DEFAULTS, PLATFORM_SETTINGS, SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "platforms").glob("*.yaml"))
-REGENERATE = "regenerate with `python -m pipeline.settings_docs --write`"
+REGENERATE = "regenerate with `python -m pipeline.settings.docs --write`"
 
 
 @pytest.fixture(scope="module")
@@ -150,4 +150,4 @@ def test_frozen_classes_get_their_fields_from_the_table() -> None:
     assert cook_fields == ["platform", *(setting.name for setting in COOK_SETTINGS)]
     platform_fields = [field.name for field in dataclasses.fields(Platform)]
     assert platform_fields == ["name", "path", *(setting.name for setting in PLATFORM_SETTINGS), "settings"]
-    assert CookSettings.__module__ == Platform.__module__ == "pipeline.profile"
+    assert CookSettings.__module__ == Platform.__module__ == "pipeline.settings.resolve"

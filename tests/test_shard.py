@@ -1,12 +1,12 @@
-"""Splitting a cook across agents (pipeline.shard, COOK_SHARD): a deterministic, balanced share."""
+"""Splitting a cook across agents (pipeline.farm.shard, COOK_SHARD): a deterministic, balanced share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.cache import CacheConfig
-from pipeline.shard import Shard, assign
-from pipeline.tasks import _passes, _shard_share
+from pipeline.build.tasks import _passes, _shard_share
+from pipeline.farm.cache import CacheConfig
+from pipeline.farm.shard import Shard, assign
 from tests.models import mlp_model
 from tests.test_cook import job_for, save, shipped_settings
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cook import cook
+from pipeline.build.manifest import write_manifest
+from pipeline.build.target_check import RuntimeCheckError, ensure_runtime, environment_dir, run_check
+from pipeline.cook.job import RuntimeCheck
+from pipeline.cook.run import cook
 from pipeline.errors import ProfileError
-from pipeline.job import RuntimeCheck
 from pipeline.layout import runtime_check_path
-from pipeline.manifest import write_manifest
-from pipeline.profile import load_platforms
-from pipeline.target_check import RuntimeCheckError, ensure_runtime, environment_dir, run_check
+from pipeline.settings.resolve import load_platforms
 from tests.models import conv_bn_relu_model, relu_model
 from tests.test_cook import job_for, save, shipped_settings
 
@@ -135,7 +135,7 @@ def test_runtime_versions_older_than_the_oldest_supported_are_refused(tmp_path: 
 
 
 def test_environment_folders_get_the_umasks_mode_for_a_shared_cache(tmp_path: Path) -> None:
-    from pipeline.target_check import make_staging
+    from pipeline.build.target_check import make_staging
 
     old = os.umask(0o002)  # a group-shared cache
     try:
@@ -146,8 +146,8 @@ def test_environment_folders_get_the_umasks_mode_for_a_shared_cache(tmp_path: Pa
 
 
 def test_stale_staging_folders_of_killed_builds_are_swept(tmp_path: Path) -> None:
+    from pipeline.build.target_check import sweep_stale_staging
     from pipeline.fsutil import STALE_TEMP_SECONDS
-    from pipeline.target_check import sweep_stale_staging
 
     stale = tmp_path / ".onnxruntime-1.24.4-py311.abc123"
     live = tmp_path / ".onnxruntime-1.28.0-py311.def456"

@@ -12,10 +12,10 @@ from onnx import numpy_helper
 from runtime_helpers import make_blob
 
 from bench.standard import STANDARD, export
-from pipeline.cook import cook
+from pipeline.cook.run import cook
+from pipeline.cook.verify import load_inputs, reference_outputs, verify
 from pipeline.errors import VerifyError
-from pipeline.settings_table import DEFAULT_VERIFY_SCALE
-from pipeline.verify import load_inputs, reference_outputs, verify
+from pipeline.settings.table import DEFAULT_VERIFY_SCALE
 from tests.models import conv_bn_relu_model, mlp_model, transformer_block_model
 from tests.test_cook import job_for, save, shipped_settings
 from tests.test_target_check import OLD_RUNTIME, check_for, run_check

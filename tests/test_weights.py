@@ -15,12 +15,12 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.cook import cook
+from pipeline.cook.run import cook
+from pipeline.cook.weights import AUTO_EXTERNAL_BYTES, MIN_EXTERNAL_TENSOR, externalize, wants_external
 from pipeline.layout import blob_path
-from pipeline.profile import ProfileError
 from pipeline.runtime import BundleError, read_header, session_from_blob, unpack_blob
 from pipeline.runtime.blob import WEIGHT_ALIGNMENT
-from pipeline.weights import AUTO_EXTERNAL_BYTES, MIN_EXTERNAL_TENSOR, externalize, wants_external
+from pipeline.settings.resolve import ProfileError
 from tests.models import model_of
 from tests.test_cook import job_for, save, settings_for, shipped_settings
 
@@ -283,7 +283,7 @@ def test_inspect_prints_stock_commands_that_unpack_a_loadable_pair(codec: str, t
 
 @pytest.fixture
 def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
-    from pipeline import large
+    from pipeline.cook import large
 
     monkeypatch.setattr(large, "PROTO_LIMIT", 1 << 20)
     monkeypatch.setattr(large, "GRAPH_ROOM", 0)
@@ -293,7 +293,7 @@ def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
 def test_model_over_the_proto_limit_cooks_for_onnx_with_external_weights(
     tmp_path: Path, small_limit: int
 ) -> None:
-    from pipeline.large import is_large
+    from pipeline.cook.large import is_large
 
     model = mlp()
     assert is_large(model)

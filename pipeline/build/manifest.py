@@ -1,0 +1,130 @@
+"""The per-platform manifest: the entries of every cooked model, merged once all cooks are done."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.build.publish import publish, retire
+from pipeline.build.target_check import verified_versions
+from pipeline.cook.key import BUNDLE_FORMAT, tool_versions
+from pipeline.errors import CookError
+from pipeline.fsutil import remove_stale_temps, write_json
+from pipeline.layout import digest_memo_dir, entry_path
+from pipeline.runtime.compat import parse_version
+from pipeline.runtime.constants import MANIFEST_NAME, MANIFEST_VERSION, Precision
+
+
+def write_manifest(
+    platform_dir: Path,
+    platform: str,
+    names: Sequence[str],
+    check_results: Sequence[Path] = (),
+    check_off_reason: str | None = None,
+    max_bundle_bytes: int = 0,
+) -> Path:
+    """Merge the entries of ``names`` into ``platform_dir/manifest.json`` (atomically).
+
+    Each entry's ``verified_on`` lists the onnxruntime versions its blob was run and compared on:
+    the cook's own, and the target's exact version from the runtime check (``check_results``).
+    """
+    checked: dict[str, set[str]] = {}
+    for result in check_results:
+        for name, version in verified_versions(result, names).items():
+            checked.setdefault(name, set()).add(version)
+    models = {}
+    for name in sorted(names):
+        path = entry_path(platform_dir, name)
+        try:
+            models[name] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CookError(
+                f"{path}: cannot read the cooked entry of {name!r} ({exc}); re-run `doit cook`"
+            ) from None
+        entry = models[name]
+        cooked = {entry["cooked_with"]["onnxruntime"]} if "outputs" in entry["verification"] else set()
+        entry["verified_on"] = sorted(cooked | checked.get(name, set()), key=parse_version)
+    check_bundle_budget(platform, models, max_bundle_bytes, platform_dir.parent)
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "platform": platform,
+        "bundle_format": BUNDLE_FORMAT,
+        "cooked_with": dict(tool_versions()),
+        "runtime_check": {"off": check_off_reason} if check_off_reason is not None else "on",
+        "models": models,
+    }
+    remove_stale_temps(platform_dir)
+    publish(platform_dir, models, digest_memo_dir(platform_dir.parent))  # every blob under its name first...
+    target = platform_dir / MANIFEST_NAME
+    write_json(target, manifest)  # ...then the switch
+    retire(platform_dir, models)  # blobs no manifest lists go after a grace period
+    return target
+
+
+def check_bundle_budget(
+    platform: str, models: Mapping[str, Mapping[str, Any]], budget: int, build: Path | None = None
+) -> None:
+    """Refuse a bundle over ``max_bundle_bytes``, naming its biggest models and what would shrink them
+    (measured where another platform of ``build`` cooked the model at a lower precision)."""
+    total = sum(entry["blob_size"] for entry in models.values())
+    if not budget or total <= budget:
+        return
+    biggest = sorted(models.items(), key=lambda item: -item[1]["blob_size"])[:3]
+    named = "; ".join(
+        f"{name} {entry['blob_size']:,} B ({shrink_hint(entry, measured_variants(build, name))})"
+        for name, entry in biggest
+    )
+    raise CookError(
+        f"platform {platform!r}: the bundle is {total:,} bytes, over its max_bundle_bytes of {budget:,} "
+        f"(no manifest written); biggest: {named}. Set `precision` for those models in their .cook.yaml, "
+        "leave some out with `skip_platforms`, or raise max_bundle_bytes"
+    )
+
+
+def shrink_hint(entry: Mapping[str, Any], measured: Mapping[str, tuple[int, str]] | None = None) -> str:
+    """What a lower precision would make of a blob: measured, where ``measured`` (precision ->
+    (blob size, platform), from ``measured_variants``) has it, else estimated from its weight bytes."""
+    precision = (entry.get("precision") or {}).get("precision", Precision.FP32.value)
+    if precision != Precision.FP32:
+        return f"already {precision}"
+    weights = entry.get("weight_bytes") or 0
+    estimates = {
+        Precision.FP16.value: entry["blob_size"] - weights // 2,
+        "int8": entry["blob_size"] - weights * 3 // 4,
+    }
+    found = dict(measured or {})
+    parts = []
+    for lower in (Precision.FP16.value, Precision.INT8_DYNAMIC.value, Precision.INT8_STATIC.value):
+        if lower in found:
+            size, where = found[lower]
+            parts.append(f"{size:,} B as {lower} (measured: its {where} blob)")
+    estimated = [
+        f"about {size:,} B as {name}"
+        for name, size in estimates.items()
+        if not any(key.startswith(name) for key in found)
+    ]
+    if estimated:
+        parts.append(", ".join(estimated) + " (estimated from its weights)")
+    return "fp32; " + "; ".join(parts)
+
+
+def measured_variants(build: Path | None, name: str) -> dict[str, tuple[int, str]]:
+    """The smallest blob of model ``name`` per lower precision among the platforms cooked in
+    ``build`` so far: precision -> (blob size, platform)."""
+    found: dict[str, tuple[int, str]] = {}
+    if build is None or not build.is_dir():
+        return found
+    for platform_dir in sorted(build.iterdir()):
+        path = entry_path(platform_dir, name)
+        if platform_dir.name.startswith(".") or not path.is_file():
+            continue
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            precision, size = entry["precision"]["precision"], int(entry["blob_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an entry being rewritten, or from an older cook: nothing measured there
+        if precision != Precision.FP32 and (precision not in found or size < found[precision][0]):
+            found[precision] = (size, platform_dir.name)
+    return found

@@ -1,0 +1,174 @@
+"""A cook's outputs: where each file goes, how staged files are put in place, and a cook answered by
+the cook cache.
+
+Light on purpose (standard library, plus numpy and zstandard through the blob's layout check): a
+cache hit needs neither onnx nor onnxruntime, so a warm agent's doit workers never import them. A
+miss imports ``pipeline.cook.run`` and cooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pipeline.build.stamps import hashed_sources, record, remembered_sources
+from pipeline.cook.job import CookJob
+from pipeline.cook.key import cook_key
+from pipeline.errors import CookError
+from pipeline.farm.cache import Cached, CookCache
+from pipeline.fsutil import atomic_write, json_bytes, stage_write, write_json
+from pipeline.layout import (
+    applied_variant_path,
+    blob_path,
+    cache_record_path,
+    cook_stamps_path,
+    digest_memo_dir,
+    entry_path,
+    step_times_path,
+    verify_data_path,
+)
+from pipeline.steptimes import recording, step
+
+Stamps = Mapping[str, list[Any]]  # source path -> [size, mtime_ns, ctime_ns, sha256] (pipeline.build.stamps)
+
+
+def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
+    """Cook one model for one platform; writes its blob and manifest entry, returns the entry.
+
+    With a ``cache``, an entry stored under the same cook key (and checked) is written instead of
+    cooking, and what a cook writes is stored. Raises a ``CookError`` whose message names the model
+    file, the platform and the fix; nothing is written unless every step passed.
+    """
+    asset, settings = job.asset, job.settings
+    context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
+    try:
+        with recording() as times:
+            entry, looked_up, known = from_cache(job, cache) if cache is not None else (None, None, None)
+            if entry is None:
+                from pipeline.cook.run import cook_source  # heavy: onnx and onnxruntime, for a real cook only
+
+                entry = cook_source(job, cache, looked_up, known)
+        write_json(step_times_path(job.platform_dir, asset.name), times)
+        _record_cache_use(job, cache)
+        return entry
+    except CookError as exc:
+        raise exc.in_context(**context) from None
+    except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
+        raise CookError(
+            f"cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
+            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)",
+            **context,
+        ) from None
+
+
+def _record_cache_use(job: CookJob, cache: CookCache | None) -> None:
+    """What the cache did for this cook, for the summary at the end of ``doit cook``."""
+    path = cache_record_path(job.platform_dir, job.asset.name)
+    try:
+        if cache is None:
+            path.unlink(missing_ok=True)
+        else:  # a statistic: lost to a power cut, it is only missing from one summary
+            atomic_write(path, json_bytes(cache.record()), durable=False)
+    except OSError:
+        pass  # the cook is done and in place: a missing statistic does not undo it
+
+
+def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, str | None, Stamps | None]:
+    """The entry of a cache hit, put in place, or None; the cook key looked up (if any), and the
+    sources' state and digests it was computed from (for a cook after a miss).
+
+    A lookup needs the sources' digests, not their bytes: remembered from another platform's cook of
+    this model while the files are unchanged since (size and times), else hashed from disk without
+    holding them in memory."""
+    asset = job.asset
+    known = remembered_sources(asset, digest_memo_dir(job.platform_dir.parent))
+    if known is None:
+        with step("read and hash the sources"):
+            known = hashed_sources(asset)
+    if not known:  # a source changed while it was hashed: the cook reads it and decides
+        return None, None, None
+    key = cook_key(job.task_key, {Path(path).name: stamp[3] for path, stamp in known.items()})
+    return lookup(job, cache, key, known), key, known
+
+
+def lookup(job: CookJob, cache: CookCache, key: str, sources: Stamps) -> dict[str, Any] | None:
+    """The entry stored under ``key``, checked and put in place (``sources``: the state of the source
+    files the key was computed from, recorded with it), or None."""
+    staged_as = blob_path(job.platform_dir, job.asset.name, job.settings.format)
+    with step("cook cache lookup"):
+        cached = cache.fetch(
+            key,
+            job.asset.name,
+            job.settings.platform,
+            staged_as.relative_to(job.platform_dir).as_posix(),
+            dests(job),
+        )
+    if cached is None:
+        return None
+    return _commit_cached(job, cached, sources)
+
+
+def _commit_cached(job: CookJob, cached: Cached, sources: Stamps) -> dict[str, Any]:
+    try:
+        with step("write the outputs"):
+            return commit(job, cached.staged, sources, cached.digests)
+    finally:
+        cached.discard()  # after a failure (a committed file is gone from its temp name already)
+
+
+def paths(job: CookJob) -> dict[str, Path]:
+    """Where a cook writes each file it can write, by role."""
+    platform_dir, name = job.platform_dir, job.asset.name
+    return {
+        "blob": blob_path(platform_dir, name, job.settings.format),
+        "entry": entry_path(platform_dir, name),
+        "verify": verify_data_path(platform_dir, name),
+    }
+
+
+def dests(job: CookJob) -> dict[str, Path]:
+    """Where a cook of this job's settings writes its files, by role: a cache entry for it must hold
+    exactly these roles."""
+    return {role: path for role, path in paths(job).items() if role != "verify" or job.settings.verify}
+
+
+def commit(
+    job: CookJob, staged: Mapping[str, Path], sources: Stamps, digests: Mapping[str, str]
+) -> dict[str, Any]:
+    """Put what a cook made (or a cache entry holds), staged beside its place by role, each file in
+    place with one rename, the manifest entry last; record it all with the files' sha256s
+    (``digests``, by role) and the sources' state, for the up-to-date checks. Returns the entry."""
+    where = paths(job)
+    if "verify" not in staged:  # verify is off: no task lists the file
+        where["verify"].unlink(missing_ok=True)
+    applied_variant_path(job.platform_dir, job.asset.name).unlink(missing_ok=True)  # older cooks kept it
+    for role in ("verify", "blob", "entry"):  # the entry last: it names the others
+        if role in staged:
+            os.replace(staged[role], where[role])
+    record(
+        list(where.values()),
+        cook_stamps_path(job.platform_dir, job.asset.name),
+        sources=sources,
+        digests={where[role]: digest for role, digest in digests.items()},
+        memo_dir=digest_memo_dir(job.platform_dir.parent),
+    )
+    return json.loads(where["entry"].read_bytes())
+
+
+@contextmanager
+def staged_files(files: Mapping[str, bytes], where: Mapping[str, Path]) -> Iterator[dict[str, Path]]:
+    """``files`` (by role) written to temp files beside ``where[role]``, fsync'd; whatever is still
+    under a temp name when the block ends (a failure before ``commit``) is removed."""
+    staged: dict[str, Path] = {}
+    try:
+        with step("write the outputs"):
+            for role, data in files.items():
+                staged[role] = stage_write(where[role], data)
+        yield staged
+    finally:
+        for temp in staged.values():
+            temp.unlink(missing_ok=True)

@@ -1,0 +1,199 @@
+"""doit's reporter for `doit cook`: a live progress line on a terminal, the cook report at the end.
+
+On a terminal, one line at the bottom says how many cook tasks are done of how many, which models
+are cooking, the time since the start and an estimate of what is left; it is redrawn as tasks start
+and end, and cleared before doit's own summary. Off a terminal (CI logs, pipes) the output is doit's
+plain lines, unchanged. Either way, the end of a run writes ``<build>/report.html`` (pipeline.report.report),
+with the failures of that run. Loaded by dodo.py: standard library and doit only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from doit.reporter import ConsoleReporter
+
+CLEAR = "\r\x1b[K"
+
+
+def is_cook_task(name: str) -> bool:
+    """``cook:<platform>:<model>``: one (platform, model) cook, the unit the line counts."""
+    return name.startswith("cook:") and name.count(":") >= 2
+
+
+class CookReporter(ConsoleReporter):
+    """ConsoleReporter, plus the live line (terminals only) and the report at the end of a run."""
+
+    build: Path = Path("build")  # set by reporter_for
+
+    def __init__(self, outstream: TextIO, options: dict[str, Any]) -> None:
+        super().__init__(outstream, options)
+        self.live = bool(getattr(outstream, "isatty", lambda: False)())
+        self.total = 0
+        self.done = 0
+        self.running: dict[str, float] = {}
+        self.cook_seconds: list[float] = []
+        self.started = time.monotonic()
+        self.ran_any = False  # a run that executed or skipped a task (not `doit clean`)
+        self.cache = CacheTally()
+
+    # --- doit's reporter interface -------------------------------------------------------------------
+
+    def initialize(self, tasks: Any, selected_tasks: Any) -> None:
+        super().initialize(tasks, selected_tasks)
+        selected = set(selected_tasks or ()) or {"cook"}
+        # the cook tasks this run may execute: the selected ones, or those of a selected group
+        self.total = sum(
+            1
+            for name in tasks
+            if is_cook_task(name)
+            and (name in selected or any(name.startswith(f"{group}:") for group in selected))
+        )
+        from pipeline.report.report import clear_failures
+
+        clear_failures(self.build)  # the report shows the failures of this run
+
+    def execute_task(self, task: Any) -> None:
+        self.ran_any = True
+        if is_cook_task(task.name):
+            self.running[task.name] = time.monotonic()
+        if self.live:
+            self._draw()
+        else:
+            super().execute_task(task)
+
+    def add_success(self, task: Any) -> None:
+        super().add_success(task)
+        self._finished(task)
+        if is_cook_task(task.name):
+            self.cache.add(self.build, task.name)
+        from pipeline.report.report import clear_failure
+
+        clear_failure(self.build, task.name)
+
+    def add_failure(self, task: Any, fail: Any) -> None:
+        if self.live:
+            self.outstream.write(CLEAR)
+        super().add_failure(task, fail)
+        self._finished(task)
+        if type(fail).__name__ != "UnmetDependency":  # tasks skipped for another's failure: not news
+            from pipeline.report.report import record_failure
+
+            record_failure(self.build, task.name, fail.get_msg().strip())
+
+    def skip_uptodate(self, task: Any) -> None:
+        self.ran_any = True
+        if self.live:
+            self._finished(task)
+        else:
+            super().skip_uptodate(task)
+            self._finished(task)
+
+    def complete_run(self) -> None:
+        if self.live:
+            self.outstream.write(CLEAR)
+        super().complete_run()
+        if not self.ran_any:
+            return
+        if self.cache.cooks:
+            self.outstream.write(self.cache.summary() + "\n")
+        try:
+            from pipeline.report.report import write_report
+
+            path = write_report(self.build)
+            self.outstream.write(f"report: {path}\n")
+        except Exception as exc:  # noqa: BLE001  the report never fails a cook
+            self.outstream.write(f"warning: cannot write the cook report: {exc}\n")
+
+    # --- the live line -----------------------------------------------------------------------------
+
+    def _finished(self, task: Any) -> None:
+        started = self.running.pop(task.name, None)
+        if is_cook_task(task.name):
+            self.done += 1
+            if started is not None:
+                self.cook_seconds.append(time.monotonic() - started)
+        if self.live:
+            self._draw()
+
+    def _draw(self) -> None:
+        elapsed = time.monotonic() - self.started
+        names = ", ".join(name.split(":", 1)[1] for name in list(self.running)[:3])
+        more = f" +{len(self.running) - 3}" if len(self.running) > 3 else ""
+        left = ""
+        if self.cook_seconds and self.total > self.done:
+            # cook tasks still to run, at the average pace so far, as many at a time as now run
+            pace = sum(self.cook_seconds) / len(self.cook_seconds)
+            left = f", about {_clock(pace * (self.total - self.done) / max(len(self.running), 1))} left"
+        line = f"[{self.done}/{self.total} cooked] {names}{more} | {_clock(elapsed)} elapsed{left}"
+        width = _width()
+        self.outstream.write(CLEAR + line[: width - 1] + "\r")
+        self.outstream.flush()
+
+
+class CacheTally:
+    """What the cook cache did for the cook tasks this run executed, from each one's record
+    (``pipeline.layout.cache_record_path``, written by the task in its worker process)."""
+
+    RESULTS = ("hit", "miss", "refused", "unusable")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.RESULTS, 0)
+        self.bytes_in = self.bytes_up = 0
+        self.saved_s = 0.0
+
+    @property
+    def cooks(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, build: Path, task_name: str) -> None:
+        from pipeline.layout import cache_record_path
+
+        _, platform, model = task_name.split(":", 2)
+        try:
+            record = json.loads(cache_record_path(build / platform, model).read_text(encoding="utf-8"))
+            result = record["result"]
+            self.counts[result] += 1
+            self.bytes_in += int(record["bytes_in"])
+            self.bytes_up += int(record["bytes_up"])
+            self.saved_s += float(record["saved_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # no cache for this cook (no record), or a record from another cooker version
+
+    def summary(self) -> str:
+        """One line: ``cook cache: 60 hits, 4 misses; 1.63 GB in, 0.21 GB up; about 1:35 of cooking
+        saved``."""
+        words = {
+            "hit": ("hit", "hits"),
+            "miss": ("miss", "misses"),
+            "refused": ("refused (cooked again)",) * 2,
+        }
+        words["unusable"] = ("cooked without it (unusable)", "cooked without it (unusable)")
+        parts = [
+            f"{count} {words[result][count != 1]}"
+            for result, count in self.counts.items()
+            if count or result in ("hit", "miss")
+        ]
+        from pipeline.farm.admin import human_size  # standard library only, as this module
+
+        moved = f"{human_size(self.bytes_in)} in, {human_size(self.bytes_up)} up"
+        return f"cook cache: {', '.join(parts)}; {moved}; about {_clock(self.saved_s)} of cooking saved"
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def _width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def reporter_for(build: Path) -> type[CookReporter]:
+    """The reporter class doit instantiates (DOIT_CONFIG['reporter']), bound to this build folder."""
+    return type("CookReporter", (CookReporter,), {"build": build})

@@ -1,0 +1,131 @@
+"""Replacing a bundle as one unit: readers see the complete old bundle or the complete new one.
+
+Cooks write their blobs into ``.entries/`` (staging), never under a name a manifest lists. The
+manifest task then *publishes* each blob under a name that carries its content hash
+(``<name>.<sha256[:16]>.<format>.ocb``: a published file never changes), writes the new
+manifest atomically (the single commit point), and only then retires the blobs the new manifest no
+longer lists. A retired blob is deleted once it has been unreferenced for ``GRACE_SECONDS``, so a
+reader that opened the previous manifest keeps working meanwhile. After a cook that fails part
+way, no manifest is written: the previous manifest and every blob it names stay as they were.
+
+Standard library and doit (through pipeline.build.stamps) only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pipeline.build.stamps import file_state, known_sha256, remember
+from pipeline.errors import CookError
+from pipeline.fsutil import copy_hashed, file_sha256, write_json
+from pipeline.layout import BLOB_SUFFIX, OLD_BLOB_SUFFIXES, STAMPS_DIR
+
+# How long a blob stays after a new manifest stopped listing it: readers that opened the previous
+# manifest (an editor hot-reloading, a test runner, a packaging step) finish with it meanwhile.
+GRACE_SECONDS = 15 * 60
+RETIRED_NAME = "retired.json"
+
+
+def published_name(name: str, model_format: str, blob_sha256: str) -> str:
+    """Where a blob is published in its platform folder (a POSIX path relative to it)."""
+    return f"{name}.{blob_sha256[:16]}.{model_format}.{BLOB_SUFFIX}"
+
+
+def publish(platform_dir: Path, models: Mapping[str, dict[str, Any]], memo_dir: Path | None = None) -> None:
+    """Give each entry's blob (``file``, staged) its published name; ``file`` is updated in place.
+
+    A published file with the right sha256 is kept as is (hard-linked or copied once); one that
+    differs (damaged) is replaced. ``memo_dir``: the digests the cooks remembered
+    (``pipeline.build.stamps``); a file they describe as it is now is not read again, and a hard link of a
+    remembered staged blob is remembered too (a link changes the file's ctime, not its bytes).
+    """
+    for name, entry in models.items():
+        staged = platform_dir / entry["file"]
+        relative = published_name(name, entry["format"], entry["blob_sha256"])
+        target = platform_dir / relative
+        if not _holds(target, entry["blob_sha256"], memo_dir):
+            remembered = memo_dir is not None and known_sha256(memo_dir, staged) == entry["blob_sha256"]
+            if _place(staged, target, entry["blob_sha256"]) and remembered:
+                assert memo_dir is not None
+                for path in (staged, target):
+                    remember(memo_dir, path, [*file_state(path), entry["blob_sha256"]])
+        entry["file"] = relative
+
+
+def _holds(path: Path, sha256: str, memo_dir: Path | None = None) -> bool:
+    if memo_dir is not None and known_sha256(memo_dir, path) == sha256:
+        return True
+    try:
+        return file_sha256(path) == sha256
+    except OSError:
+        return False
+
+
+def _place(staged: Path, target: Path, sha256: str) -> bool:
+    """``staged`` under the name ``target``: a hard link where the file system has them (no copy; then
+    True), else a copy, which must have ``sha256``; atomically either way."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.link.tmp")
+    temp.unlink(missing_ok=True)
+    try:
+        os.link(staged, temp)
+        linked = True
+    except OSError:  # no hard links here: a streamed copy (fsync'd), never the whole blob in memory
+        if copy_hashed(staged, temp) != sha256:
+            temp.unlink(missing_ok=True)
+            raise CookError(
+                f"{staged}: its bytes no longer match its manifest entry (damaged since the cook); "
+                "run `doit cook` again to cook it anew"
+            ) from None
+        linked = False
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return linked
+
+
+def published_files(platform_dir: Path) -> list[Path]:
+    """Every published blob in the folder (not the staged ones under dot-folders)."""
+    return [
+        path
+        for suffix in (BLOB_SUFFIX, *OLD_BLOB_SUFFIXES)
+        for path in platform_dir.rglob(f"*.{suffix}")
+        if not any(part.startswith(".") for part in path.relative_to(platform_dir).parts)
+    ]
+
+
+def retire(platform_dir: Path, listed: Mapping[str, dict[str, Any]], now: float | None = None) -> None:
+    """After the new manifest is in place: note when each unlisted blob became unreferenced, and
+    delete those unreferenced for longer than GRACE_SECONDS."""
+    now = time.time() if now is None else now
+    keep = {str(PurePosixPath(entry["file"])) for entry in listed.values()}
+    ledger_path = platform_dir / STAMPS_DIR / RETIRED_NAME
+    try:
+        ledger = {str(k): float(v) for k, v in json.loads(ledger_path.read_text(encoding="utf-8")).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        ledger = {}
+    current = {}
+    for path in published_files(platform_dir):
+        relative = path.relative_to(platform_dir).as_posix()
+        if relative in keep:
+            continue
+        since = ledger.get(relative, now)
+        if now - since >= GRACE_SECONDS:
+            path.unlink(missing_ok=True)
+        else:
+            current[relative] = since
+    write_json(ledger_path, current)
+
+
+def remove_published(platform_dir: Path) -> None:
+    """``doit clean``: every published blob and the ledger go with the manifest."""
+    for path in published_files(platform_dir):
+        path.unlink(missing_ok=True)
+    (platform_dir / STAMPS_DIR / RETIRED_NAME).unlink(missing_ok=True)

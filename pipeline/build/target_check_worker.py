@@ -1,0 +1,203 @@
+"""Load and run cooked blobs in whatever onnxruntime this interpreter has; print a JSON report.
+
+Runs inside the isolated environment of a target's exact onnxruntime version, started by
+``pipeline.build.target_check``; imports only the runtime loader, numpy and the standard library.
+
+Each blob is loaded the ways a game loads it, each compared with the source's outputs: from memory
+(``session_from_blob``) and from its file (``Bundle.session``), along the load path the loader
+picks in this version (where onnxruntime refuses a faster one for the model, the fallback it takes
+is what is compared; the report names the refusal); every load must give the source's outputs.
+Where the loader uses behaviour onnxruntime does not promise (``UNPROMISED``), the report also
+records whether the weights were used in place: the caller's buffer zeroed after the session was
+made, do the outputs change? (Not where optimizers computed new weights: then "not in place".)
+
+    python -m pipeline.build.target_check_worker <platform dir> <name> [<name> ...]
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import sys
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime
+
+from pipeline.cook.compare import compare
+from pipeline.layout import entry_path, verify_data_path
+from pipeline.runtime import BundleError, session_from_blob
+from pipeline.runtime.blob import check_blob
+from pipeline.runtime.loadpaths import BlobFile, LoadPath
+from pipeline.runtime.session import load_info, session_from_checked
+
+CPU_ONLY = ["CPUExecutionProvider"]
+# Paths whose in-place use rests on behaviour onnxruntime does not document: proven on every check.
+UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS})
+FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_in_place
+
+
+def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
+    entry = json.loads(entry_path(platform_dir, name).read_text(encoding="utf-8"))
+    blob_path = platform_dir / entry["file"]
+    blob = blob_path.read_bytes()
+    try:
+        session = session_from_blob(blob, providers=CPU_ONLY)
+    except BundleError as exc:
+        return {"ok": False, "error": f"cannot load: {exc}"}
+    data_path = verify_data_path(platform_dir, name)
+    if not data_path.is_file():
+        return {"ok": True, "error": None, "outputs": "loaded only (verify is off for this model)"}
+    try:
+        with np.load(data_path, allow_pickle=False) as data:
+            feeds = {k.removeprefix("input/"): data[k] for k in data.files if k.startswith("input/")}
+            expected = {k.removeprefix("output/"): data[k] for k in data.files if k.startswith("output/")}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # fails its model, not the check
+        return {"ok": False, "error": f"cannot read {data_path.name}: {exc}"}
+    names = list(expected) or None  # no stored outputs (sequences, maps): run, do not compare
+    # The tolerances the cook verified with: the settings', raised for a lower-precision variant.
+    tolerances = {**entry["settings"], **entry.get("verification", {})}
+    noise = {
+        output["name"]: (output.get("noise_rel_l2", 0.0), output.get("noise_of_range", 0.0))
+        for output in entry.get("verification", {}).get("outputs", [])
+    }
+
+    def outputs_of(made: onnxruntime.InferenceSession) -> dict[str, Any]:
+        return dict(zip(names or [], made.run(names, feeds), strict=True))
+
+    def problem(made: onnxruntime.InferenceSession) -> tuple[str | None, list[Any]]:
+        actual = outputs_of(made)
+        rtol, atol = tolerances["rtol"], tolerances["atol"]
+        results = compare(
+            expected,
+            actual,
+            rtol,
+            atol,
+            tolerances.get("atol_of_range", 0.0),
+            tolerances.get("scale", 0.0),
+            noise,
+        )
+        failed = [r for r in results if not r.ok]
+        if not failed:
+            return None, results
+        details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}" for r in failed)
+        return f"outputs differ beyond rtol={rtol:g}, atol={atol:g} ({details})", results
+
+    try:
+        if names is None:
+            session.run(None, feeds)
+            return {"ok": True, "error": None, "outputs": "ran (its outputs have no .npz form to compare)"}
+        error, results = problem(session)
+    except Exception as exc:  # onnxruntime's run errors
+        return {"ok": False, "error": f"fails to run: {exc}"}
+    paths = load_paths(blob_path, blob, session, error, problem, outputs_of)
+    error = error or (
+        f"load path {paths['file']['path']} (from the blob file): {paths['file']['error']}"
+        if paths["file"]["error"]
+        else None
+    )
+    return {
+        "ok": error is None,
+        "error": error,
+        "outputs": [r.__dict__ for r in results],
+        "load_paths": paths,
+    }
+
+
+def load_paths(
+    blob_path: Path,
+    blob: bytes,
+    session: onnxruntime.InferenceSession,
+    error: str | None,
+    problem: Callable[[onnxruntime.InferenceSession], tuple[str | None, list[Any]]],
+    outputs_of: Callable[[onnxruntime.InferenceSession], Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """The ways a game loads the blob in this onnxruntime, each compared with the source: from
+    memory (``session``, made and compared by the caller) and from the blob file; the unpromised
+    door's in-place use recorded. Returns {source: {"path", "in_place", "error", ...}}."""
+    info = load_info(session)
+    report: dict[str, dict[str, Any]] = {
+        "memory": {
+            "path": info.path.value,
+            "in_place": info.in_place,
+            "error": error,
+            "refused": info.refused,
+        }
+    }
+    try:
+        made = _from_file(blob_path)
+        file_error, _ = problem(made)
+        file_info = load_info(made)
+        report["file"] = {"path": file_info.path.value, "in_place": file_info.in_place, "error": file_error}
+        del made
+    except Exception as exc:  # noqa: BLE001  a BundleError or a run error: this path fails
+        report["file"] = {"path": None, "in_place": False, "error": f"{type(exc).__name__}: {exc}"}
+    chosen = info.path
+    if chosen in UNPROMISED and not error:
+        # Outputs equal is the proof that matters (checked above); whether the weights are used in
+        # place is recorded: onnxruntime computes new weights of its own where optimizers fuse
+        # nodes (Conv+BatchNormalization), on every path.
+        try:
+            report["memory"]["in_place_proof"] = _prove_in_place(blob, chosen, outputs_of)
+        except Exception as exc:  # noqa: BLE001  recorded, not fatal: the loads above passed
+            report["memory"]["in_place_proof"] = f"not shown ({type(exc).__name__}: {exc})"
+    return report
+
+
+def _from_file(blob_path: Path) -> onnxruntime.InferenceSession:
+    """What ``Bundle.session`` does with a blob file: map it, and offer it to onnxruntime."""
+    fd = os.open(blob_path, os.O_RDONLY)
+    try:
+        mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        checked = check_blob(mapping)
+        return session_from_checked(checked, providers=CPU_ONLY, model_file=BlobFile(fd, str(blob_path)))
+    finally:
+        os.close(fd)
+
+
+def _prove_in_place(
+    blob: bytes, path: LoadPath, outputs_of: Callable[[onnxruntime.InferenceSession], Mapping[str, Any]]
+) -> str:
+    """ "in place", "not in place", or "not observable" (the outputs do not depend on the weights'
+    values): a session made from a copy of the blob (prepacking off, so that no packed copy hides
+    the weights), then the copy's weights zeroed."""
+    buffer = bytearray(blob)
+    session = session_from_blob(buffer, providers=CPU_ONLY, low_memory=True, load_path=path.value)
+    before = outputs_of(session)
+    weights = [f for f in check_blob(blob).header.frames if f.section == "weights" and f.codec == "raw"]
+    for frame in weights:
+        buffer[frame.data_offset : frame.data_offset + frame.content_size] = bytes(frame.content_size)
+    after = outputs_of(session)
+    changed = any(not np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
+    if changed:
+        return "in place"
+    # Unchanged: the weights were copied, or the outputs do not depend on their values. A session
+    # that copies the zeroed weights tells which.
+    zeroed = session_from_checked(
+        check_blob(bytes(buffer), check_raw=False),
+        providers=CPU_ONLY,
+        low_memory=True,
+        load_path=FALLBACK.value,
+    )
+    depends = any(
+        not np.array_equal(np.asarray(before[k]), np.asarray(v)) for k, v in outputs_of(zeroed).items()
+    )
+    return "not in place" if depends else "not observable"
+
+
+def main(argv: list[str]) -> int:
+    platform_dir, names = Path(argv[0]), argv[1:]
+    report = {
+        "onnxruntime": onnxruntime.__version__,
+        "models": {n: check_model(platform_dir, n) for n in names},
+    }
+    sys.stdout.write(json.dumps(report) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,55 @@
+"""The cook key: everything that goes into a bundle, and nothing else (docs/design.md, "The cook key").
+
+Loaded by ``dodo.py`` at task-loading time: standard library only. The versions of onnx and
+onnxruntime come from package metadata, so that computing the key never imports them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
+
+# Bump RECIPE whenever the cooking recipe changes what it writes for the same inputs.
+# 2: precision and weight_bytes in every entry; 3: applied variants kept only when needed;
+# 4: newer IR / opset lowered for the target (downgrade), the exact weight guard
+RECIPE = 4
+BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
+ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
+
+
+@cache
+def tool_versions() -> Mapping[str, str]:
+    """Versions of the libraries that shape a cooked model."""
+    return {"onnx": _version(("onnx",)), "onnxruntime": _version(ONNXRUNTIME_DISTRIBUTIONS)}
+
+
+def _version(distributions: Iterable[str]) -> str:
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def task_key(settings: Mapping[str, Any]) -> str:
+    """The part of the key doit compares at load time (``config_changed``): settings and versions.
+
+    Source bytes are tracked by doit's ``file_dep`` instead, so loading tasks never hashes models.
+    """
+    return canonical_json({"bundle_format": BUNDLE_FORMAT, "settings": settings, "tools": tool_versions()})
+
+
+def cook_key(task_key_text: str, sources: Mapping[str, str]) -> str:
+    """The full key recorded in blob and manifest: the task key plus the sha256 of every source file."""
+    return hashlib.sha256(canonical_json({"task": task_key_text, "sources": sources}).encode()).hexdigest()

@@ -1,0 +1,161 @@
+"""Optimize and serialize (step 3 of a cook) with the CPU execution provider only.
+
+The one place where a platform's settings become onnxruntime session options for cooking.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnxruntime
+
+from pipeline.cook.facts import onnx_graphs
+from pipeline.cook.large import session_input, tensor_bytes
+from pipeline.errors import ModelError
+from pipeline.runtime.constants import Arch, ModelFormat, OptimizationStyle
+from pipeline.settings.resolve import CookSettings
+
+# Never a GPU EP: with DirectML registered, partitioning steals initializers and the saved file has
+# no weights (docs/design.md, "Cooking with the CPU EP only").
+COOK_PROVIDERS = ["CPUExecutionProvider"]
+LEVELS = {
+    "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def disabled_optimizers(settings: CookSettings) -> list[str]:
+    """NCHWc layouts depend on the build machine's vector width: only for x86_64 targets that ask."""
+    if settings.arch == Arch.X86_64 and settings.allow_nchwc:
+        return []
+    return ["NchwcTransformer"]
+
+
+def session_options(settings: CookSettings, output: Path, saved: str = "save") -> onnxruntime.SessionOptions:
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = LEVELS[settings.optimization_level]
+    options.optimized_model_filepath = str(output)
+    options.log_severity_level = 3  # the NCHWc warning is handled by disabled_optimizers
+    # As onnxruntime's own converter does: int8 QDQ kernels are a win on arm only.
+    options.add_session_config_entry("session.qdqisint8allowed", "1" if settings.arch == Arch.ARM64 else "0")
+    if settings.format == ModelFormat.ORT:
+        options.add_session_config_entry("session.save_model_format", "ORT")
+        if settings.optimization_style == OptimizationStyle.RUNTIME:
+            options.add_session_config_entry("optimization.minimal_build_optimizations", saved)
+    return options
+
+
+def optimize_large(
+    model: onnx.ModelProto, settings: CookSettings, work_dir: Path | None = None
+) -> onnx.ModelProto:
+    """``optimize`` for an ONNX-format model over protobuf's 2 GB limit: the optimized model is saved
+    with external data and returned as a proto holding its weights in memory."""
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
+        output = Path(tmp) / "model.onnx"
+        options = session_options(settings, output)
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", "model.data"
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+        _run(model, settings, options, work_dir)
+        optimized = onnx.load_model(str(output), load_external_data=True)
+    _drop_unused_opsets(optimized)
+    return optimized
+
+
+def _run(
+    model: onnx.ModelProto,
+    settings: CookSettings,
+    options: onnxruntime.SessionOptions,
+    work_dir: Path | None,
+    also_disabled: tuple[str, ...] = (),
+) -> None:
+    """Create the cooking session (which writes the optimized model); clean errors otherwise."""
+    output = Path(options.optimized_model_filepath)
+    try:
+        with session_input(model, work_dir) as source:
+            onnxruntime.InferenceSession(
+                source,
+                sess_options=options,
+                providers=COOK_PROVIDERS,
+                disabled_optimizers=[*disabled_optimizers(settings), *also_disabled],
+            )
+    except Exception as exc:  # onnxruntime raises Fail, InvalidGraph, NotImplemented, RuntimeError...
+        free = shutil.disk_usage(output.parent).free
+        if free < 2 * tensor_bytes(model):  # onnxruntime's message does not say why it could not save
+            raise ModelError(
+                f"cannot save the optimized model into {output.parent}: No space left on device "
+                f"({free:,} bytes free); free disk space and run `doit cook` again"
+            ) from None
+        hint = _hint(str(exc))
+        if settings.format == ModelFormat.ORT and "do not support type" in str(exc):
+            hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
+            hint += ".cook.yaml"
+        raise ModelError(
+            f"onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
+            f"(into {output.parent}): {exc}{hint}"
+        ) from None
+
+
+def _hint(message: str) -> str:
+    """The fix for onnxruntime failures whose own message names none."""
+    unknown = re.search(r"(\S+):(\S+)\(-?\d+\) is not a registered function/op", message)
+    if unknown:
+        domain, op = unknown.groups()
+        return (
+            f"; operator {op!r} of domain {domain!r} is unknown to onnxruntime (a custom operator): the "
+            "cooker optimizes and verifies with onnxruntime, so re-export the model with standard ONNX "
+            "operators, or leave it out of this platform with `skip_platforms` in its .cook.yaml"
+        )
+    return ""
+
+
+def optimize(
+    model: onnx.ModelProto,
+    settings: CookSettings,
+    work_dir: Path | None = None,
+    *,
+    saved: str = "save",
+    also_disabled: tuple[str, ...] = (),
+) -> bytes:
+    """The optimized model in the platform's format, as bytes.
+
+    For the runtime style, ``saved="save"`` records the optimizations beyond basic for replay (what
+    ships) and ``saved="apply"`` applies them (used only to list the operators a replay needs).
+
+    onnxruntime only writes optimized models to a file: a temp folder in ``work_dir`` (the build
+    folder, where the next manifest write sweeps what a killed cook left) holds it meanwhile.
+    """
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
+        output = Path(tmp) / f"model.{settings.format}"
+        _run(model, settings, session_options(settings, output, saved), work_dir, also_disabled)
+        data = output.read_bytes()
+    return data if settings.format == ModelFormat.ORT else tidy_onnx(data)
+
+
+def tidy_onnx(data: bytes) -> bytes:
+    """Drop the opset imports onnxruntime adds for every domain it knows but the model does not use.
+
+    Unused imports such as ``ai.onnx.preview`` would otherwise make older runtimes refuse the model.
+    """
+    model = onnx.load_model_from_string(data)
+    _drop_unused_opsets(model)
+    return model.SerializeToString()
+
+
+def _drop_unused_opsets(model: onnx.ModelProto) -> None:
+    used = {node.domain for graph in onnx_graphs(model.graph) for node in graph.node}
+    kept = [o for o in model.opset_import if o.domain in ("", "ai.onnx") or o.domain in used]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)

@@ -1,0 +1,284 @@
+"""Verify (step 6 of a cook): prove the cooked blob computes what the source computes.
+
+The blob is loaded through ``pipeline.runtime``, the loader games ship, so what is verified is what
+ships. The reference is the source model run by onnxruntime with optimizations off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+
+from pipeline.cook.compare import OF_RANGE_FACTOR, OutputDifference, compare, scale_figures
+from pipeline.cook.facts import feed_inputs
+from pipeline.cook.large import session_input
+from pipeline.cook.precision import VERIFY_ATOL_OF_RANGE
+from pipeline.errors import VerifyError
+from pipeline.fsutil import atomic_write
+from pipeline.runtime import BundleError, session_from_blob
+from pipeline.settings.resolve import CookSettings
+
+SEED = 20240531
+# Synthesized verification inputs are sized by verify_dims; past this, ask for sample inputs instead.
+MAX_SYNTHESIZED_BYTES = 1 << 30
+CPU_ONLY = ["CPUExecutionProvider"]
+# The cooker loads the blob it just wrote whatever its size (games keep the loader's 2 GiB guard).
+TRUSTED_SIZE = 1 << 62
+# Bump when what reference_outputs computes changes: remembered references are then recomputed.
+REFERENCE_RECIPE = 1
+
+
+def _fix_hint(where: str, settings_path: str) -> str:
+    return f"add `verify_dims: {{<dim>: <size>}}` to {settings_path} or ship sample inputs as {where}"
+
+
+def synthesize_inputs(
+    model: onnx.ModelProto, dims: Mapping[str, int], *, settings_hint: str, inputs_hint: str
+) -> dict[str, np.ndarray]:
+    """Seeded inputs that match the model's input signature; symbolic dims come from ``dims``."""
+    rng = np.random.default_rng(SEED)
+    feeds = {}
+    for value in feed_inputs(model.graph):
+        tensor_type = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            raise VerifyError(
+                f"input {value.name!r} is not a tensor; ship sample inputs as {inputs_hint} "
+                "(keys = input names)"
+            )
+        shape = []
+        for dim in tensor_type.shape.dim:
+            if dim.HasField("dim_value"):
+                shape.append(dim.dim_value)
+            elif dim.dim_param and dim.dim_param in dims:
+                shape.append(dims[dim.dim_param])
+            else:
+                label = dim.dim_param or "(unnamed)"
+                raise VerifyError(
+                    f"input {value.name!r} has symbolic dimension {label!r} with no size to verify with; "
+                    + _fix_hint(inputs_hint, settings_hint)
+                )
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+        size = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn as float64 first
+        if size > MAX_SYNTHESIZED_BYTES:
+            raise VerifyError(
+                f"input {value.name!r} of shape {shape} would take {size:,} bytes to synthesize (limit "
+                f"{MAX_SYNTHESIZED_BYTES:,}); lower verify_dims in {settings_hint} or ship sample inputs as "
+                f"{inputs_hint}"
+            )
+        feeds[value.name] = _random(rng, dtype, tuple(shape))
+    return feeds
+
+
+def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        # Small non-negative values stay valid as indices, counts and lengths in most models.
+        return rng.integers(0, 4, size=shape).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    raise VerifyError(f"cannot synthesize inputs of type {dtype}; ship sample inputs as an .inputs.npz file")
+
+
+def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -> dict[str, np.ndarray]:
+    """Sample inputs from ``<model>.inputs.npz`` (or its bytes already read, ``data``); keys must be
+    exactly the model's input names."""
+    expected = {value.name for value in feed_inputs(model.graph)}
+    source = io.BytesIO(data) if data is not None else path
+    zipped = zipfile.is_zipfile(source)
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    if not zipped:
+        raise VerifyError(
+            f"{path}: not a .npz archive (numpy.savez writes a zip of .npy arrays); write the sample inputs "
+            "with numpy.savez(path, **{input_name: array})"
+        )
+    try:
+        with np.load(source, allow_pickle=False) as archive:
+            feeds = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
+    raw = sorted(name for name, value in feeds.items() if value.dtype.kind == "V")
+    if raw:
+        raise VerifyError(
+            f"{path}: input(s) {raw} are stored as raw bytes: arrays of an ml_dtypes type (float8, "
+            "bfloat16, int4) lose their type in .npz, and onnxruntime's Python API cannot take them as "
+            "inputs anyway; the cooker cannot verify this model on them: set `verify: false` in its "
+            ".cook.yaml, or give the model float16/float32 inputs"
+        )
+    missing, extra = sorted(expected - set(feeds)), sorted(set(feeds) - expected)
+    if missing or extra:
+        raise VerifyError(
+            f"{path}: keys must be the model's input names {sorted(expected)}; "
+            + (f"missing {missing}" if missing else "")
+            + ("; " if missing and extra else "")
+            + (f"unknown {extra}" if extra else "")
+        )
+    return feeds
+
+
+def as_input_types(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` with float32 arrays cast to float16 where ``model`` takes float16: the fp32
+    source's inputs for an fp16 variant that ships fp16 inputs (``keep_io_types: false``). Any other
+    mismatch is left for onnxruntime to refuse."""
+    declared = {value.name: value.type.tensor_type.elem_type for value in feed_inputs(model.graph)}
+    return {
+        name: value.astype(np.float16)
+        if declared.get(name) == onnx.TensorProto.FLOAT16
+        and isinstance(value, np.ndarray)
+        and value.dtype == np.float32
+        else value
+        for name, value in feeds.items()
+    }
+
+
+def reference_outputs(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    work_dir: Path | None = None,
+    memo_dir: Path | None = None,
+    *,
+    optimized: bool = False,
+) -> dict[str, np.ndarray]:
+    """The model's outputs on ``feeds``, run by onnxruntime on the CPU with optimizations off (with
+    ``optimized``: at onnxruntime's default level, as a session of the source file would run it).
+
+    With ``memo_dir``, outputs are remembered there under the sha256 of the model's bytes, of the
+    inputs and of the onnxruntime version: the platforms' cooks of one model (same source, same
+    inputs) run the source once, not once per platform. Models over 2 GiB are not remembered.
+    """
+    options = onnxruntime.SessionOptions()
+    if not optimized:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with session_input(model, work_dir) as source:
+        key = (
+            _reference_key(source, feeds, optimized)
+            if memo_dir is not None and isinstance(source, bytes)
+            else None
+        )
+        if key is not None and (known := _remembered(memo_dir / f"{key}.npz")) is not None:
+            return known
+        session = onnxruntime.InferenceSession(source, options, providers=CPU_ONLY)
+        names = [output.name for output in session.get_outputs()]
+        outputs = dict(zip(names, session.run(names, dict(feeds)), strict=True))
+    if key is not None and all(_plain_array(value) for value in outputs.values()):
+        buffer = io.BytesIO()
+        np.savez(buffer, **{f"{index}:{name}": value for index, (name, value) in enumerate(outputs.items())})
+        atomic_write(memo_dir / f"{key}.npz", buffer.getvalue(), durable=False)  # unreadable: recomputed
+    return outputs
+
+
+def _plain_array(value: object) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype != object
+
+
+def _reference_key(model: bytes, feeds: Mapping[str, np.ndarray], optimized: bool = False) -> str:
+    level = "default level" if optimized else "optimizations off"
+    digest = hashlib.sha256(
+        f"reference {REFERENCE_RECIPE} onnxruntime {onnxruntime.__version__} {level}\n".encode()
+    )
+    digest.update(hashlib.sha256(model).digest())
+    for name in sorted(feeds):
+        value = np.ascontiguousarray(feeds[name])
+        digest.update(f"{name}\0{value.dtype.str}\0{value.shape}\0".encode())
+        digest.update(value.tobytes() if value.dtype != object else repr(value.tolist()).encode())
+    return digest.hexdigest()
+
+
+def _remembered(path: Path) -> dict[str, np.ndarray] | None:
+    """Outputs remembered at ``path``, in their order; None if absent or unreadable (then recomputed)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            named = sorted((int(key.split(":", 1)[0]), key.split(":", 1)[1], data[key]) for key in data.files)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+        return None
+    return {name: value for _, name, value in named}
+
+
+def failure_message(
+    failed: list[OutputDifference], rtol: float, atol: float, of_range: float, scale: float
+) -> str:
+    """Which outputs differ, by how much and where, and the settings that would relax the check."""
+    details = "; ".join(
+        f"{r.name!r}: largest error {r.max_abs:.3g} {r.worst}, relative L2 error {r.rel_l2:.3g}, "
+        f"largest error over the largest magnitude {r.of_range:.3g}"
+        for r in failed
+    )
+    rules = f"rtol={rtol:g}, atol={atol:g}" + (f" (or {of_range:g} of the output range)" if of_range else "")
+    if scale:
+        rules += (
+            f", nor within verify_scale={scale:g} (relative L2 error, and {OF_RANGE_FACTOR:g}x that "
+            "over the range)"
+        )
+        relax = "raise `verify_scale` in the model's .cook.yaml"
+    else:
+        rules += " (verify_scale is off: explicit rtol/atol, or verify_scale: 0)"
+        relax = (
+            "raise `rtol`/`atol` in the model's .cook.yaml, or leave them at their defaults for the "
+            "scale-aware rule"
+        )
+    return (
+        f"outputs differ from the source beyond {rules}: {details}; if the difference is expected "
+        f"(fused kernels, a lower precision), {relax}"
+    )
+
+
+def rounding_noise(
+    reference: Mapping[str, Any], optimized: Mapping[str, Any]
+) -> dict[str, tuple[float, float]]:
+    """Per float output, (rel_l2, of_range) between two correct runs of the source: optimizations off
+    and onnxruntime's default level. That is how far float32 rounding moves this model's outputs on
+    these inputs (fusions, reassociated sums), which the scale rule allows a few times of."""
+    noise = {}
+    for name, want in reference.items():
+        got = optimized.get(name)
+        if (
+            isinstance(want, np.ndarray)
+            and isinstance(got, np.ndarray)
+            and want.dtype.kind == "f"
+            and want.shape == got.shape
+        ):
+            want64, got64 = want.astype(np.float64), got.astype(np.float64)
+            finite = np.isfinite(want64) & np.isfinite(got64)
+            figures = scale_figures(want64[finite], got64[finite])
+            noise[name] = (figures["rel_l2"], figures["of_range"])
+    return noise
+
+
+def verify(
+    blob: bytes,
+    reference: Mapping[str, np.ndarray],
+    feeds: Mapping[str, np.ndarray],
+    settings: CookSettings,
+    noise: Mapping[str, tuple[float, float]] | None = None,
+) -> list[OutputDifference]:
+    """Run the cooked blob through the runtime loader on the CPU and compare every output (``noise``:
+    each output's rounding noise, ``rounding_noise``)."""
+    try:
+        session = session_from_blob(blob, providers=CPU_ONLY, max_model_size=TRUSTED_SIZE)
+        names = [output.name for output in session.get_outputs()]
+        actual = dict(zip(names, session.run(names, dict(feeds)), strict=True))
+    except BundleError as exc:
+        raise VerifyError(f"the runtime loader cannot load the cooked blob: {exc}") from None
+    except Exception as exc:  # onnxruntime's run errors
+        raise VerifyError(f"the cooked model fails to run on the verification inputs: {exc}") from None
+    missing = sorted(set(reference) - set(actual))
+    if missing:
+        raise VerifyError(f"the cooked model lacks output(s) {missing}")
+    of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
+    results = compare(reference, actual, settings.rtol, settings.atol, of_range, settings.verify_scale, noise)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise VerifyError(
+            failure_message(failed, settings.rtol, settings.atol, of_range, settings.verify_scale)
+        )
+    return results

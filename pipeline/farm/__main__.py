@@ -1,0 +1,7 @@
+"""``python -m pipeline.farm stats|prune ...``: housekeeping for a folder cook cache (pipeline/farm/admin.py)."""
+
+import sys
+
+from pipeline.farm.admin import main
+
+sys.exit(main())
