@@ -7,10 +7,11 @@
 from pathlib import Path
 
 from pipeline.build.allocator import tune_allocator
+from pipeline.build.config import environment, folders
 from pipeline.build.lock import hold_build_lock, prepare_build_folder
 from pipeline.build.progress import reporter_for
 from pipeline.build.stamps import digest_checker
-from pipeline.build.tasks import cook_tasks, environment, folders
+from pipeline.build.tasks import cook_tasks
 
 ENV = environment()
 tune_allocator(

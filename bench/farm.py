@@ -112,7 +112,7 @@ def _download(server_env: dict[str, str], prefix: str, folder: Path) -> tuple[fl
     import os
     import threading
 
-    from pipeline.farm.cache import _s3_client
+    from pipeline.farm.s3_store import _s3_client
 
     os.environ.update(server_env)
     client = _s3_client()
@@ -149,7 +149,8 @@ def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str
     import os
     import tempfile
 
-    from pipeline.farm.cache import ROLES, CacheConfig, CookCache
+    from pipeline.farm.cache import CookCache
+    from pipeline.farm.store import ROLES, CacheConfig
 
     os.environ.update(server_env)
     times = []

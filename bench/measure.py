@@ -18,8 +18,8 @@ import onnxruntime
 
 from pipeline.layout import blob_path, verify_data_path
 from pipeline.runtime import read_header, session_from_blob, unpack_blob
-from pipeline.runtime.blob import MAX_HEADER_SIZE
 from pipeline.runtime.frames import decode_into
+from pipeline.runtime.header import MAX_HEADER_SIZE
 from pipeline.runtime.writer import Weights, encode_blob
 
 from . import models

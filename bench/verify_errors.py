@@ -37,9 +37,9 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
+from pipeline.build.run_job import cook
 from pipeline.cook.compare import NOISE_CAP, NOISE_FACTOR, OF_RANGE_FACTOR, compare
 from pipeline.cook.job import CookJob
-from pipeline.cook.run import cook
 from pipeline.cook.verify import load_inputs, rounding_noise, synthesize_inputs
 from pipeline.errors import CookError
 from pipeline.settings.assets import discover

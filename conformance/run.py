@@ -28,7 +28,7 @@ from typing import Any
 import onnx
 import onnxruntime
 
-from pipeline.build.tasks import folders
+from pipeline.build.config import folders
 from pipeline.settings.resolve import Platform, load_platforms
 
 from . import outcome

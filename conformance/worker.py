@@ -26,9 +26,9 @@ import onnx
 import onnxruntime
 import yaml
 
+from pipeline.build.run_job import cook
 from pipeline.cook.facts import default_opset, onnx_facts, ort_facts
 from pipeline.cook.job import CookJob
-from pipeline.cook.run import cook
 from pipeline.cook.source import FIRST_IR_WITHOUT_INITIALIZER_INPUTS
 from pipeline.errors import CookError
 from pipeline.runtime import BundleError, decode_blob, session_from_blob

@@ -7,7 +7,7 @@ from pathlib import Path
 ENTRIES_DIR = ".entries"
 STAMPS_DIR = ".stamps"
 CHECKS_DIR = ".checks"
-# The cook report in the build folder, and what it keeps between runs (pipeline.report.report).
+# The cook report in the build folder, and what it keeps between runs (pipeline/report/model.py).
 REPORT_NAME = "report.html"
 REPORT_STATE_DIR = ".report"
 # The operator lists written for a reduced onnxruntime build (pipeline.cook.opconfig), without and with

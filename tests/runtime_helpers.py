@@ -18,16 +18,10 @@ import onnxruntime
 from onnx import numpy_helper
 
 from pipeline.cook.weights import externalize
-from pipeline.runtime.blob import (
-    EXTENT_ALIGNMENT,
-    HEADER_MAGIC,
-    LEGACY_BLOB_FORMAT_VERSION,
-    SKIPPABLE_MAGIC,
-    TRAILER_MAGIC,
-    WEIGHT_ALIGNMENT,
-    read_header,
-)
 from pipeline.runtime.compat import ort_format_version
+from pipeline.runtime.constants import LEGACY_BLOB_FORMAT_VERSION
+from pipeline.runtime.header import HEADER_MAGIC, SKIPPABLE_MAGIC, TRAILER_MAGIC, read_header
+from pipeline.runtime.sections import EXTENT_ALIGNMENT, WEIGHT_ALIGNMENT
 from pipeline.runtime.writer import Weights, encode_blob, encode_blob_v1, encode_blob_v2
 from tests.models import IN_FEATURES
 

@@ -14,20 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.build.run_job import cook
 from pipeline.cook.job import CookJob
-from pipeline.cook.run import cook
 from pipeline.errors import CookError
-from pipeline.farm.cache import (
-    CacheConfig,
-    CacheError,
-    CookCache,
-    FolderStore,
-    S3Store,
-    _index_name,
-    _object_name,
-    config_from_env,
-    entry_digest,
-)
+from pipeline.farm.cache import CookCache, _index_name, _object_name, entry_digest
+from pipeline.farm.folder_store import FolderStore
+from pipeline.farm.s3_store import S3Store
+from pipeline.farm.store import CacheConfig, CacheError, config_from_env
 from pipeline.layout import blob_path, cache_record_path, entry_path
 from pipeline.settings.assets import discover
 from tests.models import conv_bn_relu_model
@@ -106,12 +99,14 @@ def test_a_second_build_folder_gets_the_same_outputs_from_the_cache_without_cook
     entry = cook(job(assets, first), cooking)
     assert not cooking.hit and cooking.notes == []
 
-    import pipeline.cook.run as cook_module
+    import pipeline.cook.run as cook_run
+    import pipeline.cook.variant as cook_variant
 
     def no_cooking(*args: object, **kwargs: object) -> None:
         raise AssertionError("a cache hit must not optimize anything")
 
-    monkeypatch.setattr(cook_module, "optimize", no_cooking)
+    monkeypatch.setattr(cook_variant, "optimize", no_cooking)
+    monkeypatch.setattr(cook_run, "optimize", no_cooking)
     _, second = project(tmp_path, "second")
     assembling = make()
     assert cook(job(assets, second), assembling) == entry
@@ -525,10 +520,10 @@ def test_s3_objects_stream_both_ways_and_big_ones_go_up_in_parts(
     parts of S3's 5 MiB minimum); either way it comes back whole, with the sha256 of its bytes."""
     import hashlib
 
-    import pipeline.farm.cache as cache_module
+    import pipeline.farm.s3_store as s3_store_module
 
-    monkeypatch.setattr(cache_module, "S3_SINGLE_PUT_LIMIT", 6 << 20)
-    monkeypatch.setattr(cache_module, "S3_PART_BYTES", 5 << 20)
+    monkeypatch.setattr(s3_store_module, "S3_SINGLE_PUT_LIMIT", 6 << 20)
+    monkeypatch.setattr(s3_store_module, "S3_PART_BYTES", 5 << 20)
     store = S3Store(bucket=BUCKET, prefix="parts", client=server.client())
     rng = __import__("numpy").random.default_rng(7)
     for name, size in (("small", 1 << 20), ("big", (12 << 20) + 123)):
@@ -576,7 +571,7 @@ def test_a_folder_cache_on_the_builds_file_system_shares_files_by_hard_link_and_
 
 
 def test_folder_urls_name_the_folder_on_every_system() -> None:
-    from pipeline.farm.cache import folder_path
+    from pipeline.farm.store import folder_path
 
     assert folder_path("file:///mnt/share/cook%20cache") == Path("/mnt/share/cook cache")
     assert folder_path("file:///C:/cook-cache") == Path("C:/cook-cache")

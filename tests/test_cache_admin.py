@@ -13,16 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.farm.admin import (
-    human_size,
-    main,
-    parse_duration,
-    parse_size,
-    plan_prune,
-    prune,
-    scan,
-)
+from pipeline.farm.admin import human_size, main, parse_duration, parse_size
 from pipeline.farm.cache import _check_name, _index_name, _object_name, entry_digest
+from pipeline.farm.housekeeping import plan_prune, prune, scan
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = 86400.0

@@ -10,11 +10,11 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from pipeline.build.run_job import cook
 from pipeline.cook import guard as guard_module
 from pipeline.cook.facts import onnx_facts, ort_facts
 from pipeline.cook.job import CookJob
 from pipeline.cook.optimize import optimize
-from pipeline.cook.run import cook
 from pipeline.cook.source import load_source, normalize
 from pipeline.errors import GuardError, ModelError, VerifyError
 from pipeline.layout import blob_path, entry_path

@@ -13,8 +13,9 @@ import pytest
 from runtime_helpers import CPU, make_blob, make_weighted_blob, to_ort_format
 
 from pipeline.runtime import load_info, session_from_blob
-from pipeline.runtime.blob import check_blob, read_header
+from pipeline.runtime.blob import check_blob
 from pipeline.runtime.errors import ChecksumMismatchError
+from pipeline.runtime.header import read_header
 from pipeline.runtime.loadpaths import LoadPath, why_not
 from pipeline.runtime.session import DEFER_RAW_CHECK_MIN
 from tests.models import large_matmul_model

@@ -21,7 +21,7 @@ import onnxruntime
 import pytest
 import torch
 
-from pipeline.cook.run import cook
+from pipeline.build.run_job import cook
 from pipeline.layout import blob_path
 from pipeline.runtime import session_from_blob
 from tests.test_cook import SHIPPED_PLATFORMS, job_for, shipped_settings

@@ -24,8 +24,8 @@ import zstandard
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import make_blob, to_ort_format
 
+from pipeline.build.run_job import cook
 from pipeline.cook.job import CookJob
-from pipeline.cook.run import cook
 from pipeline.errors import CookError, ModelError, ProfileError
 from pipeline.settings.assets import discover
 from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
@@ -70,7 +70,7 @@ def save_with_external_data(folder: Path, name: str, **entries: str) -> Path:
 
 
 def job_for(assets: Path, name: str, build: Path, platform: str = "windows-dml") -> CookJob:
-    """The job doit would run for (platform, model), built the way ``pipeline.build.tasks`` builds it."""
+    """The job doit would run for (platform, model), built the way ``pipeline.build.plan`` builds it."""
     asset = next(a for a in discover(assets) if a.name == name)
     platforms = load_platforms(REPO / "platforms", {})
     overrides = load_model_settings(asset.settings_path, [p.name for p in platforms])
@@ -126,7 +126,7 @@ _CHILD = textwrap.dedent(
             load_model_settings(Path(request["path"]), ["target"])
         elif what == "cook":
             from pipeline.settings.assets import discover
-            from pipeline.cook.run import cook
+            from pipeline.build.run_job import cook
             from pipeline.cook.job import CookJob
             from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
             asset = next(a for a in discover(Path(request["assets"])) if a.name == request["name"])

@@ -11,10 +11,10 @@ from onnxruntime.tools import reduced_build_config_parser
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
 from pipeline import layout
+from pipeline.build.run_job import cook
 from pipeline.cook import opconfig
 from pipeline.cook.job import CookJob
 from pipeline.cook.optimize import session_options
-from pipeline.cook.run import cook
 from pipeline.cook.usability import usability
 from pipeline.errors import ModelError
 from pipeline.layout import applied_variant_path, blob_path
@@ -237,7 +237,8 @@ def test_applied_variants_are_not_kept_and_untyped_models_refuse_a_typed_config(
     neither kept nor cached. A model whose types onnxruntime's processor cannot name (int4) gets a
     config without types; with type reduction, a clear error naming it, as onnxruntime's tool gives."""
     from pipeline.errors import CookError
-    from pipeline.farm.cache import CacheConfig, CookCache
+    from pipeline.farm.cache import CookCache
+    from pipeline.farm.store import CacheConfig
 
     assets = tmp_path / "assets"
     save(int4_model(), assets, "quant")

@@ -13,12 +13,13 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from pipeline.build.run_job import cook
 from pipeline.cook import guard as guard_module
 from pipeline.cook.downgrade import NEWEST_IR_KNOWN, TYPES_SINCE_IR, Limits, downgrade, limits_of
 from pipeline.cook.facts import onnx_facts, ort_facts
 from pipeline.cook.optimize import optimize
-from pipeline.cook.run import _cook_variant, cook
 from pipeline.cook.source import read_sources
+from pipeline.cook.variant import cook_variant
 from pipeline.errors import GuardError, ModelError, VerifyError
 from pipeline.layout import blob_path
 from pipeline.runtime import decode_blob, session_from_blob
@@ -322,9 +323,9 @@ def test_what_ships_is_verified_against_the_model_before_the_repair(tmp_path: Pa
     wrong.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight * 1.5, "W"))
     read = read_sources(job.asset)
 
-    _cook_variant(job, wrong, read, "key", wrong)  # against itself it verifies
+    cook_variant(job, wrong, read, "key", wrong)  # against itself it verifies
     with pytest.raises(VerifyError, match="outputs differ from the source"):
-        _cook_variant(job, wrong, read, "key", source)
+        cook_variant(job, wrong, read, "key", source)
 
 
 # --- the whole project, through doit ---------------------------------------------------------------

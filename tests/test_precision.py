@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.build.manifest import write_manifest
-from pipeline.cook.run import cook
+from pipeline.build.run_job import cook
 from pipeline.errors import CookError, GuardError, ModelError, VerifyError
 from pipeline.layout import blob_path
 from pipeline.runtime import session_from_blob

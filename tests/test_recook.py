@@ -118,8 +118,9 @@ def test_source_rewritten_with_the_same_size_and_mtime_is_cooked_again(tmp_path:
 
 
 def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path, monkeypatch) -> None:
+    from pipeline.build.run_job import cook
     from pipeline.build.stamps import OutputsIntact
-    from pipeline.cook import run as cook_module
+    from pipeline.cook import variant as cook_module
     from pipeline.layout import cook_stamps_path
     from tests.models import mlp_model
     from tests.test_cook import job_for, save, shipped_settings
@@ -137,7 +138,7 @@ def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path
 
     monkeypatch.setattr(cook_module, "optimize", optimize_while_an_artist_saves)
     job = job_for(assets, "net", shipped_settings("android"), tmp_path / "build")
-    entry = cook_module.cook(job)
+    entry = cook(job)
 
     # What was cooked and recorded is what was read, not what is on disk now...
     assert (
@@ -386,7 +387,7 @@ def test_read_only_build_folder_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_all_nan_sample_inputs_are_refused(tmp_path: Path) -> None:
-    from pipeline.cook.run import cook as cook_one
+    from pipeline.build.run_job import cook as cook_one
     from pipeline.errors import VerifyError
     from tests.models import mlp_model
     from tests.test_cook import job_for, save, shipped_settings
@@ -448,7 +449,7 @@ MESSAGES = {
 
 @pytest.mark.parametrize("case", sorted(MESSAGES))
 def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
-    from pipeline.cook.run import cook as cook_one
+    from pipeline.build.run_job import cook as cook_one
     from pipeline.errors import CookError
     from tests.test_cook import job_for, save, shipped_settings
 

@@ -1,6 +1,6 @@
-"""The blob format (pipeline/runtime/blob.py): generic header checks, stock-tool compatibility, every
-failure mode; legacy version-1 blobs, which the loader still reads. The version-2 frame layout is
-tested in tests/test_runtime_blob_v2.py."""
+"""The blob format (pipeline/runtime/blob.py, header.py): generic header checks, stock-tool
+compatibility, every failure mode; legacy version-1 blobs, which the loader still reads. The
+version-2 frame layout is tested in tests/test_runtime_blob_v2.py."""
 
 from __future__ import annotations
 
@@ -38,19 +38,8 @@ from runtime_helpers import (
 
 from pipeline.runtime import compat
 from pipeline.runtime.__main__ import model_file_name, stock_unpack_commands
-from pipeline.runtime.blob import (
-    BLOB_FORMAT_VERSION,
-    HEADER_MAGIC,
-    LEGACY_BLOB_FORMAT_VERSION,
-    MAX_HEADER_SIZE,
-    READABLE_VERSIONS,
-    SKIPPABLE_MAGIC,
-    TRAILER_SIZE,
-    V2_BLOB_FORMAT_VERSION,
-    BlobHeader,
-    decode_blob,
-    read_header,
-)
+from pipeline.runtime.blob import decode_blob
+from pipeline.runtime.constants import BLOB_FORMAT_VERSION, LEGACY_BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION
 from pipeline.runtime.errors import (
     BlobTooLargeError,
     BundleError,
@@ -60,6 +49,15 @@ from pipeline.runtime.errors import (
     NotABlobError,
     TruncatedBlobError,
     UnsupportedBlobVersionError,
+)
+from pipeline.runtime.header import (
+    HEADER_MAGIC,
+    MAX_HEADER_SIZE,
+    READABLE_VERSIONS,
+    SKIPPABLE_MAGIC,
+    TRAILER_SIZE,
+    BlobHeader,
+    read_header,
 )
 from pipeline.runtime.session import session_from_blob
 

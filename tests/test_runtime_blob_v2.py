@@ -1,6 +1,6 @@
-"""Blob format version 2 (pipeline/runtime/blob.py, frames.py): the header, then graph frames (zstd)
-and weights frames (zstd, or raw content in skippable frames); its layout, round trips, stock-tool
-compatibility, damage in any one frame, and headers that lie.
+"""Blob format version 2 (pipeline/runtime/blob.py, header.py, sections.py, frames.py): the header,
+then graph frames (zstd) and weights frames (zstd, or raw content in skippable frames); its layout,
+round trips, stock-tool compatibility, damage in any one frame, and headers that lie.
 
 Generic header checks and legacy version-1 blobs are in tests/test_runtime_blob.py.
 """
@@ -48,23 +48,11 @@ from runtime_helpers import make_blob_v2 as make_blob
 
 import pipeline.runtime.blob as blob_module
 import pipeline.runtime.frames as frames_module
+import pipeline.runtime.sections as sections_module
 import pipeline.runtime.writer as writer_module
 from pipeline.runtime import open_bundle
-from pipeline.runtime.blob import (
-    HEADER_MAGIC,
-    MAX_FRAMES,
-    RAW_UNLESS_GAIN,
-    SKIPPABLE_MAGIC,
-    TENSOR_DTYPES,
-    V2_BLOB_FORMAT_VERSION,
-    WEIGHT_ALIGNMENT,
-    TensorRef,
-    Unpacked,
-    WeightsInfo,
-    decode_blob,
-    read_header,
-    unpack_blob,
-)
+from pipeline.runtime.blob import Unpacked, decode_blob, unpack_blob
+from pipeline.runtime.constants import V2_BLOB_FORMAT_VERSION
 from pipeline.runtime.errors import (
     BlobTooLargeError,
     BundleError,
@@ -73,6 +61,15 @@ from pipeline.runtime.errors import (
     TruncatedBlobError,
 )
 from pipeline.runtime.frames import RAW_CRC_PIECE, RAW_MAGIC, RAW_PREFIX_SIZE, crc_count
+from pipeline.runtime.header import HEADER_MAGIC, SKIPPABLE_MAGIC, read_header
+from pipeline.runtime.sections import (
+    MAX_FRAMES,
+    RAW_UNLESS_GAIN,
+    TENSOR_DTYPES,
+    WEIGHT_ALIGNMENT,
+    TensorRef,
+    WeightsInfo,
+)
 from pipeline.runtime.session import session_from_blob
 from pipeline.runtime.writer import Weights
 from pipeline.runtime.writer import encode_blob_v2 as encode_blob
@@ -662,9 +659,9 @@ SMALL_PIECE = 256  # RAW_CRC_PIECE in the tests that want many pieces
 
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
-    """Make writer and loader check raw content in SMALL_PIECE-byte pieces (blob.py imports the name)."""
+    """Make writer and loader check raw content in SMALL_PIECE-byte pieces (sections.py imports the name)."""
     monkeypatch.setattr(frames_module, "RAW_CRC_PIECE", SMALL_PIECE)
-    monkeypatch.setattr(blob_module, "RAW_CRC_PIECE", SMALL_PIECE)
+    monkeypatch.setattr(sections_module, "RAW_CRC_PIECE", SMALL_PIECE)
     return SMALL_PIECE
 
 
@@ -798,7 +795,7 @@ def test_crc_piece_size_is_part_of_the_format(small_pieces: int, monkeypatch: py
     blob = encode(b"graph", weights)
     assert len(frames_of(blob, "weights")[0].crcs) == 5
     monkeypatch.setattr(frames_module, "RAW_CRC_PIECE", RAW_CRC_PIECE)
-    monkeypatch.setattr(blob_module, "RAW_CRC_PIECE", RAW_CRC_PIECE)
+    monkeypatch.setattr(sections_module, "RAW_CRC_PIECE", RAW_CRC_PIECE)
     with pytest.raises(CorruptBlobError, match=r"frame 2: a raw frame needs one CRC-32 per"):
         unpack_blob(blob)
 
@@ -1083,7 +1080,7 @@ def test_more_than_max_frames_is_corrupt(plain: bytes) -> None:
 
 
 def test_more_than_max_tensors_is_corrupt(monkeypatch: pytest.MonkeyPatch, weighted: dict) -> None:
-    monkeypatch.setattr(blob_module, "MAX_TENSORS", 2)
+    monkeypatch.setattr(sections_module, "MAX_TENSORS", 2)
     with pytest.raises(CorruptBlobError, match=r"3 tensors listed; at most 2 are allowed"):
         unpack_blob(weighted["raw"][0])
 

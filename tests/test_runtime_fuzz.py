@@ -47,8 +47,8 @@ from runtime_helpers import (
     write_bundle,
 )
 
-import pipeline.runtime.blob as blob_module
 import pipeline.runtime.frames as frames_module
+import pipeline.runtime.sections as sections_module
 from pipeline.runtime import (
     BlobTooLargeError,
     BundleError,
@@ -63,13 +63,10 @@ from pipeline.runtime import (
     session_from_blob,
     unpack_blob,
 )
-from pipeline.runtime.blob import (
-    BLOB_FORMAT_VERSION,
-    LEGACY_BLOB_FORMAT_VERSION,
-    READABLE_VERSIONS,
-    TENSOR_DTYPES,
-)
+from pipeline.runtime.constants import BLOB_FORMAT_VERSION, LEGACY_BLOB_FORMAT_VERSION
 from pipeline.runtime.frames import RAW_CRC_PIECE, RAW_PREFIX_SIZE, crc_count
+from pipeline.runtime.header import READABLE_VERSIONS
+from pipeline.runtime.sections import TENSOR_DTYPES
 from pipeline.runtime.writer import Weights
 from tests.models import tiny_model
 
@@ -131,9 +128,9 @@ def weighted(mlp: Any) -> dict[str, tuple[bytes, bytes, Weights]]:
 
 
 def crc_pieces(patch: pytest.MonkeyPatch, size: int) -> None:
-    """Make writer and loader check raw content in ``size``-byte pieces (blob.py imports the name)."""
+    """Make writer and loader check raw content in ``size``-byte pieces (sections.py imports the name)."""
     patch.setattr(frames_module, "RAW_CRC_PIECE", size)
-    patch.setattr(blob_module, "RAW_CRC_PIECE", size)
+    patch.setattr(sections_module, "RAW_CRC_PIECE", size)
 
 
 @pytest.fixture(scope="module")

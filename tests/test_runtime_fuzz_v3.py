@@ -30,9 +30,10 @@ from runtime_helpers import (
 )
 
 from pipeline.runtime import BundleError, open_bundle, session_from_blob, unpack_blob
-from pipeline.runtime.blob import EXTENT_ALIGNMENT, TRAILER_MAGIC, read_header
 from pipeline.runtime.errors import BlobTooLargeError, CorruptBlobError, TruncatedBlobError
 from pipeline.runtime.frames import crc_count
+from pipeline.runtime.header import TRAILER_MAGIC, read_header
+from pipeline.runtime.sections import EXTENT_ALIGNMENT
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model
 from tests.test_runtime_fuzz import mutations  # the v2 suite's damage: flip, insert, delete, cut

@@ -146,7 +146,7 @@ def test_session_from_blob_takes_an_mmap_and_uses_it_in_place(tmp_path: Path) ->
     session = session_from_blob(mapping, providers=CPU, low_memory=True)
     assert load_info(session).in_place
     np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
-    from pipeline.runtime.blob import read_header
+    from pipeline.runtime.header import read_header
 
     frame = next(f for f in read_header(mapping)[0].frames if f.section == "weights")
     mapping[frame.data_offset : frame.data_offset + frame.content_size] = bytes(frame.content_size)

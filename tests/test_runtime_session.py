@@ -27,7 +27,7 @@ from runtime_helpers import (
 
 from pipeline.runtime import open_bundle
 from pipeline.runtime.__main__ import stock_unpack_commands
-from pipeline.runtime.blob import decode_blob, read_header
+from pipeline.runtime.blob import decode_blob
 from pipeline.runtime.errors import (
     ChecksumMismatchError,
     IncompatibleRuntimeError,
@@ -35,6 +35,7 @@ from pipeline.runtime.errors import (
     SessionCreateError,
     UnknownModelError,
 )
+from pipeline.runtime.header import read_header
 from pipeline.runtime.session import check_runtime, choose_providers, session_from_blob, session_options_for
 from tests.models import tiny_model
 

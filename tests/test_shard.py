@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.build.tasks import _passes, _shard_share
-from pipeline.farm.cache import CacheConfig
+from pipeline.build.plan import _passes, _shard_share
 from pipeline.farm.shard import Shard, assign
+from pipeline.farm.store import CacheConfig
 from tests.models import mlp_model
 from tests.test_cook import job_for, save, shipped_settings
 

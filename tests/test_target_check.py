@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.build.manifest import write_manifest
+from pipeline.build.run_job import cook
 from pipeline.build.target_check import RuntimeCheckError, ensure_runtime, environment_dir, run_check
 from pipeline.cook.job import RuntimeCheck
-from pipeline.cook.run import cook
 from pipeline.errors import ProfileError
 from pipeline.layout import runtime_check_path
 from pipeline.settings.resolve import load_platforms

@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from runtime_helpers import make_blob
 
 from bench.standard import STANDARD, export
-from pipeline.cook.run import cook
+from pipeline.build.run_job import cook
 from pipeline.cook.verify import load_inputs, reference_outputs, verify
 from pipeline.errors import VerifyError
 from pipeline.settings.table import DEFAULT_VERIFY_SCALE

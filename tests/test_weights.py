@@ -15,11 +15,11 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.cook.run import cook
+from pipeline.build.run_job import cook
 from pipeline.cook.weights import AUTO_EXTERNAL_BYTES, MIN_EXTERNAL_TENSOR, externalize, wants_external
 from pipeline.layout import blob_path
 from pipeline.runtime import BundleError, read_header, session_from_blob, unpack_blob
-from pipeline.runtime.blob import WEIGHT_ALIGNMENT
+from pipeline.runtime.sections import WEIGHT_ALIGNMENT
 from pipeline.settings.resolve import ProfileError
 from tests.models import model_of
 from tests.test_cook import job_for, save, settings_for, shipped_settings

@@ -9,12 +9,13 @@ from typing import Any
 
 from pipeline.build.publish import publish, retire
 from pipeline.build.target_check import verified_versions
+from pipeline.cook.budget import measured_variants, shrink_hint
 from pipeline.cook.key import BUNDLE_FORMAT, tool_versions
 from pipeline.errors import CookError
 from pipeline.fsutil import remove_stale_temps, write_json
 from pipeline.layout import digest_memo_dir, entry_path
 from pipeline.runtime.compat import parse_version
-from pipeline.runtime.constants import MANIFEST_NAME, MANIFEST_VERSION, Precision
+from pipeline.runtime.constants import MANIFEST_NAME, MANIFEST_VERSION
 
 
 def write_manifest(
@@ -81,50 +82,3 @@ def check_bundle_budget(
         f"(no manifest written); biggest: {named}. Set `precision` for those models in their .cook.yaml, "
         "leave some out with `skip_platforms`, or raise max_bundle_bytes"
     )
-
-
-def shrink_hint(entry: Mapping[str, Any], measured: Mapping[str, tuple[int, str]] | None = None) -> str:
-    """What a lower precision would make of a blob: measured, where ``measured`` (precision ->
-    (blob size, platform), from ``measured_variants``) has it, else estimated from its weight bytes."""
-    precision = (entry.get("precision") or {}).get("precision", Precision.FP32.value)
-    if precision != Precision.FP32:
-        return f"already {precision}"
-    weights = entry.get("weight_bytes") or 0
-    estimates = {
-        Precision.FP16.value: entry["blob_size"] - weights // 2,
-        "int8": entry["blob_size"] - weights * 3 // 4,
-    }
-    found = dict(measured or {})
-    parts = []
-    for lower in (Precision.FP16.value, Precision.INT8_DYNAMIC.value, Precision.INT8_STATIC.value):
-        if lower in found:
-            size, where = found[lower]
-            parts.append(f"{size:,} B as {lower} (measured: its {where} blob)")
-    estimated = [
-        f"about {size:,} B as {name}"
-        for name, size in estimates.items()
-        if not any(key.startswith(name) for key in found)
-    ]
-    if estimated:
-        parts.append(", ".join(estimated) + " (estimated from its weights)")
-    return "fp32; " + "; ".join(parts)
-
-
-def measured_variants(build: Path | None, name: str) -> dict[str, tuple[int, str]]:
-    """The smallest blob of model ``name`` per lower precision among the platforms cooked in
-    ``build`` so far: precision -> (blob size, platform)."""
-    found: dict[str, tuple[int, str]] = {}
-    if build is None or not build.is_dir():
-        return found
-    for platform_dir in sorted(build.iterdir()):
-        path = entry_path(platform_dir, name)
-        if platform_dir.name.startswith(".") or not path.is_file():
-            continue
-        try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-            precision, size = entry["precision"]["precision"], int(entry["blob_size"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # an entry being rewritten, or from an older cook: nothing measured there
-        if precision != Precision.FP32 and (precision not in found or size < found[precision][0]):
-            found[precision] = (size, platform_dir.name)
-    return found

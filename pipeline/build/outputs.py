@@ -2,8 +2,8 @@
 the cook cache.
 
 Light on purpose (standard library, plus numpy and zstandard through the blob's layout check): a
-cache hit needs neither onnx nor onnxruntime, so a warm agent's doit workers never import them. A
-miss imports ``pipeline.cook.run`` and cooks.
+cache hit needs neither onnx nor onnxruntime, so a warm agent's doit workers never import them
+(pipeline/build/run_job.py imports the cook only on a miss).
 """
 
 from __future__ import annotations
@@ -18,63 +18,19 @@ from typing import Any
 from pipeline.build.stamps import hashed_sources, record, remembered_sources
 from pipeline.cook.job import CookJob
 from pipeline.cook.key import cook_key
-from pipeline.errors import CookError
 from pipeline.farm.cache import Cached, CookCache
-from pipeline.fsutil import atomic_write, json_bytes, stage_write, write_json
+from pipeline.fsutil import stage_write
 from pipeline.layout import (
     applied_variant_path,
     blob_path,
-    cache_record_path,
     cook_stamps_path,
     digest_memo_dir,
     entry_path,
-    step_times_path,
     verify_data_path,
 )
-from pipeline.steptimes import recording, step
+from pipeline.steptimes import step
 
 Stamps = Mapping[str, list[Any]]  # source path -> [size, mtime_ns, ctime_ns, sha256] (pipeline.build.stamps)
-
-
-def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
-    """Cook one model for one platform; writes its blob and manifest entry, returns the entry.
-
-    With a ``cache``, an entry stored under the same cook key (and checked) is written instead of
-    cooking, and what a cook writes is stored. Raises a ``CookError`` whose message names the model
-    file, the platform and the fix; nothing is written unless every step passed.
-    """
-    asset, settings = job.asset, job.settings
-    context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
-    try:
-        with recording() as times:
-            entry, looked_up, known = from_cache(job, cache) if cache is not None else (None, None, None)
-            if entry is None:
-                from pipeline.cook.run import cook_source  # heavy: onnx and onnxruntime, for a real cook only
-
-                entry = cook_source(job, cache, looked_up, known)
-        write_json(step_times_path(job.platform_dir, asset.name), times)
-        _record_cache_use(job, cache)
-        return entry
-    except CookError as exc:
-        raise exc.in_context(**context) from None
-    except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
-        raise CookError(
-            f"cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
-            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)",
-            **context,
-        ) from None
-
-
-def _record_cache_use(job: CookJob, cache: CookCache | None) -> None:
-    """What the cache did for this cook, for the summary at the end of ``doit cook``."""
-    path = cache_record_path(job.platform_dir, job.asset.name)
-    try:
-        if cache is None:
-            path.unlink(missing_ok=True)
-        else:  # a statistic: lost to a power cut, it is only missing from one summary
-            atomic_write(path, json_bytes(cache.record()), durable=False)
-    except OSError:
-        pass  # the cook is done and in place: a missing statistic does not undo it
 
 
 def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, str | None, Stamps | None]:

@@ -3,7 +3,7 @@
 On a terminal, one line at the bottom says how many cook tasks are done of how many, which models
 are cooking, the time since the start and an estimate of what is left; it is redrawn as tasks start
 and end, and cleared before doit's own summary. Off a terminal (CI logs, pipes) the output is doit's
-plain lines, unchanged. Either way, the end of a run writes ``<build>/report.html`` (pipeline.report.report),
+plain lines, unchanged. Either way, the end of a run writes ``<build>/report.html`` (pipeline/report/html.py),
 with the failures of that run. Loaded by dodo.py: standard library and doit only.
 """
 
@@ -52,7 +52,7 @@ class CookReporter(ConsoleReporter):
             if is_cook_task(name)
             and (name in selected or any(name.startswith(f"{group}:") for group in selected))
         )
-        from pipeline.report.report import clear_failures
+        from pipeline.report.model import clear_failures
 
         clear_failures(self.build)  # the report shows the failures of this run
 
@@ -70,7 +70,7 @@ class CookReporter(ConsoleReporter):
         self._finished(task)
         if is_cook_task(task.name):
             self.cache.add(self.build, task.name)
-        from pipeline.report.report import clear_failure
+        from pipeline.report.model import clear_failure
 
         clear_failure(self.build, task.name)
 
@@ -80,7 +80,7 @@ class CookReporter(ConsoleReporter):
         super().add_failure(task, fail)
         self._finished(task)
         if type(fail).__name__ != "UnmetDependency":  # tasks skipped for another's failure: not news
-            from pipeline.report.report import record_failure
+            from pipeline.report.model import record_failure
 
             record_failure(self.build, task.name, fail.get_msg().strip())
 
@@ -101,7 +101,7 @@ class CookReporter(ConsoleReporter):
         if self.cache.cooks:
             self.outstream.write(self.cache.summary() + "\n")
         try:
-            from pipeline.report.report import write_report
+            from pipeline.report.html import write_report
 
             path = write_report(self.build)
             self.outstream.write(f"report: {path}\n")

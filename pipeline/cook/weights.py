@@ -13,8 +13,8 @@ from pathlib import PurePosixPath
 import onnx
 from onnx import numpy_helper
 
-from pipeline.runtime.blob import TENSOR_DTYPES, WEIGHT_ALIGNMENT, TensorRef
 from pipeline.runtime.constants import ModelFormat
+from pipeline.runtime.sections import TENSOR_DTYPES, WEIGHT_ALIGNMENT, TensorRef
 from pipeline.runtime.writer import Weights
 from pipeline.settings.resolve import CookSettings
 

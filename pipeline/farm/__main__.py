@@ -1,4 +1,4 @@
-"""``python -m pipeline.farm stats|prune ...``: housekeeping for a folder cook cache (pipeline/farm/admin.py)."""
+"""``python -m pipeline.farm stats|prune ...``: housekeeping for a folder cook cache (farm/admin.py)."""
 
 import sys
 

@@ -7,317 +7,31 @@ a blob a game loads (sizes, sha256s, the blob's frames, the cook key in its head
 written into the build. The cache is optional: a store that cannot be reached costs one warning line
 and the cook runs locally, unless ``COOK_CACHE_REQUIRED=1``.
 
-Settings, from the environment (read once by ``dodo.py``):
-
-- ``COOK_CACHE``: ``/path``, ``file:///path`` (a folder: local, NFS or SMB mount) or
-  ``s3://bucket/prefix`` (any S3-compatible store; endpoint and credentials the standard AWS way:
-  ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ...).
-- ``COOK_CACHE_MODE``: ``readwrite`` (default; CI agents) or ``read`` (developer machines).
-- ``COOK_CACHE_REQUIRED``: ``1`` turns an unreachable cache into a failed cook.
+The settings (``COOK_CACHE``...) and the ``Store`` protocol are in ``pipeline.farm.store``, the
+stores in ``pipeline.farm.folder_store`` and ``pipeline.farm.s3_store``, and what makes an entry
+sound in ``pipeline.farm.entry_check``.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import unquote, urlparse
+from typing import Any
+from urllib.parse import urlparse
 
-from pipeline.errors import CookError
-from pipeline.fsutil import CHUNK_BYTES, atomic_write, copy_hashed, file_sha256, temp_beside
+from pipeline.farm.entry_check import PoisonedEntry, check_entry
+from pipeline.farm.folder_store import FolderStore
+from pipeline.farm.s3_store import S3Store
+from pipeline.farm.store import CACHE_ENV, REQUIRED_ENV, ROLES, CacheConfig, CacheError, Store, folder_path
+from pipeline.fsutil import temp_beside
 from pipeline.runtime.compat import parse_version
 
-CACHE_ENV = "COOK_CACHE"
-MODE_ENV = "COOK_CACHE_MODE"
-REQUIRED_ENV = "COOK_CACHE_REQUIRED"
-MODES = ("readwrite", "read")
 INDEX_VERSION = 1
-# What one entry holds: role -> object name under the entry's folder.
-ROLES = ("blob", "entry", "verify")
-# S3: fail in seconds when the server is down, not after minutes of retries.
-S3_CONNECT_TIMEOUT = 5.0
-S3_READ_TIMEOUT = 60.0
-S3_ATTEMPTS = 2
-# Objects up to this size go in one PUT (S3 takes up to 5 GiB in one); bigger ones in parts.
-S3_SINGLE_PUT_LIMIT = 4 << 30
-S3_PART_BYTES = 256 << 20
-S3_PART_THREADS = 2  # parts in flight: build agents have few cores, and the cook has work of its own
 MAX_COOK_SECONDS = 7 * 86400  # an index claiming a longer cook is not believed (the summary's "saved")
-
-
-class CacheError(CookError):
-    """The cache cannot be used (unreachable, refused) or returned something that is not an entry."""
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    """Where the cache is and how to use it; picklable (travels in every ``CookJob``)."""
-
-    url: str
-    mode: str = "readwrite"
-    required: bool = False
-
-    @property
-    def writes(self) -> bool:
-        return self.mode == "readwrite"
-
-
-def config_from_env(env: Mapping[str, str]) -> CacheConfig | None:
-    """The cache settings, or None when ``COOK_CACHE`` is unset; a bad value is a clear error."""
-    url = env.get(CACHE_ENV, "").strip()
-    if not url:
-        return None
-    mode = env.get(MODE_ENV, "readwrite").strip() or "readwrite"
-    if mode not in MODES:
-        raise CookError(f"{MODE_ENV}={mode!r}: use one of {', '.join(MODES)}")
-    scheme = urlparse(url).scheme
-    if scheme not in ("", "file", "s3") and not _is_windows_drive(url):
-        raise CookError(f"{CACHE_ENV}={url!r}: use a folder path, file:///path or s3://bucket/prefix")
-    return CacheConfig(url=url, mode=mode, required=env.get(REQUIRED_ENV, "") == "1")
-
-
-def _is_windows_drive(url: str) -> bool:
-    return len(url) > 2 and url[1] == ":" and url[0].isalpha()
-
-
-class Store(Protocol):
-    """A flat namespace of objects; ``get`` returns None for an object that does not exist.
-
-    Small objects (indexes, check reports) travel as bytes; an entry's files travel as files
-    (``get_file``/``put_file``), never whole in memory."""
-
-    description: str
-
-    def get(self, name: str) -> bytes | None: ...
-
-    def put(self, name: str, data: bytes) -> None: ...
-
-    def get_file(self, name: str, dest: Path) -> str | None:
-        """Write the object to the new file ``dest`` (fsync'd) and return its sha256; None (and no
-        file) when the object does not exist."""
-        ...
-
-    def put_file(self, name: str, path: Path) -> None:
-        """Store the file ``path`` as the object ``name``, readable whole or not at all."""
-        ...
-
-    def touch(self, name: str) -> None:
-        """Note that the object was just used (for pruning the least recently used); may do nothing."""
-        ...
-
-
-@dataclass
-class FolderStore:
-    """Objects as files under ``root``, each written through a temp file and a rename."""
-
-    root: Path
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        self.description = self.description or str(self.root)
-
-    def get(self, name: str) -> bytes | None:
-        try:
-            return (self.root / name).read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise CacheError(f"cannot read {self.root / name}: {exc.strerror or exc}") from None
-
-    def put(self, name: str, data: bytes) -> None:
-        try:
-            # no fsync: every object is checked against its index when read (0.1-0.8 s per 268 MB here)
-            atomic_write(self.root / name, data, durable=False)
-        except OSError as exc:
-            raise CacheError(f"cannot write {self.root / name}: {exc.strerror or exc}") from None
-
-    def get_file(self, name: str, dest: Path) -> str | None:
-        """A hard link to the object where the build is on the cache's file system (no bytes written:
-        objects are never changed in place, only replaced or deleted), else a copy (fsync'd)."""
-        source = self.root / name
-        if not source.is_file():
-            return None
-        try:
-            if not _link(source, dest):
-                return copy_hashed(source, dest)
-            _fsync(dest)  # durable like every build output (cheap: the object's pages are clean)
-            return file_sha256(dest)
-        except FileNotFoundError:
-            if not source.exists():  # pruned or replaced meanwhile
-                dest.unlink(missing_ok=True)
-                return None
-            raise CacheError(f"cannot place {source} at {dest}: its folder is gone") from None
-        except OSError as exc:
-            dest.unlink(missing_ok=True)
-            raise CacheError(f"cannot copy {source} to {dest}: {exc.strerror or exc}") from None
-
-    def put_file(self, name: str, path: Path) -> None:
-        """A hard link to the build's file where the cache is on its file system (the build replaces
-        its files, never rewrites them), else a copy; then renamed into place."""
-        target = self.root / name
-        for attempt in (1, 2):  # a prune may remove the fresh folder between mkdir and the link
-            temp = temp_beside(target)
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if not _link(path, temp):
-                    copy_hashed(path, temp, durable=False)  # checked when read
-                os.replace(temp, target)
-                return
-            except FileNotFoundError:
-                if attempt == 2 or not path.exists():
-                    raise CacheError(f"cannot write {target}: its folder vanished twice") from None
-            except OSError as exc:
-                raise CacheError(f"cannot write {target}: {exc.strerror or exc}") from None
-            finally:
-                temp.unlink(missing_ok=True)
-
-    def touch(self, name: str) -> None:
-        """The index's (or report's) mtime is its last use: ``python -m pipeline.farm prune`` removes
-        the least recently used. Objects are not touched (builds may hard-link them)."""
-        try:
-            os.utime(self.root / name)
-        except OSError:
-            pass  # pruned meanwhile, or a read-only share: the hit stands
-
-
-def _link(source: Path, dest: Path) -> bool:
-    """Hard-link ``source`` as ``dest`` if this system and file system allow it. Not on Windows: a file
-    open anywhere there (an editor, a scanner, another agent) blocks renaming or deleting each of its
-    links, so a build and the cache must not share files."""
-    if os.name == "nt":
-        return False
-    try:
-        os.link(source, dest)
-    except FileNotFoundError:
-        raise
-    except OSError:  # another file system (EXDEV), links refused (EPERM), or none (FAT, some shares)
-        return False
-    return True
-
-
-def _fsync(path: Path) -> None:
-    """fsync a file through a read-only descriptor (POSIX allows it)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@dataclass
-class S3Store:
-    """Objects in an S3 bucket under a prefix, through boto3 (imported only when used)."""
-
-    bucket: str
-    prefix: str
-    client: Any = None
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        self.description = self.description or f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-        if self.client is None:
-            self.client = _s3_client()
-
-    def _key(self, name: str) -> str:
-        return f"{self.prefix.strip('/')}/{name}" if self.prefix.strip("/") else name
-
-    def get(self, name: str) -> bytes | None:
-        try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=self._key(name))
-            return answer["Body"].read()
-        except Exception as exc:  # botocore raises many types; absence is one code among them
-            if _s3_code(exc) in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise CacheError(f"cannot read {self.description}/{name}: {_s3_reason(exc)}") from None
-
-    def put(self, name: str, data: bytes) -> None:
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
-        except Exception as exc:
-            raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
-
-    def get_file(self, name: str, dest: Path) -> str | None:
-        """The object streamed into ``dest`` and hashed on the way (never whole in memory)."""
-        digest = hashlib.sha256()
-        try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=self._key(name))
-            with open(dest, "xb") as out:
-                for chunk in answer["Body"].iter_chunks(CHUNK_BYTES):
-                    digest.update(chunk)
-                    out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-        except Exception as exc:  # botocore raises many types; absence is one code among them
-            dest.unlink(missing_ok=True)
-            if _s3_code(exc) in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise CacheError(f"cannot read {self.description}/{name}: {_s3_reason(exc)}") from None
-        return digest.hexdigest()
-
-    def touch(self, name: str) -> None:
-        """Nothing: S3 has no cheap way to mark a use; expire entries with a lifecycle rule."""
-
-    def put_file(self, name: str, path: Path) -> None:
-        """One PUT streamed from the file; in parts (multipart upload) past ``S3_SINGLE_PUT_LIMIT``.
-        S3 shows an object only once its PUT or its multipart upload completed."""
-        try:
-            if path.stat().st_size <= S3_SINGLE_PUT_LIMIT:
-                with path.open("rb") as body:
-                    self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=body)
-            else:
-                from boto3.s3.transfer import TransferConfig
-
-                parts = TransferConfig(
-                    multipart_threshold=S3_PART_BYTES,
-                    multipart_chunksize=S3_PART_BYTES,
-                    max_concurrency=S3_PART_THREADS,
-                )
-                self.client.upload_file(str(path), self.bucket, self._key(name), Config=parts)
-        except Exception as exc:
-            raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
-
-
-@functools.cache  # one client per process: a doit worker runs many cooks, creating one costs ~20 ms
-def _s3_client() -> Any:
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError:
-        raise CacheError(
-            "an s3:// cache needs boto3: pip install 'onnx-cooker[s3]' (or pip install boto3)"
-        ) from None
-    settings: dict[str, Any] = {
-        "connect_timeout": S3_CONNECT_TIMEOUT,
-        "read_timeout": S3_READ_TIMEOUT,
-        "retries": {"max_attempts": S3_ATTEMPTS, "mode": "standard"},
-        # Every object is checked against the sha256 of its index: botocore's own CRC pass over each
-        # upload and download (its default since 1.36) would hash the same bytes a second time.
-        "request_checksum_calculation": "when_required",
-        "response_checksum_validation": "when_required",
-    }
-    try:
-        config = Config(**settings)
-    except TypeError:  # botocore before 1.36: no such options (and no such default)
-        del settings["request_checksum_calculation"], settings["response_checksum_validation"]
-        config = Config(**settings)
-    return boto3.client("s3", config=config)
-
-
-def _s3_code(exc: Exception) -> str:
-    response = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", ""))
-
-
-def _s3_reason(exc: Exception) -> str:
-    code = _s3_code(exc)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"{code}: {text}" if code and code not in text else text
 
 
 def open_store(config: CacheConfig) -> Store:
@@ -327,18 +41,6 @@ def open_store(config: CacheConfig) -> Store:
             raise CacheError(f"{CACHE_ENV}={config.url!r} names no bucket: use s3://bucket/prefix")
         return S3Store(bucket=parsed.netloc, prefix=parsed.path.strip("/"))
     return FolderStore(root=folder_path(config.url))
-
-
-def folder_path(url: str) -> Path:
-    """A folder cache's path from ``COOK_CACHE``: a path, or ``file:///path`` (``file:///C:/cache``
-    on Windows)."""
-    parsed = urlparse(url)
-    if parsed.scheme != "file":
-        return Path(url).expanduser()
-    path = unquote(parsed.path)
-    if len(path) > 2 and path[0] == "/" and _is_windows_drive(path[1:]):
-        path = path[1:]
-    return Path(path).expanduser()
 
 
 def entry_digest(cook_key: str) -> str:
@@ -523,63 +225,6 @@ class CookCache:
             self._unusable(exc)
 
 
-# What the manifest, the summary line and the report read of an entry, with the type they expect.
-ENTRY_FIELDS: Mapping[str, type] = {
-    "name": str,
-    "format": str,
-    "file": str,
-    "blob_size": int,
-    "blob_sha256": str,
-    "cook_key": str,
-    "source_size": int,
-    "model_size": int,
-    "settings": dict,
-    "verification": dict,
-    "cooked_with": dict,
-    "execution_providers": list,
-    "fallbacks": list,
-}
-
-
-def _operators_shape_ok(value: Any) -> bool:
-    """The shape ``opconfig.model_operators`` writes: ops as [domain, opset, op], types by "domain;op"."""
-    if not isinstance(value, dict) or set(value) != {"ops", "types"}:
-        return False
-    ops, types = value["ops"], value["types"]
-    return (
-        isinstance(ops, list)
-        and all(
-            isinstance(op, list)
-            and len(op) == 3
-            and isinstance(op[0], str)
-            and type(op[1]) is int
-            and isinstance(op[2], str)
-            for op in ops
-        )
-        and (types is None or isinstance(types, dict))
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in (types or {}).items())
-    )
-
-
-def _check_verify_data(data: bytes) -> None:
-    import io
-    import zipfile
-
-    import numpy as np
-
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            names = archive.files
-    except (ValueError, OSError, zipfile.BadZipFile) as exc:
-        raise PoisonedEntry(f"its verification data is not an .npz ({exc})") from None
-    if not any(name.startswith("input/") for name in names):
-        raise PoisonedEntry("its verification data holds no inputs")
-
-
-class PoisonedEntry(CacheError):
-    """An entry whose bytes are not what its index or its key promise: ignored and cooked again."""
-
-
 def _fetch_files(
     store: Store,
     digest: str,
@@ -627,78 +272,3 @@ def _sizes(staged: Mapping[str, Path]) -> int:
         except OSError:
             continue
     return total
-
-
-def check_entry(
-    files: Mapping[str, Path],
-    cook_key: str,
-    name: str,
-    platform: str,
-    blob_file: str,
-    blob_sha256: str,
-) -> None:
-    """Refuse an entry (its files by role) unless its blob is what its entry says (size and sha256,
-    the way ``Bundle`` checks a blob before a game loads it), its header and frame layout are sound,
-    and everything names ``cook_key``. ``blob_sha256``: the blob's digest, computed by the caller
-    (against the index).
-
-    The frames are not decompressed: the blob's sha256 equals the one its cook recorded after
-    verifying that very blob through the loader, so decompressing it again proves nothing more."""
-    try:
-        entry = json.loads(files["entry"].read_bytes())
-    except ValueError as exc:
-        raise PoisonedEntry(f"its manifest entry is not JSON ({exc})") from None
-    blob_size, header = _blob_layout(files["blob"])
-    if not isinstance(entry, dict):
-        raise PoisonedEntry("its manifest entry is not a JSON object")
-    missing = [key for key, kind in ENTRY_FIELDS.items() if not isinstance(entry.get(key), kind)]
-    if missing:
-        raise PoisonedEntry(f"its manifest entry lacks {missing}")
-    if "operators" in entry and not _operators_shape_ok(entry["operators"]):
-        raise PoisonedEntry("its manifest entry's operator lists are malformed")
-    if "verify" in files:
-        _check_verify_data(files["verify"].read_bytes())
-    expected = {"cook key": cook_key, "name": name, "platform": platform}
-    found_header = {"cook key": header.cook_key, "name": header.name, "platform": header.platform}
-    found_entry = {
-        "cook key": entry.get("cook_key"),
-        "name": entry.get("name"),
-        "platform": (entry.get("settings") or {}).get("platform"),
-    }
-    for what, value in expected.items():
-        if found_header[what] != value or found_entry[what] != value:
-            raise PoisonedEntry(f"its blob or entry is for another {what}")
-    if entry.get("blob_sha256") != blob_sha256 or entry.get("blob_size") != blob_size:
-        raise PoisonedEntry("its blob does not match the sha256 and size of its manifest entry")
-    if entry.get("file") != blob_file:
-        raise PoisonedEntry(f"its entry names the blob {entry.get('file')!r}, not {blob_file!r}")
-
-
-def _blob_layout(path: Path) -> tuple[int, Any]:
-    """The blob file's size and header, after checking its header (and CRC), sizes and frame layout
-    (models over 2 GiB included). Mapped where the file system allows it (only the header and the
-    frames' first bytes are touched), else read. Anything the checks raise on hostile bytes refuses
-    the entry."""
-    import mmap
-
-    from pipeline.runtime.blob import check_layout
-
-    with path.open("rb") as stream:
-        size = os.fstat(stream.fileno()).st_size
-        try:
-            view: Any = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        except (OSError, ValueError):  # a file system without mappings (some FUSE, 9p)
-            view = stream.read()
-        problem = None
-        try:
-            header, _ = check_layout(view, max_model_size=1 << 62)
-        except Exception as exc:  # noqa: BLE001  BundleError, or struct/index errors on crafted bytes
-            problem = f"{type(exc).__name__}: {exc}"
-        if isinstance(view, mmap.mmap):
-            try:
-                view.close()
-            except BufferError:  # a slice still held somewhere: freed with it
-                pass
-    if problem is not None:
-        raise PoisonedEntry(f"its blob is damaged ({problem})")
-    return size, header

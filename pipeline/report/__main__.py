@@ -2,6 +2,6 @@
 
 import sys
 
-from pipeline.report.report import main
+from pipeline.report.cli import main
 
 sys.exit(main())

@@ -20,10 +20,10 @@ from typing import Any
 _EXPORTS: dict[str, str] = {
     "BLOB_FORMAT_VERSION": "constants",
     "DEFAULT_MAX_MODEL_SIZE": "blob",
-    "BlobHeader": "blob",
+    "BlobHeader": "header",
     "Unpacked": "blob",
     "decode_blob": "blob",
-    "read_header": "blob",
+    "read_header": "header",
     "unpack_blob": "blob",
     "Bundle": "bundle",
     "open_bundle": "bundle",

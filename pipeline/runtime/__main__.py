@@ -9,11 +9,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from .blob import BlobHeader, read_header_from_file, unpack_blob
+from .blob import unpack_blob
 from .bundle import open_bundle
 from .constants import Precision
 from .errors import BundleError
 from .frames import Frame
+from .header import BlobHeader, read_header_from_file
 
 
 def inspect(path: Path) -> str:

@@ -14,47 +14,33 @@ in skippable frames of at most 1 MiB (graph) or runs of whole tensors (weights).
 Version 1 (read for old bundles): the header frame, then one zstd frame holding the model file.
 Stock ``zstd`` does not give the model of a version-3 (or a mixed version-2) blob: the files are
 named ``.ocb``; ``python -m pipeline.runtime unpack`` (or ``inspect``'s stock-tool recipe) does.
+
+This module checks a whole blob's layout and decodes its sections (``check_layout``, ``check_blob``,
+``unpack_blob``, tensor views); the header is read in ``header``, its layout fields in ``sections``,
+frames in ``frames``.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-import json
-import math
-import struct
-import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import zstandard
 
-from .compat import parse_version
-from .constants import (
-    BLOB_FORMAT_VERSION,
-    LEGACY_BLOB_FORMAT_VERSION,
-    TWO_GIB,
-    V2_BLOB_FORMAT_VERSION,
-    ModelFormat,
-)
+from .constants import LEGACY_BLOB_FORMAT_VERSION, TWO_GIB, V2_BLOB_FORMAT_VERSION
 from .errors import (
     BlobTooLargeError,
     ChecksumMismatchError,
     CorruptBlobError,
-    NotABlobError,
     TruncatedBlobError,
-    UnsupportedBlobVersionError,
 )
 from .frames import (
-    CODECS,
-    RAW_CRC_PIECE,
-    RAW_PREFIX_SIZE,
-    SECTIONS,
     Frame,
     check_frames,
-    crc_count,
     decode_into,
     default_threads,
     new_bytes,
@@ -62,476 +48,11 @@ from .frames import (
 from .frames import (
     check_raw as check_raw_frames,
 )
+from .header import _TRAILER, TRAILER_MAGIC, TRAILER_SIZE, BlobHeader, _header_start, read_header
+from .sections import TENSOR_DTYPES, TensorRef
 
-READABLE_VERSIONS = (LEGACY_BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION, BLOB_FORMAT_VERSION)
-HEADER_MAGIC = b"ONNXCOOK"
-# 0x184D2A50..0x184D2A5F are zstd skippable-frame magics; decoders ignore the frame's payload.
-SKIPPABLE_MAGIC = 0x184D2A5E
-# A version-2 header lists every weight tensor: room for about 100,000 of them.
-MAX_HEADER_SIZE = 16 << 20
 # Models of up to 2 GiB load by default; a model with external weights may be larger (raise the limit).
 DEFAULT_MAX_MODEL_SIZE = TWO_GIB
-MODEL_FORMATS = tuple(f.value for f in ModelFormat)
-# Frames of this much content decode in parallel: small enough to spread a 2 MB model over the
-# cores, big enough that zstd loses nothing measurable and the header stays small.
-FRAME_CONTENT_SIZE = 1 << 20
-# Raw frames hold whole tensors, up to this much each (a skippable frame holds under 4 GiB).
-MAX_RAW_FRAME_CONTENT = 1 << 30
-# Weights are stored raw unless zstd makes them at least this much smaller (float32 weights gain
-# about 7%: not worth a decompression pass and a second copy in memory).
-RAW_UNLESS_GAIN = 0.10
-SAMPLE_EVERY = 16  # judged on every 16th frame of the weights
-# A graph frame is first probed: zstd at PROBE_LEVEL on PROBE_SIZE bytes from its middle. One that
-# gains under PROBE_GAIN there is stored raw without being compressed at the platform's level: float
-# weights inside an ORT file (measured on float32 weights: levels 1, 3 and 10 gain 7.24%, 7.16%,
-# 7.24%, so the platform's level would only find them under RAW_UNLESS_GAIN too).
-PROBE_LEVEL = 1
-PROBE_SIZE = 256 << 10
-PROBE_GAIN = 0.08
-WEIGHT_ALIGNMENT = 64
-# Version 3: a raw extent's content starts at a multiple of this offset of the blob (the mapping
-# granularity of Windows; Linux maps at 4 KiB), except an ORT graph that starts the blob.
-EXTENT_ALIGNMENT = 1 << 16
-# Version 3's last 16 bytes: TRAILER_MAGIC, then the header frame's offset (uint64, little-endian).
-TRAILER_MAGIC = b"OCB3TAIL"
-_TRAILER = struct.Struct("<8sQ")
-TRAILER_SIZE = _TRAILER.size
-# The flatbuffers file identifier of an ORT-format model, at bytes 4..8.
-ORT_IDENTIFIER = b"ORTM"
-MAX_FRAMES = 1 << 16
-MAX_TENSORS = 1 << 20
-MAX_DIMS = 64
-# ONNX TensorProto data types the loader can hand onnxruntime as numpy views.
-TENSOR_DTYPES: dict[int, str] = {
-    1: "float32",
-    2: "uint8",
-    3: "int8",
-    4: "uint16",
-    5: "int16",
-    6: "int32",
-    7: "int64",
-    9: "bool",
-    10: "float16",
-    11: "float64",
-    12: "uint32",
-    13: "uint64",
-}
-
-_FRAME_PREFIX = struct.Struct("<II")  # skippable magic, payload size
-_HEADER_PREFIX = struct.Struct("<8sHI")  # HEADER_MAGIC, blob format version, crc32 of the JSON
-
-
-@dataclass(frozen=True)
-class TensorRef:
-    """One initializer stored in the weights section: its graph name, ONNX data type and place."""
-
-    name: str
-    elem_type: int  # ONNX TensorProto.DataType, one of TENSOR_DTYPES
-    dims: tuple[int, ...]
-    offset: int  # in the weights section; a multiple of the element size
-    nbytes: int
-
-    def to_json(self) -> list[Any]:
-        return [self.name, self.elem_type, list(self.dims), self.offset, self.nbytes]
-
-
-@dataclass(frozen=True, kw_only=True)
-class WeightsInfo:
-    """The weights section: what the graph's external-data references call it, its size, its tensors."""
-
-    file: str  # the ``location`` of the graph's external-data references (the unpacked file's name)
-    size: int
-    sha256: str  # of the section's content (informational: frames carry their own checksums)
-    tensors: tuple[TensorRef, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "size": self.size,
-            "sha256": self.sha256,
-            "tensors": [t.to_json() for t in self.tensors],
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class BlobHeader:
-    """What a blob says about the model inside it; the JSON part of the header frame."""
-
-    model_format: str
-    platform: str
-    name: str
-    model_size: int  # graph + weights bytes
-    model_sha256: str  # of the model file (the graph section); informational in version 2
-    compressed_size: int  # bytes of the frames (all but the header frame and, in version 3, the trailer)
-    cook_key: str
-    min_runtime_version: str
-    ort_format_version: str | None = None
-    saved_runtime_optimizations: bool = False
-    execution_providers: tuple[str, ...] = ("CPUExecutionProvider",)
-    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    ep_session_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # Versions 2 and 3 (a version-1 blob has one zstd frame holding the model file).
-    version: int = LEGACY_BLOB_FORMAT_VERSION
-    graph_size: int | None = None
-    frames: tuple[Frame, ...] = ()
-    weights: WeightsInfo | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The header as JSON data: exactly what the header frame's JSON holds (the version is in the
-        frame's binary prefix, not here)."""
-        data = {key: value for key, value in asdict(self).items() if key not in _V2_FIELDS}
-        data["execution_providers"] = list(self.execution_providers)
-        if self.version >= 2:
-            data["graph_size"] = self.graph_size
-            data["frames"] = [_frame_json(f, self.version) for f in self.frames]
-            data["weights"] = self.weights.to_json() if self.weights is not None else None
-        return data
-
-
-_V2_FIELDS = ("version", "graph_size", "frames", "weights")
-
-
-def _frame_json(frame: Frame, version: int) -> list[Any]:
-    """Version 2: [section, codec, size, content size, pad(, CRCs)]; version 3 adds the offset after
-    the codec (frames need not follow the header: an ORT graph may start the blob)."""
-    place = [frame.offset] if version >= 3 else []
-    entry: list[Any] = [frame.section, frame.codec, *place, frame.size, frame.content_size, frame.pad]
-    return entry + [list(frame.crcs)] if frame.codec == "raw" else entry
-
-
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "model_format": str,
-    "platform": str,
-    "name": str,
-    "model_size": int,
-    "model_sha256": str,
-    "compressed_size": int,
-    "cook_key": str,
-    "min_runtime_version": str,
-    "ort_format_version": (str, type(None)),
-    "saved_runtime_optimizations": bool,
-    "execution_providers": list,
-    "provider_options": dict,
-    "ep_session_options": dict,
-}
-_V2_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "graph_size": int,
-    "frames": list,
-    "weights": (dict, type(None)),
-}
-
-
-def pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
-    """The header frame; padded with spaces (valid JSON) to ``length`` bytes, or None if longer."""
-    payload = json.dumps(header.to_dict(), sort_keys=True, separators=(",", ":")).encode()
-    if length is not None:
-        room = length - _FRAME_PREFIX.size - _HEADER_PREFIX.size - len(payload)
-        if room < 0:
-            return None
-        payload += b" " * room
-    prefix = _HEADER_PREFIX.pack(HEADER_MAGIC, header.version, zlib.crc32(payload))
-    return _FRAME_PREFIX.pack(SKIPPABLE_MAGIC, len(prefix) + len(payload)) + prefix + payload
-
-
-def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
-    """Parse and check the header frame; returns it and the offset where the header frame ends.
-
-    The header starts the blob, or (version 3, an ORT graph first) the trailer says where it is.
-    """
-    view = memoryview(data).cast("B")
-    start = _header_start(view)
-    if len(view) - start < _FRAME_PREFIX.size:
-        if bytes(view[start:]) == struct.pack("<I", SKIPPABLE_MAGIC)[: len(view) - start]:
-            raise TruncatedBlobError(f"blob is only {len(view)} bytes long: the header is cut off")
-        raise NotABlobError("not an onnx-cooker blob: too short to hold a header")
-    magic, size = _FRAME_PREFIX.unpack_from(view, start)
-    if magic != SKIPPABLE_MAGIC:
-        if start == 0 and bytes(view[4:8]) == ORT_IDENTIFIER:
-            raise NotABlobError(
-                "not an onnx-cooker blob: an ORT-format model without the cooker's trailer (a plain .ort "
-                "file, or a blob cut off at its end); pass an .ocb file written by `doit cook`"
-            )
-        raise NotABlobError(
-            "not an onnx-cooker blob: it does not start with the header frame "
-            "(pass an .ocb file written by `doit cook`, not a plain .onnx/.ort file)"
-        )
-    if size > MAX_HEADER_SIZE or size < _HEADER_PREFIX.size:
-        raise CorruptBlobError(f"blob header declares {size} bytes; a valid header is 14 B to 16 MiB")
-    end = start + _FRAME_PREFIX.size + size
-    if len(view) < end:
-        raise TruncatedBlobError(f"blob is {len(view)} bytes, but its header alone needs {end}: file cut off")
-    header_magic, version, crc = _HEADER_PREFIX.unpack_from(view, start + _FRAME_PREFIX.size)
-    if header_magic != HEADER_MAGIC:
-        raise NotABlobError("not an onnx-cooker blob: the first zstd frame is not an onnx-cooker header")
-    if version not in READABLE_VERSIONS:
-        raise UnsupportedBlobVersionError(
-            f"blob format version {version} is not supported: this loader reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}; re-cook the model with the cooker that matches "
-            "this loader"
-        )
-    if start and version < BLOB_FORMAT_VERSION:
-        raise CorruptBlobError(f"a version-{version} blob header must start the blob")
-    payload = bytes(view[start + _FRAME_PREFIX.size + _HEADER_PREFIX.size : end])
-    if zlib.crc32(payload) != crc:
-        raise ChecksumMismatchError("blob header checksum mismatch: the file is damaged or was modified")
-    return _header_from_json(payload, version, start, end), end
-
-
-def _header_start(view: memoryview) -> int:
-    """0, or where the trailer puts the header when the blob does not start with one."""
-    if len(view) >= 4 and bytes(view[:4]) == struct.pack("<I", SKIPPABLE_MAGIC):
-        return 0
-    if len(view) < TRAILER_SIZE:
-        return 0
-    magic, offset = _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE)
-    if magic != TRAILER_MAGIC:
-        return 0
-    if offset > len(view) - TRAILER_SIZE - _FRAME_PREFIX.size:
-        raise CorruptBlobError(f"blob trailer puts the header at byte {offset:,}, outside the blob")
-    return offset
-
-
-def read_header_from_file(stream: BinaryIO) -> BlobHeader:
-    """The header of the blob file open in ``stream`` (seekable), reading only the header and trailer
-    (its frames are not checked: ``check_layout`` does that on the whole blob)."""
-    start = 0
-    head = stream.read(_FRAME_PREFIX.size)
-    if len(head) == _FRAME_PREFIX.size and _FRAME_PREFIX.unpack(head)[0] != SKIPPABLE_MAGIC:
-        size = stream.seek(0, 2)
-        if size >= TRAILER_SIZE + _FRAME_PREFIX.size:
-            stream.seek(size - TRAILER_SIZE)
-            magic, offset = _TRAILER.unpack(stream.read(TRAILER_SIZE))
-            if magic == TRAILER_MAGIC and offset <= size - TRAILER_SIZE - _FRAME_PREFIX.size:
-                start = offset
-    stream.seek(start)
-    frame = stream.read(_FRAME_PREFIX.size)
-    if len(frame) == _FRAME_PREFIX.size and _FRAME_PREFIX.unpack(frame)[0] == SKIPPABLE_MAGIC:
-        frame += stream.read(min(_FRAME_PREFIX.unpack(frame)[1], MAX_HEADER_SIZE))
-    if start == 0:
-        return read_header(frame)[0]
-    magic, size = _FRAME_PREFIX.unpack_from(frame)
-    if magic != SKIPPABLE_MAGIC or len(frame) < _FRAME_PREFIX.size + max(size, _HEADER_PREFIX.size):
-        raise CorruptBlobError("blob trailer does not point at a complete header frame")
-    header_magic, version, crc = _HEADER_PREFIX.unpack_from(frame, _FRAME_PREFIX.size)
-    payload = frame[_FRAME_PREFIX.size + _HEADER_PREFIX.size :]
-    if header_magic != HEADER_MAGIC or version != BLOB_FORMAT_VERSION or zlib.crc32(payload) != crc:
-        raise ChecksumMismatchError("blob header (found through the trailer) is damaged or not a header")
-    return _header_from_json(payload, version, start, start + len(frame))
-
-
-def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
-    try:
-        fields = json.loads(payload)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CorruptBlobError(f"blob header is not valid JSON: {exc}") from None
-    if not isinstance(fields, dict):
-        raise CorruptBlobError("blob header is not a JSON object")
-    expected_types = _FIELD_TYPES | (_V2_FIELD_TYPES if version >= 2 else {})
-    missing = sorted(set(expected_types) - set(fields))
-    if missing:
-        raise CorruptBlobError(f"blob header lacks field(s) {', '.join(missing)}")
-    for key, expected in expected_types.items():
-        value = fields[key]
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise CorruptBlobError(f"blob header field {key!r} has the wrong type ({type(value).__name__})")
-    if fields["model_format"] not in MODEL_FORMATS:
-        raise CorruptBlobError(f"blob header names an unknown model format {fields['model_format']!r}")
-    if fields["model_size"] < 0 or fields["compressed_size"] < 0:
-        raise CorruptBlobError("blob header declares a negative size")
-    if not all(isinstance(ep, str) for ep in fields["execution_providers"]):
-        raise CorruptBlobError("blob header field 'execution_providers' must list names")
-    for key in ("provider_options", "ep_session_options"):
-        if not all(isinstance(v, dict) for v in fields[key].values()):
-            raise CorruptBlobError(f"blob header field {key!r} must map provider names to objects")
-    try:
-        parse_version(fields["min_runtime_version"])
-    except ValueError:
-        raise CorruptBlobError(
-            f"blob header field 'min_runtime_version' is not a version: {fields['min_runtime_version']!r}"
-        ) from None
-    known = {key: fields[key] for key in _FIELD_TYPES}
-    known["execution_providers"] = tuple(known["execution_providers"])
-    if version >= 2:
-        known |= _v2_layout(fields, version, start, end)
-    return BlobHeader(version=version, **known)
-
-
-def _v2_layout(fields: dict[str, Any], version: int, start: int, end: int) -> dict[str, Any]:
-    """The frames and weights of a version-2 or -3 header, checked for consistency (not yet against
-    data): ``start`` and ``end`` are where the header frame lies in the blob."""
-    graph_size = fields["graph_size"]
-    if graph_size < 0:
-        raise CorruptBlobError("blob header declares a negative graph size")
-    frames = (
-        _parse_frames(fields["frames"], end)
-        if version < 3
-        else _parse_extents(fields["frames"], start, end, ort=fields["model_format"] == ModelFormat.ORT)
-    )
-    weights = None if fields["weights"] is None else _parse_weights(fields["weights"])
-    if fields["model_format"] == ModelFormat.ORT and weights is not None:
-        raise CorruptBlobError("blob header gives an ORT-format model external weights, which it cannot use")
-    sizes = {"graph": graph_size, "weights": weights.size if weights else 0}
-    for section in SECTIONS:
-        content = sum(f.content_size for f in frames if f.section == section)
-        if content != sizes[section]:
-            raise CorruptBlobError(
-                f"blob frames hold {content:,} bytes of {section}, but the header declares {sizes[section]:,}"
-            )
-    if fields["model_size"] != graph_size + sizes["weights"]:
-        raise CorruptBlobError("blob header's model_size is not the graph size plus the weights size")
-    if fields["compressed_size"] != sum(f.size for f in frames):
-        raise CorruptBlobError("blob header's compressed_size is not the sum of its frame sizes")
-    for index, frame in enumerate(frames):
-        if version < 3 and frame.codec == "raw" and frame.data_offset % WEIGHT_ALIGNMENT:
-            raise CorruptBlobError(
-                f"blob header frame {index + 1}: raw content not at a {WEIGHT_ALIGNMENT}-byte boundary"
-            )
-    return {"graph_size": graph_size, "frames": frames, "weights": weights}
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _parse_frames(entries: list[Any], end: int) -> tuple[Frame, ...]:
-    if len(entries) > MAX_FRAMES:
-        raise CorruptBlobError(
-            f"blob header lists {len(entries):,} frames; at most {MAX_FRAMES:,} are allowed"
-        )
-    frames, offset, content = [], end, {"graph": 0, "weights": 0}
-    for index, entry in enumerate(entries):
-        if not (
-            isinstance(entry, list)
-            and len(entry) == (6 if len(entry) > 1 and entry[1] == "raw" else 5)
-            and entry[0] in SECTIONS
-            and entry[1] in CODECS
-            and all(_is_count(v) for v in entry[2:5])
-        ):
-            raise CorruptBlobError(
-                f"blob header frame {index + 1} is not [section, codec, size, content size, pad"
-                "(, CRC-32 list for raw frames)]"
-            )
-        section, codec, size, content_size, pad = entry[:5]
-        checks: tuple[int, ...] = ()
-        if codec == "raw":
-            checks = _raw_checks(entry[5], content_size, index)
-        if codec == "raw" and pad >= WEIGHT_ALIGNMENT:
-            raise CorruptBlobError(
-                f"blob header frame {index + 1}: raw frame padding over {WEIGHT_ALIGNMENT} bytes"
-            )
-        if codec == "raw" and size != RAW_PREFIX_SIZE + pad + content_size:
-            raise CorruptBlobError(f"blob header frame {index + 1}: raw frame sizes do not add up")
-        if codec == "zstd" and (pad != 0 or size == 0):
-            raise CorruptBlobError(
-                f"blob header frame {index + 1}: a zstd frame has no padding and is not empty"
-            )
-        frames.append(Frame(section, codec, offset, size, content[section], content_size, pad, checks))
-        offset += size
-        content[section] += content_size
-    return tuple(frames)
-
-
-def _parse_extents(entries: list[Any], start: int, end: int, *, ort: bool) -> tuple[Frame, ...]:
-    """Version 3's frames: [section, codec, offset, size, content size, pad(, CRC-32s)], in blob
-    order, end to end after the header frame; only a raw ORT graph may come first, at offset 0 with
-    the header right behind it. A raw frame is a whole section, its content EXTENT_ALIGNMENT-aligned."""
-    if len(entries) > MAX_FRAMES:
-        raise CorruptBlobError(
-            f"blob header lists {len(entries):,} frames; at most {MAX_FRAMES:,} are allowed"
-        )
-    frames: list[Frame] = []
-    position, content = (0 if start else end), {"graph": 0, "weights": 0}
-    for index, entry in enumerate(entries):
-        label = f"blob header frame {index + 1}"
-        if not (
-            isinstance(entry, list)
-            and len(entry) == (7 if len(entry) > 1 and entry[1] == "raw" else 6)
-            and entry[0] in SECTIONS
-            and entry[1] in CODECS
-            and all(_is_count(v) for v in entry[2:6])
-        ):
-            raise CorruptBlobError(
-                f"{label} is not [section, codec, offset, size, content size, pad(, CRC-32 list for raw "
-                "frames)]"
-            )
-        section, codec, offset, size, content_size, pad = entry[:6]
-        if offset != position:
-            raise CorruptBlobError(f"{label} starts at byte {offset:,}, not {position:,} where it must")
-        if section == "graph" and content["weights"]:
-            raise CorruptBlobError(f"{label}: graph frames come before weights frames")
-        checks: tuple[int, ...] = ()
-        if codec == "raw":
-            checks = _raw_checks(entry[6], content_size, index)
-            if any(f.section == section for f in frames) or content[section]:
-                raise CorruptBlobError(f"{label}: a raw {section} extent must be the whole section")
-            if size != pad + content_size or pad >= EXTENT_ALIGNMENT:
-                raise CorruptBlobError(f"{label}: raw extent sizes do not add up")
-            if offset + pad != 0 and (offset + pad) % EXTENT_ALIGNMENT:
-                raise CorruptBlobError(f"{label}: raw content not at a {EXTENT_ALIGNMENT:,}-byte boundary")
-        elif pad != 0 or size == 0:
-            raise CorruptBlobError(f"{label}: a zstd frame has no padding and is not empty")
-        elif any(f.section == section and f.codec == "raw" for f in frames):
-            raise CorruptBlobError(f"{label}: a raw {section} extent must be the whole section")
-        frames.append(Frame(section, codec, offset, size, content[section], content_size, pad, checks, 0))
-        content[section] += content_size
-        position = offset + size
-        if offset == 0:  # the ORT graph first: the header comes right after it
-            if not ort or section != "graph" or codec != "raw" or position != start:
-                raise CorruptBlobError(f"{label}: only a raw graph ending where the header starts may lead")
-            position = end
-    if start and not frames:
-        raise CorruptBlobError("blob header is not at the start, but no graph extent comes before it")
-    return tuple(frames)
-
-
-def frames_end(header: BlobHeader, header_end: int) -> int:
-    """Where the last frame (or the header frame) of a version-3 blob ends: the trailer starts there."""
-    return max([header_end, *(f.offset + f.size for f in header.frames)])
-
-
-def _raw_checks(value: Any, content_size: int, index: int) -> tuple[int, ...]:
-    if not (
-        isinstance(value, list)
-        and len(value) == crc_count(content_size)
-        and all(_is_count(crc) and crc < 1 << 32 for crc in value)
-    ):
-        raise CorruptBlobError(
-            f"blob header frame {index + 1}: a raw frame needs one CRC-32 per "
-            f"{RAW_CRC_PIECE:,} bytes of content"
-        )
-    return tuple(value)
-
-
-def _parse_weights(value: dict[str, Any]) -> WeightsInfo:
-    def fail(problem: str) -> CorruptBlobError:
-        return CorruptBlobError(f"blob header field 'weights': {problem}")
-
-    if not (isinstance(value.get("file"), str) and isinstance(value.get("sha256"), str)):
-        raise fail("'file' and 'sha256' must be strings")
-    size, entries = value.get("size"), value.get("tensors")
-    if not _is_count(size) or not isinstance(entries, list):
-        raise fail("'size' (count) and 'tensors' (list) are required")
-    if len(entries) > MAX_TENSORS:
-        raise fail(f"{len(entries):,} tensors listed; at most {MAX_TENSORS:,} are allowed")
-    tensors, names = [], set()
-    for index, entry in enumerate(entries):
-        if not (isinstance(entry, list) and len(entry) == 5):
-            raise fail(f"tensor {index + 1} is not [name, type, dims, offset, bytes]")
-        name, elem_type, dims, offset, nbytes = entry
-        if not isinstance(name, str) or name in names:
-            raise fail(f"tensor {index + 1} has no name or a name used twice")
-        if not (_is_count(elem_type) and elem_type in TENSOR_DTYPES):
-            raise fail(f"tensor {name!r} has a data type the loader cannot map ({elem_type!r})")
-        if not (isinstance(dims, list) and len(dims) <= MAX_DIMS and all(_is_count(d) for d in dims)):
-            raise fail(f"tensor {name!r} has malformed dims")
-        itemsize = np.dtype(TENSOR_DTYPES[elem_type]).itemsize
-        if not (_is_count(offset) and _is_count(nbytes)) or nbytes != math.prod(dims) * itemsize:
-            raise fail(f"tensor {name!r}: its byte count does not match its type and dims")
-        if offset % itemsize or offset + nbytes > size:
-            raise fail(f"tensor {name!r} lies outside the weights section or is misaligned")
-        names.add(name)
-        tensors.append(TensorRef(name, elem_type, tuple(dims), offset, nbytes))
-    return WeightsInfo(file=value["file"], size=size, sha256=value["sha256"], tensors=tuple(tensors))
 
 
 @dataclass(frozen=True)
@@ -566,6 +87,11 @@ def tensor_view(segments: Sequence[tuple[int, memoryview]], ref: TensorRef) -> n
 
 def _where(header: BlobHeader) -> str:
     return f"blob of model {header.name!r} ({header.platform})"
+
+
+def frames_end(header: BlobHeader, header_end: int) -> int:
+    """Where the last frame (or the header frame) of a version-3 blob ends: the trailer starts there."""
+    return max([header_end, *(f.offset + f.size for f in header.frames)])
 
 
 def check_layout(

@@ -16,9 +16,10 @@ from typing import Any, BinaryIO
 
 import onnxruntime
 
-from .blob import DEFAULT_MAX_MODEL_SIZE, MAX_HEADER_SIZE, CheckedBlob, check_blob
+from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
+from .header import MAX_HEADER_SIZE
 from .loadpaths import BlobFile
 from .session import Progress, ProviderSpec, load_info, no_progress, session_from_checked
 from .trust import SIGNATURE_SIZE, verify_signature

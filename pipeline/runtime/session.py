@@ -11,10 +11,11 @@ from typing import Any
 
 import onnxruntime
 
-from .blob import DEFAULT_MAX_MODEL_SIZE, BlobHeader, CheckedBlob, check_blob
+from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .compat import format_version, parse_version
 from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
 from .errors import IncompatibleRuntimeError, SessionCreateError
+from .header import BlobHeader
 from .loadpaths import BlobFile, LoadPath, choose_load_path, prepare, why_not
 from .pager import Pager, file_lock
 

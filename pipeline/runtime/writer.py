@@ -13,7 +13,10 @@ from typing import Any
 
 import zstandard
 
-from .blob import (
+from .constants import BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION, ModelFormat
+from .frames import RAW_PREFIX_SIZE, Frame, raw_crcs, raw_frame, run_parallel
+from .header import TRAILER_MAGIC, BlobHeader, pack_header
+from .sections import (
     EXTENT_ALIGNMENT,
     FRAME_CONTENT_SIZE,
     MAX_RAW_FRAME_CONTENT,
@@ -22,15 +25,10 @@ from .blob import (
     PROBE_SIZE,
     RAW_UNLESS_GAIN,
     SAMPLE_EVERY,
-    TRAILER_MAGIC,
     WEIGHT_ALIGNMENT,
-    BlobHeader,
     TensorRef,
     WeightsInfo,
-    pack_header,
 )
-from .constants import BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION, ModelFormat
-from .frames import RAW_PREFIX_SIZE, Frame, raw_crcs, raw_frame, run_parallel
 
 _TRAILER = struct.Struct("<8sQ")
 # A raw extent after the header costs up to EXTENT_ALIGNMENT bytes of padding: sections smaller

@@ -1,0 +1,255 @@
+"""The actions of the doit tasks (pipeline.build.tasks): a cook, a platform's manifest, its runtime
+checks, and the ``doit clean`` actions. Each prints a short summary, and turns an expected error
+into a clean doit failure (one message, no traceback).
+
+Loaded with the tasks on every doit command, so it imports only the standard library and doit at
+module level; the cooking code (onnx, onnxruntime) is imported inside the actions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from doit.exceptions import TaskFailed
+
+from pipeline.build.stamps import record
+from pipeline.cook.job import CookJob, RuntimeCheck
+from pipeline.cook.key import BUNDLE_FORMAT, canonical_json
+from pipeline.errors import CookError
+from pipeline.farm.store import CacheConfig
+from pipeline.layout import (
+    REPORT_NAME,
+    REPORT_STATE_DIR,
+    STAMPS_DIR,
+    check_times_path,
+    digest_memo_dir,
+    entry_path,
+    manifest_stamps_path,
+    reference_memo_dir,
+)
+from pipeline.runtime.constants import MANIFEST_NAME, SIGNATURE_NAME
+
+if TYPE_CHECKING:
+    from pipeline.farm.cache import CookCache
+
+
+def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFailed | None:
+    from pipeline.build.allocator import release_if_short
+
+    try:
+        return _run_cook(job, cache_config)
+    finally:
+        release_if_short()  # a worker gives back what it keeps when the machine runs short
+
+
+def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> TaskFailed | None:
+    from pipeline.build.run_job import cook  # imports onnx and onnxruntime only for a real cook
+    from pipeline.farm.cache import CookCache
+
+    cache = CookCache(cache_config) if cache_config is not None else None
+    try:
+        entry = cook(job, cache)  # also records what it read and wrote (pipeline.build.stamps)
+    except CookError as exc:
+        notes = "".join(f"\n{note}" for note in cache.notes) if cache is not None else ""
+        return TaskFailed(str(exc) + notes)
+    summary = _summary(entry) + (" (from the cook cache)" if cache is not None and cache.hit else "")
+    lines = [summary, *(cache.notes if cache is not None else [])]
+    sys.stdout.write("\n".join(lines) + "\n")  # one write: lines stay whole under `doit -n`
+    return None
+
+
+def _summary(entry: Mapping[str, Any]) -> str:
+    verification = entry["verification"]
+    if "outputs" in verification:
+        worst = max((o["max_abs"] for o in verification["outputs"]), default=0.0)
+        checked = f"verified ({verification['inputs']} inputs), max abs error {worst:.2g}"
+    else:
+        checked = "NOT verified (verify: false)"
+    size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
+    line = f"{entry['settings']['platform']}/{entry['file']}: {size}, {checked}"
+    for fallback in entry.get("fallbacks", []):
+        if "disabled_optimizers" in fallback:
+            done = f"without {', '.join(fallback['disabled_optimizers'])}"
+        else:
+            done = "with " + ", ".join(f"{k} {v}" for k, v in fallback["used"].items())
+        line += f"\n  warning: {entry['name']} cooked {done}: {fallback['why']}"
+    return line
+
+
+def run_manifest(
+    platform_dir: Path,
+    platform: str,
+    names: list[str],
+    check_results: list[Path],
+    check_off_reason: str | None,
+    signing_key: Path | None = None,
+    max_bundle_bytes: int = 0,
+) -> TaskFailed | None:
+    from pipeline.build.manifest import write_manifest
+    from pipeline.cook.opconfig import write_operator_configs
+
+    try:
+        path = write_manifest(
+            platform_dir, platform, names, check_results, check_off_reason, max_bundle_bytes
+        )
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        configs = write_operator_configs(platform_dir, manifest["models"])
+        _sign(path, signing_key)
+        published = [platform_dir / entry["file"] for entry in manifest["models"].values()]
+        record(
+            [*manifest_outputs(platform_dir, configs, signing_key), *published],
+            manifest_stamps_path(platform_dir),
+            memo_dir=digest_memo_dir(platform_dir.parent),  # published blobs: the cooks' digests
+        )
+    except CookError as exc:
+        return TaskFailed(str(exc))
+    except OSError as exc:
+        return TaskFailed(
+            f"{platform_dir}: cannot write the manifest: {exc.filename or ''} {exc.strerror or exc}; check "
+            "disk space and permissions, then run `doit cook` again"
+        )
+    lines = [f"{path}: {len(names)} model(s)", *(f"{config}: reduced-build operators" for config in configs)]
+    lines += usability_lines(platform, manifest["models"])
+    sys.stdout.write("\n".join(lines) + "\n")
+    return None
+
+
+def manifest_outputs(platform_dir: Path, configs: Any, signing_key: Path | None) -> list[Path]:
+    """The files a platform's manifest task writes."""
+    names = [MANIFEST_NAME, *(Path(config).name for config in configs)]
+    return [platform_dir / name for name in (*names, *((SIGNATURE_NAME,) if signing_key else ()))]
+
+
+def _sign(manifest: Path, signing_key: Path | None) -> None:
+    """Write manifest.json.sig, or remove a stale one when this cook does not sign."""
+    signature_path = manifest.with_name(SIGNATURE_NAME)
+    if signing_key is None:
+        signature_path.unlink(missing_ok=True)
+        return
+    from pipeline.build.signing import sign
+    from pipeline.fsutil import atomic_write
+
+    atomic_write(signature_path, sign(manifest.read_bytes(), signing_key))
+
+
+def usability_lines(platform: str, models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The end-of-cook summary: how much of each model the platform's NNAPI/CoreML EP would take."""
+    lines = []
+    for name, entry in sorted(models.items()):
+        for ep, report in entry.get("usability", {}).items():
+            share = f"{report['supported_nodes']}/{report['nodes']} nodes"
+            line = f"  {platform}:{name}: {ep} takes {share} in {report['partitions']} partition(s): "
+            line += report["verdict"]
+            if report["verdict_if_shapes_fixed"] != report["verdict"]:
+                line += f" ({report['verdict_if_shapes_fixed']} with fixed_dims/fixed_shapes for "
+                line += f"{', '.join(report['dynamic_inputs'])})"
+            lines.append(line)
+    return lines
+
+
+def run_runtime_checks(
+    checks: list[RuntimeCheck], cache_config: CacheConfig | None = None
+) -> TaskFailed | None:
+    """Each check's models in the target onnxruntime, except those whose passing report for this
+    exact blob and version the cache holds; the new passes are stored there, one per model, so that
+    a shard's checks serve the agent that assembles the bundle."""
+    from pipeline.farm.cache import CookCache
+    from pipeline.fsutil import write_json
+
+    times: dict[str, float] = {}
+    for check in checks:
+        cache = CookCache(cache_config) if cache_config is not None else None
+        started = time.perf_counter()
+        try:
+            report, cached = _checked_models(check, cache)
+            write_json(check.result_path, report)
+        except CookError as exc:
+            return TaskFailed(str(exc))
+        except OSError as exc:
+            return TaskFailed(
+                f"{check.platform}: runtime check failed ({exc.strerror or exc}); free disk space"
+            )
+        times[check.runtime_version] = time.perf_counter() - started
+        write_json(check_times_path(check.platform_dir), times)
+        count = len(report["models"])
+        source = (
+            " (from the cook cache)"
+            if cached == count
+            else f" ({cached} of them from the cook cache)"
+            if cached
+            else ""
+        )
+        version = report["onnxruntime"]
+        line = f"{check.platform}: {count} model(s) load and match in onnxruntime {version}{source}"
+        sys.stdout.write("\n".join([line, *(cache.notes if cache is not None else [])]) + "\n")
+    return None
+
+
+def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[str, Any], int]:
+    """The check's report, and how many of its models came from the cache."""
+    from pipeline.build.target_check import run_check
+
+    keys = {name: _check_key(check, name) for name in check.names}
+    models: dict[str, Any] = {}
+    version = check.runtime_version
+    for name, key in keys.items() if cache is not None else ():
+        stored = cache.fetch_check(key, check.runtime_version, [name])
+        if stored is not None:
+            models[name], version = stored["models"][name], stored["onnxruntime"]
+    cached = len(models)
+    missing = tuple(name for name in check.names if name not in models)
+    if missing:
+        report = run_check(replace(check, names=missing))  # raises if any model fails
+        version = report["onnxruntime"]
+        for name in missing:
+            models[name] = report["models"][name]
+            if cache is not None:
+                cache.upload_check(keys[name], {"onnxruntime": version, "models": {name: models[name]}})
+    return {"onnxruntime": version, "models": {name: models[name] for name in check.names}}, cached
+
+
+# Bump whenever what the runtime check tests changes (its worker, its tolerances): cached reports of
+# an older check are not reused.
+CHECK_RECIPE = 3  # 2: compares at the tolerances the cook verified with; 3: one report per model
+
+
+def _check_key(check: RuntimeCheck, name: str) -> str:
+    """What one model's runtime check depends on: the target version and the exact blob it loads."""
+    entry = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))
+    return canonical_json(
+        {
+            "check": "runtime",
+            "recipe": CHECK_RECIPE,
+            "version": check.runtime_version,
+            "format": BUNDLE_FORMAT,
+            "model": name,
+            "blob": entry["blob_sha256"],
+        }
+    )
+
+
+def _remove(path: Path) -> None:
+    """``doit clean``: the record of what a task wrote goes with its outputs."""
+    path.unlink(missing_ok=True)
+
+
+def _remove_report(build: Path) -> None:
+    """``doit clean``: the cook report (written by doit's reporter at the end of every run,
+    pipeline.build.progress) and the build folder's memos go with the bundles; every platform's manifest
+    task removes them."""
+    import shutil
+
+    (build / REPORT_NAME).unlink(missing_ok=True)
+    shutil.rmtree(build / REPORT_STATE_DIR, ignore_errors=True)
+    # and the digests and source outputs the cooks remembered (pipeline.build.stamps, pipeline.cook.verify)
+    shutil.rmtree(digest_memo_dir(build), ignore_errors=True)
+    shutil.rmtree(reference_memo_dir(build), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (build / STAMPS_DIR).rmdir()

@@ -1,0 +1,68 @@
+"""The build's configuration from the environment: the assets, platforms, build and runtimes folders
+(``COOK_*_DIR``), the signing key (``COOK_SIGNING_KEY``) and the other ``COOK_*`` settings read at
+task-loading time.
+
+Imported by ``dodo.py`` on every doit command: standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import CookError, ProfileError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Folders:
+    assets: Path
+    platforms: Path
+    build: Path
+    runtimes: Path
+    signing_key: Path | None  # COOK_SIGNING_KEY: sign every manifest with this Ed25519 key
+
+
+def folders(env: Mapping[str, str], root: Path) -> Folders:
+    """The assets, platforms and build folders; ``COOK_ASSETS_DIR`` etc. override them."""
+
+    def pick(variable: str, default: str) -> Path:
+        return (root / env.get(variable, default)).resolve()
+
+    return Folders(
+        assets=pick("COOK_ASSETS_DIR", "assets"),
+        platforms=pick("COOK_PLATFORMS_DIR", "platforms"),
+        build=pick("COOK_BUILD_DIR", "build"),
+        runtimes=pick("COOK_RUNTIMES_DIR", str(Path(env.get("COOK_BUILD_DIR", "build")) / ".runtimes")),
+        signing_key=pick("COOK_SIGNING_KEY", "") if env.get("COOK_SIGNING_KEY") else None,
+    )
+
+
+def environment() -> dict[str, str]:
+    """The process environment, read once at the edge (dodo.py) and passed in everywhere else."""
+    return dict(os.environ)
+
+
+DEFAULT_PIP_TIMEOUT = 300.0
+
+
+def _seconds(env: Mapping[str, str], variable: str, default: float) -> float:
+    text = env.get(variable, "")
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ProfileError([f"{variable}={text!r}: expected a number of seconds above 0"])
+    return value
+
+
+def _key_digest(signing_key: Path | None) -> str | None:
+    if signing_key is None:
+        return None
+    try:
+        return hashlib.sha256(signing_key.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise CookError(f"COOK_SIGNING_KEY={signing_key}: cannot read the key ({exc.strerror})") from None

@@ -1,0 +1,172 @@
+"""The plan of a cook: every platform's jobs from its file and the models' settings (all problems
+reported together, before anything is written), an agent's share of them under ``COOK_SHARD``, and
+the runtime checks each platform's models need.
+
+Runs at task-loading time for every doit command: standard library and yaml only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pipeline.build.config import DEFAULT_PIP_TIMEOUT, _seconds
+from pipeline.cook.job import CookJob, RuntimeCheck
+from pipeline.errors import CookError, ProfileError
+from pipeline.farm.shard import Shard, assign
+from pipeline.farm.store import CacheConfig
+from pipeline.layout import runtime_check_path
+from pipeline.runtime.constants import OptimizationStyle, Precision
+from pipeline.settings.assets import AssetModel
+from pipeline.settings.eprules import ep_usability_check
+from pipeline.settings.resolve import (
+    CookSettings,
+    Platform,
+    is_skipped,
+    load_model_settings,
+    resolve,
+)
+
+
+def _model_settings(assets: tuple[AssetModel, ...], platform_names: list[str]) -> dict[str, dict]:
+    """Every model's settings file, validated together so that one run reports every problem."""
+    settings, problems = {}, []
+    for asset in assets:
+        try:
+            settings[asset.name] = load_model_settings(asset.settings_path, platform_names)
+        except ProfileError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ProfileError(problems)
+    return settings
+
+
+def _plans(
+    platforms: tuple[Platform, ...],
+    assets: tuple[AssetModel, ...],
+    model_settings: Mapping[str, Mapping[str, Any]],
+    build: Path,
+    env: Mapping[str, str],
+) -> list[tuple[Platform, list[CookJob]]]:
+    """Every platform's jobs; settings that do not resolve are all reported together."""
+    plans, problems = [], []
+    for platform in platforms:
+        try:
+            plans.append((platform, _platform_jobs(platform, assets, model_settings, build, env)))
+        except ProfileError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ProfileError(list(dict.fromkeys(problems)))  # one line per distinct problem
+    return plans
+
+
+def _platform_jobs(
+    platform: Platform,
+    assets: tuple[AssetModel, ...],
+    model_settings: Mapping[str, Mapping[str, Any]],
+    build: Path,
+    env: Mapping[str, str],
+) -> list[CookJob]:
+    jobs, problems = [], []
+    for asset in assets:
+        overrides = model_settings[asset.name]
+        if not platform.selects(asset.name) or is_skipped(overrides, platform.name):
+            continue
+        try:
+            settings = resolve(platform, overrides, env, model_source=str(asset.settings_path or asset.path))
+        except ProfileError as exc:
+            problems.extend(exc.problems)
+            continue
+        jobs.append(CookJob(asset=asset, settings=settings, platform_dir=build / platform.name))
+    if problems:
+        raise ProfileError(problems)
+    return jobs
+
+
+def _refuse_empty(plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int) -> None:
+    """A platform with no model to cook is almost always a wrong assets folder or a failed checkout:
+    cooking it would replace a good bundle with an empty one. Refused, before anything is written,
+    unless its file says ``allow_empty: true``."""
+    empty = [platform for platform, jobs in plans if not jobs and not platform.allow_empty]
+    if not empty:
+        return
+    if found:
+        problems = [
+            f"{platform.path}: platform {platform.name!r} selects none of the {found} model(s) in {assets} "
+            f"(include {list(platform.include)}, exclude {list(platform.exclude)}); fix its globs"
+            for platform in empty
+        ]
+    else:
+        problems = [
+            f"{assets} holds no .onnx model, so {', '.join(repr(p.name) for p in empty)} would ship empty "
+            "bundles; point COOK_ASSETS_DIR at the folder with your models (a relative path starts at the "
+            "folder of dodo.py)"
+        ]
+    problems.append(
+        "nothing was cooked or written; set `allow_empty: true` in a platform file whose bundle should be "
+        "empty"
+    )
+    raise ProfileError(problems)
+
+
+def _shard_share(
+    plans: list[tuple[Platform, list[CookJob]]], shard: Shard, cache: CacheConfig | None
+) -> set[int]:
+    """The ids of the jobs this agent cooks: a deterministic, size-balanced share (pipeline.farm.shard)."""
+    if cache is None or not cache.writes:
+        raise CookError(
+            f"COOK_SHARD={shard} cooks a share of the models into the shared cook cache, so it needs "
+            "COOK_CACHE (in readwrite mode, the default); then run `doit cook` without COOK_SHARD to "
+            "assemble the bundles from the cache"
+        )
+    jobs = [job for _, platform_jobs in plans for job in platform_jobs]
+    weights = [(id(job), _source_bytes(job) * _passes(job.settings)) for job in jobs]
+    assigned = assign(weights, shard.count)
+    return {job_id for job_id, index in assigned.items() if index == shard.index}
+
+
+def _passes(settings: CookSettings) -> int:
+    """How many times a cook with these settings goes over the whole model, a proxy for its time
+    beside the model's size (measured on the bench set: a runtime-style reduced-build cook with an
+    NNAPI or CoreML usability report takes ~1.7x a fixed-style one of the same model)."""
+    passes = 2  # load and check; optimize and serialize
+    passes += 2 if settings.verify else 0  # the source's outputs; the cooked blob through the loader
+    runtime = settings.optimization_style == OptimizationStyle.RUNTIME
+    passes += 1 if settings.reduced_build and runtime else 0  # the applied variant
+    passes += 1 if any(ep_usability_check(ep) for ep in settings.execution_providers) else 0
+    passes += 1 if settings.precision != Precision.FP32 else 0  # the variant and its accuracy gate
+    return passes
+
+
+def _source_bytes(job: CookJob) -> int:
+    total = 0
+    for path in job.asset.source_files:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            continue  # the cook itself will say what is missing
+    return total
+
+
+def _runtime_checks(
+    platform: Platform, jobs: list[CookJob], platform_dir: Path, runtimes: Path, env: Mapping[str, str]
+) -> list[RuntimeCheck]:
+    """One check per onnxruntime version the platform's models target (usually one)."""
+    if not platform.runtime_check or not jobs:
+        return []
+    install_timeout = _seconds(env, "COOK_PIP_TIMEOUT", DEFAULT_PIP_TIMEOUT)
+    versions = sorted({job.settings.runtime_version for job in jobs})
+    return [
+        RuntimeCheck(
+            platform=platform.name,
+            runtime_version=version,
+            platform_dir=platform_dir,
+            names=tuple(job.asset.name for job in jobs if job.settings.runtime_version == version),
+            runtimes_dir=runtimes,
+            result_path=runtime_check_path(platform_dir, version),
+            profile=platform.path,
+            install_timeout=install_timeout,
+        )
+        for version in versions
+    ]

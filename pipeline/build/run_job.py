@@ -1,0 +1,78 @@
+"""Running one cook job, top to bottom: look the cook cache up, cook on a miss, upload, commit.
+
+``cook`` is the entry point (doit's cook actions call it, and so can a script). A cache hit needs
+neither onnx nor onnxruntime (pipeline/build/outputs.py checks and commits what the cache holds), so
+``pipeline.cook.run`` is imported only for a real cook.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.build.outputs import commit, from_cache, lookup, paths, staged_files
+from pipeline.cook.job import CookJob
+from pipeline.errors import CookError
+from pipeline.farm.cache import CookCache
+from pipeline.fsutil import atomic_write, json_bytes, write_json
+from pipeline.layout import cache_record_path, step_times_path
+from pipeline.steptimes import recording, step
+
+
+def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
+    """Cook one model for one platform; writes its blob and manifest entry, returns the entry.
+
+    With a ``cache``, an entry stored under the same cook key (and checked) is written instead of
+    cooking, and what a cook writes is stored. Raises a ``CookError`` whose message names the model
+    file, the platform and the fix; nothing is written unless every step passed.
+    """
+    asset, settings = job.asset, job.settings
+    context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
+    try:
+        with recording() as times:
+            entry, looked_up, known = from_cache(job, cache) if cache is not None else (None, None, None)
+            if entry is None:
+                entry = _cook_on_a_miss(job, cache, looked_up, known)
+        write_json(step_times_path(job.platform_dir, asset.name), times)
+        _record_cache_use(job, cache)
+        return entry
+    except CookError as exc:
+        raise exc.in_context(**context) from None
+    except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
+        raise CookError(
+            f"cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
+            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)",
+            **context,
+        ) from None
+
+
+def _cook_on_a_miss(
+    job: CookJob, cache: CookCache | None, looked_up: str | None, known: Any
+) -> dict[str, Any]:
+    """Cook from the sources (read once: the lookup's digests ``known`` are reused where the files did
+    not change), store the result in ``cache``, put it in place; the entry."""
+    from pipeline.cook.run import cook_sources, read_job_sources  # heavy: onnx and onnxruntime
+
+    sources = read_job_sources(job, known)
+    if cache is not None and sources.key != looked_up:  # a source changed since it was hashed for the lookup
+        entry = lookup(job, cache, sources.key, sources.read.stamps)
+        if entry is not None:
+            return entry
+    cooked = cook_sources(job, sources)
+    with staged_files(cooked.files, paths(job)) as staged:
+        if cache is not None:  # before the commit: a required cache that refuses fails the task
+            with step("cook cache upload"):
+                cache.upload(cooked.key, staged, cooked.digests)
+        with step("write the outputs"):
+            return commit(job, staged, cooked.stamps, cooked.digests)
+
+
+def _record_cache_use(job: CookJob, cache: CookCache | None) -> None:
+    """What the cache did for this cook, for the summary at the end of ``doit cook``."""
+    path = cache_record_path(job.platform_dir, job.asset.name)
+    try:
+        if cache is None:
+            path.unlink(missing_ok=True)
+        else:  # a statistic: lost to a power cut, it is only missing from one summary
+            atomic_write(path, json_bytes(cache.record()), durable=False)
+    except OSError:
+        pass  # the cook is done and in place: a missing statistic does not undo it

@@ -1,0 +1,178 @@
+"""The cook's checks on real inputs: the verification of the cooked blob through the loader
+(against the source's outputs, with the inputs kept for the runtime check), and the precision
+variant with its accuracy gate against the fp32 source."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import onnx
+
+from pipeline.cook.job import CookJob
+from pipeline.cook.precision import (
+    DEFAULT_GATES,
+    INT8_STATIC,
+    VERIFY_ATOL_OF_RANGE,
+    gate,
+    gate_error,
+    load_calibration,
+    verify_tolerances,
+)
+from pipeline.cook.precision import accuracy as precision_accuracy
+from pipeline.cook.precision import convert as convert_precision
+from pipeline.cook.source import SourceRead
+from pipeline.cook.verify import (
+    as_input_types,
+    load_inputs,
+    reference_outputs,
+    rounding_noise,
+    synthesize_inputs,
+    verify,
+)
+from pipeline.errors import ModelError, VerifyError
+from pipeline.layout import (
+    reference_memo_dir,
+)
+from pipeline.settings.precision_options import resolved as resolved_options
+from pipeline.steptimes import step
+
+
+def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str]:
+    asset = job.asset
+    if asset.inputs_path is not None:
+        feeds = load_inputs(asset.inputs_path, model, read.data[asset.inputs_path])
+        return as_input_types(model, feeds), asset.inputs_path.name
+    settings_hint = str(asset.settings_path or asset.path.with_suffix(".cook.yaml"))
+    inputs_hint = str(asset.path.with_suffix(".inputs.npz"))
+    dims = dict(job.settings.verify_dims)
+    return synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint), "synthesized"
+
+
+def verify_blob(
+    job: CookJob, model: onnx.ModelProto, blob: bytes, read: SourceRead
+) -> tuple[dict[str, Any], bytes | None]:
+    """The verification report, and its inputs with the source's outputs (an .npz) for the runtime check."""
+    settings = verify_tolerances(job.settings)
+    if not settings.verify:
+        return {"skipped": "verify is false in the settings"}, None
+    with step("verify: the source's outputs"):
+        feeds, origin = feeds_for(job, model, read)
+        refuse_meaningless(feeds, origin)
+        try:
+            memo = reference_memo_dir(job.platform_dir.parent)
+            reference = reference_outputs(model, feeds, job.platform_dir, memo)
+        except Exception as exc:  # onnxruntime errors on the source itself
+            raise ModelError(
+                f"onnxruntime cannot run the source model on the verification inputs: {exc}"
+            ) from None
+        noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}
+    with step("verify: the cooked blob, through the loader"):
+        results = verify(blob, reference, feeds, settings, noise)
+    report = {
+        "inputs": origin,
+        "rtol": settings.rtol,
+        "atol": settings.atol,
+        "scale": settings.verify_scale,
+        **({"atol_of_range": of_range} if (of_range := VERIFY_ATOL_OF_RANGE.get(settings.precision)) else {}),
+        "outputs": [asdict(r) for r in results],
+    }
+    return report, _verify_data(feeds, reference)
+
+
+def _rounding_noise(
+    model: onnx.ModelProto, feeds: Mapping[str, Any], reference: Mapping[str, Any], job: CookJob
+) -> dict[str, tuple[float, float]]:
+    """How far onnxruntime's own default-level optimizations move the source's outputs on these
+    inputs (pipeline.cook.verify.rounding_noise); none where that run fails (the fixed scale applies)."""
+    try:
+        optimized = reference_outputs(
+            model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent), optimized=True
+        )
+    except Exception:  # an optimizer onnxruntime applies at its default level fails on this model
+        return {}
+    return rounding_noise(reference, optimized)
+
+
+def refuse_meaningless(feeds: Mapping[str, Any], origin: str) -> None:
+    """Inputs that are all NaN make every output NaN, which compares equal: they verify nothing."""
+    for name, value in feeds.items():
+        if (
+            isinstance(value, np.ndarray)
+            and value.dtype.kind in "fc"
+            and value.size
+            and np.isnan(value).all()
+        ):
+            raise VerifyError(
+                f"verification input {name!r} ({origin}) is all NaN, so the cooked model's outputs could not "
+                "be compared with the source's; ship sample inputs with real values"
+            )
+
+
+def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> bytes:
+    """Inputs and source outputs for the runtime check, as an .npz it reads without pickle.
+
+    Strings are stored as fixed-width unicode. Sequences, optionals and maps have no such form: then
+    only the inputs are stored, and the runtime check runs the model without comparing.
+    """
+    arrays = {f"input/{k}": v for k, v in feeds.items()}
+    if all(isinstance(value, np.ndarray) for value in reference.values()):
+        arrays |= {f"output/{k}": v for k, v in reference.items()}
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        **{key: value.astype(np.str_) if value.dtype == object else value for key, value in arrays.items()},
+    )
+    return buffer.getvalue()
+
+
+def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[onnx.ModelProto, dict]:
+    """The model at the settings' precision (pipeline.cook.precision), and what made it."""
+    settings, asset = job.settings, job.asset
+    calibration, origin = None, ""
+    if settings.precision == INT8_STATIC:
+        if asset.calib_path is not None:
+            calibration = load_calibration(asset.calib_path, read.data[asset.calib_path])
+            origin = asset.calib_path.name
+        else:  # no real inputs: the verification inputs, and the manifest says so
+            feeds, inputs = feeds_for(job, model, read)
+            calibration, origin = [feeds], f"the verification inputs ({inputs}); no {asset.name}.calib.npz"
+    return convert_precision(
+        model,
+        settings.precision,
+        keep_ops=settings.precision_keep_ops,
+        options=resolved_options(settings.precision, settings.to_dict()["precision_options"]),
+        calibration=calibration,
+        calibration_origin=origin,
+        work_dir=job.platform_dir,
+    )
+
+
+def accuracy_gate(
+    job: CookJob, source: onnx.ModelProto, variant: onnx.ModelProto, read: SourceRead, record: dict
+) -> dict[str, Any]:
+    """The variant against the fp32 source on the verification inputs; fails the cook past the gate."""
+    settings = job.settings
+    feeds, origin = feeds_for(job, source, read)
+    refuse_meaningless(feeds, origin)
+    try:
+        want = reference_outputs(source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
+        got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
+    except Exception as exc:  # onnxruntime errors on either model
+        raise ModelError(
+            f"onnxruntime cannot run the source or its {settings.precision} variant: {exc}"
+        ) from None
+    rows = precision_accuracy(want, got)
+    defaults = DEFAULT_GATES[settings.precision]
+    limits = {
+        "min_cosine": settings.precision_min_cosine or defaults["min_cosine"],
+        "min_top1": settings.precision_min_top1 or defaults["min_top1"],
+    }
+    failures = gate(rows, settings.precision, limits)
+    if failures:
+        calibration = record.get("options", {}).get("calibration", "")
+        raise gate_error(settings.precision, failures, rows, calibration)
+    return {"inputs": origin, "limits": limits, "outputs": rows}

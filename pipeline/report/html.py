@@ -1,0 +1,164 @@
+"""The cook report as one self-contained page, ``<build>/report.html``: per platform a size chart and a
+table, the changes since the last run, the failures."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pipeline.fsutil import atomic_write, write_json
+from pipeline.layout import REPORT_NAME
+from pipeline.report.model import SNAPSHOT_PATH, Change, Model, changes, read_build, read_failures, summary
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #d0d7de}
+table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left}
+th{background:#f6f8fa;cursor:pointer;user-select:none}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.fail{background:#ffebe9;border:1px solid #ff8182;padding:8px;white-space:pre-wrap}
+svg text{font-size:11px}.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
+"""
+_JS = """
+document.querySelectorAll('table.sortable').forEach(function (table) {
+  table.querySelectorAll('th').forEach(function (th, column) {
+    th.addEventListener('click', function () {
+      var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+      var down = th.dataset.order !== 'asc';
+      th.dataset.order = down ? 'asc' : 'desc';
+      rows.sort(function (a, b) {
+        var x = a.cells[column].dataset.v || a.cells[column].textContent;
+        var y = b.cells[column].dataset.v || b.cells[column].textContent;
+        var nx = parseFloat(x), ny = parseFloat(y);
+        var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+        return down ? c : -c;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _mb(size: float) -> str:
+    return f"{size / 1e6:,.2f} MB" if size >= 1e5 else f"{size / 1e3:,.1f} kB"
+
+
+def _chart(platform: str, models: Sequence[Model]) -> str:
+    """One horizontal bar per model: the shipped blob, over a lighter bar of the model bytes."""
+    width, label, row = 720, 200, 18
+    biggest = max((max(m.entry["blob_size"], m.entry.get("model_size", 0)) for m in models), default=1) or 1
+    scale = (width - label - 90) / biggest
+    parts = [
+        f'<svg class="chart" data-platform="{_e(platform)}" width="{width}" height="{row * len(models) + 4}">'
+    ]
+    for i, m in enumerate(models):
+        y = i * row + 2
+        blob, model = m.entry["blob_size"], m.entry.get("model_size", 0)
+        name = _e(m.name)
+        parts += [
+            f'<text x="{label - 6}" y="{y + 12}" text-anchor="end">{name}</text>',
+            f'<rect class="model-bytes" x="{label}" y="{y + 2}" width="{model * scale:.1f}" height="12" '
+            'fill="#c8e1ff"/>',
+            f'<rect class="bar" data-model="{name}" x="{label}" y="{y + 4}" '
+            f'width="{max(blob * scale, 1):.1f}" height="8" fill="#0969da">'
+            f"<title>{name}: {blob:,} B shipped, {model:,} B model</title></rect>",
+            f'<text x="{label + max(blob, model) * scale + 4:.1f}" y="{y + 12}">{_e(_mb(blob))}</text>',
+        ]
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(models: Sequence[Model]) -> str:
+    head = ["model", "format", "precision", "EPs", "blob bytes", "model bytes", "max abs error",
+            "verified on", "EP usability", "cook s", "how"]  # fmt: skip
+    rows = []
+    for m in models:
+        error = "not verified" if m.max_abs is None else f"{m.max_abs:.3g}"
+        seconds = sum(m.times.values())
+        cells = [
+            f"<td>{_e(m.name)}</td>",
+            f"<td>{_e(m.entry.get('format', ''))}</td>",
+            f"<td>{_e(m.precision)}</td>",
+            f"<td>{_e(', '.join(m.entry.get('execution_providers', [])))}</td>",
+            f'<td class="n" data-v="{m.entry["blob_size"]}">{m.entry["blob_size"]:,}</td>',
+            f'<td class="n" data-v="{m.entry.get("model_size", 0)}">{m.entry.get("model_size", 0):,}</td>',
+            f'<td class="n" data-v="{-1 if m.max_abs is None else m.max_abs}">{_e(error)}</td>',
+            f"<td>{_e(', '.join(m.entry.get('verified_on', [])))}</td>",
+            f"<td>{_e(m.usability)}</td>",
+            f'<td class="n" data-v="{seconds:.3f}">{seconds:.2f}</td>',
+            f"<td>{_e(m.how)}</td>",
+        ]
+        rows.append(f'<tr data-model="{_e(m.name)}">{"".join(cells)}</tr>')
+    header = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join(rows)
+    return f'<table class="sortable models"><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _changes_html(found: Sequence[Change], first: bool) -> str:
+    if first:
+        return "<p>First report of this build folder: nothing to compare with.</p>"
+    if not found:
+        return "<p>Nothing changed since the previous cook.</p>"
+    rows = "".join(
+        f"<tr><td>{_e(c.platform)}</td><td>{_e(c.name)}</td><td>{_e(c.kind)}</td>"
+        f"<td>{_e(c.why + (f'; {c.accuracy}' if c.accuracy else ''))}</td>"
+        f'<td class="n">{c.new_size - c.old_size:+,}</td></tr>'
+        for c in found
+    )
+    head = "<tr><th>platform</th><th>model</th><th>change</th><th>why</th><th>size delta, B</th></tr>"
+    return f'<table class="sortable changes"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+
+
+def render(
+    platforms: Mapping[str, Mapping[str, Model]],
+    found: Sequence[Change],
+    first: bool,
+    failures: Sequence[Mapping[str, str]],
+    title: str = "onnx-cooker: cook report",
+) -> str:
+    body = [f"<h1>{_e(title)}</h1>"]
+    if failures:
+        body.append(f"<h2>Failures ({len(failures)})</h2>")
+        body += [f'<div class="fail"><b>{_e(f["task"])}</b>\n{_e(f["message"])}</div>' for f in failures]
+    body += ["<h2>Changes since the previous cook</h2>", _changes_html(found, first)]
+    for platform, models in platforms.items():
+        ordered = sorted(models.values(), key=lambda m: -m.entry["blob_size"])
+        total = sum(m.entry["blob_size"] for m in ordered)
+        body += [
+            f'<section class="platform" data-platform="{_e(platform)}">',
+            f"<h2>{_e(platform)}: {len(ordered)} model(s), bundle {_e(_mb(total))} ({total:,} B)</h2>",
+            '<p class="legend"><span style="background:#0969da"></span>shipped blob'
+            '<span style="background:#c8e1ff"></span>model bytes</p>',
+            _chart(platform, ordered),
+            _table(ordered),
+            "</section>",
+        ]
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(body)
+        + f"<script>{_JS}</script></body></html>\n"
+    )
+
+
+def write_report(build: Path) -> Path:
+    """``build/report.html`` from the build's manifests, step times, failures and previous report."""
+    platforms = read_build(build)
+    current = summary(platforms)
+    snapshot = build / SNAPSHOT_PATH
+    first = not snapshot.is_file()
+    previous = {} if first else json.loads(snapshot.read_text(encoding="utf-8"))
+    page = render(platforms, changes(previous, current), first, read_failures(build))
+    target = build / REPORT_NAME
+    atomic_write(target, page.encode())
+    write_json(snapshot, current)
+    return target
+
+
+# --- diff between two builds --------------------------------------------------------------------------

@@ -1,0 +1,250 @@
+"""The blob header: its frame (magic, format version, CRC-32 of the JSON), the version-3 trailer that
+finds it, ``BlobHeader`` (the JSON's fields), writing it (``pack_header``), and reading and checking
+it (``read_header``, ``read_header_from_file``); its layout fields are parsed in ``sections``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
+
+from .compat import parse_version
+from .constants import (
+    BLOB_FORMAT_VERSION,
+    LEGACY_BLOB_FORMAT_VERSION,
+    V2_BLOB_FORMAT_VERSION,
+    ModelFormat,
+)
+from .errors import (
+    ChecksumMismatchError,
+    CorruptBlobError,
+    NotABlobError,
+    TruncatedBlobError,
+    UnsupportedBlobVersionError,
+)
+from .frames import Frame
+from .sections import WeightsInfo, _v2_layout
+
+READABLE_VERSIONS = (LEGACY_BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION, BLOB_FORMAT_VERSION)
+HEADER_MAGIC = b"ONNXCOOK"
+# 0x184D2A50..0x184D2A5F are zstd skippable-frame magics; decoders ignore the frame's payload.
+SKIPPABLE_MAGIC = 0x184D2A5E
+# A version-2 header lists every weight tensor: room for about 100,000 of them.
+MAX_HEADER_SIZE = 16 << 20
+MODEL_FORMATS = tuple(f.value for f in ModelFormat)
+# Version 3's last 16 bytes: TRAILER_MAGIC, then the header frame's offset (uint64, little-endian).
+TRAILER_MAGIC = b"OCB3TAIL"
+_TRAILER = struct.Struct("<8sQ")
+TRAILER_SIZE = _TRAILER.size
+# The flatbuffers file identifier of an ORT-format model, at bytes 4..8.
+ORT_IDENTIFIER = b"ORTM"
+
+_FRAME_PREFIX = struct.Struct("<II")  # skippable magic, payload size
+_HEADER_PREFIX = struct.Struct("<8sHI")  # HEADER_MAGIC, blob format version, crc32 of the JSON
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlobHeader:
+    """What a blob says about the model inside it; the JSON part of the header frame."""
+
+    model_format: str
+    platform: str
+    name: str
+    model_size: int  # graph + weights bytes
+    model_sha256: str  # of the model file (the graph section); informational in version 2
+    compressed_size: int  # bytes of the frames (all but the header frame and, in version 3, the trailer)
+    cook_key: str
+    min_runtime_version: str
+    ort_format_version: str | None = None
+    saved_runtime_optimizations: bool = False
+    execution_providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ep_session_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Versions 2 and 3 (a version-1 blob has one zstd frame holding the model file).
+    version: int = LEGACY_BLOB_FORMAT_VERSION
+    graph_size: int | None = None
+    frames: tuple[Frame, ...] = ()
+    weights: WeightsInfo | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The header as JSON data: exactly what the header frame's JSON holds (the version is in the
+        frame's binary prefix, not here)."""
+        data = {key: value for key, value in asdict(self).items() if key not in _V2_FIELDS}
+        data["execution_providers"] = list(self.execution_providers)
+        if self.version >= 2:
+            data["graph_size"] = self.graph_size
+            data["frames"] = [_frame_json(f, self.version) for f in self.frames]
+            data["weights"] = self.weights.to_json() if self.weights is not None else None
+        return data
+
+
+_V2_FIELDS = ("version", "graph_size", "frames", "weights")
+
+
+def _frame_json(frame: Frame, version: int) -> list[Any]:
+    """Version 2: [section, codec, size, content size, pad(, CRCs)]; version 3 adds the offset after
+    the codec (frames need not follow the header: an ORT graph may start the blob)."""
+    place = [frame.offset] if version >= 3 else []
+    entry: list[Any] = [frame.section, frame.codec, *place, frame.size, frame.content_size, frame.pad]
+    return entry + [list(frame.crcs)] if frame.codec == "raw" else entry
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "model_format": str,
+    "platform": str,
+    "name": str,
+    "model_size": int,
+    "model_sha256": str,
+    "compressed_size": int,
+    "cook_key": str,
+    "min_runtime_version": str,
+    "ort_format_version": (str, type(None)),
+    "saved_runtime_optimizations": bool,
+    "execution_providers": list,
+    "provider_options": dict,
+    "ep_session_options": dict,
+}
+_V2_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "graph_size": int,
+    "frames": list,
+    "weights": (dict, type(None)),
+}
+
+
+def pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
+    """The header frame; padded with spaces (valid JSON) to ``length`` bytes, or None if longer."""
+    payload = json.dumps(header.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+    if length is not None:
+        room = length - _FRAME_PREFIX.size - _HEADER_PREFIX.size - len(payload)
+        if room < 0:
+            return None
+        payload += b" " * room
+    prefix = _HEADER_PREFIX.pack(HEADER_MAGIC, header.version, zlib.crc32(payload))
+    return _FRAME_PREFIX.pack(SKIPPABLE_MAGIC, len(prefix) + len(payload)) + prefix + payload
+
+
+def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
+    """Parse and check the header frame; returns it and the offset where the header frame ends.
+
+    The header starts the blob, or (version 3, an ORT graph first) the trailer says where it is.
+    """
+    view = memoryview(data).cast("B")
+    start = _header_start(view)
+    if len(view) - start < _FRAME_PREFIX.size:
+        if bytes(view[start:]) == struct.pack("<I", SKIPPABLE_MAGIC)[: len(view) - start]:
+            raise TruncatedBlobError(f"blob is only {len(view)} bytes long: the header is cut off")
+        raise NotABlobError("not an onnx-cooker blob: too short to hold a header")
+    magic, size = _FRAME_PREFIX.unpack_from(view, start)
+    if magic != SKIPPABLE_MAGIC:
+        if start == 0 and bytes(view[4:8]) == ORT_IDENTIFIER:
+            raise NotABlobError(
+                "not an onnx-cooker blob: an ORT-format model without the cooker's trailer (a plain .ort "
+                "file, or a blob cut off at its end); pass an .ocb file written by `doit cook`"
+            )
+        raise NotABlobError(
+            "not an onnx-cooker blob: it does not start with the header frame "
+            "(pass an .ocb file written by `doit cook`, not a plain .onnx/.ort file)"
+        )
+    if size > MAX_HEADER_SIZE or size < _HEADER_PREFIX.size:
+        raise CorruptBlobError(f"blob header declares {size} bytes; a valid header is 14 B to 16 MiB")
+    end = start + _FRAME_PREFIX.size + size
+    if len(view) < end:
+        raise TruncatedBlobError(f"blob is {len(view)} bytes, but its header alone needs {end}: file cut off")
+    header_magic, version, crc = _HEADER_PREFIX.unpack_from(view, start + _FRAME_PREFIX.size)
+    if header_magic != HEADER_MAGIC:
+        raise NotABlobError("not an onnx-cooker blob: the first zstd frame is not an onnx-cooker header")
+    if version not in READABLE_VERSIONS:
+        raise UnsupportedBlobVersionError(
+            f"blob format version {version} is not supported: this loader reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; re-cook the model with the cooker that matches "
+            "this loader"
+        )
+    if start and version < BLOB_FORMAT_VERSION:
+        raise CorruptBlobError(f"a version-{version} blob header must start the blob")
+    payload = bytes(view[start + _FRAME_PREFIX.size + _HEADER_PREFIX.size : end])
+    if zlib.crc32(payload) != crc:
+        raise ChecksumMismatchError("blob header checksum mismatch: the file is damaged or was modified")
+    return _header_from_json(payload, version, start, end), end
+
+
+def _header_start(view: memoryview) -> int:
+    """0, or where the trailer puts the header when the blob does not start with one."""
+    if len(view) >= 4 and bytes(view[:4]) == struct.pack("<I", SKIPPABLE_MAGIC):
+        return 0
+    if len(view) < TRAILER_SIZE:
+        return 0
+    magic, offset = _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE)
+    if magic != TRAILER_MAGIC:
+        return 0
+    if offset > len(view) - TRAILER_SIZE - _FRAME_PREFIX.size:
+        raise CorruptBlobError(f"blob trailer puts the header at byte {offset:,}, outside the blob")
+    return offset
+
+
+def read_header_from_file(stream: BinaryIO) -> BlobHeader:
+    """The header of the blob file open in ``stream`` (seekable), reading only the header and trailer
+    (its frames are not checked: ``check_layout`` does that on the whole blob)."""
+    start = 0
+    head = stream.read(_FRAME_PREFIX.size)
+    if len(head) == _FRAME_PREFIX.size and _FRAME_PREFIX.unpack(head)[0] != SKIPPABLE_MAGIC:
+        size = stream.seek(0, 2)
+        if size >= TRAILER_SIZE + _FRAME_PREFIX.size:
+            stream.seek(size - TRAILER_SIZE)
+            magic, offset = _TRAILER.unpack(stream.read(TRAILER_SIZE))
+            if magic == TRAILER_MAGIC and offset <= size - TRAILER_SIZE - _FRAME_PREFIX.size:
+                start = offset
+    stream.seek(start)
+    frame = stream.read(_FRAME_PREFIX.size)
+    if len(frame) == _FRAME_PREFIX.size and _FRAME_PREFIX.unpack(frame)[0] == SKIPPABLE_MAGIC:
+        frame += stream.read(min(_FRAME_PREFIX.unpack(frame)[1], MAX_HEADER_SIZE))
+    if start == 0:
+        return read_header(frame)[0]
+    magic, size = _FRAME_PREFIX.unpack_from(frame)
+    if magic != SKIPPABLE_MAGIC or len(frame) < _FRAME_PREFIX.size + max(size, _HEADER_PREFIX.size):
+        raise CorruptBlobError("blob trailer does not point at a complete header frame")
+    header_magic, version, crc = _HEADER_PREFIX.unpack_from(frame, _FRAME_PREFIX.size)
+    payload = frame[_FRAME_PREFIX.size + _HEADER_PREFIX.size :]
+    if header_magic != HEADER_MAGIC or version != BLOB_FORMAT_VERSION or zlib.crc32(payload) != crc:
+        raise ChecksumMismatchError("blob header (found through the trailer) is damaged or not a header")
+    return _header_from_json(payload, version, start, start + len(frame))
+
+
+def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
+    try:
+        fields = json.loads(payload)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CorruptBlobError(f"blob header is not valid JSON: {exc}") from None
+    if not isinstance(fields, dict):
+        raise CorruptBlobError("blob header is not a JSON object")
+    expected_types = _FIELD_TYPES | (_V2_FIELD_TYPES if version >= 2 else {})
+    missing = sorted(set(expected_types) - set(fields))
+    if missing:
+        raise CorruptBlobError(f"blob header lacks field(s) {', '.join(missing)}")
+    for key, expected in expected_types.items():
+        value = fields[key]
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise CorruptBlobError(f"blob header field {key!r} has the wrong type ({type(value).__name__})")
+    if fields["model_format"] not in MODEL_FORMATS:
+        raise CorruptBlobError(f"blob header names an unknown model format {fields['model_format']!r}")
+    if fields["model_size"] < 0 or fields["compressed_size"] < 0:
+        raise CorruptBlobError("blob header declares a negative size")
+    if not all(isinstance(ep, str) for ep in fields["execution_providers"]):
+        raise CorruptBlobError("blob header field 'execution_providers' must list names")
+    for key in ("provider_options", "ep_session_options"):
+        if not all(isinstance(v, dict) for v in fields[key].values()):
+            raise CorruptBlobError(f"blob header field {key!r} must map provider names to objects")
+    try:
+        parse_version(fields["min_runtime_version"])
+    except ValueError:
+        raise CorruptBlobError(
+            f"blob header field 'min_runtime_version' is not a version: {fields['min_runtime_version']!r}"
+        ) from None
+    known = {key: fields[key] for key in _FIELD_TYPES}
+    known["execution_providers"] = tuple(known["execution_providers"])
+    if version >= 2:
+        known |= _v2_layout(fields, version, start, end)
+    return BlobHeader(version=version, **known)
