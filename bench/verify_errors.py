@@ -2,7 +2,7 @@
 sources, and how far broken models are: the evidence for the verification's default rule.
 
 Every model the project can make or has is cooked for every shipped platform (its optimization level
-and style, through ``pipeline.cook.run.cook``, tolerances opened so that every figure is recorded):
+and style, through ``pipeline.build.run_job.cook``, tolerances opened so that every figure is recorded):
 
 - **standard**: ResNet-50, ViT-B/16 and a BERT-base encoder (``bench/standard.py``: transformers
   architectures, seeded weights, torch's dynamo exporter, opset 18);

@@ -26,7 +26,7 @@ Every case of the ONNX backend test suite that ships with the `onnx` package
 (CPU, default options) against its reference outputs: that is the **baseline**; a case whose
 baseline fails (an operator or type this onnxruntime does not implement, or outputs outside the
 tolerance) does not count against the cooker. Every case that passes its baseline is then cooked
-for every platform in `platforms/` through the same code as `doit cook` (`pipeline.cook.run.cook` on the
+for every platform in `platforms/` through the same code as `doit cook` (`pipeline.build.run_job.cook` on the
 model in an assets folder, with the case's inputs as `<name>.inputs.npz`, so the cook's own
 verification runs on them), its blob is loaded by `pipeline.runtime.session_from_blob` on the CPU
 and its outputs are compared with the case's reference outputs with the case's tolerances (onnx's

@@ -3,7 +3,7 @@
 The cook goes through the same code path as ``doit cook``: the model and its inputs are written to an
 assets folder, found by ``pipeline.settings.assets.discover``, resolved with
 ``pipeline.settings.resolve.resolve`` and
-cooked by ``pipeline.cook.run.cook``, whose own verification runs on the case's inputs
+cooked by ``pipeline.build.run_job.cook``, whose own verification runs on the case's inputs
 (``<name>.inputs.npz``). The blob is then loaded with ``pipeline.runtime.session_from_blob`` and
 compared with the case's reference outputs.
 """
