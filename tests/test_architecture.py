@@ -35,6 +35,7 @@ def test_the_layer_contracts_hold() -> None:
     done = _lint_imports(REPO)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "2 kept, 0 broken" in done.stdout
+    assert '"pipeline.cli",' in (REPO / "pyproject.toml").read_text()  # the command sits on top
 
 
 LAYERS = "build orchestrates cook, farm and report"

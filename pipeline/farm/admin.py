@@ -97,13 +97,13 @@ def cache_root(given: str | None, env: Mapping[str, str]) -> Path:
     return path
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--cache", metavar="PATH", help=f"the cache folder (a path or file:///path; default: ${CACHE_ENV})"
     )
     parser = argparse.ArgumentParser(
-        prog=PROG,
+        prog=prog,
         description="Housekeeping for a folder cook cache (an S3 cache: use a bucket lifecycle rule).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{stats,prune}")
@@ -266,8 +266,8 @@ def summary(found: Scan, plan: Plan, tally: Tally | None) -> str:
 # --- the command ---------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, *, prog: str = PROG) -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.command == "prune" and args.older_than is None and args.max_size is None:
         parser.error("prune: give --older-than DURATION, --max-size SIZE or both")

@@ -44,10 +44,10 @@ def _percent(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage like 5%") from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m pipeline.report diff") -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["diff"]:
-        parser = argparse.ArgumentParser(prog="python -m pipeline.report diff")
+        parser = argparse.ArgumentParser(prog=prog)
         parser.add_argument("old", type=Path)
         parser.add_argument("new", type=Path)
         parser.add_argument("--html", type=Path, help="also write the diff as a self-contained page")

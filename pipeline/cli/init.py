@@ -1,0 +1,72 @@
+"""``onnx-cooker init``: a commented ``cook.toml``, the shipped platform profiles and an assets folder,
+in a studio's project folder. Nothing is overwritten."""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pipeline
+from pipeline.cli.project import PROJECT_FILE, ProjectError
+
+SCHEMA_LINE = "# yaml-language-server:"
+
+COOK_TOML = """\
+# onnx-cooker project file: `onnx-cooker cook` from this folder or any folder below it.
+# Folders are relative to this file; COOK_ASSETS_DIR, COOK_PLATFORMS_DIR and COOK_BUILD_DIR
+# override them. The same keys may live under [tool.onnx-cooker] in a pyproject.toml instead.
+
+# Source models: <name>.onnx (+ <name>.onnx.data), optional <name>.cook.yaml settings and
+# <name>.inputs.npz verification inputs; subfolders make names like characters/face.
+assets = "{assets}"
+
+# One <platform>.yaml per target: format, optimization, EPs, onnxruntime version, compression...
+platforms = "platforms"
+
+# Bundles (build/<platform>/), the report (build/report.html) and doit's state.
+build = "build"
+"""
+
+
+def shipped_platforms() -> Path:
+    """The platform profiles this installation ships: the checkout's ``platforms/`` (an editable
+    install) or the copy a wheel installs under ``<prefix>/share/onnx-cooker/platforms``."""
+    checkout = Path(pipeline.__file__).resolve().parents[1] / "platforms"
+    if checkout.is_dir():
+        return checkout
+    installed = Path(sysconfig.get_path("data")) / "share" / "onnx-cooker" / "platforms"
+    if installed.is_dir():
+        return installed
+    raise ProjectError(
+        f"the shipped platform profiles are missing ({checkout} and {installed} do not exist); "
+        "reinstall onnx-cooker"
+    )
+
+
+def init(folder: Path, *, assets: str = "assets") -> str:
+    """Write ``folder/cook.toml``, ``folder/platforms/*.yaml`` and ``folder/<assets>/``; what was done."""
+    project = folder / PROJECT_FILE
+    if project.exists():
+        raise ProjectError(f"{project} already exists: nothing written (edit it, or remove it first)")
+    folder.mkdir(parents=True, exist_ok=True)
+    done = []
+    platforms = folder / "platforms"
+    platforms.mkdir(exist_ok=True)
+    for source in sorted(shipped_platforms().glob("*.yaml")):
+        target = platforms / source.name
+        if target.exists():
+            done.append(f"kept {target} (already there)")
+            continue
+        # The schema comment points into the cooker's checkout: not there in a studio's tree.
+        lines = [
+            line
+            for line in source.read_text(encoding="utf-8").splitlines()
+            if not line.startswith(SCHEMA_LINE)
+        ]
+        target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        done.append(f"wrote {target}")
+    (folder / assets).mkdir(parents=True, exist_ok=True)
+    project.write_text(COOK_TOML.format(assets=assets), encoding="utf-8")
+    done.append(f"wrote {project}")
+    done.append(f"next: put your .onnx models in {folder / assets}, then run `onnx-cooker cook`")
+    return "\n".join(done)

@@ -1,0 +1,200 @@
+"""``onnx-cooker``: cook a project's models and look at what was cooked, from any folder of it.
+
+    onnx-cooker init                      # a cook.toml and the shipped platform profiles, here
+    onnx-cooker cook [doit options] [TASK ...]
+    onnx-cooker list | clean | info | help [doit options]
+    onnx-cooker inspect PATH              # a bundle's models, or a blob's header
+    onnx-cooker report [BUILD]            # (re)write BUILD/report.html
+    onnx-cooker diff OLD_BUILD NEW_BUILD  # what changed between two builds
+    onnx-cooker cache stats|prune ...     # a folder cook cache's housekeeping
+    onnx-cooker keygen FOLDER             # an Ed25519 key pair for signed bundles
+
+The doit commands run the same tasks as the repository's ``dodo.py`` (pipeline/build/doitfile.py)
+through doit's own ``DoitMain``, so doit's state, parallelism (``-n``) and incrementality are the
+same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.cli.project import ProjectError, find_project, load_project
+from pipeline.errors import CookError
+
+PROG = "onnx-cooker"
+DOIT_COMMANDS = ("cook", "list", "clean", "info", "help")
+
+# What the cook reads from the environment (docs/cooking.md has the details).
+ENVIRONMENT = """\
+environment variables (each overrides the project file):
+  COOK_ASSETS_DIR, COOK_PLATFORMS_DIR, COOK_BUILD_DIR
+                        the folders (relative ones: to the working directory)
+  COOK_RUNTIMES_DIR     where target onnxruntime environments for the runtime check are kept
+  COOK_PIP_TIMEOUT      seconds pip may take to install one (default 300)
+  COOK_SET_<KEY>=VALUE  override one setting for every platform (e.g. COOK_SET_COMPRESSION_LEVEL=3)
+  COOK_ALLOCATOR        retain (default) or system: how cooking processes keep freed memory
+  COOK_CACHE, COOK_CACHE_MODE, COOK_CACHE_REQUIRED
+                        a shared cook cache (a folder or s3://bucket/prefix), read or readwrite
+  COOK_SHARD=i/N        cook only this agent's share, into the cache
+  COOK_SIGNING_KEY      sign every manifest with this Ed25519 key
+  COOK_STRICT=1         fail instead of warning about ignored asset files
+"""
+
+PROJECT_HELP = """\
+project file: cook.toml, or [tool.onnx-cooker] in pyproject.toml, in the working directory or a
+folder above it; keys assets, platforms, build (folders relative to the file). `onnx-cooker init`
+writes one.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Cook ONNX models into verified per-platform bundles, and inspect them.",
+        epilog=PROJECT_HELP + "\n" + ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--project", type=Path, help="the project file (or its folder); default: found from here upward"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
+    init = commands.add_parser(
+        "init", help="write a cook.toml and the shipped platform profiles here", formatter_class=raw
+    )
+    init.add_argument("folder", nargs="?", type=Path, default=Path("."), help="default: here")
+    init.add_argument("--assets", default="assets", help="the assets folder to name (default: assets)")
+    doit_help = {
+        "cook": "cook every model for every platform (doit's `run`; TASK: cook:android, 'cook:*:mnist')",
+        "list": "list the cook tasks (doit's `list`; --all for every sub-task)",
+        "clean": "remove what the cook wrote (doit's `clean`)",
+        "info": "a task's state (doit's `info TASK`)",
+        "help": "doit's help on its commands and options (`help run`)",
+    }
+    for name in DOIT_COMMANDS:
+        sub = commands.add_parser(
+            name,
+            help=doit_help[name],
+            description=doit_help[name] + ". Options after the command go to doit.",
+            epilog=ENVIRONMENT,
+            formatter_class=raw,
+            add_help=False,
+        )
+        sub.add_argument("-h", "--help", action="store_true", help="this help and doit's options")
+        sub.add_argument("doit_args", nargs="*", metavar="DOIT_ARG", help="doit's options and task names")
+    inspect = commands.add_parser("inspect", help="print a bundle's models or a blob's header")
+    inspect.add_argument("path", type=Path, help="a bundle folder, its manifest.json, or a .ocb blob")
+    report = commands.add_parser("report", help="(re)write BUILD/report.html")
+    report.add_argument("build", nargs="?", type=Path, help="default: the project's build folder")
+    diff = commands.add_parser("diff", help="what changed between two builds (bundle sizes, models)")
+    diff.add_argument("args", nargs=argparse.REMAINDER, help="OLD_BUILD NEW_BUILD [--html FILE] ...")
+    cache = commands.add_parser("cache", help="a folder cook cache's housekeeping: stats, prune")
+    cache.add_argument("args", nargs=argparse.REMAINDER, help="stats|prune [options] (see `cache --help`)")
+    keygen = commands.add_parser("keygen", help="write an Ed25519 signing key pair into FOLDER")
+    keygen.add_argument("folder", type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # doit's commands take doit's options, which argparse would not pass through: split them off.
+    at = 2 if argv[:1] == ["--project"] else 1 if argv[:1] and argv[0].startswith("--project=") else 0
+    if len(argv) > at and argv[at] in PASSED_THROUGH:  # their own command lines, --help included
+        return PASSED_THROUGH[argv[at]](argv[at + 1 :])
+    if len(argv) > at and argv[at] in DOIT_COMMANDS:
+        rest = argv[at + 1 :]
+        help_asked = any(a in ("-h", "--help") for a in rest)
+        ours = _parser().parse_args([*argv[:at], argv[at], *(["--help"] if help_asked else [])])
+        ours.doit_args = [a for a in rest if a not in ("-h", "--help")]
+        args = ours
+    else:
+        args = _parser().parse_args(argv)
+    try:
+        if args.command == "init":
+            from pipeline.cli.init import init
+
+            print(init(args.folder.resolve(), assets=args.assets))
+            return 0
+        if args.command in DOIT_COMMANDS:
+            return _doit(args)
+        if args.command == "inspect":
+            from pipeline.runtime.__main__ import main as runtime_main
+
+            return runtime_main(["inspect", str(args.path)])
+        if args.command == "report":
+            from pipeline.report.cli import main as report_main
+
+            build = args.build or _project(args).folders["build"]
+            return report_main([str(build)])
+        if args.command == "keygen":
+            from pipeline.build.signing import main as signing_main
+
+            return signing_main(["keygen", str(args.folder)])
+    except (CookError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    raise AssertionError(args.command)  # argparse allows no other command
+
+
+def _cache(argv: list[str]) -> int:
+    from pipeline.farm.admin import main as cache_main
+
+    return cache_main(argv, prog=f"{PROG} cache")
+
+
+def _diff(argv: list[str]) -> int:
+    from pipeline.report.cli import main as report_main
+
+    return report_main(["diff", *argv], prog=f"{PROG} diff")
+
+
+PASSED_THROUGH = {"cache": _cache, "diff": _diff}
+
+
+def _project(args: argparse.Namespace):  # -> Project
+    cwd = Path.cwd()
+    return load_project(args.project.resolve()) if args.project else find_project(cwd)
+
+
+def _doit(args: argparse.Namespace) -> int:
+    from doit.cmd_base import ModuleTaskLoader
+    from doit.doit_cmd import DoitMain
+
+    from pipeline.build.doitfile import cook_namespace
+
+    rest = list(args.doit_args)
+    if args.help:
+        print(_parser_help(args.command))
+        rest = [args.command if args.command != "cook" else "run"]
+        command = "help"
+    else:
+        command = "run" if args.command == "cook" else args.command
+        if args.command == "cook" and not any(not a.startswith("-") for a in rest):
+            rest.append("cook")  # no task named: every cook task (doit's default task)
+    try:
+        project = _project(args)
+    except ProjectError:
+        if command == "help":  # doit's help needs no project
+            return DoitMain(ModuleTaskLoader({})).run(["help", *rest])
+        raise
+    env = project.environment(os.environ, Path.cwd())
+    os.environ.update(env)  # doit's worker processes (-n) inherit what the tasks were loaded with
+    loader = ModuleTaskLoader(cook_namespace(project.root, env))
+    return DoitMain(loader, config_filenames=()).run([command, *rest])
+
+
+def _parser_help(command: str) -> str:
+    parser = _parser()
+    for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse keeps them there
+        choice = action.choices.get(command)
+        if choice is not None:
+            return choice.format_help()
+    return parser.format_help()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

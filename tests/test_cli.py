@@ -1,0 +1,195 @@
+"""The ``onnx-cooker`` command on a studio's own tree: the project file found from any folder of it,
+relative paths against that file (and ``COOK_*`` ones against the working directory), ``init``,
+and a wheel built from this checkout, installed in a fresh virtual environment outside the
+repository, cooking, inspecting and reporting such a tree with the real doit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli.main import main
+from pipeline.cli.project import ProjectError, find_project, load_project
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"  # the target onnxruntimes the other tests use
+
+
+def _tree(root: Path, *, pyproject: bool) -> Path:
+    """A studio-shaped tree: content/models/<sub>/<model>.onnx, its own platforms/, a project file."""
+    models = root / "content" / "models" / "characters"
+    models.mkdir(parents=True)
+    shutil.copy2(REPO / "assets" / "mnist.onnx", models / "face.onnx")
+    (root / "tools").mkdir()
+    shutil.copytree(
+        REPO / "platforms", root / "platforms", ignore=shutil.ignore_patterns("ios.yaml", "console.yaml")
+    )
+    table = 'assets = "content/models"\nplatforms = "platforms"\nbuild = "out/cooked"\n'
+    if pyproject:
+        (root / "pyproject.toml").write_text('[project]\nname = "game"\n\n[tool.onnx-cooker]\n' + table)
+    else:
+        (root / "cook.toml").write_text(table)
+    return root
+
+
+@pytest.mark.parametrize("pyproject", [False, True])
+def test_the_project_file_is_found_from_any_folder_below_it(tmp_path: Path, pyproject: bool) -> None:
+    root = _tree(tmp_path / "game", pyproject=pyproject)
+    for start in (root, root / "content" / "models" / "characters", root / "tools"):
+        project = find_project(start)
+        assert project.root == root.resolve()
+        assert project.folders == {
+            "assets": (root / "content" / "models").resolve(),
+            "platforms": (root / "platforms").resolve(),
+            "build": (root / "out" / "cooked").resolve(),
+        }
+    assert load_project(root).file == project.file
+
+
+def test_cook_variables_override_the_file_relative_to_the_working_directory(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "game", pyproject=False)
+    project = find_project(root / "tools")
+    env = project.environment({"COOK_BUILD_DIR": "scratch", "PATH": "x"}, cwd=root / "tools")
+    assert env["COOK_BUILD_DIR"] == str((root / "tools" / "scratch").resolve())
+    assert env["COOK_ASSETS_DIR"] == str((root / "content" / "models").resolve())
+    assert env["PATH"] == "x"
+
+
+def test_no_project_file_says_how_to_make_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "not-a-cook"\n')  # skipped: no table
+    with pytest.raises(ProjectError, match="onnx-cooker init"):
+        find_project(tmp_path)
+    os.chdir(tmp_path)
+    try:
+        assert main(["list"]) == 2
+    finally:
+        os.chdir(REPO)
+    assert "run `onnx-cooker init`" in capsys.readouterr().err
+
+
+def test_a_bad_project_file_is_named_with_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "cook.toml").write_text('assets = "a"\nasset_dir = "b"\n')
+    with pytest.raises(ProjectError, match=r"cook.toml: unknown key\(s\) 'asset_dir'; the keys are assets"):
+        find_project(tmp_path)
+    (tmp_path / "cook.toml").write_text("assets = [\n")
+    with pytest.raises(ProjectError, match="not valid TOML"):
+        find_project(tmp_path)
+
+
+def test_init_writes_a_project_and_overwrites_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init", str(tmp_path), "--assets", "content/models"]) == 0
+    project = find_project(tmp_path)
+    assert project.folders["assets"] == (tmp_path / "content" / "models").resolve()
+    assert (tmp_path / "content" / "models").is_dir()
+    shipped = sorted(p.name for p in (REPO / "platforms").glob("*.yaml"))
+    assert sorted(p.name for p in (tmp_path / "platforms").glob("*.yaml")) == shipped
+    assert "yaml-language-server" not in (tmp_path / "platforms" / "android.yaml").read_text()
+    before = (tmp_path / "cook.toml").read_text()
+    assert main(["init", str(tmp_path)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "cook.toml").read_text() == before
+
+
+def _fresh_venv(where: Path) -> Path:
+    """A new virtual environment holding only the wheel built from this checkout; the wheel's
+    dependencies come from the test environment's site-packages, added by path (not as a site
+    folder: its editable install of this checkout stays inactive there)."""
+    wheels = where / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    (wheel,) = wheels.glob("onnx_cooker-*.whl")
+    env_dir = where / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(site) / "test-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return python
+
+
+@pytest.mark.slow
+def test_a_wheel_in_a_fresh_venv_cooks_a_studio_tree_from_its_root_and_from_a_subfolder(
+    tmp_path: Path,
+) -> None:
+    python = _fresh_venv(tmp_path / "install")
+    command = python.with_name("onnx-cooker")
+    root = _tree(tmp_path / "game", pyproject=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COOK_") and k != "PYTHONPATH"}
+    env["COOK_RUNTIMES_DIR"] = str(RUNTIMES_CACHE)
+
+    def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(command), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+
+    where = subprocess.run(
+        [str(python), "-c", "import pipeline; print(pipeline.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert (
+        str(REPO) not in where and str(tmp_path / "install") in where
+    )  # the wheel's copy, not this checkout
+
+    cooked = run("cook", "-n", "2", cwd=root)
+    assert cooked.returncode == 0, cooked.stdout[-3000:] + cooked.stderr[-3000:]
+    build = root / "out" / "cooked"
+    manifest = json.loads((build / "android" / "manifest.json").read_text())
+    assert list(manifest["models"]) == ["characters/face"]
+    assert (build / ".doit.db").exists() and not (REPO / "out").exists()
+
+    again = run("cook", cwd=root / "content" / "models" / "characters")  # from a subfolder: up to date
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "cook:android:characters/face" not in again.stdout.replace("-- cook:android:characters/face", "")
+
+    listed = run("list", "--all", cwd=root / "tools")
+    assert "cook:windows-dml:characters/face" in listed.stdout and "cook:ios" not in listed.stdout
+
+    inspected = run("inspect", "out/cooked/android", cwd=root)
+    assert inspected.returncode == 0 and "characters/face: ort" in inspected.stdout
+
+    reported = run("report", cwd=root / "tools")
+    assert reported.returncode == 0 and Path(reported.stdout.strip()) == build / "report.html"
+    assert "characters/face" in (build / "report.html").read_text()
+
+    initialized = run("init", str(tmp_path / "new"), cwd=tmp_path)  # platform files from the wheel's data
+    assert initialized.returncode == 0, initialized.stderr
+    assert (tmp_path / "new" / "platforms" / "windows-dml.yaml").is_file()
