@@ -185,6 +185,9 @@ def test_a_wheel_in_a_fresh_venv_cooks_a_studio_tree_from_its_root_and_from_a_su
 
     inspected = run("inspect", "out/cooked/android", cwd=root)
     assert inspected.returncode == 0 and "characters/face: ort" in inspected.stdout
+    assert "    in  input: tensor(float) [1, 1, 28, 28]" in inspected.stdout  # the signature
+    assert "    out logits: tensor(float) [1, 10]" in inspected.stdout
+    assert "cooked with onnx " in inspected.stdout and ", onnxruntime " in inspected.stdout  # the key's tools
 
     reported = run("report", cwd=root / "tools")
     assert reported.returncode == 0 and Path(reported.stdout.strip()) == build / "report.html"

@@ -28,11 +28,32 @@ def inspect(path: Path) -> str:
                 f"  {name}: {info['format']}, {info['file']}, {info['blob_size']:,} B"
                 f" (model {info.get('model_size', 0):,} B){_precision(info)}"
             )
+            lines += _signature(info)
         return "\n".join(lines)
     with path.open("rb") as stream:
         header = read_header_from_file(stream)
     text = json.dumps({"file": str(path), **header.to_dict()}, indent=2)
     return "\n".join([text, "# unpack with stock tools:", *stock_unpack_commands(header, str(path))])
+
+
+def _signature(info: dict) -> list[str]:
+    """The model's inputs and outputs (name, type, shape) and the tools its cook key was made with."""
+    lines = []
+    for kind, label in (("inputs", "in "), ("outputs", "out")):
+        for value in info.get(kind) or []:
+            shape = value.get("shape")
+            dims = (
+                "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+                if shape is not None
+                else ""
+            )
+            lines.append(f"    {label} {value.get('name')}: {value.get('type')} {dims}".rstrip())
+    tools = info.get("cooked_with") or {}
+    if tools:
+        lines.append(
+            "    cooked with " + ", ".join(f"{tool} {version}" for tool, version in sorted(tools.items()))
+        )
+    return lines
 
 
 def _precision(info: dict) -> str:
@@ -123,7 +144,10 @@ def unpack(blob: Path, folder: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.runtime", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.runtime",
+        description="Inspect a cooked blob or bundle, or unpack a blob into its model file and weights file.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     inspect_parser = commands.add_parser("inspect", help="print a blob's header or a bundle's models")
     inspect_parser.add_argument("path", type=Path)
