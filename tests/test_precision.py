@@ -168,7 +168,7 @@ def test_inspect_shows_the_precision_and_its_accuracy(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
     )
-    shown_line = shown.stdout.strip().splitlines()[-1]
+    (shown_line,) = [line for line in shown.stdout.splitlines() if line.startswith("  m: ")]
     assert "fp16 by onnxruntime.transformers.float16.convert_float_to_float16, worst cosine " in shown_line
     assert float(shown_line.split("worst cosine ")[1].split()[0]) >= 0.999
     manifest = json.loads((platform_dir / "manifest.json").read_text())
