@@ -242,6 +242,30 @@ def test_sample_inputs_with_wrong_keys_are_refused(tmp_path: Path) -> None:
         cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))
 
 
+@pytest.mark.parametrize(
+    ("array", "message"),
+    [
+        (
+            np.zeros((2, 3), np.float64),
+            r"relu\.inputs\.npz: input 'x' is float64 but the model takes float32",
+        ),
+        (
+            np.zeros((2, 4), np.float32),
+            r"relu\.inputs\.npz: input 'x' has shape \[2, 4\] but the model takes \[2, 3\]",
+        ),
+        (np.zeros((2,), np.float32), r"input 'x' has shape \[2\] but the model takes \[2, 3\]"),
+    ],
+)
+def test_sample_inputs_of_another_type_or_shape_name_the_input_and_the_file(
+    tmp_path: Path, array: np.ndarray, message: str
+) -> None:
+    assets = tmp_path / "assets"
+    save(relu_model(17), assets, "relu")
+    np.savez(assets / "relu.inputs.npz", x=array)
+    with pytest.raises(VerifyError, match=message):
+        cook(job_for(assets, "relu", shipped_settings("android"), tmp_path / "build"))
+
+
 def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
     model = conv_bn_relu_model()

@@ -123,7 +123,46 @@ def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -
             + ("; " if missing and extra else "")
             + (f"unknown {extra}" if extra else "")
         )
+    for value in feed_inputs(model.graph):
+        _check_input(path, value, feeds[value.name])
     return feeds
+
+
+def _check_input(path: Path, value: onnx.ValueInfoProto, array: np.ndarray) -> None:
+    """Refuse a sample input whose type or shape the model does not take, naming it and the file
+    (onnxruntime's own message names neither)."""
+    if not value.type.HasField("tensor_type"):
+        return  # sequences, maps, optionals: onnxruntime checks those
+    tensor = value.type.tensor_type
+    if tensor.elem_type == onnx.TensorProto.STRING:
+        expected_kind = array.dtype.kind in "UOS"
+        wanted = "strings"
+    else:
+        try:
+            wanted_dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        except (KeyError, TypeError, ValueError):
+            return  # a type numpy has no dtype for: nothing to compare
+        # float32 samples for a float16 input: an fp16 variant of an fp32 source (as_input_types)
+        expected_kind = array.dtype == wanted_dtype or (
+            wanted_dtype == np.float16 and array.dtype == np.float32
+        )
+        wanted = str(wanted_dtype)
+    if not expected_kind:
+        raise VerifyError(
+            f"{path}: input {value.name!r} is {array.dtype} but the model takes {wanted}; save it as "
+            f"{wanted} (e.g. numpy.savez(path, **{{{value.name!r}: array.astype({wanted!r})}}))"
+        )
+    if not tensor.HasField("shape"):
+        return
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    shown = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+    if array.ndim != len(dims) or any(
+        d is not None and d != n for d, n in zip(dims, array.shape, strict=False)
+    ):
+        raise VerifyError(
+            f"{path}: input {value.name!r} has shape {list(array.shape)} but the model takes {shown} "
+            "(? is any size); save an array of that shape"
+        )
 
 
 def as_input_types(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
