@@ -5,7 +5,7 @@
    share), vs the cold ``doit -n 2 cook`` that filled it.
 2. Two shard processes (``COOK_SHARD=0/2`` and ``1/2``) cooking (and runtime-checking) their shares
    at once on separate build folders into one folder cache, then one ``doit -n 2 cook`` assembling
-   every bundle from it (as the README's CI recipe does), vs one process cooking everything
+   every bundle from it (as the CI recipe of docs/build-farms.md does), vs one process cooking everything
    (``doit cook``).
 3. One cache hit over S3 on localhost, per (platform, model): index, objects, checks.
 4. Where a cold cook's time goes, per step (``.stamps/times`` of every cook, and the runtime check),

@@ -267,7 +267,7 @@ def test_an_s3_cache_is_refused_with_the_lifecycle_advice(
 ) -> None:
     code, out = run(capsys, *argv, env={"COOK_CACHE": "s3://cook-cache/main"})
     assert code == 2
-    assert "S3 cache" in out and "lifecycle rule" in out and "Build farms" in out
+    assert "S3 cache" in out and "lifecycle rule" in out and "docs/build-farms.md" in out
 
 
 def test_a_missing_or_foreign_folder_or_no_cache_is_refused(

@@ -18,7 +18,7 @@ def quick_start_commands() -> list[str]:
 
 def test_quick_start_has_exactly_two_commands_cook_then_tests() -> None:
     install_and_cook, install_and_test = quick_start_commands()
-    assert "pip install -e ." in install_and_cook and install_and_cook.endswith("doit cook")
+    assert "pip install -e ." in install_and_cook and install_and_cook.endswith("onnx-cooker cook")
     assert '".[test]"' in install_and_test and "pytest" in install_and_test
 
 

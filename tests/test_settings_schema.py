@@ -1,4 +1,4 @@
-"""The settings table as the single source: the README's table and docs/settings.schema.json are
+"""The settings table as the single source: docs/settings.md's table and docs/settings.schema.json are
 generated from it and kept equal here; the schema validates the shipped platform files and agrees
 with the cooker's own checks on wrong values; CookSettings and Platform get their fields from it."""
 
@@ -15,14 +15,14 @@ import yaml
 
 from pipeline.errors import ProfileError
 from pipeline.settings.docs import (
-    README_PATH,
-    README_TABLE,
     SCHEMA_LINE,
     SCHEMA_PATH,
-    readme_table,
+    SETTINGS_DOC_PATH,
+    SETTINGS_TABLE,
     rows,
     schema,
     schema_text,
+    settings_table,
     yaml_text,
 )
 from pipeline.settings.resolve import CookSettings, Platform, load_platforms
@@ -45,20 +45,20 @@ def test_committed_schema_is_the_generated_one() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(), REGENERATE
 
 
-def test_readme_settings_table_is_the_generated_one() -> None:
-    (table,) = README_TABLE.findall(README_PATH.read_text(encoding="utf-8"))
-    assert table == readme_table(), REGENERATE
+def test_settings_doc_table_is_the_generated_one() -> None:
+    (table,) = SETTINGS_TABLE.findall(SETTINGS_DOC_PATH.read_text(encoding="utf-8"))
+    assert table == settings_table(), REGENERATE
 
 
-def test_readme_table_has_a_row_per_setting_or_group() -> None:
-    lines = readme_table().splitlines()
+def test_settings_table_has_a_row_per_setting_or_group() -> None:
+    lines = settings_table().splitlines()
     assert lines[:2] == ["| key | default | meaning |", "|---|---|---|"]
     assert len(lines) == 2 + len(rows()) and all(line.count(" | ") == 2 for line in lines[2:])
     assert (
         "| `rtol`, `atol` | `1.0e-4`, `1.0e-5` | elementwise verification tolerances: each output element "
         "within atol + rtol times the source's |" in lines
     )
-    assert '| `include`, `exclude` | `["*"]`, `[]` |' in readme_table()
+    assert '| `include`, `exclude` | `["*"]`, `[]` |' in settings_table()
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)

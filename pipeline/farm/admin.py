@@ -2,7 +2,8 @@
 
 It reads its arguments and ``COOK_CACHE``, runs ``pipeline.farm.housekeeping`` (what the cache folder
 holds, what a prune removes) and prints what it found or did. An S3 cache is not handled here: a
-bucket lifecycle rule expires its objects (README, "Build farms"). Standard library only (with
+bucket lifecycle rule expires its objects (docs/build-farms.md, "S3: a lifecycle rule"). Standard
+library only (with
 ``pipeline.farm.store`` and ``pipeline.farm.housekeeping``): no onnx, onnxruntime or numpy, so that
 it runs on a file server with a bare Python.
 """
@@ -80,7 +81,8 @@ def cache_root(given: str | None, env: Mapping[str, str]) -> Path:
     if parsed.scheme == "s3":
         raise AdminError(
             f"{source} {url} is an S3 cache: this command handles folder caches only; expire an S3 "
-            'cache\'s objects with a lifecycle rule on the bucket instead (README, "Build farms")'
+            "cache's objects with a lifecycle rule on the bucket instead (docs/build-farms.md, "
+            '"S3: a lifecycle rule")'
         )
     if parsed.scheme not in ("", "file") and not is_windows_drive(url):
         raise AdminError(f"{source} {url!r}: use a folder path or file:///path")

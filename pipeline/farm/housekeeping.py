@@ -5,7 +5,7 @@ A folder cache (``pipeline.farm.folder_store.FolderStore``) only grows: every ne
 entry, and nothing removes the entries of models, settings or onnxruntime versions no build asks for
 any more. This module finds what a cache folder holds and removes entries that were not used for a
 while or the least recently used ones past a size. An S3 cache is not handled here: a bucket
-lifecycle rule expires its objects (README, "Build farms").
+lifecycle rule expires its objects (docs/build-farms.md, "S3: a lifecycle rule").
 
 The layout it works on, as ``pipeline.farm.cache`` writes it (``d``: an entry's digest)::
 

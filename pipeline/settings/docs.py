@@ -1,9 +1,10 @@
-"""Documents generated from the settings table: the README's settings table and the JSON Schema that
-editors use to complete and check ``platforms/*.yaml`` (``docs/settings.schema.json``).
+"""Documents generated from the settings table: the settings reference's table (``docs/settings.md``)
+and the JSON Schema that editors use to complete and check ``platforms/*.yaml``
+(``docs/settings.schema.json``).
 
-    python -m pipeline.settings.docs --schema        # print the JSON Schema
-    python -m pipeline.settings.docs --readme-table  # print the README's settings table
-    python -m pipeline.settings.docs --write         # rewrite both in place (the README: its table only)
+    python -m pipeline.settings.docs --schema          # print the JSON Schema
+    python -m pipeline.settings.docs --settings-table  # print docs/settings.md's settings table
+    python -m pipeline.settings.docs --write           # rewrite both (docs/settings.md: its table only)
 
 tests/test_settings_schema.py keeps the committed files equal to what this module generates.
 """
@@ -23,16 +24,17 @@ from pipeline.settings.table import AS_ABOVE, SETTINGS, Setting
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "docs" / "settings.schema.json"
-README_PATH = ROOT / "README.md"
+SETTINGS_DOC_PATH = ROOT / "docs" / "settings.md"
 SCHEMA_LINE = "# yaml-language-server: $schema=../docs/settings.schema.json"
-README_HEADER = ("| key | default | meaning |", "|---|---|---|")
-# The README's settings table: its header and every table line after it.
-README_TABLE = re.compile(re.escape(README_HEADER[0]) + r"\n(?:\|.*\n)*")
+SETTINGS_TABLE_HEADER = ("| key | default | meaning |", "|---|---|---|")
+# The settings table of docs/settings.md: its header and every table line after it.
+SETTINGS_TABLE = re.compile(re.escape(SETTINGS_TABLE_HEADER[0]) + r"\n(?:\|.*\n)*")
 _YAML_INDICATORS = tuple("-?:,[]{}#&*!|>'\"%@`")
 
 
 def rows() -> list[tuple[list[Setting], str]]:
-    """The settings grouped as the README shows them (AS_ABOVE joins the row before), each with its doc."""
+    """The settings grouped as docs/settings.md shows them (AS_ABOVE joins the row before), each with its
+    doc."""
     grouped: list[tuple[list[Setting], str]] = []
     for setting in SETTINGS:
         if setting.doc == AS_ABOVE:
@@ -77,9 +79,9 @@ def _is_plain(text: str) -> bool:
         return False
 
 
-def readme_table() -> str:
-    """The README's settings table, one row per setting or group of settings that share a doc."""
-    lines = list(README_HEADER)
+def settings_table() -> str:
+    """docs/settings.md's settings table, one row per setting or group of settings that share a doc."""
+    lines = list(SETTINGS_TABLE_HEADER)
     for settings, doc in rows():
         keys = ", ".join(f"`{setting.name}`" for setting in settings)
         defaults = ", ".join(f"`{yaml_text(setting.default)}`" for setting in settings)
@@ -117,31 +119,35 @@ def schema_text() -> str:
     return json.dumps(schema(), indent=2) + "\n"
 
 
-def readme_with_table(readme: str) -> str:
-    """readme with its settings table replaced by the generated one."""
-    if len(README_TABLE.findall(readme)) != 1:
-        raise ValueError(f"README.md must hold exactly one table starting {README_HEADER[0]!r}")
-    return README_TABLE.sub(lambda _: readme_table(), readme)
+def doc_with_table(doc: str) -> str:
+    """doc (docs/settings.md's text) with its settings table replaced by the generated one."""
+    if len(SETTINGS_TABLE.findall(doc)) != 1:
+        raise ValueError(
+            f"{SETTINGS_DOC_PATH.name} must hold exactly one table starting {SETTINGS_TABLE_HEADER[0]!r}"
+        )
+    return SETTINGS_TABLE.sub(lambda _: settings_table(), doc)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.settings.docs",
-        description="Generate the README's settings table and docs/settings.schema.json from the table.",
+        description="Generate docs/settings.md's settings table and docs/settings.schema.json from "
+        "pipeline/settings/table.py.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--schema", action="store_true", help="print docs/settings.schema.json")
-    what.add_argument("--readme-table", action="store_true", help="print the README's settings table")
-    what.add_argument("--write", action="store_true", help="rewrite the schema and the README's table")
+    what.add_argument("--settings-table", action="store_true", help="print docs/settings.md's settings table")
+    what.add_argument("--write", action="store_true", help="rewrite the schema and docs/settings.md's table")
     args = parser.parse_args(argv)
     if args.schema:
         sys.stdout.write(schema_text())
-    elif args.readme_table:
-        sys.stdout.write(readme_table())
+    elif args.settings_table:
+        sys.stdout.write(settings_table())
     else:
         SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
-        README_PATH.write_text(readme_with_table(README_PATH.read_text(encoding="utf-8")), encoding="utf-8")
-        sys.stdout.write(f"wrote {SCHEMA_PATH} and the settings table of {README_PATH}\n")
+        doc = SETTINGS_DOC_PATH.read_text(encoding="utf-8")
+        SETTINGS_DOC_PATH.write_text(doc_with_table(doc), encoding="utf-8")
+        sys.stdout.write(f"wrote {SCHEMA_PATH} and the settings table of {SETTINGS_DOC_PATH}\n")
     return 0
 
 

@@ -3,7 +3,7 @@
 One row per setting (name, kind, default, choices or range, check, scope, one-line doc) is the single
 source of the validation, the frozen ``CookSettings`` and ``Platform`` fields
 (``pipeline/settings/resolve.py``),
-the README's settings table and ``docs/settings.schema.json`` (``pipeline/settings/docs.py``).
+the settings table of ``docs/settings.md`` and ``docs/settings.schema.json`` (``pipeline/settings/docs.py``).
 To add a setting: add its row here, then use it (``settings.<name>``) where it matters; regenerate the
 docs with ``python -m pipeline.settings.docs --write``.
 
@@ -37,7 +37,7 @@ Check = Callable[[str, Any], list[str]]
 # "model": platform files, model files and COOK_SET_*, a CookSettings field (part of the cook key).
 # "platform": platform files and COOK_SET_* only, a Platform field (which models, checks, docs).
 Scope = Literal["model", "platform"]
-AS_ABOVE = ""  # doc of a setting documented in the same README row as the setting before it
+AS_ABOVE = ""  # doc of a setting documented in the same docs/settings.md row as the setting before it
 
 
 def _same(value: Any) -> Any:
@@ -125,7 +125,7 @@ class Setting:
     name: str
     kind: Kind
     default: Any  # as YAML reads it (lists, dicts); never mutate it
-    doc: str  # one line for the README table and the schema; AS_ABOVE: shares the row before
+    doc: str  # one line for docs/settings.md's table and the schema; AS_ABOVE: shares the row before
     choices: tuple[str, ...] = ()
     low: float | None = None  # inclusive bounds; a float setting is also always finite
     high: float | None = None
