@@ -121,11 +121,16 @@ def test_a_failure_and_the_changes_since_the_last_cook_are_reported(tmp_path: Pa
     assert run.returncode != 0 and TRACEBACK not in run.stdout + run.stderr
     page = (project / "build" / "report.html").read_text()
     assert "Failures (1)" in page and "cook:android:broken" in page and "not a readable ONNX model" in page
+    # The bundle shown is the previous cook's (no manifest was written): the report says so.
+    assert (
+        "B) (stale)</h2>" in page
+        and '<p class="stale">The last cook failed here (cook:android:broken)' in page
+    )
     (project / "assets" / "broken.onnx").unlink()
     again = doit(project, "cook")
     assert again.returncode == 0, again.stdout + again.stderr
     page = (project / "build" / "report.html").read_text()
-    assert "Failures" not in page  # fixed: gone from the report
+    assert "Failures" not in page and "(stale)" not in page  # fixed: gone from the report
     assert "<td>added</td><td>added</td>" in page and "<td>mlp</td><td>removed</td>" in page
 
 

@@ -18,6 +18,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #d0d
 table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left}
 th{background:#f6f8fa;cursor:pointer;user-select:none}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .fail{background:#ffebe9;border:1px solid #ff8182;padding:8px;white-space:pre-wrap}
+.stale{background:#fff8c5;border:1px solid #d4a72c;padding:6px 8px}
 svg text{font-size:11px}.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
 """
 _JS = """
@@ -130,9 +131,18 @@ def render(
     for platform, models in platforms.items():
         ordered = sorted(models.values(), key=lambda m: -m.entry["blob_size"])
         total = sum(m.entry["blob_size"] for m in ordered)
+        failed = failed_tasks(platform, failures)
+        stale = " (stale)" if failed else ""
         body += [
             f'<section class="platform" data-platform="{_e(platform)}">',
-            f"<h2>{_e(platform)}: {len(ordered)} model(s), bundle {_e(_mb(total))} ({total:,} B)</h2>",
+            f"<h2>{_e(platform)}: {len(ordered)} model(s), bundle {_e(_mb(total))} ({total:,} B){stale}</h2>",
+        ]
+        if failed:
+            body.append(
+                f'<p class="stale">The last cook failed here ({_e(", ".join(failed))}): this is the '
+                "bundle of an earlier cook, which a game still gets; its sizes are not this run's.</p>"
+            )
+        body += [
             '<p class="legend"><span style="background:#0969da"></span>shipped blob'
             '<span style="background:#c8e1ff"></span>model bytes</p>',
             _chart(platform, ordered),
@@ -144,6 +154,15 @@ def render(
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         + "\n".join(body)
         + f"<script>{_JS}</script></body></html>\n"
+    )
+
+
+def failed_tasks(platform: str, failures: Sequence[Mapping[str, str]]) -> list[str]:
+    """The tasks of ``platform`` that failed in the last run (its cooks, manifest and runtime check)."""
+    return sorted(
+        f["task"]
+        for f in failures
+        if f["task"].split(":")[1:2] == [platform] and f["task"].split(":")[0] in ("cook", "runtime_check")
     )
 
 
