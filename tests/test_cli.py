@@ -196,3 +196,40 @@ def test_a_wheel_in_a_fresh_venv_cooks_a_studio_tree_from_its_root_and_from_a_su
     initialized = run("init", str(tmp_path / "new"), cwd=tmp_path)  # platform files from the wheel's data
     assert initialized.returncode == 0, initialized.stderr
     assert (tmp_path / "new" / "platforms" / "windows-dml.yaml").is_file()
+
+
+def test_help_lists_commands_variables_and_doit_options() -> None:
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    top = run("--help")
+    assert all(command in top for command in ("init", "cook", "inspect", "report", "diff", "cache", "keygen"))
+    cook = run("cook", "--help")
+    assert "COOK_CACHE" in cook and "COOK_SET_<KEY>" in cook  # the variables it reads
+    assert "--continue" in cook and "--process" in cook  # doit's own options of `run`
+    assert "prune" in run("cache", "--help") and "--fail-if-grows" in run("diff", "--help")
+    report = subprocess.run(
+        [sys.executable, "-m", "pipeline.report", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert "diff OLD_BUILD NEW_BUILD" in " ".join(report.stdout.split())  # wrapped by argparse
+
+
+def test_a_listing_cut_short_by_its_reader_is_no_error() -> None:
+    done = subprocess.run(
+        f"{sys.executable} -m pipeline.cli list --all | head -1",
+        shell=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.startswith("cook ")
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -77,7 +77,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m pipeline.r
                     )
                 return 1
         return 0
-    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description="write BUILD/report.html")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.report",
+        description="(Re)write BUILD/report.html. `python -m pipeline.report diff OLD_BUILD NEW_BUILD "
+        "[--html FILE] [--fail-if-grows 5%]` compares two builds' bundles instead (see `diff --help`).",
+    )
     parser.add_argument("build", type=Path)
     options = parser.parse_args(args)
     print(write_report(options.build))
