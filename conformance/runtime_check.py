@@ -2,7 +2,7 @@
 
 This is the runtime check ``doit cook`` runs after a platform's cooks
 (``pipeline.build.target_check.run_check``,
-an isolated environment per onnxruntime version, cached like doit's under ``build/.runtimes``). It
+an isolated environment per onnxruntime version, cached like doit's, in the user's cache folder). It
 fails a whole platform at once, so the models that fail are found by bisection: a few more checks
 when something fails, none when nothing does.
 

@@ -2,13 +2,15 @@
 (``COOK_*_DIR``), the signing key (``COOK_SIGNING_KEY``) and the other ``COOK_*`` settings read at
 task-loading time.
 
-Imported by ``dodo.py`` on every doit command: standard library only.
+Imported by ``dodo.py`` on every doit command: standard library only (and ``platformdirs``, a few
+milliseconds, imported only for the default runtimes folder).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,9 @@ class Folders:
 
 
 def folders(env: Mapping[str, str], root: Path) -> Folders:
-    """The assets, platforms and build folders; ``COOK_ASSETS_DIR`` etc. override them."""
+    """The assets, platforms and build folders; ``COOK_ASSETS_DIR`` etc. override them (relative to
+    ``root``). The runtimes folder is shared by every build on the machine: the user's cache folder, or
+    ``COOK_RUNTIMES_DIR`` (relative to the folder the command was started in)."""
 
     def pick(variable: str, default: str) -> Path:
         return (root / env.get(variable, default)).resolve()
@@ -35,9 +39,24 @@ def folders(env: Mapping[str, str], root: Path) -> Folders:
         assets=pick("COOK_ASSETS_DIR", "assets"),
         platforms=pick("COOK_PLATFORMS_DIR", "platforms"),
         build=pick("COOK_BUILD_DIR", "build"),
-        runtimes=pick("COOK_RUNTIMES_DIR", str(Path(env.get("COOK_BUILD_DIR", "build")) / ".runtimes")),
+        runtimes=runtimes_folder(env),
         signing_key=pick("COOK_SIGNING_KEY", "") if env.get("COOK_SIGNING_KEY") else None,
     )
+
+
+def runtimes_folder(env: Mapping[str, str]) -> Path:
+    """Where the runtime check's onnxruntime environments are cached, for every build folder of this
+    user: ``COOK_RUNTIMES_DIR``, else ``<the user's cache folder>/onnx-cooker/runtimes``."""
+    chosen = env.get("COOK_RUNTIMES_DIR")
+    if chosen:
+        # doit moves into the folder of dodo.py before loading it; a relative path is the user's,
+        # from the folder the command was started in (doit remembers it).
+        loader = sys.modules.get("doit.loader")
+        start = getattr(loader, "initial_workdir", None) or os.getcwd()
+        return (Path(start) / chosen).resolve()
+    import platformdirs  # only here: ~5 ms that a build with COOK_RUNTIMES_DIR never pays
+
+    return (Path(platformdirs.user_cache_dir("onnx-cooker", appauthor=False)) / "runtimes").resolve()
 
 
 def environment() -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The dynamic runtime check: run every blob of a platform in the target's exact onnxruntime.
 
 Each needed onnxruntime version gets an isolated virtual environment, made on first use with the
-stock ``venv`` and ``pip`` from the package registry and cached (``build/.runtimes`` or
-``COOK_RUNTIMES_DIR``). There is no DirectML wheel off Windows: the CPU wheel of the same version
+stock ``venv`` and ``pip`` from the package registry and cached for every build folder of the user
+(``<user cache folder>/onnx-cooker/runtimes`` or ``COOK_RUNTIMES_DIR``), safely when two cooks need
+the same one at once. There is no DirectML wheel off Windows: the CPU wheel of the same version
 stands in for it, which loads the same model formats.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,12 @@ CHECK_TIMEOUT = 1800
 # pip's own per-connection time-out: a registry that accepts connections but never answers fails
 # in seconds rather than at the whole install's time-out.
 PIP_SOCKET_TIMEOUT = 30
+# Written last into a finished environment (after pip and the probe); without it the folder is not used.
+READY_NAME = "onnx-cooker-ready.json"
+PROBE = "import numpy, zstandard, onnxruntime; print(onnxruntime.__version__)"
+PROBE_TIMEOUT = 120
+# How much longer than COOK_PIP_TIMEOUT a process waits for another one making the same environment.
+LOCK_GRACE = 600
 OFF_HINT = "set `runtime_check: false` with a `runtime_check_off_reason` in {profile}"
 PACKAGE = Path(__file__).resolve().parents[1]  # pipeline/
 # What the worker needs of this package; copied beside it so the target environment imports nothing
@@ -62,24 +70,110 @@ def _python(env_dir: Path) -> Path:
 def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_timeout: float = 300.0) -> Path:
     """The interpreter of an environment holding exactly ``onnxruntime==version``; made if missing.
 
-    The environment is built in a temp folder and renamed into place, so a killed or concurrent
-    build never leaves a half-made one under the final name.
+    The environments are shared by every build folder and every process of the machine's user. One
+    is made under its own lock, in a temp folder renamed into place with its ready marker inside; a
+    process that finds the lock taken waits, then uses the finished environment. A folder without the
+    marker (an older cooker's, or one half made) is used only once it imports that exact version.
     """
     if parse_version(tool_versions()["onnxruntime"]) == parse_version(version):
         return Path(sys.executable)  # the cook itself ran this exact version
     final = environment_dir(runtimes_dir, version)
-    if _python(final).is_file():
+    if _finished(final):
         return _python(final)
+    from filelock import FileLock, Timeout
+
+    wait = install_timeout + LOCK_GRACE
     try:
         runtimes_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(lock_path(final))
+        try:
+            lock.acquire(blocking=False)
+        except Timeout:
+            _say(f"waiting for another process making the onnxruntime {version} environment in {final}")
+            lock.acquire(timeout=wait)
+    except Timeout:
+        raise RuntimeCheckError(
+            f"{profile}: another process has been making the onnxruntime {version} environment in "
+            f"{final} for over {wait:g} s (it holds {lock_path(final)}); stop it, or point "
+            "COOK_RUNTIMES_DIR at another folder"
+        ) from None
+    except OSError as exc:
+        raise _unwritable(runtimes_dir, profile, exc) from None
+    try:
+        if not _finished(final) and not _adopt(final, version):
+            _make(version, final, profile, install_timeout)
+    except OSError as exc:  # an older cooker's environment this user cannot mark or remove
+        raise _unwritable(runtimes_dir, profile, exc) from None
+    finally:
+        lock.release()
+    return _python(final)
+
+
+def lock_path(env_dir: Path) -> Path:
+    """The lock a process holds while it makes (or checks) the environment ``env_dir``."""
+    return env_dir.with_name(f".{env_dir.name}.lock")
+
+
+def _finished(env_dir: Path) -> bool:
+    return (env_dir / READY_NAME).is_file() and _python(env_dir).is_file()
+
+
+def _probe(python: Path, version: str) -> str | None:
+    """None when ``python`` imports onnxruntime ``version`` and what the worker needs; else why not."""
+    command = [str(python), "-I", "-c", PROBE]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if done.returncode != 0:
+        return " ".join(done.stderr.strip().splitlines()[-3:])
+    found = (done.stdout.strip().splitlines() or [""])[-1]
+    try:
+        same = parse_version(found) == parse_version(version)
+    except ValueError:
+        same = False
+    return None if same else f"it imports onnxruntime {found!r}"
+
+
+def _mark_ready(env_dir: Path, version: str) -> None:
+    """Written last: an environment without it is never used as it is."""
+    write_json(env_dir / READY_NAME, {"onnxruntime": version, "python": sys.version.split()[0]})
+
+
+def _adopt(final: Path, version: str) -> bool:
+    """Mark an unmarked environment (an older cooker's) ready, if it imports exactly ``version``."""
+    if final.is_symlink() or not _python(final).is_file() or _probe(_python(final), version) is not None:
+        return False
+    _mark_ready(final, version)
+    return True
+
+
+def _discard(path: Path) -> None:
+    """Remove a half-made environment: first renamed to a staging name, which the sweep also removes
+    should this process be killed part way."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    aside = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    path.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _make(version: str, final: Path, profile: Path, install_timeout: float) -> None:
+    """Build the environment ``final`` from scratch; the caller holds its lock."""
+    runtimes_dir = final.parent
+    try:
+        for leftover in runtimes_dir.glob(f".{final.name}.*"):  # only the lock holder builds: all dead
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+        if final.exists() or final.is_symlink():
+            _say(f"{final} is unfinished or broken (no ready marker, no working onnxruntime); making it anew")
+            _discard(final)
         sweep_stale_staging(runtimes_dir)
         staging = make_staging(runtimes_dir, final.name)
     except OSError as exc:
-        raise RuntimeCheckError(
-            f"{profile}: cannot create the runtime-check environment in {runtimes_dir} "
-            f"({exc.strerror or exc}); make that folder writable for this user (a cache shared between "
-            "users needs group write permission), or point COOK_RUNTIMES_DIR at a folder of your own"
-        ) from None
+        raise _unwritable(runtimes_dir, profile, exc) from None
+    _say(f"creating the onnxruntime {version} environment for the runtime check in {final}")
     try:
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(staging)
@@ -103,10 +197,17 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_time
                 "that version exists for it, set `runtime_check: false` with a `runtime_check_off_reason` "
                 f"in {profile}"
             )
+        failure = _probe(_python(staging), version)
+        if failure is not None:
+            raise RuntimeCheckError(
+                f"{profile}: onnxruntime=={version} installed for the runtime check does not import "
+                f"({failure}); {OFF_HINT.format(profile=profile)}"
+            )
+        _mark_ready(staging, version)
         try:
             staging.rename(final)
         except OSError:
-            if not _python(final).is_file():  # another cook won the race when the folder exists
+            if not (_finished(final) or _adopt(final, version)):  # an older cooker, which takes no lock
                 raise
     except subprocess.TimeoutExpired:
         raise RuntimeCheckError(
@@ -122,7 +223,18 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_time
         ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return _python(final)
+
+
+def _unwritable(runtimes_dir: Path, profile: Path, exc: OSError) -> RuntimeCheckError:
+    return RuntimeCheckError(
+        f"{profile}: cannot create the runtime-check environment in {runtimes_dir} "
+        f"({exc.strerror or exc}); make that folder writable for this user (a cache shared between "
+        "users needs group write permission), or point COOK_RUNTIMES_DIR at a folder of your own"
+    )
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"runtime check: {line}\n")  # one write: whole under `doit -n`
 
 
 def runtime_library(version: str, runtimes_dir: Path, profile: Path) -> Path:
@@ -162,15 +274,23 @@ def make_staging(runtimes_dir: Path, name: str) -> Path:
 
 
 def sweep_stale_staging(runtimes_dir: Path) -> None:
-    """Remove the staging folders of environment builds killed part way (20-120 MB each); a live
-    build touches its folder far more often than STALE_TEMP_SECONDS."""
+    """Remove the staging folders of environment builds killed part way (20-120 MB each): those
+    untouched for STALE_TEMP_SECONDS whose environment no process is making (its lock is free)."""
+    from filelock import FileLock, Timeout
+
     cutoff = time.time() - STALE_TEMP_SECONDS
     for staging in runtimes_dir.glob(".onnxruntime-*"):
         try:
-            if staging.is_dir() and staging.stat().st_mtime < cutoff:
-                shutil.rmtree(staging, ignore_errors=True)
-        except OSError:
+            if not staging.is_dir() or staging.is_symlink() or staging.stat().st_mtime >= cutoff:
+                continue
+            lock = FileLock(runtimes_dir / f"{staging.name.rsplit('.', 1)[0]}.lock")
+            lock.acquire(blocking=False)
+        except (OSError, Timeout):
             continue
+        try:
+            shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            lock.release()
 
 
 def run_check(check: RuntimeCheck) -> dict[str, Any]:
