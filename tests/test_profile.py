@@ -698,3 +698,31 @@ def test_env_can_narrow_the_selection(platforms_dir: Path) -> None:
 def test_profile_error_survives_pickling() -> None:
     error = pickle.loads(pickle.dumps(ProfileError(["a.yaml: one", "b.yaml: two"])))
     assert error.problems == ["a.yaml: one", "b.yaml: two"] and str(error) == "a.yaml: one\nb.yaml: two"
+
+
+def test_a_problem_with_a_key_names_its_line(platforms_dir: Path, tmp_path: Path) -> None:
+    write(
+        platforms_dir / "android.yaml",
+        "# Android\nformat: ort\n\noptimisation_level: basic\ncompression_level: 99\n",
+    )
+    with pytest.raises(ProfileError) as excinfo:
+        load_platforms(platforms_dir, {})
+    problems = problems_of(excinfo)
+    assert (
+        problems[0].startswith("android.yaml: key 'optimisation_level'")
+        or "optimisation_level" in problems[0]
+    )
+    assert [problem.rsplit(" ", 2)[-2:] for problem in problems] == [["(line", "4)"], ["(line", "5)"]]
+    model = write(
+        tmp_path / "assets" / "m.cook.yaml",
+        "precision: fp16\nplatforms:\n  ios:\n    compression_level: 0\n  window-dml: {format: ort}\n",
+    )
+    with pytest.raises(ProfileError) as excinfo:
+        load_model_settings(model, SHIPPED)
+    problems = problems_of(excinfo)
+    assert any("'platforms.ios.compression_level'" in p and p.endswith("(line 4)") for p in problems), (
+        problems
+    )
+    assert any("'window-dml', which is not a platform" in p and p.endswith("(line 5)") for p in problems), (
+        problems
+    )

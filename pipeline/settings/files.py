@@ -14,7 +14,7 @@ from typing import Any
 from pipeline.settings.checks import describe
 from pipeline.settings.eprules import check_ep_option_names
 from pipeline.settings.table import COOK_KEYS, DEFAULTS, PLATFORM_ONLY_KEYS, check_value
-from pipeline.settings.yamlstrict import parse_yaml
+from pipeline.settings.yamlstrict import line_of, parse_yaml
 
 ENV_PREFIX = "COOK_SET_"
 # Problems reported per file: enough to fix a real file in one go; a garbage file gets a short answer.
@@ -48,12 +48,12 @@ def check_settings(
     problems: list[str] = []
     for key, value in data.items():
         if not isinstance(key, str) or key not in allowed:
-            problems.append(f"{source}: {_unknown_key(key, prefix, allowed)}")
+            problems.append(f"{source}: {_unknown_key(key, prefix, allowed)}{line_of(data, key)}")
         elif key not in DEFAULTS:
             values[key] = value
         else:
             checked, found = check_value(key, value, prefix + key)
-            problems += [f"{source}: {problem}" for problem in found]
+            problems += [f"{source}: {problem}{line_of(data, key)}" for problem in found]
             if not found:
                 values[key] = checked
     return values, problems
@@ -106,6 +106,7 @@ def _check_platform_sections(
         if name not in platform_names:
             problems.append(
                 f"{source}: 'platforms' has a section for {_unknown_platform(name, platform_names)}"
+                + line_of(sections, name)
             )
             continue
         prefix = f"platforms.{name}."

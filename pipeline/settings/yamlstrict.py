@@ -47,6 +47,32 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class LineMap(dict):
+    """A mapping read from a settings file that remembers the line of each key (1-based), for
+    problems that name where to look (``line_of``)."""
+
+    lines: dict[Any, int]
+
+
+def _construct_map(loader: StrictLoader, node: yaml.MappingNode) -> Any:
+    data = LineMap()
+    data.lines = {}
+    yield data
+    data.update(loader.construct_mapping(node))
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            data.lines.setdefault(loader.construct_object(key_node), key_node.start_mark.line + 1)
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+
+
+def line_of(data: Any, key: Any) -> str:
+    """`` (line N)`` where ``key`` was written in the settings file ``data`` was read from, else ``""``."""
+    lines = getattr(data, "lines", None)
+    return f" (line {lines[key]})" if isinstance(lines, dict) and key in lines else ""
+
+
 def read_yaml(path: Path) -> tuple[Any, list[str]]:
     """Parse one settings file strictly; an empty file (or only comments) is an empty mapping."""
     source = str(path)
