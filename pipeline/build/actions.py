@@ -65,6 +65,12 @@ def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> TaskFailed | No
     return None
 
 
+def fail_unusable(problem: str) -> TaskFailed:
+    """The action of a model that could not be planned (its name, its settings file): the problem
+    found when the tasks were loaded, now, as this model's failure."""
+    return TaskFailed(problem)
+
+
 def _summary(entry: Mapping[str, Any]) -> str:
     verification = entry["verification"]
     if "outputs" in verification:

@@ -1,13 +1,14 @@
 """The plan of a cook: every platform's jobs from its file and the models' settings (all problems
 reported together, before anything is written), an agent's share of them under ``COOK_SHARD``, and
-the runtime checks each platform's models need.
+the runtime checks each platform's models need. A model whose own settings file cannot be read is
+set aside instead (``UnusableModel``): its tasks fail, every other model cooks.
 
 Runs at task-loading time for every doit command: standard library and yaml only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from pipeline.farm.shard import Shard, assign
 from pipeline.farm.store import CacheConfig
 from pipeline.layout import runtime_check_path
 from pipeline.runtime.constants import OptimizationStyle, Precision
-from pipeline.settings.assets import AssetModel
+from pipeline.settings.assets import AssetModel, UnusableModel
 from pipeline.settings.eprules import ep_usability_check
 from pipeline.settings.resolve import (
     CookSettings,
@@ -29,17 +30,36 @@ from pipeline.settings.resolve import (
 )
 
 
-def _model_settings(assets: tuple[AssetModel, ...], platform_names: list[str]) -> dict[str, dict]:
-    """Every model's settings file, validated together so that one run reports every problem."""
-    settings, problems = {}, []
+def _model_settings(
+    assets: tuple[AssetModel, ...], platform_names: list[str]
+) -> tuple[dict[str, dict], list[UnusableModel]]:
+    """Every model's settings file; a model whose file is invalid is set aside with its problems (its
+    cook tasks fail with them, naming the file and the fix, while every other model cooks)."""
+    settings, unusable = {}, []
     for asset in assets:
         try:
             settings[asset.name] = load_model_settings(asset.settings_path, platform_names)
         except ProfileError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise ProfileError(problems)
-    return settings
+            path = asset.settings_path or asset.path
+            unusable.append(UnusableModel(name=asset.name, path=path, problem="\n".join(exc.problems)))
+    return settings, unusable
+
+
+def strict_from_env(env: Mapping[str, str]) -> bool:
+    """``COOK_STRICT=1``: every warning about the assets folder fails the cook instead."""
+    text = env.get("COOK_STRICT", "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ProfileError([f"COOK_STRICT={env['COOK_STRICT']!r}: expected 1 (warnings fail the cook) or 0"])
+
+
+def _refuse_strays(strays: tuple[str, ...], strict: bool) -> None:
+    """Under ``COOK_STRICT=1``, files the cook would ignore stop it before anything is written."""
+    if strict and strays:
+        fix = "fix these files (or unset COOK_STRICT to cook with a warning for each)"
+        raise ProfileError([*strays, f"COOK_STRICT=1: nothing was cooked; {fix}"])
 
 
 def _plans(
@@ -84,11 +104,18 @@ def _platform_jobs(
     return jobs
 
 
-def _refuse_empty(plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int) -> None:
+def _refuse_empty(
+    plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int, failing: Collection[str] = ()
+) -> None:
     """A platform with no model to cook is almost always a wrong assets folder or a failed checkout:
     cooking it would replace a good bundle with an empty one. Refused, before anything is written,
-    unless its file says ``allow_empty: true``."""
-    empty = [platform for platform, jobs in plans if not jobs and not platform.allow_empty]
+    unless its file says ``allow_empty: true``. A platform in ``failing`` has models that cannot be
+    cooked: their tasks fail and say why."""
+    empty = [
+        platform
+        for platform, jobs in plans
+        if not jobs and not platform.allow_empty and platform.name not in failing
+    ]
     if not empty:
         return
     if found:

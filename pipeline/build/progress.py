@@ -5,6 +5,11 @@ are cooking, the time since the start and an estimate of what is left; it is red
 and end, and cleared before doit's own summary. Off a terminal (CI logs, pipes) the output is doit's
 plain lines, unchanged. Either way, the end of a run writes ``<build>/report.html`` (pipeline/report/html.py),
 with the failures of that run. Loaded by dodo.py: standard library and doit only.
+
+A failure is read once: a model that fails on several platforms prints its paragraph the first time
+(again only where it fails differently), the tasks held back by a failure (doit's UnmetDependency:
+a manifest, a runtime check) print nothing, and the end of the run lists the failed models with
+their platforms and the platforms that kept their previous bundle (``Failures``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from doit.exceptions import UnmetDependency
 from doit.reporter import ConsoleReporter
 
 CLEAR = "\r\x1b[K"
@@ -39,6 +45,7 @@ class CookReporter(ConsoleReporter):
         self.started = time.monotonic()
         self.ran_any = False  # a run that executed or skipped a task (not `doit clean`)
         self.cache = CacheTally()
+        self.failed = Failures()
 
     # --- doit's reporter interface -------------------------------------------------------------------
 
@@ -77,12 +84,20 @@ class CookReporter(ConsoleReporter):
     def add_failure(self, task: Any, fail: Any) -> None:
         if self.live:
             self.outstream.write(CLEAR)
-        super().add_failure(task, fail)
+        if isinstance(fail, UnmetDependency):  # held back by a failure already shown: not news
+            self.failed.held_back(task.name)
+            self._finished(task)
+            return
+        message = fail.get_msg().strip()
+        first = self.failed.add(task.name, message)
+        if first is None:
+            super().add_failure(task, fail)
+        else:
+            self.write(f"{task.name}: failed as on {first} (above)\n")
         self._finished(task)
-        if type(fail).__name__ != "UnmetDependency":  # tasks skipped for another's failure: not news
-            from pipeline.report.model import record_failure
+        from pipeline.report.model import record_failure
 
-            record_failure(self.build, task.name, fail.get_msg().strip())
+        record_failure(self.build, task.name, message)
 
     def skip_uptodate(self, task: Any) -> None:
         self.ran_any = True
@@ -96,6 +111,8 @@ class CookReporter(ConsoleReporter):
         if self.live:
             self.outstream.write(CLEAR)
         super().complete_run()
+        stopped = max(self.total - self.done, 0) if self.failed.any else 0
+        self.write("".join(f"{line}\n" for line in self.failed.summary(self.build, stopped)))
         if not self.ran_any:
             return
         if self.cache.cooks:
@@ -132,6 +149,67 @@ class CookReporter(ConsoleReporter):
         width = _width()
         self.outstream.write(CLEAR + line[: width - 1] + "\r")
         self.outstream.flush()
+
+
+class Failures:
+    """The failures of one run, so that each is read once: a cook failure is new unless the same
+    model failed the same way on another platform; UnmetDependency only holds a task back."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, list[str]] = {}  # model -> the platforms its cook failed for
+        self.shown: dict[tuple[str, str], str] = {}  # (model, problem) -> the platform it was shown for
+        self.others: list[str] = []  # other tasks that failed (a manifest, a runtime check)
+        self.held: list[str] = []  # platforms whose manifest was held back: the bundle is unchanged
+
+    @property
+    def any(self) -> bool:
+        return bool(self.models or self.others or self.held)
+
+    def add(self, task_name: str, message: str) -> str | None:
+        """A failed task: None when its failure is news (shown in full), else the platform for
+        which the same model's same problem was already shown."""
+        if not is_cook_task(task_name):
+            self.others.append(task_name)
+            return None
+        _, platform, model = task_name.split(":", 2)
+        self.models.setdefault(model, []).append(platform)
+        problem = message.replace(f", platform {platform!r})", ")")  # where, less the platform
+        if (model, problem) in self.shown:
+            return self.shown[(model, problem)]
+        self.shown[(model, problem)] = platform
+        return None
+
+    def held_back(self, task_name: str) -> None:
+        if task_name.startswith("cook:") and task_name.count(":") == 1:  # a platform's manifest
+            self.held.append(task_name.split(":", 1)[1])
+
+    def summary(self, build: Path, not_run: int) -> list[str]:
+        """The end of a failed run: the failed models and platforms, and what became of the bundles."""
+        if not self.any:
+            return []
+        lines = ["#" * 40]
+        if self.models:
+            lines.append(f"failed: {len(self.models)} model(s), for these platforms (each paragraph above):")
+            lines += [
+                f"  {model}: {', '.join(sorted(platforms))}"
+                for model, platforms in sorted(self.models.items())
+            ]
+        if self.others:
+            lines.append(f"failed: {', '.join(self.others)}")
+        from pipeline.runtime.constants import MANIFEST_NAME
+
+        kept = [platform for platform in sorted(self.held) if (build / platform / MANIFEST_NAME).is_file()]
+        new = [platform for platform in sorted(self.held) if platform not in kept]
+        if kept:
+            lines.append(f"kept their previous bundle (manifest not rewritten): {', '.join(kept)}")
+        if new:
+            lines.append(f"no bundle written (none cooked before): {', '.join(new)}")
+        if not_run:
+            lines.append(
+                f"doit stopped at the first failure: {not_run} cook task(s) did not run; "
+                "`doit --continue cook` cooks every model that can be cooked"
+            )
+        return lines
 
 
 class CacheTally:

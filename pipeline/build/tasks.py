@@ -16,9 +16,24 @@ from doit.exceptions import InvalidDodoFile
 from doit.task import clean_targets
 from doit.tools import config_changed
 
-from pipeline.build.actions import _remove, _remove_report, run_cook, run_manifest, run_runtime_checks
+from pipeline.build.actions import (
+    _remove,
+    _remove_report,
+    fail_unusable,
+    run_cook,
+    run_manifest,
+    run_runtime_checks,
+)
 from pipeline.build.config import _key_digest, folders
-from pipeline.build.plan import _model_settings, _plans, _refuse_empty, _runtime_checks, _shard_share
+from pipeline.build.plan import (
+    _model_settings,
+    _plans,
+    _refuse_empty,
+    _refuse_strays,
+    _runtime_checks,
+    _shard_share,
+    strict_from_env,
+)
 from pipeline.build.publish import remove_published
 from pipeline.build.stamps import OutputsIntact
 from pipeline.cook.job import CookJob, RuntimeCheck
@@ -40,7 +55,7 @@ from pipeline.layout import (
     verify_data_path,
 )
 from pipeline.runtime.constants import MANIFEST_NAME, SIGNATURE_NAME
-from pipeline.settings.assets import discover
+from pipeline.settings.assets import UnusableModel, survey
 from pipeline.settings.resolve import Platform, load_platforms
 
 
@@ -53,10 +68,16 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
     where = folders(env, root)
     try:
         platforms = load_platforms(where.platforms, env)
-        assets = discover(where.assets)
-        model_settings = _model_settings(assets, [p.name for p in platforms])
+        found = survey(where.assets)
+        _refuse_strays(found.strays, strict_from_env(env))
+        _warn(found.strays)
+        model_settings, unreadable = _model_settings(found.models, [p.name for p in platforms])
+        unusable = [*found.unusable, *unreadable]  # their tasks fail; every other model cooks
+        assets = tuple(asset for asset in found.models if asset.name in model_settings)
         plans = _plans(platforms, assets, model_settings, where.build, env)
-        _refuse_empty(plans, where.assets, len(assets))
+        failing = {p.name: [model for model in unusable if p.selects(model.name)] for p in platforms}
+        found_count = len(found.models) + len(found.unusable)
+        _refuse_empty(plans, where.assets, found_count, [name for name, bad in failing.items() if bad])
         key_digest = _key_digest(where.signing_key)
         cache, shard = config_from_env(env), shard_from_env(env)
         if shard is not None:
@@ -67,6 +88,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         for platform, jobs in plans:
             share = [job for job in jobs if id(job) in mine]
             yield from (_cook_task(job, cache) for job in share)
+            yield from (_failing_task(platform, model) for model in failing[platform.name])
             checks = _runtime_checks(platform, share, where.build / platform.name, where.runtimes, env)
             if checks:  # in the cook group (where the manifest task would be), so `doit cook` runs it
                 task = _runtime_check_task(platform, share, checks, cache)
@@ -78,10 +100,31 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         platform_dir = where.build / platform.name
         for job in jobs:
             yield _cook_task(job, cache)
+        yield from (_failing_task(platform, model) for model in failing[platform.name])
         checks = _runtime_checks(platform, jobs, platform_dir, where.runtimes, env)
         if checks:
             yield _runtime_check_task(platform, jobs, checks, cache)
-        yield _manifest_task(platform, jobs, platform_dir, checks, where.signing_key, key_digest)
+        manifest = _manifest_task(platform, jobs, platform_dir, checks, where.signing_key, key_digest)
+        # a model that cannot be cooked keeps the platform's previous bundle, as a failed cook does
+        manifest["task_dep"] = [f"cook:{platform.name}:{model.name}" for model in failing[platform.name]]
+        yield manifest
+
+
+def _warn(strays: tuple[str, ...]) -> None:
+    """One line per file the cook ignores, once per run (tasks are loaded once)."""
+    if strays:
+        sys.stderr.write("".join(f"warning: {line}\n" for line in strays))
+
+
+def _failing_task(platform: Platform, model: UnusableModel) -> dict[str, Any]:
+    """The cook of a model that cannot be planned: it fails with the problem (the file and the fix)
+    every time it runs, and holds back the platform's manifest as a failed cook does."""
+    return {
+        "name": f"{platform.name}:{model.name}",
+        "doc": f"cook {model.name} for {platform.name}: fails until its file is fixed (doit cook says how)",
+        "actions": [(fail_unusable, [model.problem])],
+        "verbosity": 2,
+    }
 
 
 def _runtime_check_task(

@@ -5,6 +5,7 @@ Loaded by ``dodo.py`` at task-loading time: standard library only.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,36 +69,135 @@ def _inside(assets_dir: Path, path: Path, name: str) -> None:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class UnusableModel:
+    """A model file that cannot be cooked as it is: its cook tasks fail with ``problem`` (which names
+    the file and the fix), while every other model cooks. ``name`` is printable, for task names."""
+
+    name: str
+    path: Path
+    problem: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Survey:
+    """What an assets folder holds: the models, those that cannot be cooked, and ``strays``: one line
+    (the file, why it is ignored, the fix) per file that looks meant for the cook but is never read."""
+
+    models: tuple[AssetModel, ...]
+    unusable: tuple[UnusableModel, ...]
+    strays: tuple[str, ...]
+
+
 def discover(assets_dir: Path) -> tuple[AssetModel, ...]:
-    """Every ``*.onnx`` below ``assets_dir`` (sorted by name), with its sidecar files."""
+    """Every ``*.onnx`` below ``assets_dir`` (sorted by name), with its sidecar files; raises the
+    first unusable model's ModelError."""
+    found = survey(assets_dir)
+    if found.unusable:
+        raise ModelError(found.unusable[0].problem)
+    return found.models
+
+
+def survey(assets_dir: Path) -> Survey:
+    """Every file below ``assets_dir`` (hidden ones and linked folders aside): the models, the model
+    files that cannot be cooked, and the files that would be ignored without a word."""
     if not assets_dir.is_dir():
         raise ModelError(f"assets folder {assets_dir} does not exist; create it or set COOK_ASSETS_DIR")
-    models = []
-    for path in sorted(assets_dir.rglob("*.onnx")):
-        if not path.is_file() or any(part.startswith(".") for part in path.relative_to(assets_dir).parts):
+    files = [
+        path
+        for path in sorted(assets_dir.rglob("*"))
+        if not any(part.startswith(".") for part in path.relative_to(assets_dir).parts) and path.is_file()
+    ]
+    models, unusable = [], []
+    for path in files:
+        if path.suffix != ".onnx":
             continue
-        name = model_name(assets_dir, path)  # first: a refused name is never used for a file-system call
-        _inside(assets_dir, path, name)
-        stem = path.with_suffix("")
-        external = tuple(
-            candidate
-            for suffix in EXTERNAL_DATA_SUFFIXES
-            if (candidate := stem.with_name(stem.name + suffix)).is_file()
-        )
-        settings = stem.with_name(stem.name + SETTINGS_SUFFIX)
-        inputs = stem.with_name(stem.name + INPUTS_SUFFIX)
-        calib = stem.with_name(stem.name + CALIB_SUFFIX)
-        for sidecar in (*external, settings, inputs, calib):
-            if sidecar.is_file():
-                _inside(assets_dir, sidecar, name)
-        models.append(
-            AssetModel(
-                name=name,
-                path=path,
-                external_data=external,
-                settings_path=settings if settings.is_file() else None,
-                inputs_path=inputs if inputs.is_file() else None,
-                calib_path=calib if calib.is_file() else None,
-            )
-        )
-    return tuple(models)
+        try:
+            models.append(_asset(assets_dir, path))
+        except ModelError as exc:
+            shown = path.relative_to(assets_dir).with_suffix("").as_posix()
+            name = shown.encode("unicode_escape").decode("ascii")  # a task name: one printable line
+            unusable.append(UnusableModel(name=name, path=path, problem=str(exc)))
+    strays = _strays(assets_dir, files, [m.path for m in models], [u.path for u in unusable])
+    return Survey(models=tuple(models), unusable=tuple(unusable), strays=strays)
+
+
+def _asset(assets_dir: Path, path: Path) -> AssetModel:
+    name = model_name(assets_dir, path)  # first: a refused name is never used for a file-system call
+    _inside(assets_dir, path, name)
+    stem = path.with_suffix("")
+    external = tuple(
+        candidate
+        for suffix in EXTERNAL_DATA_SUFFIXES
+        if (candidate := stem.with_name(stem.name + suffix)).is_file()
+    )
+    settings = stem.with_name(stem.name + SETTINGS_SUFFIX)
+    inputs = stem.with_name(stem.name + INPUTS_SUFFIX)
+    calib = stem.with_name(stem.name + CALIB_SUFFIX)
+    for sidecar in (*external, settings, inputs, calib):
+        if sidecar.is_file():
+            _inside(assets_dir, sidecar, name)
+    return AssetModel(
+        name=name,
+        path=path,
+        external_data=external,
+        settings_path=settings if settings.is_file() else None,
+        inputs_path=inputs if inputs.is_file() else None,
+        calib_path=calib if calib.is_file() else None,
+    )
+
+
+# The files beside a model that the cook reads, and what each one is.
+SIDECARS = {SETTINGS_SUFFIX: "settings", INPUTS_SUFFIX: "sample-input", CALIB_SUFFIX: "calibration-input"}
+
+
+def _strays(
+    assets_dir: Path, files: list[Path], model_paths: list[Path], unusable_paths: list[Path]
+) -> tuple[str, ...]:
+    """A line per file named almost like a model or a model's sidecar: ``mnist.ONNX``,
+    ``mnist.cook.yml``, ``ghost.cook.yaml`` with no ``ghost.onnx``; other files are not the cook's."""
+    # the models (unusable ones too), and the files that will be models once renamed as told
+    stems = {path.with_suffix("") for path in (*model_paths, *unusable_paths)}
+    stems |= {path.with_name(path.name[:-5]) for path in files if path.name.lower().endswith(".onnx")}
+    # near misses are looked for among usable models only: an unusable name is never used for a
+    # file-system call
+    names = {path.with_suffix("").relative_to(assets_dir).as_posix(): path for path in model_paths}
+    lines = []
+    present = set(files)
+    for path in files:
+        name, lower = path.name, path.name.lower()
+        if lower.endswith(".onnx") and path.suffix != ".onnx":
+            why = "model files end in .onnx (lower case)"
+            lines.append(f"{path}: ignored: {why}; {_rename(path, name[:-5] + '.onnx', present)}")
+        elif lower.endswith(".cook.yml"):
+            why = "settings files end in .cook.yaml"
+            lines.append(f"{path}: ignored: {why}; {_rename(path, name[:-4] + '.yaml', present)}")
+        for suffix, what in SIDECARS.items():
+            if not lower.endswith(suffix):
+                continue
+            stem = name[: -len(suffix)]
+            if not name.endswith(suffix):
+                why = f"{what} files end in {suffix} (lower case)"
+                lines.append(f"{path}: ignored: {why}; {_rename(path, stem + suffix, present)}")
+            elif path.with_name(stem) not in stems:
+                lines.append(_orphan(assets_dir, path, suffix, what, names))
+    return tuple(lines)
+
+
+def _rename(path: Path, name: str, present: set[Path]) -> str:
+    if path.with_name(name) in present:
+        return f"rename it to {name} (there is one already: keep one of the two)"
+    return f"rename it to {name}"
+
+
+def _orphan(assets_dir: Path, path: Path, suffix: str, what: str, names: dict[str, Path]) -> str:
+    """``ghost.cook.yaml``: no model named ghost; a near miss of a model's name gets a "did you mean"."""
+    name = path.relative_to(assets_dir).as_posix()[: -len(suffix)]
+    free = {model.lower(): model for model, model_path in names.items() if not _has(model_path, suffix)}
+    close = difflib.get_close_matches(name.lower(), free, n=1)
+    fix = f"did you mean {free[close[0]]}{suffix}?" if close else "name it after its model, or remove it"
+    return f"{path}: ignored: no model named {name!r} ({name}.onnx) for this {what} file; {fix}"
+
+
+def _has(model_path: Path, suffix: str) -> bool:
+    return model_path.with_name(model_path.name[:-5] + suffix).is_file()
