@@ -79,7 +79,10 @@ def _summary(entry: Mapping[str, Any]) -> str:
     else:
         checked = "NOT verified (verify: false)"
     size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
-    line = f"{entry['settings']['platform']}/{entry['file']}: {size}, {checked}"
+    if entry["blob_size"] > entry["source_size"]:
+        size += f" ({_why_larger(entry)})"
+    # The shipped name (<model>.<content hash>.<format>.ocb) is given when the manifest is written.
+    line = f"{entry['settings']['platform']}:{entry['name']}: {entry['format']} blob of {size}, {checked}"
     for fallback in entry.get("fallbacks", []):
         if "disabled_optimizers" in fallback:
             done = f"without {', '.join(fallback['disabled_optimizers'])}"
@@ -87,6 +90,15 @@ def _summary(entry: Mapping[str, Any]) -> str:
             done = "with " + ", ".join(f"{k} {v}" for k, v in fallback["used"].items())
         line += f"\n  warning: {entry['name']} cooked {done}: {fallback['why']}"
     return line
+
+
+def _why_larger(entry: Mapping[str, Any]) -> str:
+    """Why a blob can be larger than its source: what the blob adds, and why compression did not
+    make up for it."""
+    added = ["the blob's header and checksums"]
+    if entry["format"] == "ort":
+        added.append("the ORT format's kernel tables")
+    return f"larger: {' and '.join(added)}; float weights barely compress"
 
 
 def run_manifest(
