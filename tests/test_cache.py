@@ -23,7 +23,7 @@ from pipeline.farm.s3_store import S3Store
 from pipeline.farm.store import CacheConfig, CacheError, config_from_env
 from pipeline.layout import blob_path, cache_record_path, entry_path
 from pipeline.settings.assets import discover
-from tests.models import conv_bn_relu_model
+from tests.models import conv_bn_relu_model, mlp_model
 from tests.s3server import S3Server, s3_server
 from tests.test_cook import save, shipped_settings
 from tests.test_reliability import TRACEBACK, assert_bundle_intact, doit, env, small_project
@@ -577,3 +577,35 @@ def test_folder_urls_name_the_folder_on_every_system() -> None:
     assert folder_path("file:///C:/cook-cache") == Path("C:/cook-cache")
     assert folder_path("/mnt/share/cache") == Path("/mnt/share/cache")
     assert folder_path("~/cache") == Path.home() / "cache"
+
+
+@pytest.mark.parametrize("backend", ["folder", "s3"])
+def test_a_miss_caused_only_by_other_tool_versions_says_so(
+    tmp_path: Path, server: S3Server, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.build.outputs import from_cache
+    from pipeline.cook import key
+
+    assets, first = project(tmp_path, "first")
+    make = (
+        (lambda: folder_cache(tmp_path / "cache"))
+        if backend == "folder"
+        else (lambda: s3_cache(server, "v1"))
+    )
+    cook(job(assets, first), make())  # cooked and stored with this machine's onnx and onnxruntime
+    ours = dict(key.tool_versions())
+
+    same = make()  # the same versions: a hit, no note
+    assert from_cache(job(assets, tmp_path / "same"), same)[0] is not None and same.notes == []
+
+    monkeypatch.setattr(key, "tool_versions", lambda: {"onnx": "1.0.0", "onnxruntime": "1.0.1"})
+    other = make()  # another machine, other releases: a miss, and why
+    assert from_cache(job(assets, tmp_path / "other"), other)[0] is None
+    (note,) = other.notes
+    assert note.startswith("note: cook cache miss for net (windows-dml) only because of tool versions")
+    assert f"cooked with onnx {ours['onnx']}, onnxruntime {ours['onnxruntime']}" in note
+    assert "this machine has onnx 1.0.0, onnxruntime 1.0.1" in note and "constraints.txt" in note
+
+    save(mlp_model(), tmp_path / "assets", "net")  # another model under the same name: no such note
+    changed = make()
+    assert from_cache(job(assets, tmp_path / "changed"), changed)[0] is None and changed.notes == []

@@ -138,16 +138,21 @@ def test_older_than_removes_exactly_the_entries_and_reports_not_used_since(
     old = [put_entry(cache, f"old-{days}", {"blob": 1000, "entry": 10}, days) for days in (40, 31)]
     fresh = [put_entry(cache, f"fresh-{days}", {"blob": 1000, "entry": 10}, days) for days in (29, 1)]
     old_report, fresh_report = put_check(cache, "r-old", 64, days=31), put_check(cache, "r-new", 64, days=2)
+    # a note of the tool versions a cook was made with (cache.py, "recipes"): pruned like a report
+    note = put_check(cache, "n-old", 64, days=31)
+    old_note = cache / "recipes" / note.relative_to(cache / "checks")
+    old_note.parent.mkdir(parents=True)
+    note.rename(old_note)
 
     code, out = run(capsys, "prune", "--older-than", "30d", "--cache", str(cache))
 
     assert code == 0
     assert [present(cache, digest) for digest in old + fresh] == [False, False, True, True]
-    assert not old_report.exists() and fresh_report.exists()
+    assert not old_report.exists() and fresh_report.exists() and not old_note.exists()
     assert all((cache / _object_name(d, "blob")).stat().st_size == 1000 for d in fresh)
     assert out.splitlines() == [
-        "prune: removed 2 entries, 1 check report, 0 orphan folders, 0 temp files; "
-        "freed 2.08 kB (2084 bytes); left 2 entries, 2.02 kB (2020 bytes)"
+        "prune: removed 2 entries, 2 check reports, 0 orphan folders, 0 temp files; "
+        "freed 2.15 kB (2148 bytes); left 2 entries, 2.02 kB (2020 bytes)"
     ]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline.build.stamps import hashed_sources, record, remembered_sources
 from pipeline.cook.job import CookJob
-from pipeline.cook.key import cook_key
+from pipeline.cook.key import cook_key, recipe_of
 from pipeline.farm.cache import Cached, CookCache
 from pipeline.fsutil import stage_write
 from pipeline.layout import (
@@ -62,6 +62,7 @@ def lookup(job: CookJob, cache: CookCache, key: str, sources: Stamps) -> dict[st
             job.settings.platform,
             staged_as.relative_to(job.platform_dir).as_posix(),
             dests(job),
+            recipe_of(job.task_key, {Path(path).name: stamp[3] for path, stamp in sources.items()}),
         )
     if cached is None:
         return None

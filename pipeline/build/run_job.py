@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.build.outputs import commit, from_cache, lookup, paths, staged_files
 from pipeline.cook.job import CookJob
+from pipeline.cook.key import recipe_of
 from pipeline.errors import CookError
 from pipeline.farm.cache import CookCache
 from pipeline.fsutil import atomic_write, json_bytes, write_json
@@ -61,7 +62,7 @@ def _cook_on_a_miss(
     with staged_files(cooked.files, paths(job)) as staged:
         if cache is not None:  # before the commit: a required cache that refuses fails the task
             with step("cook cache upload"):
-                cache.upload(cooked.key, staged, cooked.digests)
+                cache.upload(cooked.key, staged, cooked.digests, recipe_of(job.task_key, sources.digests))
         with step("write the outputs"):
             return commit(job, staged, cooked.stamps, cooked.digests)
 

@@ -53,3 +53,13 @@ def task_key(settings: Mapping[str, Any]) -> str:
 def cook_key(task_key_text: str, sources: Mapping[str, str]) -> str:
     """The full key recorded in blob and manifest: the task key plus the sha256 of every source file."""
     return hashlib.sha256(canonical_json({"task": task_key_text, "sources": sources}).encode()).hexdigest()
+
+
+def recipe_of(task_key_text: str, sources: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The key of a cook without the versions of the tools that make it, and those versions: two
+    machines whose cook keys differ only because they installed other onnx or onnxruntime releases
+    share a recipe (the cook cache says so on a miss; constraints.txt makes them share keys)."""
+    task = json.loads(task_key_text)
+    tools = task.pop("tools", {})
+    digest = hashlib.sha256(canonical_json({"task": task, "sources": dict(sources)}).encode()).hexdigest()
+    return digest, tools

@@ -56,6 +56,18 @@ def _index_name(digest: str) -> str:
     return f"index/{digest[:2]}/{digest}.json"
 
 
+# (key of the cook without the tools' versions, those versions: tool -> version); see cook/key.py
+Recipe = tuple[str, Mapping[str, str]]
+
+
+def _recipe_name(key: str) -> str:
+    return f"recipes/{key[:2]}/{key}.json"
+
+
+def _versions(tools: Mapping[str, str]) -> str:
+    return ", ".join(f"{tool} {version}" for tool, version in sorted(tools.items()))
+
+
 def _check_name(digest: str) -> str:
     return f"checks/{digest[:2]}/{digest}.json"
 
@@ -130,10 +142,13 @@ class CookCache:
         platform: str,
         blob_file: str,
         dests: Mapping[str, Path],
+        recipe: Recipe | None = None,
     ) -> Cached | None:
         """The checked entry for ``cook_key``, or None (absent, unreachable, or refused). ``dests``:
         where the cook of this job writes each of its roles (an entry with other roles is refused);
-        the entry's files are placed beside them, in temp files, and nothing is left on a refusal."""
+        the entry's files are placed beside them, in temp files, and nothing is left on a refusal.
+        ``recipe`` (the key without the tools' versions, and those versions): on a miss, a note if
+        the cache holds the same cook made with other versions."""
         if self.config.mode == "off" or (store := self._store()) is None:
             return None
         digest = entry_digest(cook_key)
@@ -141,6 +156,8 @@ class CookCache:
         try:
             index = store.get(_index_name(digest))
             if index is None:
+                if recipe is not None:
+                    self._other_versions(store, name, platform, recipe)
                 return None
             digests, cook_seconds = _fetch_files(store, digest, index, cook_key, dests, staged)
             check_entry(staged, cook_key, name, platform, blob_file, digests["blob"])
@@ -168,9 +185,32 @@ class CookCache:
         store.touch(_index_name(digest))
         return Cached(staged, digests)
 
-    def upload(self, cook_key: str, files: Mapping[str, Path], digests: Mapping[str, str]) -> None:
+    def _other_versions(self, store: Store, name: str, platform: str, recipe: Recipe) -> None:
+        """Note a miss caused only by the versions of the cooking tools."""
+        key, tools = recipe
+        raw = store.get(_recipe_name(key))
+        try:
+            theirs = json.loads(raw)["tools"] if raw is not None else None
+        except (ValueError, KeyError, TypeError):
+            return  # a damaged note of a recipe: a hint, not worth a warning
+        cooked = raw is not None and store.get(_index_name(entry_digest(json.loads(raw)["cook_key"])))
+        if isinstance(theirs, dict) and theirs and theirs != dict(tools) and cooked:  # not pruned since
+            self.notes.append(
+                f"note: cook cache miss for {name} ({platform}) only because of tool versions: the cache "
+                f"has it cooked with {_versions(theirs)}, this machine has {_versions(tools)}; install "
+                "the cooking tools with `-c constraints.txt` on every machine to share entries"
+            )
+
+    def upload(
+        self,
+        cook_key: str,
+        files: Mapping[str, Path],
+        digests: Mapping[str, str],
+        recipe: Recipe | None = None,
+    ) -> None:
         """Store what a cook wrote (``files``: its files by role, ``digests``: their sha256s): every
-        object first, the index last (readers see all or nothing)."""
+        object first, the index last (readers see all or nothing); then the tools' versions under
+        ``recipe``'s key, for the note on a miss elsewhere (``fetch``)."""
         if not self.config.writes or (store := self._store()) is None:
             return
         digest = entry_digest(cook_key)
@@ -184,6 +224,9 @@ class CookCache:
                 index["files"][role] = {"size": size, "sha256": digests[role]}
                 self.bytes_up += size
             store.put(_index_name(digest), json.dumps(index, sort_keys=True).encode())
+            if recipe is not None:
+                note = {"tools": dict(recipe[1]), "cook_key": cook_key}
+                store.put(_recipe_name(recipe[0]), json.dumps(note, sort_keys=True).encode())
         except CacheError as exc:
             self._unusable(exc)
 

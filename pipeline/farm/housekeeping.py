@@ -12,6 +12,8 @@ The layout it works on, as ``pipeline.farm.cache`` writes it (``d``: an entry's 
     index/<d[:2]>/<d>.json        an entry's index; its mtime is the entry's last use (a hit touches it)
     objects/<d[:2]>/<d>/<role>    the entry's objects (blob, entry, verify, applied)
     checks/<d[:2]>/<d>.json       a runtime check's report; its mtime is its last use
+    recipes/<r[:2]>/<r>.json      the tool versions a cook was made with (for the note on a miss
+                                  caused only by other versions); counted and pruned with reports
     .../.<name>.<pid>.<hex>.tmp   a writer's temp file, renamed into place when complete
 
 Writers put objects first and the index last, so an entry is removed the other way round: its index
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 INDEX_DIR, OBJECTS_DIR, CHECKS_DIR = "index", "objects", "checks"  # as pipeline.farm.cache names them
+RECIPES_DIR = "recipes"  # the tools' versions of a cook, for the note on a miss: pruned like reports
 # An object folder without an index, or a temp file, younger than this may belong to a live writer.
 ORPHAN_GRACE_SECONDS = 3600
 
@@ -187,7 +190,7 @@ def scan(root: Path) -> Scan:
     """What ``root`` holds. Files that vanish while it is read are left out, never an error."""
     temps: list[Item] = []
     indexes = _scan_json_tree(root / INDEX_DIR, temps)
-    reports = _scan_json_tree(root / CHECKS_DIR, temps)
+    reports = _scan_json_tree(root / CHECKS_DIR, temps) | _scan_json_tree(root / RECIPES_DIR, temps)
     entries, orphans = _scan_objects(root, indexes, temps)
     checks = [Item(path, info.st_size, info.st_mtime) for path, info in reports.values()]
     return Scan(
