@@ -286,7 +286,7 @@ def measure(quick: bool, workdir: Path, runtimes: Path) -> Farm:
                 if not leftover.name.startswith(("build-warm-", "build-cold-")) or "folder" in leftover.name:
                     shutil.rmtree(leftover)
     log = (logs / "build-warm-0.log").read_text()
-    hits = sum("/.entries/" in line and line.endswith("(from the cook cache)") for line in log.splitlines())
+    hits = sum(" blob of " in line and line.endswith("(from the cook cache)") for line in log.splitlines())
     tasks = sum(line.startswith(".  cook:") and line.count(":") == 2 for line in log.splitlines())
     if hits != tasks:
         raise BenchError(

@@ -233,3 +233,20 @@ def test_a_listing_cut_short_by_its_reader_is_no_error() -> None:
     )
     assert done.stdout.startswith("cook ")
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+def test_folder_options_win_over_the_file_and_the_variables(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "game", pyproject=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COOK_")} | {"COOK_BUILD_DIR": "from-env"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "--build", "../elsewhere", "list", "--all"],
+        cwd=root / "tools",
+        env=env | {"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cook:android:characters/face" in done.stdout
+    assert (root / "elsewhere" / ".doit.db").exists()  # doit's state in the build folder named
+    assert not (root / "tools" / "from-env").exists() and not (root / "out").exists()

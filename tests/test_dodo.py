@@ -725,7 +725,7 @@ def test_loading_dodo_imports_neither_onnx_nor_onnxruntime(cooked: Cooked) -> No
     script = textwrap.dedent("""\
         import json, runpy, sys
         namespace = runpy.run_path("dodo.py")
-        tasks = list(namespace["task_cook"]())
+        tasks = [t for t in namespace["task_cook"]() if t.get("name", "") is not None]  # not group docs
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("onnx", "onnxruntime"))
         print(json.dumps({"tasks": len(tasks), "heavy": heavy}))
         """)

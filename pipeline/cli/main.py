@@ -17,6 +17,8 @@ same.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -27,6 +29,7 @@ from pipeline.errors import CookError
 
 PROG = "onnx-cooker"
 DOIT_COMMANDS = ("cook", "list", "clean", "info", "help")
+FOLDER_OPTIONS = {"assets": "COOK_ASSETS_DIR", "platforms": "COOK_PLATFORMS_DIR", "build": "COOK_BUILD_DIR"}
 
 # What the cook reads from the environment (docs/cooking.md has the details).
 ENVIRONMENT = """\
@@ -61,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--project", type=Path, help="the project file (or its folder); default: found from here upward"
     )
+    for key, variable in FOLDER_OPTIONS.items():
+        parser.add_argument(
+            f"--{key}",
+            dest=f"folder_{key}",
+            type=Path,
+            metavar="PATH",
+            help=f"overrides the file and {variable}",
+        )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     raw = argparse.RawDescriptionHelpFormatter
     init = commands.add_parser(
@@ -107,9 +118,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _leading_options(argv: list[str]) -> int:
+    """How many of ``argv``'s first words are ``onnx-cooker``'s own options (before the command)."""
+    at, names = 0, ("--project", *(f"--{key}" for key in FOLDER_OPTIONS))
+    while at < len(argv):
+        if argv[at] in names:
+            at += 2
+        elif argv[at].startswith(tuple(f"{name}=" for name in names)):
+            at += 1
+        else:
+            break
+    return at
+
+
 def _main(argv: list[str]) -> int:
     # doit's commands take doit's options, which argparse would not pass through: split them off.
-    at = 2 if argv[:1] == ["--project"] else 1 if argv[:1] and argv[0].startswith("--project=") else 0
+    at = _leading_options(argv)
     if len(argv) > at and argv[at] in PASSED_THROUGH:  # their own command lines, --help included
         return PASSED_THROUGH[argv[at]](argv[at + 1 :])
     if len(argv) > at and argv[at] in DOIT_COMMANDS:
@@ -135,7 +159,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "report":
             from pipeline.report.cli import main as report_main
 
-            build = args.build or _project(args).folders["build"]
+            build = args.build or args.folder_build or _project(args).folders["build"]
             return report_main([str(build)])
         if args.command == "keygen":
             from pipeline.build.signing import main as signing_main
@@ -189,9 +213,21 @@ def _doit(args: argparse.Namespace) -> int:
             return DoitMain(ModuleTaskLoader({})).run(["help", *rest])
         raise
     env = project.environment(os.environ, Path.cwd())
+    for key, variable in FOLDER_OPTIONS.items():  # the command line wins over both
+        given = getattr(args, f"folder_{key}")
+        if given is not None:
+            env[variable] = str(given.resolve())
     os.environ.update(env)  # doit's worker processes (-n) inherit what the tasks were loaded with
     loader = ModuleTaskLoader(cook_namespace(project.root, env))
-    return DoitMain(loader, config_filenames=()).run([command, *rest])
+    if command == "run":
+        return DoitMain(loader, config_filenames=()).run([command, *rest])
+    # doit catches a broken pipe itself and prints a traceback: its listings go through a buffer
+    listing = io.StringIO()
+    with contextlib.redirect_stdout(listing):
+        code = DoitMain(loader, config_filenames=()).run([command, *rest])
+    sys.stdout.write(listing.getvalue())
+    sys.stdout.flush()
+    return code
 
 
 def _parser_help(command: str) -> str:
