@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import struct
+import subprocess
 import tracemalloc
 import zlib
 from collections.abc import Callable
@@ -17,6 +19,7 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
+from pipeline.build.target_check import ensure_runtime
 from pipeline.cook.weights import externalize
 from pipeline.runtime.compat import ort_format_version
 from pipeline.runtime.constants import LEGACY_BLOB_FORMAT_VERSION
@@ -295,3 +298,27 @@ def mutate(data: bytes, steps: list[tuple[str, float, int]]) -> bytes:
         else:
             del out[index:]
     return bytes(out)
+
+
+RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"  # the target onnxruntimes every test shares
+
+
+def run_in_runtime(version: str, work: Path, args: list[str], timeout: float = 600) -> dict[str, Any]:
+    """Run ``python -I <args>`` in onnxruntime ``version``'s own environment with a copy of the
+    loader in ``work/pipeline`` (passed as the first argument after ``args[0]``'s script or ``-c``
+    code); the JSON object its last line prints, checked to come from that version."""
+    python = ensure_runtime(version, RUNTIMES_CACHE, REPO / "platforms" / "windows-dml.yaml")
+    shutil.copytree(REPO / "pipeline" / "runtime", work / "pipeline" / "runtime")
+    shutil.copy2(REPO / "pipeline" / "__init__.py", work / "pipeline" / "__init__.py")
+    head = 2 if args[0] == "-c" else 1
+    done = subprocess.run(
+        [str(python), "-I", *args[:head], str(work), *args[head:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["onnxruntime"] == version
+    return report

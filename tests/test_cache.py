@@ -9,7 +9,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -73,6 +73,13 @@ def s3_cache(server: S3Server, prefix: str, **options: object) -> CookCache:
     return CookCache(CacheConfig(url=f"s3://{BUCKET}/{prefix}", **options), store=store)
 
 
+def cache_maker(backend: str, tmp_path: Path, server: S3Server, prefix: str) -> Callable[[], CookCache]:
+    """A fresh ``CookCache`` per call (one per cook, as each doit action makes), on one store."""
+    if backend == "folder":
+        return lambda: folder_cache(tmp_path / "cache")
+    return lambda: s3_cache(server, prefix)
+
+
 def test_settings_come_from_the_environment_and_bad_values_are_named() -> None:
     assert config_from_env({}) is None
     config = config_from_env(
@@ -90,11 +97,7 @@ def test_a_second_build_folder_gets_the_same_outputs_from_the_cache_without_cook
     tmp_path: Path, server: S3Server, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assets, first = project(tmp_path, "first")
-    make = (
-        (lambda: folder_cache(tmp_path / "cache"))
-        if backend == "folder"
-        else (lambda: s3_cache(server, "p1"))
-    )
+    make = cache_maker(backend, tmp_path, server, "p1")
     cooking = make()
     entry = cook(job(assets, first), cooking)
     assert not cooking.hit and cooking.notes == []
@@ -140,11 +143,7 @@ def test_a_poisoned_entry_is_refused_in_one_line_cooked_again_and_overwritten(
     tmp_path: Path, server: S3Server, backend: str
 ) -> None:
     assets, first = project(tmp_path, "first")
-    make = (
-        (lambda: folder_cache(tmp_path / "cache"))
-        if backend == "folder"
-        else (lambda: s3_cache(server, "p2"))
-    )
+    make = cache_maker(backend, tmp_path, server, "p2")
     entry = cook(job(assets, first), make())
     # The blob of another platform's cook of the same model: a valid blob, with the wrong cook key.
     other = cook(job(assets, tmp_path / "other", "console"), None)
@@ -587,11 +586,7 @@ def test_a_miss_caused_only_by_other_tool_versions_says_so(
     from pipeline.cook import key
 
     assets, first = project(tmp_path, "first")
-    make = (
-        (lambda: folder_cache(tmp_path / "cache"))
-        if backend == "folder"
-        else (lambda: s3_cache(server, "v1"))
-    )
+    make = cache_maker(backend, tmp_path, server, "v1")
     cook(job(assets, first), make())  # cooked and stored with this machine's onnx and onnxruntime
     ours = dict(key.tool_versions())
 

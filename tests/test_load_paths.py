@@ -8,17 +8,14 @@ table promises for that version. Each version runs in its own environment (the r
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
-from runtime_helpers import HEADER_DEFAULTS, make_weighted_blob, run_source, to_ort_format
+from runtime_helpers import HEADER_DEFAULTS, make_weighted_blob, run_in_runtime, run_source, to_ort_format
 
-from pipeline.build.target_check import ensure_runtime
 from pipeline.runtime.writer import encode_blob
 from tests.models import conv_bn_relu_model, dense_model, large_matmul_model
 
@@ -92,20 +89,8 @@ def case_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _probe(version: str, case_folder: Path, tmp_path: Path) -> dict[str, Any]:
-    python = ensure_runtime(version, RUNTIMES_CACHE, Path("platforms/windows-dml.yaml"))
-    shutil.copytree(REPO / "pipeline" / "runtime", tmp_path / "pipeline" / "runtime")
-    shutil.copy2(REPO / "pipeline" / "__init__.py", tmp_path / "pipeline" / "__init__.py")
-    done = subprocess.run(
-        [str(python), "-I", str(REPO / "tests" / "load_path_probe.py"), str(tmp_path), str(case_folder)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["onnxruntime"] == version
-    return report["cases"]
+    probe = str(REPO / "tests" / "load_path_probe.py")
+    return run_in_runtime(version, tmp_path, [probe, str(case_folder)])["cases"]
 
 
 @pytest.mark.slow

@@ -11,17 +11,13 @@ session of the same blob) left alone.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-from runtime_helpers import CPU, HEADER_DEFAULTS, run_source, to_ort_format, write_bundle
+from runtime_helpers import CPU, HEADER_DEFAULTS, run_in_runtime, run_source, to_ort_format, write_bundle
 
-from pipeline.build.target_check import ensure_runtime
 from pipeline.runtime import SessionCreateError, load_info, open_bundle
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model, large_matmul_model
@@ -106,20 +102,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _probe(version: str, root: Path, pager_on: bool, tmp_path: Path) -> dict:
-    python = ensure_runtime(version, RUNTIMES_CACHE, Path("platforms/windows-dml.yaml"))
-    shutil.copytree(REPO / "pipeline" / "runtime", tmp_path / "pipeline" / "runtime")
-    shutil.copy2(REPO / "pipeline" / "__init__.py", tmp_path / "pipeline" / "__init__.py")
-    done = subprocess.run(
-        [str(python), "-I", "-c", PROBE, str(tmp_path), str(root), "1" if pager_on else "0"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["onnxruntime"] == version
-    return report
+    return run_in_runtime(version, tmp_path, ["-c", PROBE, str(root), "1" if pager_on else "0"], timeout=300)
 
 
 @pytest.mark.slow
