@@ -36,6 +36,9 @@ def cook_namespace(root: Path, env: Mapping[str, str] | None = None) -> dict[str
     prepare_build_folder(build)  # doit keeps its state there, for every command (`list` too)
     config = {
         "default_tasks": ["cook"],
+        # One bad model must not stop the others (`--no-continue` stops at the first failure): its
+        # platforms keep their previous bundle, and the run ends non-zero, naming it.
+        "continue": True,
         # Only the sqlite3 backend is safe with `doit -n` (docs/design.md, "doit").
         "backend": "sqlite3",
         "dep_file": str(build / ".doit.db"),

@@ -206,8 +206,8 @@ class Failures:
             lines.append(f"no bundle written (none cooked before): {', '.join(new)}")
         if not_run:
             lines.append(
-                f"doit stopped at the first failure: {not_run} cook task(s) did not run; "
-                "`doit --continue cook` cooks every model that can be cooked"
+                f"stopped at the first failure (--no-continue): {not_run} cook task(s) did not run; "
+                "without --no-continue every model that can be cooked is cooked"
             )
         return lines
 
