@@ -144,3 +144,17 @@ def test_an_ep_that_fails_is_an_error_not_a_silent_retry_on_the_cpu(
         open_bundle(root).session("net", providers=["NoSuchExecutionProvider", *CPU])
     assert "Falling back" not in capfd.readouterr().out
     assert load_info(open_bundle(root).session("net", providers=CPU)).providers == tuple(CPU)
+
+
+def test_only_onnxruntimes_own_mapping_of_the_whole_file_is_ever_claimed() -> None:
+    from pipeline.runtime.pager import _onnxruntimes
+
+    size = 10_000
+    found = [
+        (0x1000, 0x4000, "r--s", 0),  # the loader's own mmap (ACCESS_READ): another thread may close it
+        (0x10000, 0x13000, "rw-p", 0),  # onnxruntime's: private, writable, offset 0, the whole file
+        (0x20000, 0x23000, "rw-p", 0x1000),  # a part of the file from an offset
+        (0x30000, 0x31000, "rw-p", 0),  # too short for the whole file
+        (0x40000, 0x43000, "r--p", 0),  # read-only private (the native library's kind)
+    ]
+    assert _onnxruntimes(found, size) == [(0x10000, 0x13000)]

@@ -48,8 +48,9 @@ def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
 _MADVISE = _madvise()
 
 
-def mappings(st_dev: int, st_ino: int) -> list[tuple[int, int]]:
-    """(start, end) of every mapping of the file with this device and inode in this process."""
+def mappings(st_dev: int, st_ino: int) -> list[tuple[int, int, str, int]]:
+    """(start, end, permissions, file offset) of every mapping of the file with this device and
+    inode in this process."""
     wanted_dev = f"{os.major(st_dev):02x}:{os.minor(st_dev):02x}"
     wanted_ino = str(st_ino)
     found = []
@@ -58,8 +59,16 @@ def mappings(st_dev: int, st_ino: int) -> list[tuple[int, int]]:
             fields = line.split(maxsplit=5)
             if len(fields) >= 5 and fields[4] == wanted_ino and fields[3] == wanted_dev:
                 start, _, end = fields[0].partition("-")
-                found.append((int(start, 16), int(end, 16)))
+                found.append((int(start, 16), int(end, 16), fields[1], int(fields[2], 16)))
     return found
+
+
+def _onnxruntimes(found: list[tuple[int, int, str, int]], size: int) -> list[tuple[int, int]]:
+    """The mappings that are onnxruntime's of a whole model file of ``size`` bytes: private,
+    writable (``Env::MapFileIntoMemory`` maps ``PROT_READ | PROT_WRITE``, ``MAP_PRIVATE``), from
+    offset 0, covering the file. Not the loader's own (``mmap.ACCESS_READ``: shared, read-only),
+    which another thread's ``Bundle.session`` of the same blob may create and close meanwhile."""
+    return [(a, b) for a, b, perms, offset in found if perms == "rw-p" and offset == 0 and b - a >= size]
 
 
 _LOCKS: dict[tuple[int, int], threading.Lock] = {}
@@ -85,7 +94,8 @@ def file_lock(fd: int) -> threading.Lock | None:
 class Pager:
     """Drops the pages of the one mapping of a file that onnxruntime creates during a load.
 
-    Which mapping: the first of that file not there when the pager started. Only that range is ever
+    Which mapping: the first of onnxruntime's mappings of that whole file (``_onnxruntimes``) not
+    there when the pager started. Only that range is ever
     advised, and only while the load runs (``stop`` before onnxruntime can return, or raise and free,
     the session that owns it): ``MADV_DONTNEED`` on a range that had been unmapped and reused for
     anonymous memory would zero that memory, so a range that may go away is never touched. Mappings
@@ -93,9 +103,10 @@ class Pager:
     left alone; the caller holds ``file_lock`` so that no other load maps the file meanwhile.
     """
 
-    def __init__(self, st_dev: int, st_ino: int) -> None:
+    def __init__(self, st_dev: int, st_ino: int, size: int) -> None:
         self._key = (st_dev, st_ino)
-        self._before = set(mappings(st_dev, st_ino))
+        self._size = size
+        self._before = set(_onnxruntimes(mappings(st_dev, st_ino), size))
         self._claimed: tuple[int, int] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="onnx-cooker-pager", daemon=True)
@@ -111,7 +122,7 @@ class Pager:
             st = os.fstat(fd)
             if st.st_size < PAGER_MIN:
                 return None
-            return cls(st.st_dev, st.st_ino)
+            return cls(st.st_dev, st.st_ino, st.st_size)
         except OSError:
             return None
 
@@ -119,7 +130,7 @@ class Pager:
         assert _MADVISE is not None
         if self._claimed is None:
             try:
-                new = [r for r in mappings(*self._key) if r not in self._before]
+                new = [r for r in _onnxruntimes(mappings(*self._key), self._size) if r not in self._before]
             except OSError:
                 return
             if not new:
