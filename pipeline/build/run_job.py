@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.build.outputs import commit, from_cache, lookup, paths, staged_files
+from pipeline.build.outputs import Stamps, commit, from_cache, lookup, paths, staged_files
 from pipeline.cook.job import CookJob
 from pipeline.cook.key import recipe_of
 from pipeline.errors import CookError
@@ -47,7 +47,7 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
 
 
 def _cook_on_a_miss(
-    job: CookJob, cache: CookCache | None, looked_up: str | None, known: Any
+    job: CookJob, cache: CookCache | None, looked_up: str | None, known: Stamps | None
 ) -> dict[str, Any]:
     """Cook from the sources (read once: the lookup's digests ``known`` are reused where the files did
     not change), store the result in ``cache``, put it in place; the entry."""

@@ -72,17 +72,20 @@ def _table(path: Path) -> dict | None:
     return data
 
 
+def _in_folder(folder: Path) -> Project | None:
+    """The project whose file is in ``folder`` (a cook.toml first), or None."""
+    for name in (PROJECT_FILE, PYPROJECT):
+        path = folder / name
+        if path.is_file() and (table := _table(path)) is not None:  # None: another tool's pyproject
+            return _project(path, table)
+    return None
+
+
 def find_project(start: Path) -> Project:
     """The project whose file is in ``start`` or the nearest folder above it."""
     for folder in (start, *start.parents):
-        for name in (PROJECT_FILE, PYPROJECT):
-            path = folder / name
-            if not path.is_file():
-                continue
-            table = _table(path)
-            if table is None:
-                continue  # a pyproject.toml of something else: keep walking up
-            return _project(path, table)
+        if (project := _in_folder(folder)) is not None:
+            return project
     raise ProjectError(
         f"no {PROJECT_FILE}, and no pyproject.toml with a [tool.{TABLE}] table, in {start} or any "
         f"folder above it; run `onnx-cooker init` in your project's root folder to create one "
@@ -94,23 +97,15 @@ def load_project(path: Path) -> Project:
     """The project of the file ``path`` (a cook.toml, or a pyproject.toml with [tool.onnx-cooker]),
     or of the project file in the folder ``path``."""
     if path.is_dir():
-        return find_project(path) if _has_project_file(path) else _missing(path)
+        if (project := _in_folder(path)) is not None:
+            return project
+        raise ProjectError(f"{path} has no {PROJECT_FILE} and no [tool.{TABLE}] in a pyproject.toml")
     if not path.is_file():
         raise ProjectError(f"{path}: no such file; give a cook.toml, a pyproject.toml or their folder")
     table = _table(path)
     if table is None:
         raise ProjectError(f"{path} has no [tool.{TABLE}] table; add one (see `onnx-cooker init --help`)")
     return _project(path, table)
-
-
-def _has_project_file(folder: Path) -> bool:
-    return (folder / PROJECT_FILE).is_file() or (
-        (folder / PYPROJECT).is_file() and _table(folder / PYPROJECT) is not None
-    )
-
-
-def _missing(folder: Path) -> Project:
-    raise ProjectError(f"{folder} has no {PROJECT_FILE} and no [tool.{TABLE}] in a pyproject.toml")
 
 
 def _project(path: Path, table: dict) -> Project:
