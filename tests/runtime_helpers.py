@@ -303,11 +303,21 @@ def mutate(data: bytes, steps: list[tuple[str, float, int]]) -> bytes:
 RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"  # the target onnxruntimes every test shares
 
 
-def run_in_runtime(version: str, work: Path, args: list[str], timeout: float = 600) -> dict[str, Any]:
-    """Run ``python -I <args>`` in onnxruntime ``version``'s own environment with a copy of the
-    loader in ``work/pipeline`` (passed as the first argument after ``args[0]``'s script or ``-c``
-    code); the JSON object its last line prints, checked to come from that version."""
-    python = ensure_runtime(version, RUNTIMES_CACHE, REPO / "platforms" / "windows-dml.yaml")
+def run_in_runtime(
+    version: str,
+    work: Path,
+    args: list[str],
+    timeout: float = 600,
+    *,
+    package: str = "onnxruntime",
+    extras: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Run ``python -I <args>`` in the own environment of ``package`` ``version`` (and ``extras``, e.g.
+    a plugin EP's package) with a copy of the loader in ``work/pipeline`` (passed as the first
+    argument after ``args[0]``'s script or ``-c`` code); the JSON object its last line prints,
+    checked to come from that onnxruntime version."""
+    profile = REPO / "platforms" / "windows-dml.yaml"
+    python = ensure_runtime(version, RUNTIMES_CACHE, profile, package=package, extras=extras)
     shutil.copytree(REPO / "pipeline" / "runtime", work / "pipeline" / "runtime")
     shutil.copy2(REPO / "pipeline" / "__init__.py", work / "pipeline" / "__init__.py")
     head = 2 if args[0] == "-c" else 1

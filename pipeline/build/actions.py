@@ -178,6 +178,7 @@ def run_runtime_checks(
     """Each check's models in the target onnxruntime, except those whose passing report for this
     exact blob and version the cache holds; the new passes are stored there, one per model, so that
     a shard's checks serve the agent that assembles the bundle."""
+    from pipeline.build.target_check import coverage_failures, placement_lines
     from pipeline.farm.cache import CookCache
     from pipeline.fsutil import write_json
 
@@ -187,6 +188,12 @@ def run_runtime_checks(
         started = time.perf_counter()
         try:
             report, cached = _checked_models(check, cache)
+            below, notes = coverage_failures(report, check)
+            if below:
+                return TaskFailed(
+                    f"{check.platform}: {len(below)} model(s) run too little on their preferred EP: "
+                    + "; ".join(below)
+                )
             write_json(check.result_path, report)
         except CookError as exc:
             return TaskFailed(str(exc))
@@ -206,7 +213,8 @@ def run_runtime_checks(
         )
         version = report["onnxruntime"]
         line = f"{check.platform}: {count} model(s) load and match in onnxruntime {version}{source}"
-        sys.stdout.write("\n".join([line, *(cache.notes if cache is not None else [])]) + "\n")
+        lines = [line, *placement_lines(check, report), *notes, *(cache.notes if cache is not None else [])]
+        sys.stdout.write("\n".join(lines) + "\n")
     return None
 
 
@@ -235,7 +243,8 @@ def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[
 
 # Bump whenever what the runtime check tests changes (its worker, its tolerances): cached reports of
 # an older check are not reused.
-CHECK_RECIPE = 3  # 2: compares at the tolerances the cook verified with; 3: one report per model
+# 2: compares at the tolerances the cook verified with; 3: one report per model; 4: node placement
+CHECK_RECIPE = 4
 
 
 def _check_key(check: RuntimeCheck, name: str) -> str:
@@ -246,6 +255,7 @@ def _check_key(check: RuntimeCheck, name: str) -> str:
             "check": "runtime",
             "recipe": CHECK_RECIPE,
             "version": check.runtime_version,
+            "package": check.runtime_package,
             "format": BUNDLE_FORMAT,
             "model": name,
             "blob": entry["blob_sha256"],

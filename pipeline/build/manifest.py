@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.build.publish import publish, retire
-from pipeline.build.target_check import verified_versions
+from pipeline.build.target_check import placements, verified_versions
 from pipeline.cook.budget import measured_variants, shrink_hint
 from pipeline.cook.key import BUNDLE_FORMAT, tool_versions
 from pipeline.errors import CookError
@@ -32,9 +32,11 @@ def write_manifest(
     the cook's own, and the target's exact version from the runtime check (``check_results``).
     """
     checked: dict[str, set[str]] = {}
+    placed: dict[str, dict[str, Any]] = {}
     for result in check_results:
         for name, version in verified_versions(result, names).items():
             checked.setdefault(name, set()).add(version)
+        placed.update(placements(result, names))
     models = {}
     for name in sorted(names):
         path = entry_path(platform_dir, name)
@@ -47,6 +49,8 @@ def write_manifest(
         entry = models[name]
         cooked = {entry["cooked_with"]["onnxruntime"]} if "outputs" in entry["verification"] else set()
         entry["verified_on"] = sorted(cooked | checked.get(name, set()), key=parse_version)
+        if name in placed:  # where the runtime check found its nodes to run on the target's EPs
+            entry["placement"] = placed[name]
     check_bundle_budget(platform, models, max_bundle_bytes, platform_dir.parent)
     manifest = {
         "manifest_version": MANIFEST_VERSION,

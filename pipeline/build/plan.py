@@ -194,6 +194,12 @@ def _runtime_checks(
             result_path=runtime_check_path(platform_dir, version),
             profile=platform.path,
             install_timeout=install_timeout,
+            runtime_package=platform.runtime_package,
+            min_coverage=tuple(
+                (job.asset.name, job.settings.min_ep_coverage)
+                for job in jobs
+                if job.settings.runtime_version == version and job.settings.min_ep_coverage
+            ),
         )
         for version in versions
     ]

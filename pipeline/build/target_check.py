@@ -9,6 +9,7 @@ stands in for it, which loads the same model formats.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -27,6 +28,7 @@ from pipeline.cook.key import tool_versions
 from pipeline.errors import CookError
 from pipeline.fsutil import STALE_TEMP_SECONDS, write_json
 from pipeline.runtime.compat import parse_version
+from pipeline.settings.eprules import RUNTIME_PACKAGES
 
 CHECK_TIMEOUT = 1800
 # pip's own per-connection time-out: a registry that accepts connections but never answers fails
@@ -49,6 +51,7 @@ WORKER_FILES = (
     "cook/compare.py",
     "build/__init__.py",
     "build/target_check_worker.py",
+    "build/placement.py",
 )
 WORKER_START = "import sys; sys.path.insert(0, sys.argv.pop(1)); "
 WORKER_START += "from pipeline.build.target_check_worker import main; sys.exit(main(sys.argv[1:]))"
@@ -58,26 +61,42 @@ class RuntimeCheckError(CookError):
     """A blob does not load or compute correctly in the target's onnxruntime, or no such runtime."""
 
 
-def environment_dir(runtimes_dir: Path, version: str) -> Path:
+def environment_dir(
+    runtimes_dir: Path, version: str, package: str = "onnxruntime", extras: Sequence[str] = ()
+) -> Path:
+    """Where the environment of ``package==version`` (plus the requirements ``extras``) lives."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return runtimes_dir / f"onnxruntime-{version}-{tag}"
+    if extras:  # e.g. a plugin EP's package: its own environment, named by what it holds
+        tag += "-" + hashlib.sha256("\n".join(sorted(extras)).encode()).hexdigest()[:10]
+    return runtimes_dir / f"{package}-{version}-{tag}"
 
 
 def _python(env_dir: Path) -> Path:
     return env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_timeout: float = 300.0) -> Path:
-    """The interpreter of an environment holding exactly ``onnxruntime==version``; made if missing.
+def ensure_runtime(
+    version: str,
+    runtimes_dir: Path,
+    profile: Path,
+    install_timeout: float = 300.0,
+    *,
+    package: str = "onnxruntime",
+    extras: Sequence[str] = (),
+) -> Path:
+    """The interpreter of an environment holding exactly ``package==version`` (an onnxruntime build:
+    ``onnxruntime``, ``onnxruntime-openvino``, ...) and the requirements ``extras``; made if missing.
 
     The environments are shared by every build folder and every process of the machine's user. One
     is made under its own lock, in a temp folder renamed into place with its ready marker inside; a
     process that finds the lock taken waits, then uses the finished environment. A folder without the
     marker (an older cooker's, or one half made) is used only once it imports that exact version.
     """
-    if parse_version(tool_versions()["onnxruntime"]) == parse_version(version):
+    plain = package == "onnxruntime" and not extras
+    if plain and parse_version(tool_versions()["onnxruntime"]) == parse_version(version):
         return Path(sys.executable)  # the cook itself ran this exact version
-    final = environment_dir(runtimes_dir, version)
+    final = environment_dir(runtimes_dir, version, package, extras)
+    what = f"{package} {version}{' + ' + ', '.join(extras) if extras else ''}"
     if _finished(final):
         return _python(final)
     from filelock import FileLock, Timeout
@@ -89,11 +108,11 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_time
         try:
             lock.acquire(blocking=False)
         except Timeout:
-            _say(f"waiting for another process making the onnxruntime {version} environment in {final}")
+            _say(f"waiting for another process making the {what} environment in {final}")
             lock.acquire(timeout=wait)
     except Timeout:
         raise RuntimeCheckError(
-            f"{profile}: another process has been making the onnxruntime {version} environment in "
+            f"{profile}: another process has been making the {what} environment in "
             f"{final} for over {wait:g} s (it holds {lock_path(final)}); stop it, or point "
             "COOK_RUNTIMES_DIR at another folder"
         ) from None
@@ -101,7 +120,7 @@ def ensure_runtime(version: str, runtimes_dir: Path, profile: Path, install_time
         raise _unwritable(runtimes_dir, profile, exc) from None
     try:
         if not _finished(final) and not _adopt(final, version):
-            _make(version, final, profile, install_timeout)
+            _make(version, final, profile, install_timeout, [f"{package}=={version}", *extras])
     except OSError as exc:  # an older cooker's environment this user cannot mark or remove
         raise _unwritable(runtimes_dir, profile, exc) from None
     finally:
@@ -159,8 +178,9 @@ def _discard(path: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def _make(version: str, final: Path, profile: Path, install_timeout: float) -> None:
-    """Build the environment ``final`` from scratch; the caller holds its lock."""
+def _make(version: str, final: Path, profile: Path, install_timeout: float, requirements: list[str]) -> None:
+    """Build the environment ``final`` from ``requirements`` (``requirements[0]`` the onnxruntime
+    build) from scratch; the caller holds its lock."""
     runtimes_dir = final.parent
     try:
         for leftover in runtimes_dir.glob(f".{final.name}.*"):  # only the lock holder builds: all dead
@@ -173,7 +193,7 @@ def _make(version: str, final: Path, profile: Path, install_timeout: float) -> N
         staging = make_staging(runtimes_dir, final.name)
     except OSError as exc:
         raise _unwritable(runtimes_dir, profile, exc) from None
-    _say(f"creating the onnxruntime {version} environment for the runtime check in {final}")
+    _say(f"creating the {' + '.join(requirements)} environment for the runtime check in {final}")
     try:
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(staging)
@@ -187,12 +207,12 @@ def _make(version: str, final: Path, profile: Path, install_timeout: float) -> N
         command += ["--timeout", str(PIP_SOCKET_TIMEOUT)]
         # onnxruntime before 1.19 was built against numpy 1.x and does not import under numpy 2.
         numpy = "numpy<2" if parse_version(version) < (1, 19, 0) else "numpy"
-        command += [f"onnxruntime=={version}", numpy, "zstandard"]
+        command += [*requirements, numpy, "zstandard"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=install_timeout, check=False)
         if done.returncode != 0:
             tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
             raise RuntimeCheckError(
-                f"{profile}: cannot install onnxruntime=={version} for the runtime check from the package "
+                f"{profile}: cannot install {' '.join(requirements)} for the runtime check from the package "
                 f"registry ({tail}). If the registry cannot be reached from this machine, or no wheel of "
                 "that version exists for it, set `runtime_check: false` with a `runtime_check_off_reason` "
                 f"in {profile}"
@@ -200,7 +220,7 @@ def _make(version: str, final: Path, profile: Path, install_timeout: float) -> N
         failure = _probe(_python(staging), version)
         if failure is not None:
             raise RuntimeCheckError(
-                f"{profile}: onnxruntime=={version} installed for the runtime check does not import "
+                f"{profile}: {requirements[0]} installed for the runtime check does not import "
                 f"({failure}); {OFF_HINT.format(profile=profile)}"
             )
         _mark_ready(staging, version)
@@ -211,7 +231,7 @@ def _make(version: str, final: Path, profile: Path, install_timeout: float) -> N
                 raise
     except subprocess.TimeoutExpired:
         raise RuntimeCheckError(
-            f"{profile}: installing onnxruntime=={version} for the runtime check timed out after "
+            f"{profile}: installing {requirements[0]} for the runtime check timed out after "
             f"{install_timeout:g} s (COOK_PIP_TIMEOUT); if the package registry cannot be reached from "
             f"this machine, {OFF_HINT.format(profile=profile)}"
         ) from None
@@ -295,7 +315,10 @@ def sweep_stale_staging(runtimes_dir: Path) -> None:
 
 def run_check(check: RuntimeCheck) -> dict[str, Any]:
     """Load and run every blob of the platform in the target onnxruntime; raise if any fails."""
-    python = ensure_runtime(check.runtime_version, check.runtimes_dir, check.profile, check.install_timeout)
+    installs = RUNTIME_PACKAGES[check.runtime_package]
+    python = ensure_runtime(
+        check.runtime_version, check.runtimes_dir, check.profile, check.install_timeout, package=installs
+    )
     with tempfile.TemporaryDirectory(prefix=".worker-", dir=check.platform_dir) as tmp:
         package = Path(tmp) / "pipeline"
         shutil.copytree(
@@ -305,7 +328,12 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
             (package / name).parent.mkdir(exist_ok=True)
             shutil.copy2(PACKAGE / name, package / name)
         # -I: no PYTHONPATH, no user site; only the target environment and the copied loader.
-        command = [str(python), "-I", "-c", WORKER_START, tmp, str(check.platform_dir), *check.names]
+        package = (
+            check.runtime_package
+            if installs == check.runtime_package
+            else f"{installs} (for {check.runtime_package})"
+        )
+        command = [str(python), "-I", "-c", WORKER_START, tmp, package, str(check.platform_dir), *check.names]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT, check=False)
         except subprocess.TimeoutExpired:
@@ -319,7 +347,8 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
     if parse_version(report["onnxruntime"]) != parse_version(check.runtime_version):
         raise RuntimeCheckError(
             f"{check.platform}: the runtime check ran onnxruntime {report['onnxruntime']}, not "
-            f"{check.runtime_version}; delete {environment_dir(check.runtimes_dir, check.runtime_version)}"
+            f"{check.runtime_version}; delete "
+            f"{environment_dir(check.runtimes_dir, check.runtime_version, installs)}"
         )
     failures = _failures(report, check)
     if failures:
@@ -337,12 +366,74 @@ def _failures(report: dict[str, Any], check: RuntimeCheck) -> list[str]:
     return [f"{name}: {models[name]['error']}" for name in check.names if not models.get(name, {}).get("ok")]
 
 
+def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list[str], list[str]]:
+    """The models whose measured share of nodes on the preferred EP is under their
+    ``min_ep_coverage``, each with the operators left to the CPU and what to do; and one note per
+    model with such a minimum whose placement could not be measured here (never a silent pass)."""
+    failures: list[str] = []
+    notes: list[str] = []
+    for name, need in check.min_coverage:
+        placement = report["models"].get(name, {}).get("placement")
+        if not need or placement is None:
+            continue
+        ep = placement.get("preferred", "the preferred EP")
+        if not placement.get("measured"):
+            notes.append(
+                f"{check.platform}:{name}: min_ep_coverage {need:g} not checked: placement on {ep} not "
+                f"measured ({placement.get('reason')})"
+            )
+        elif placement["coverage"] < need:
+            ops = ", ".join(placement.get("cpu_ops", [])) or "none named"
+            failures.append(
+                f"{name}: {placement['coverage']:.0%} of its nodes run on {ep}, under min_ep_coverage "
+                f"{need:g} (left to the CPU: {ops}; {placement['measured_with']}). Try a lower "
+                "`optimization_level` (fused CPU-only ops stay on the CPU), `format: onnx`, a model "
+                "without those operators, or lower `min_ep_coverage` for this model"
+            )
+    return failures, notes
+
+
+def placement_lines(check: RuntimeCheck, report: dict[str, Any]) -> list[str]:
+    """One line on where the platform's models run: measured coverage, or why it was not measured."""
+    placements = {n: m["placement"] for n, m in report["models"].items() if m.get("placement")}
+    if not placements:
+        return []
+    first = next(iter(placements.values()))
+    ep, tool = first.get("preferred", "its preferred EP"), first.get("measured_with", "")
+    unmeasured = [p for p in placements.values() if not p.get("measured")]
+    if len(unmeasured) == len(placements):
+        return [f"{check.platform}: placement on {ep} not measured ({unmeasured[0].get('reason')})"]
+    partial = [
+        f"{name} {p['coverage']:.0%} (CPU: {', '.join(p['cpu_ops']) or '-'})"
+        for name, p in placements.items()
+        if p.get("measured") and p["coverage"] < 1
+    ]
+    whole = sum(1 for p in placements.values() if p.get("measured") and p["coverage"] >= 1)
+    tail = f"; {'; '.join(partial)}" if partial else ""
+    extra = f"; {len(unmeasured)} not measured" if unmeasured else ""
+    return [f"{check.platform}: on {ep} ({tool}): {whole} of {len(placements)} model(s) wholly{tail}{extra}"]
+
+
 def verified_versions(result_path: Path, names: Sequence[str]) -> dict[str, str]:
     """Model name -> the onnxruntime version a passed runtime check ran it on."""
+    report = _result(result_path)
+    return {name: report["onnxruntime"] for name in names if report["models"].get(name, {}).get("ok")}
+
+
+def placements(result_path: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Model name -> where a passed runtime check found its nodes to run (``placement.measure``), or
+    why that was not measured."""
+    report = _result(result_path)
+    models = report["models"]
+    return {
+        n: models[n]["placement"] for n in names if models.get(n, {}).get("ok") and "placement" in models[n]
+    }
+
+
+def _result(result_path: Path) -> dict[str, Any]:
     if not result_path.is_file():
-        return {}
+        return {"models": {}}
     try:
-        report = json.loads(result_path.read_text(encoding="utf-8"))
+        return json.loads(result_path.read_text(encoding="utf-8"))
     except ValueError:
         raise RuntimeCheckError(f"{result_path} is damaged; delete it and run `doit cook` again") from None
-    return {name: report["onnxruntime"] for name in names if report["models"].get(name, {}).get("ok")}

@@ -11,7 +11,11 @@ Where the loader uses behaviour onnxruntime does not promise (``UNPROMISED``), t
 records whether the weights were used in place: the caller's buffer zeroed after the session was
 made, do the outputs change? (Not where optimizers computed new weights: then "not in place".)
 
-    python -m pipeline.build.target_check_worker <platform dir> <name> [<name> ...]
+Then it measures where the nodes run (``pipeline.build.placement``): each blob loaded as a game
+loads it, on the platform's EPs this onnxruntime package offers, its outputs compared there too; an
+EP the package cannot run here is recorded as not measured, with the reason.
+
+    python -m pipeline.build.target_check_worker <package> <platform dir> <name> [<name> ...]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import numpy as np
 import onnxruntime
 
+from pipeline.build.placement import measure, not_measurable, preferred_ep
 from pipeline.cook.compare import compare
 from pipeline.layout import entry_path, verify_data_path
 from pipeline.runtime import BundleError, session_from_blob
@@ -41,7 +46,7 @@ UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS})
 FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_in_place
 
 
-def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
+def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> dict[str, Any]:
     entry = json.loads(entry_path(platform_dir, name).read_text(encoding="utf-8"))
     blob_path = platform_dir / entry["file"]
     blob = blob_path.read_bytes()
@@ -51,7 +56,9 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
         return {"ok": False, "error": f"cannot load: {exc}"}
     data_path = verify_data_path(platform_dir, name)
     if not data_path.is_file():
-        return {"ok": True, "error": None, "outputs": "loaded only (verify is off for this model)"}
+        placement, error = placement_of(blob, None, None, package)
+        outputs = "loaded only (verify is off for this model)"
+        return {"ok": error is None, "error": error, "outputs": outputs, "placement": placement}
     try:
         with np.load(data_path, allow_pickle=False) as data:
             feeds = {k.removeprefix("input/"): data[k] for k in data.files if k.startswith("input/")}
@@ -90,7 +97,9 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
     try:
         if names is None:
             session.run(None, feeds)
-            return {"ok": True, "error": None, "outputs": "ran (its outputs have no .npz form to compare)"}
+            placement, error = placement_of(blob, feeds, None, package)
+            outputs = "ran (its outputs have no .npz form to compare)"
+            return {"ok": error is None, "error": error, "outputs": outputs, "placement": placement}
         error, results = problem(session)
     except Exception as exc:  # onnxruntime's run errors
         return {"ok": False, "error": f"fails to run: {exc}"}
@@ -100,12 +109,65 @@ def check_model(platform_dir: Path, name: str) -> dict[str, Any]:
         if paths["file"]["error"]
         else None
     )
+    placement, placement_error = placement_of(blob, feeds, problem, package)
+    error = error or placement_error
     return {
         "ok": error is None,
         "error": error,
         "outputs": [r.__dict__ for r in results],
         "load_paths": paths,
+        "placement": placement,
     }
+
+
+def placement_of(
+    blob: bytes,
+    feeds: Mapping[str, Any] | None,
+    problem: Callable[[onnxruntime.InferenceSession], tuple[str | None, list[Any]]] | None,
+    package: str,
+) -> tuple[dict[str, Any], str | None]:
+    """Where the blob's nodes run when a game loads it with its preferred EPs in this onnxruntime
+    package, and the error that fails the check: the EP fails to create a session (never replaced
+    by the CPU behind the platform's back) or computes other outputs than the source."""
+    header = check_blob(blob).header
+    preferred = preferred_ep(header.execution_providers)
+    measured_with = f"{package} {onnxruntime.__version__}"
+    reason = not_measurable(preferred, package, onnxruntime.get_available_providers())
+    if reason is not None:
+        return {
+            "measured": False,
+            "reason": reason,
+            "preferred": preferred,
+            "measured_with": measured_with,
+        }, None
+
+    def make(options: onnxruntime.SessionOptions) -> onnxruntime.InferenceSession:
+        return session_from_blob(blob, session_options=options)  # the blob's EPs, as a game loads it
+
+    def make_cpu(options: onnxruntime.SessionOptions) -> onnxruntime.InferenceSession:
+        return session_from_blob(blob, providers=CPU_ONLY, session_options=options)
+
+    try:
+        placement = measure(make, make_cpu, feeds, header.model_format, preferred, measured_with)
+        error = (
+            problem(session_from_blob(blob))[0]
+            if problem is not None and preferred != "CPUExecutionProvider"
+            else None
+        )
+    except BundleError as exc:
+        failed = {"measured": False, "reason": "the session failed", "preferred": preferred}
+        return {**failed, "measured_with": measured_with}, (
+            f"{preferred} ({measured_with}) could not create a session: {exc}. Nothing was retried on the "
+            "CPU; try `optimization_level: basic` or `format: onnx` for this model, or take the EP out of "
+            "`execution_providers`"
+        )
+    except Exception as exc:  # noqa: BLE001  onnxruntime's run errors
+        failed = {"measured": False, "reason": "the model failed to run", "preferred": preferred}
+        return {
+            **failed,
+            "measured_with": measured_with,
+        }, f"fails to run on {preferred} ({measured_with}): {exc}"
+    return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
 
 
 def load_paths(
@@ -190,10 +252,11 @@ def _prove_in_place(
 
 
 def main(argv: list[str]) -> int:
-    platform_dir, names = Path(argv[0]), argv[1:]
+    package, platform_dir, names = argv[0], Path(argv[1]), argv[2:]
     report = {
         "onnxruntime": onnxruntime.__version__,
-        "models": {n: check_model(platform_dir, n) for n in names},
+        "package": package,
+        "models": {n: check_model(platform_dir, n, package) for n in names},
     }
     sys.stdout.write(json.dumps(report) + "\n")
     return 0

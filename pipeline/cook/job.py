@@ -22,6 +22,8 @@ class RuntimeCheck:
     result_path: Path
     profile: Path
     install_timeout: float = 300.0  # COOK_PIP_TIMEOUT: seconds for pip to install a runtime
+    runtime_package: str = "onnxruntime"  # the onnxruntime build the target ships (runtime_package)
+    min_coverage: tuple[tuple[str, float], ...] = ()  # (model, its min_ep_coverage) where it is set
 
 
 @dataclass(frozen=True, kw_only=True)

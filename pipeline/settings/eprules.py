@@ -51,6 +51,29 @@ EP_RULES: Mapping[str, EpRule] = MappingProxyType(
     }
 )
 _UNKNOWN_EP_RULE = EpRule()
+# The onnxruntime builds a platform may name as the one its target ships (``runtime_package``) ->
+# what the runtime check installs in its own environment on a build machine to stand in for it: the
+# package itself where it runs there, else the CPU wheel of the same version, which loads the same
+# model formats (its EP's placement is then recorded as not measured, with the reason).
+RUNTIME_PACKAGES: Mapping[str, str] = MappingProxyType(
+    {
+        "onnxruntime": "onnxruntime",
+        "onnxruntime-directml": "onnxruntime",  # Windows only
+        "onnxruntime-openvino": "onnxruntime-openvino",  # Linux x86_64 and Windows wheels
+        "onnxruntime-qnn": "onnxruntime",  # Windows on Arm / x64 only, and a Qualcomm NPU
+        "onnxruntime-gpu": "onnxruntime",  # an NVIDIA GPU and CUDA, which build machines rarely have
+    }
+)
+# Device selection policies of onnxruntime's plugin-EP API (``ep_device_policy``), as the loader names them.
+DEVICE_POLICIES = (
+    "prefer_gpu",
+    "prefer_npu",
+    "prefer_cpu",
+    "max_performance",
+    "max_efficiency",
+    "min_power",
+    "default",
+)
 # Per-EP session options a profile may set; any other name must be an onnxruntime config entry,
 # which always contains a dot (e.g. "session.intra_op.allow_spinning") and takes a string.
 SESSION_OPTIONS: Mapping[str, type | tuple[str, ...]] = MappingProxyType(

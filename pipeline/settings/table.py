@@ -188,6 +188,16 @@ SETTINGS: tuple[Setting, ...] = (
             "`session.intra_op.allow_spinning`; others could make an EP write files and are refused)",
             check=eprules.check_ep_session_options, cooked=eprules.session_options_with_rules,
             schema={"additionalProperties": eprules.session_options_schema()}),
+    Setting("ep_device_policy", TEXT, "",
+            "plugin EPs (onnxruntime >= 1.22, Windows ML): the device selection policy the loader asks "
+            "onnxruntime for when the game names no devices: `prefer_gpu`, `prefer_npu`, `prefer_cpu`, "
+            "`max_performance`, `max_efficiency`, `min_power`, `default`; empty: the classic EP list",
+            choices=("", *eprules.DEVICE_POLICIES)),
+    Setting("min_ep_coverage", FLOAT, 0.0,
+            "the runtime check fails a model when less than this share of its nodes runs on the "
+            "platform's preferred EP (measured where `runtime_package` runs that EP on the build "
+            "machine; elsewhere one line says it was not measured); 0 = record the placement only",
+            low=0, high=1),
     Setting("compression_level", INT, 10, "zstd level 1..22", low=1, high=22),  # zstd's levels
     Setting("rtol", FLOAT, DEFAULT_RTOL,
             "elementwise verification tolerances: each output element within atol + rtol times the source's",
@@ -262,6 +272,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime_check", BOOL, True,
             "run every blob in exactly `runtime_version`; turning it off needs a reason", scope="platform"),
     Setting("runtime_check_off_reason", TEXT, "", AS_ABOVE, scope="platform"),
+    Setting("runtime_package", TEXT, "onnxruntime",
+            "the onnxruntime build the target ships, at `runtime_version`; the runtime check installs it "
+            "where it runs on the build machine (`onnxruntime`, `onnxruntime-openvino`) and measures there "
+            "where each model's nodes run, else the CPU wheel of that version stands in "
+            "(`onnxruntime-directml`, `onnxruntime-qnn`, `onnxruntime-gpu`)",
+            choices=tuple(eprules.RUNTIME_PACKAGES), scope="platform"),
     Setting("max_bundle_bytes", INT, 0,
             "size budget of the platform's bundle (all blobs); over it no manifest is written and the cook "
             "fails naming the biggest models (0 = no budget)",
