@@ -352,10 +352,20 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
         )
     failures = _failures(report, check)
     if failures:
+        on_ep = all(
+            report["models"].get(n, {}).get("on_ep")
+            for n in check.names
+            if n in report["models"] and not report["models"][n].get("ok")
+        )
+        hint = (
+            ""
+            if on_ep  # each says what to do about its EP
+            else f". Convert the source to an older opset or raise runtime_version in {check.profile} if the "
+            "target ships a newer onnxruntime"
+        )
         raise RuntimeCheckError(
             f"{check.platform}: {len(failures)} model(s) fail in onnxruntime {check.runtime_version}, the "
-            f"version the platform ships: {'; '.join(failures)}. Convert the source to an older opset or "
-            f"raise runtime_version in {check.profile} if the target ships a newer onnxruntime"
+            f"version the platform ships: {'; '.join(failures)}{hint}"
         )
     write_json(check.result_path, report)
     return report

@@ -58,7 +58,13 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
     if not data_path.is_file():
         placement, error = placement_of(blob, None, None, package)
         outputs = "loaded only (verify is off for this model)"
-        return {"ok": error is None, "error": error, "outputs": outputs, "placement": placement}
+        return {
+            "ok": error is None,
+            "error": error,
+            "outputs": outputs,
+            "placement": placement,
+            "on_ep": error is not None,
+        }
     try:
         with np.load(data_path, allow_pickle=False) as data:
             feeds = {k.removeprefix("input/"): data[k] for k in data.files if k.startswith("input/")}
@@ -99,7 +105,13 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
             session.run(None, feeds)
             placement, error = placement_of(blob, feeds, None, package)
             outputs = "ran (its outputs have no .npz form to compare)"
-            return {"ok": error is None, "error": error, "outputs": outputs, "placement": placement}
+            return {
+                "ok": error is None,
+                "error": error,
+                "outputs": outputs,
+                "placement": placement,
+                "on_ep": error is not None,
+            }
         error, results = problem(session)
     except Exception as exc:  # onnxruntime's run errors
         return {"ok": False, "error": f"fails to run: {exc}"}
@@ -110,10 +122,10 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         else None
     )
     placement, placement_error = placement_of(blob, feeds, problem, package)
-    error = error or placement_error
     return {
-        "ok": error is None,
-        "error": error,
+        "ok": (error or placement_error) is None,
+        "error": error or placement_error,
+        "on_ep": error is None and placement_error is not None,  # the fix is in the message
         "outputs": [r.__dict__ for r in results],
         "load_paths": paths,
         "placement": placement,

@@ -99,6 +99,7 @@ def check_domains(
             "lower optimization_level or set arch: x86_64 with allow_nchwc: true"
         )
         added -= {NCHWC_DOMAIN}
+    # Asked for (allow_nchwc) and made: still only where the preferred EP runs them (the CPU EP).
     unsupported = sorted(domain for domain in added if domain not in preferred_domains)
     if unsupported:
         problems.append(

@@ -45,6 +45,11 @@ EP_RULES: Mapping[str, EpRule] = MappingProxyType(
             domains=("",),
         ),
         "CPUExecutionProvider": EpRule(domains=("", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc")),
+        # OpenVINO compiles the graph with its own ONNX front end: NCHWc ops make session creation
+        # fail ("OpenVINO does not support the following ONNX operations: com.microsoft.nchwc.Conv"),
+        # and of the CPU-only fused ops of com.microsoft it takes some (FusedConv) and leaves others
+        # to the CPU (docs/design.md, "Operators the target EP cannot run"): the default domain only.
+        "OpenVINOExecutionProvider": EpRule(domains=("",)),
         "NnapiExecutionProvider": EpRule(usability="nnapi"),
         "XnnpackExecutionProvider": EpRule(),
         "CoreMLExecutionProvider": EpRule(usability="coreml"),

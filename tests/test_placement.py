@@ -1,0 +1,218 @@
+"""Node placement in the runtime check: measured on the target's own EP, in its own onnxruntime build.
+
+OpenVINO's EP runs here for real (``onnxruntime-openvino``, on the CPU device), in its own environment
+as every target runtime is; DirectML does not run off Windows, which the check must say, not pass.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.build.target_check import (
+    RuntimeCheckError,
+    coverage_failures,
+    placement_lines,
+    run_check,
+)
+from pipeline.cook.job import RuntimeCheck
+from pipeline.layout import entry_path, runtime_check_path
+from tests.models import conv_bn_relu_model, model_of
+from tests.runtime_helpers import CPU, RUNTIMES_CACHE, make_blob, to_ort_format
+
+REPO = Path(__file__).resolve().parents[1]
+OPENVINO_VERSION = "1.24.1"  # platforms/linux-openvino.yaml
+OV = "OpenVINOExecutionProvider"
+OV_EPS = [OV, "CPUExecutionProvider"]
+OV_OPTIONS = {OV: {"device_type": "CPU"}}
+
+
+def scaler_model() -> onnx.ModelProto:
+    """Scaler (ai.onnx.ml), which OpenVINO leaves to the CPU, between two nodes it takes."""
+    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((4, 4)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Scaler", ["m"], ["s"], domain="ai.onnx.ml", offset=[0.5], scale=[2.0]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scaler",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [w],
+        value_info=[
+            helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [2, 4]),
+        ],
+    )
+    model = model_of(graph)
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    return model
+
+
+def nchwc_model(tmp_path: Path) -> bytes:
+    """Two convolutions, an Add and a GlobalAveragePool, optimized by onnxruntime at level `all` on
+    this x86_64 CPU: NCHWc ops, which OpenVINO claims and then cannot compile."""
+    rng = np.random.default_rng(5)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r1"], ["a"]),
+        helper.make_node("GlobalAveragePool", ["a"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nchwc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])],
+        weights,
+    )
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "nchwc.onnx")
+    onnxruntime.InferenceSession(model_of(graph).SerializeToString(), options, providers=CPU)
+    optimized = (tmp_path / "nchwc.onnx").read_bytes()
+    assert "com.microsoft.nchwc" in {n.domain for n in onnx.load_from_string(optimized).graph.node}
+    return optimized
+
+
+def platform_of(tmp_path: Path, blobs: dict[str, bytes]) -> Path:
+    """A platform folder as the cook leaves it for the check: each blob and its entry (no verification
+    data: the check loads each blob and runs it on zeros)."""
+    platform_dir = tmp_path / "build" / "target"
+    for name, blob in blobs.items():
+        (platform_dir / f"{name}.ocb").parent.mkdir(parents=True, exist_ok=True)
+        (platform_dir / f"{name}.ocb").write_bytes(blob)
+        entry = entry_path(platform_dir, name)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.write_text(json.dumps({"file": f"{name}.ocb"}), encoding="utf-8")
+    return platform_dir
+
+
+def check_of(
+    platform_dir: Path, names: list[str], package: str, version: str, **fields: object
+) -> RuntimeCheck:
+    return RuntimeCheck(
+        platform="target",
+        runtime_version=version,
+        platform_dir=platform_dir,
+        names=tuple(names),
+        runtimes_dir=RUNTIMES_CACHE,
+        result_path=runtime_check_path(platform_dir, version),
+        profile=REPO / "platforms" / "linux-openvino.yaml",
+        runtime_package=package,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def openvino_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[RuntimeCheck, dict]:
+    """One real check in onnxruntime-openvino: a model OpenVINO takes wholly, one with a CPU fallback,
+    each as ONNX and as ORT format."""
+    tmp_path = tmp_path_factory.mktemp("openvino")
+    conv, scaler = conv_bn_relu_model().SerializeToString(), scaler_model().SerializeToString()
+    fields = {"execution_providers": OV_EPS, "provider_options": OV_OPTIONS}
+    blobs = {
+        "conv": make_blob(conv, "onnx", **fields),
+        "conv_ort": make_blob(to_ort_format(conv, tmp_path), "ort", **fields),
+        "scaler": make_blob(scaler, "onnx", **fields),
+        "scaler_ort": make_blob(to_ort_format(scaler, tmp_path), "ort", **fields),
+    }
+    platform_dir = platform_of(tmp_path, blobs)
+    check = check_of(platform_dir, list(blobs), "onnxruntime-openvino", OPENVINO_VERSION)
+    return check, run_check(check)
+
+
+def test_a_model_wholly_on_the_ep_is_measured_so(openvino_report: tuple[RuntimeCheck, dict]) -> None:
+    check, report = openvino_report
+    assert report["package"] == "onnxruntime-openvino"
+    for name, method in (("conv", "assignment record"), ("conv_ort", "profiler")):
+        placement = report["models"][name]["placement"]
+        assert placement["measured"] and placement["method"] == method, (name, placement)
+        assert placement["nodes"] == {OV: placement["nodes"][OV]} and placement["nodes"][OV] >= 2
+        assert placement["coverage"] == 1.0 and placement["cpu_ops"] == []
+        assert placement["time_share"] == 1.0
+        assert placement["measured_with"] == f"onnxruntime-openvino {OPENVINO_VERSION}"
+    assert "2 of 4 model(s) wholly" in placement_lines(check, report)[0]
+
+
+def test_a_cpu_fallback_is_named_in_both_formats(openvino_report: tuple[RuntimeCheck, dict]) -> None:
+    """ONNX: the assignment record. ORT format: that record is empty there, and only the profiler
+    shows the Scaler running on the CPU."""
+    _, report = openvino_report
+    onnx_placement = report["models"]["scaler"]["placement"]
+    ort_placement = report["models"]["scaler_ort"]["placement"]
+    assert onnx_placement["method"] == "assignment record"
+    assert ort_placement["method"] == "profiler"
+    # Both methods see the same: OpenVINO (1.24.1) leaves the Scaler, and the MatMul cut off before
+    # it, to the CPU, and takes the Relu after it.
+    for key in ("nodes", "cpu_ops", "coverage"):
+        assert onnx_placement[key] == ort_placement[key], key
+    assert "Scaler" in onnx_placement["cpu_ops"]
+    nodes = onnx_placement["nodes"]
+    assert sum(nodes.values()) == 3 and nodes[OV] >= 1 and nodes["CPUExecutionProvider"] >= 1
+    assert onnx_placement["coverage"] == pytest.approx(nodes[OV] / 3, abs=1e-3)
+    assert 0 < onnx_placement["time_share"] < 1 and 0 < ort_placement["time_share"] < 1
+
+
+def test_min_ep_coverage_fails_under_and_passes_over(openvino_report: tuple[RuntimeCheck, dict]) -> None:
+    check, report = openvino_report
+    strict = check_of(check.platform_dir, list(check.names), "onnxruntime-openvino", OPENVINO_VERSION,
+                      min_coverage=(("conv", 1.0), ("scaler", 0.9), ("scaler_ort", 0.2)))  # fmt: skip
+    failures, notes = coverage_failures(report, strict)
+    assert len(failures) == 1 and notes == []
+    coverage = report["models"]["scaler"]["placement"]["coverage"]
+    assert failures[0].startswith(f"scaler: {coverage:.0%} of its nodes run on OpenVINOExecutionProvider")
+    assert "min_ep_coverage 0.9" in failures[0] and "Scaler" in failures[0]
+    assert "optimization_level" in failures[0] and "format: onnx" in failures[0]
+
+
+def test_an_ep_that_fails_to_create_fails_the_check(tmp_path: Path) -> None:
+    """NCHWc ops (level `all` on x86_64): OpenVINO claims them, then cannot compile them. The check
+    fails, naming the EP; the session is not quietly made again on the CPU."""
+    fields = {"execution_providers": OV_EPS, "provider_options": OV_OPTIONS}
+    platform_dir = platform_of(tmp_path, {"nchwc": make_blob(nchwc_model(tmp_path), "onnx", **fields)})
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["nchwc"], "onnxruntime-openvino", OPENVINO_VERSION))
+    message = str(failure.value)
+    assert (
+        "nchwc: OpenVINOExecutionProvider (onnxruntime-openvino 1.24.1) could not create a session" in message
+    )
+    assert "Nothing was retried on the CPU" in message and "optimization_level: basic" in message
+    assert "older opset" not in message  # the fix for a runtime too old, not for this
+
+
+def test_an_ep_that_cannot_run_here_is_not_measured(tmp_path: Path) -> None:
+    """DirectML off Windows: the CPU wheel stands in for onnxruntime-directml; the placement says it
+    was not measured and why, and a min_ep_coverage on it becomes a note, never a silent pass."""
+    fields = {"execution_providers": ["DmlExecutionProvider", "CPUExecutionProvider"]}
+    conv = conv_bn_relu_model().SerializeToString()
+    platform_dir = platform_of(tmp_path, {"conv": make_blob(conv, "onnx", **fields)})
+    check = check_of(platform_dir, ["conv"], "onnxruntime-directml", "1.24.4", min_coverage=(("conv", 0.9),))
+    report = run_check(check)
+    placement = report["models"]["conv"]["placement"]
+    assert report["models"]["conv"]["ok"]
+    assert placement == {
+        "measured": False,
+        "reason": "DirectML runs only on Windows; the onnxruntime CPU wheel stands in here",
+        "preferred": "DmlExecutionProvider",
+        "measured_with": "onnxruntime (for onnxruntime-directml) 1.24.4",
+    }
+    failures, notes = coverage_failures(report, check)
+    assert failures == [] and len(notes) == 1 and "min_ep_coverage 0.9 not checked" in notes[0]
+    assert placement_lines(check, report) == [
+        "target: placement on DmlExecutionProvider not measured (DirectML runs only on Windows; the "
+        "onnxruntime CPU wheel stands in here)"
+    ]
