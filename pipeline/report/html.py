@@ -77,7 +77,7 @@ def _chart(platform: str, models: Sequence[Model]) -> str:
 
 def _table(models: Sequence[Model]) -> str:
     head = ["model", "format", "precision", "EPs", "blob bytes", "model bytes", "max abs error",
-            "verified on", "EP usability", "cook s", "how"]  # fmt: skip
+            "verified on", "EP placement", "EP usability", "cook s", "how"]  # fmt: skip
     rows = []
     for m in models:
         error = "not verified" if m.max_abs is None else f"{m.max_abs:.3g}"
@@ -91,6 +91,7 @@ def _table(models: Sequence[Model]) -> str:
             f'<td class="n" data-v="{m.entry.get("model_size", 0)}">{m.entry.get("model_size", 0):,}</td>',
             f'<td class="n" data-v="{-1 if m.max_abs is None else m.max_abs}">{_e(error)}</td>',
             f"<td>{_e(', '.join(m.entry.get('verified_on', [])))}</td>",
+            f"<td>{_e(m.placement)}</td>",
             f"<td>{_e(m.usability)}</td>",
             f'<td class="n" data-v="{seconds:.3f}">{seconds:.2f}</td>',
             f"<td>{_e(m.how)}</td>",

@@ -41,6 +41,18 @@ class Model:
         return "cooked" if any(step in self.times for step in COOKING_STEPS) else "cache hit"
 
     @property
+    def placement(self) -> str:
+        """Measured coverage of the preferred EP (the runtime check's), or why it was not measured."""
+        placement = self.entry.get("placement")
+        if not isinstance(placement, Mapping):
+            return ""
+        ep = str(placement.get("preferred", "")).removesuffix("ExecutionProvider")
+        if not placement.get("measured"):
+            return f"{ep}: not measured"
+        cpu = placement.get("cpu_ops") or []
+        return f"{ep} {placement.get('coverage', 0):.0%}" + (f" (CPU: {', '.join(cpu)})" if cpu else "")
+
+    @property
     def usability(self) -> str:
         report = self.entry.get("usability") or {}
         parts = []

@@ -29,6 +29,7 @@ def inspect(path: Path) -> str:
                 f" (model {info.get('model_size', 0):,} B){_precision(info)}"
             )
             lines += _signature(info)
+            lines += _placement(info)
         return "\n".join(lines)
     with path.open("rb") as stream:
         header = read_header_from_file(stream)
@@ -54,6 +55,25 @@ def _signature(info: dict) -> list[str]:
             "    cooked with " + ", ".join(f"{tool} {version}" for tool, version in sorted(tools.items()))
         )
     return lines
+
+
+def placement_text(placement: dict) -> str:
+    """Where the runtime check found a model's nodes to run, in one line (manifest ``placement``)."""
+    ep = placement.get("preferred", "?")
+    if not placement.get("measured"):
+        return f"on {ep}: not measured ({placement.get('reason', 'no reason recorded')})"
+    nodes = ", ".join(f"{name} {count}" for name, count in placement.get("nodes", {}).items())
+    cpu = f", CPU: {', '.join(placement['cpu_ops'])}" if placement.get("cpu_ops") else ""
+    time = f", {placement['time_share']:.0%} of kernel time" if "time_share" in placement else ""
+    return (
+        f"{placement.get('coverage', 0):.0%} of nodes on {ep}{time} ({nodes}{cpu}; "
+        f"{placement.get('measured_with', '?')}, {placement.get('method', '?')})"
+    )
+
+
+def _placement(info: dict) -> list[str]:
+    placement = info.get("placement")
+    return [f"    placement: {placement_text(placement)}"] if isinstance(placement, dict) else []
 
 
 def _precision(info: dict) -> str:
