@@ -89,6 +89,25 @@ def test_windows_dml_extended_level_would_ship_cpu_only_fused_ops(tmp_path: Path
     assert not entry_path(tmp_path / "build" / "windows-dml", "net").exists()
 
 
+@pytest.mark.parametrize(
+    ("changes", "domain"),
+    [({"optimization_level": "extended"}, "com.microsoft"),
+     ({"optimization_level": "all", "allow_nchwc": True}, "com.microsoft.nchwc")],
+)  # fmt: skip
+def test_openvino_gets_no_cpu_only_ops(tmp_path: Path, changes: dict, domain: str) -> None:
+    """OpenVINO fails to create a session for NCHWc ops (tests/test_placement.py) and leaves some fused
+    ops to the CPU: the guard keeps both out of linux-openvino cooks, naming the EP."""
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    settings = shipped_settings("linux-openvino", **changes)
+    with pytest.raises(GuardError) as failure:
+        cook(job_for(assets, "net", settings, tmp_path / "build"))
+    message = str(failure.value)
+    assert "linux-openvino" in message and "OpenVINOExecutionProvider cannot run" in message
+    assert f"domain(s) {domain}" in message or f"domain(s) com.microsoft, {domain}" in message
+    assert not entry_path(tmp_path / "build" / "linux-openvino", "net").exists()
+
+
 def test_nchwc_only_for_x86_64_targets_that_ask(tmp_path: Path) -> None:
     """Trap 2: level `all` adds machine-specific nchwc ops unless the transformer is excluded."""
     model = conv_bn_relu_model()
