@@ -515,7 +515,7 @@ def test_a_model_that_pins_its_style_gets_no_fallback(tmp_path: Path) -> None:
         cook(job_for(tmp_path / "assets", "qdq", shipped_settings("android"), tmp_path / "build"))
 
 
-SHIPPED_PLATFORMS = ("android", "ios", "console", "windows-dml")
+SHIPPED_PLATFORMS = ("android", "ios", "console", "windows-dml", "linux-openvino")
 
 
 @pytest.mark.parametrize("platform", SHIPPED_PLATFORMS)

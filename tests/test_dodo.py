@@ -38,8 +38,8 @@ from tests.models import large_matmul_model
 # Every test here runs the real doit in a subprocess.
 pytestmark = pytest.mark.slow
 
-PLATFORMS = ("android", "console", "ios", "windows-dml")
-FORMATS = {"windows-dml": "onnx", "android": "ort", "ios": "ort", "console": "ort"}
+PLATFORMS = ("android", "console", "ios", "linux-openvino", "windows-dml")
+FORMATS = {"windows-dml": "onnx", "android": "ort", "ios": "ort", "console": "ort", "linux-openvino": "onnx"}
 CPU = ["CPUExecutionProvider"]
 RTOL, ATOL = 1e-4, 1e-5
 SYMBOLIC_DIMS = {"batch": 2}

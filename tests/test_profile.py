@@ -30,7 +30,7 @@ from pipeline.settings.table import DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "platforms"
-SHIPPED = ("android", "console", "ios", "windows-dml")
+SHIPPED = ("android", "console", "ios", "linux-openvino", "windows-dml")
 
 
 def write(path: Path, text: str) -> Path:
@@ -61,7 +61,7 @@ def problems_of(excinfo: pytest.ExceptionInfo[ProfileError]) -> list[str]:
 # --- shipped platforms ---------------------------------------------------------------------------
 
 
-def test_shipped_platforms_are_the_four_targets() -> None:
+def test_shipped_platforms_are_the_five_targets() -> None:
     assert tuple(p.name for p in load_platforms(SHIPPED_DIR, {})) == SHIPPED
 
 
