@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from pipeline.cook.source import load_source, normalize
 from pipeline.errors import GuardError, ModelError, VerifyError
 from pipeline.layout import blob_path, entry_path
 from pipeline.runtime import decode_blob, session_from_blob
+from pipeline.runtime.blob import check_blob
 from pipeline.settings.assets import discover
 from pipeline.settings.resolve import CookSettings, load_platforms, resolve
 from tests.models import RNG_SEED, conv_bn_relu_model, mlp_model, model_of, relu_model
@@ -106,6 +108,18 @@ def test_openvino_gets_no_cpu_only_ops(tmp_path: Path, changes: dict, domain: st
     assert "linux-openvino" in message and "OpenVINOExecutionProvider cannot run" in message
     assert f"domain(s) {domain}" in message or f"domain(s) com.microsoft, {domain}" in message
     assert not entry_path(tmp_path / "build" / "linux-openvino", "net").exists()
+
+
+@pytest.mark.parametrize(("policy", "written"), [("none", None), ("prefer_gpu", "prefer_gpu")])
+def test_ep_device_policy_reaches_the_blob_header(tmp_path: Path, policy: str, written: str | None) -> None:
+    """The platform's plugin-EP device policy is what the loader applies (tests/test_plugin_eps.py)."""
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    settings = shipped_settings("windows-dml", ep_device_policy=policy)
+    cook(job_for(assets, "net", settings, tmp_path / "build"))
+    entry = json.loads(entry_path(tmp_path / "build" / "windows-dml", "net").read_text())
+    blob = (tmp_path / "build" / "windows-dml" / entry["file"]).read_bytes()
+    assert check_blob(blob).header.device_policy == written
 
 
 def test_nchwc_only_for_x86_64_targets_that_ask(tmp_path: Path) -> None:

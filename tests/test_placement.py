@@ -15,12 +15,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.target_check import (
-    RuntimeCheckError,
-    coverage_failures,
-    placement_lines,
-    run_check,
-)
+from pipeline.build.placement_check import coverage_failures, placement_lines
+from pipeline.build.target_check import RuntimeCheckError, run_check
 from pipeline.cook.job import RuntimeCheck
 from pipeline.layout import entry_path, runtime_check_path
 from tests.models import conv_bn_relu_model, model_of

@@ -246,6 +246,24 @@ static const char *const FIELDS[] = {"model_format", "platform", "name", "model_
                                      "saved_runtime_optimizations", "execution_providers", "provider_options",
                                      "ep_session_options", "graph_size", "frames", "weights"};
 
+/* Optional (newer cookers write it only when the profile sets ep_device_policy): how onnxruntime >= 1.22
+ * picks EP devices. Absent or null is none; otherwise one of these, as the Python loader checks. */
+static const char *const DEVICE_POLICIES[] = {"prefer_gpu",     "prefer_npu", "prefer_cpu", "max_performance",
+                                              "max_efficiency", "min_power",  "default"};
+
+static oc_status check_device_policy(parse_ctx *c, const cJSON *policy) {
+    size_t i;
+    if (policy == NULL || cJSON_IsNull(policy)) return OC_OK;
+    if (!cJSON_IsString(policy)) {
+        return fail(c, OC_ERR_CORRUPT, "blob header field 'device_policy' has the wrong type");
+    }
+    for (i = 0; i < sizeof DEVICE_POLICIES / sizeof DEVICE_POLICIES[0]; ++i) {
+        if (strcmp(policy->valuestring, DEVICE_POLICIES[i]) == 0) return OC_OK;
+    }
+    return fail(c, OC_ERR_CORRUPT, "blob header field 'device_policy' is '%s', not a device policy",
+                policy->valuestring);
+}
+
 static oc_status check_field_types(parse_ctx *c, const cJSON *root) {
     size_t i;
     for (i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; ++i) {
@@ -263,7 +281,7 @@ static oc_status check_field_types(parse_ctx *c, const cJSON *root) {
         }
         if (!ok) return fail(c, OC_ERR_CORRUPT, "blob header field '%s' has the wrong type", FIELDS[i]);
     }
-    return OC_OK;
+    return check_device_policy(c, oc_json_get(root, "device_policy"));
 }
 
 static const char *dup_field(parse_ctx *c, const cJSON *root, const char *key) {

@@ -178,7 +178,7 @@ def run_runtime_checks(
     """Each check's models in the target onnxruntime, except those whose passing report for this
     exact blob and version the cache holds; the new passes are stored there, one per model, so that
     a shard's checks serve the agent that assembles the bundle."""
-    from pipeline.build.target_check import coverage_failures, placement_lines
+    from pipeline.build.placement_check import coverage_failures, placement_lines
     from pipeline.farm.cache import CookCache
     from pipeline.fsutil import write_json
 

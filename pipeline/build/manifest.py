@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.build.placement_check import placements
 from pipeline.build.publish import publish, retire
-from pipeline.build.target_check import placements, verified_versions
+from pipeline.build.target_check import verified_versions
 from pipeline.cook.budget import measured_variants, shrink_hint
 from pipeline.cook.key import BUNDLE_FORMAT, tool_versions
 from pipeline.errors import CookError

@@ -193,7 +193,8 @@ def _make(version: str, final: Path, profile: Path, install_timeout: float, requ
         staging = make_staging(runtimes_dir, final.name)
     except OSError as exc:
         raise _unwritable(runtimes_dir, profile, exc) from None
-    _say(f"creating the {' + '.join(requirements)} environment for the runtime check in {final}")
+    what = " + ".join(r.replace("==", " ") for r in requirements)
+    _say(f"creating the {what} environment for the runtime check in {final}")
     try:
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(staging)
@@ -376,71 +377,14 @@ def _failures(report: dict[str, Any], check: RuntimeCheck) -> list[str]:
     return [f"{name}: {models[name]['error']}" for name in check.names if not models.get(name, {}).get("ok")]
 
 
-def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list[str], list[str]]:
-    """The models whose measured share of nodes on the preferred EP is under their
-    ``min_ep_coverage``, each with the operators left to the CPU and what to do; and one note per
-    model with such a minimum whose placement could not be measured here (never a silent pass)."""
-    failures: list[str] = []
-    notes: list[str] = []
-    for name, need in check.min_coverage:
-        placement = report["models"].get(name, {}).get("placement")
-        if not need or placement is None:
-            continue
-        ep = placement.get("preferred", "the preferred EP")
-        if not placement.get("measured"):
-            notes.append(
-                f"{check.platform}:{name}: min_ep_coverage {need:g} not checked: placement on {ep} not "
-                f"measured ({placement.get('reason')})"
-            )
-        elif placement["coverage"] < need:
-            ops = ", ".join(placement.get("cpu_ops", [])) or "none named"
-            failures.append(
-                f"{name}: {placement['coverage']:.0%} of its nodes run on {ep}, under min_ep_coverage "
-                f"{need:g} (left to the CPU: {ops}; {placement['measured_with']}). Try a lower "
-                "`optimization_level` (fused CPU-only ops stay on the CPU), `format: onnx`, a model "
-                "without those operators, or lower `min_ep_coverage` for this model"
-            )
-    return failures, notes
-
-
-def placement_lines(check: RuntimeCheck, report: dict[str, Any]) -> list[str]:
-    """One line on where the platform's models run: measured coverage, or why it was not measured."""
-    placements = {n: m["placement"] for n, m in report["models"].items() if m.get("placement")}
-    if not placements:
-        return []
-    first = next(iter(placements.values()))
-    ep, tool = first.get("preferred", "its preferred EP"), first.get("measured_with", "")
-    unmeasured = [p for p in placements.values() if not p.get("measured")]
-    if len(unmeasured) == len(placements):
-        return [f"{check.platform}: placement on {ep} not measured ({unmeasured[0].get('reason')})"]
-    partial = [
-        f"{name} {p['coverage']:.0%} (CPU: {', '.join(p['cpu_ops']) or '-'})"
-        for name, p in placements.items()
-        if p.get("measured") and p["coverage"] < 1
-    ]
-    whole = sum(1 for p in placements.values() if p.get("measured") and p["coverage"] >= 1)
-    tail = f"; {'; '.join(partial)}" if partial else ""
-    extra = f"; {len(unmeasured)} not measured" if unmeasured else ""
-    return [f"{check.platform}: on {ep} ({tool}): {whole} of {len(placements)} model(s) wholly{tail}{extra}"]
-
-
 def verified_versions(result_path: Path, names: Sequence[str]) -> dict[str, str]:
     """Model name -> the onnxruntime version a passed runtime check ran it on."""
-    report = _result(result_path)
+    report = read_result(result_path)
     return {name: report["onnxruntime"] for name in names if report["models"].get(name, {}).get("ok")}
 
 
-def placements(result_path: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Model name -> where a passed runtime check found its nodes to run (``placement.measure``), or
-    why that was not measured."""
-    report = _result(result_path)
-    models = report["models"]
-    return {
-        n: models[n]["placement"] for n in names if models.get(n, {}).get("ok") and "placement" in models[n]
-    }
-
-
-def _result(result_path: Path) -> dict[str, Any]:
+def read_result(result_path: Path) -> dict[str, Any]:
+    """A runtime check's report as written (no models: never run)."""
     if not result_path.is_file():
         return {"models": {}}
     try:

@@ -147,7 +147,7 @@ def cook_variant(
             execution_providers=settings.execution_providers,
             provider_options=options["provider_options"],
             ep_session_options=options["ep_session_options"],
-            **({"device_policy": settings.ep_device_policy} if settings.ep_device_policy else {}),
+            **({"device_policy": settings.ep_device_policy} if settings.ep_device_policy != "none" else {}),
         )
     try:
         verification, verify_data = verify_blob(job, reference, blob, read)

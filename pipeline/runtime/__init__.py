@@ -42,7 +42,12 @@ _EXPORTS: dict[str, str] = {
     "UnsupportedBlobVersionError": "errors",
     "LoadInfo": "session",
     "LoadPath": "loadpaths",
-    "choose_providers": "session",
+    "DEVICE_POLICIES": "header",
+    "DeviceSelection": "devices",
+    "SessionPlan": "devices",
+    "choose_providers": "devices",
+    "plan_session": "devices",
+    "register_ep_libraries": "devices",
     "load_info": "session",
     "session_from_blob": "session",
 }

@@ -18,10 +18,11 @@ import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
+from .devices import DeviceSelection, ProviderSpec
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .header import MAX_HEADER_SIZE
 from .loadpaths import BlobFile
-from .session import Progress, ProviderSpec, load_info, no_progress, session_from_checked
+from .session import Progress, load_info, no_progress, session_from_checked
 from .trust import SIGNATURE_SIZE, verify_signature
 
 MAX_MANIFEST_SIZE = 64 << 20
@@ -113,12 +114,15 @@ class Bundle:
         low_memory: bool = False,
         progress: Progress | None = None,
         load_path: str | None = None,
+        ep_libraries: Mapping[str, str | os.PathLike[str]] | None = None,
+        devices: DeviceSelection | None = None,
     ) -> onnxruntime.InferenceSession:
         """A session for model ``name``; see ``session_from_blob`` for ``providers``, ``threads``,
-        ``low_memory``, ``load_path`` and ``progress`` (here also ``"read"``, mapping or reading the
-        file, and ``"check"``, its size and identity against the manifest, before ``"decompress"``
-        and ``"session"``). The CRC-32s of raw content are checked unless ``open_bundle`` (``verify``)
-        hashed this same file, unchanged since (inode, size, modification and change times).
+        ``low_memory``, ``load_path``, ``ep_libraries`` and ``devices`` (plugin EPs) and ``progress``
+        (here also ``"read"``, mapping or reading the file, and ``"check"``, its size and identity
+        against the manifest, before ``"decompress"`` and ``"session"``). The CRC-32s of raw content
+        are checked unless ``open_bundle`` (``verify``) hashed this same file, unchanged since
+        (inode, size, modification and change times).
 
         The blob file is mapped read-only (``open_bundle(map_blobs=False)`` reads it instead): raw
         sections go to onnxruntime straight from the page cache, and the mapping lives as long as
@@ -156,6 +160,8 @@ class Bundle:
                 progress=report,
                 load_path=load_path,
                 model_file=model_file,
+                ep_libraries=ep_libraries,
+                devices=devices,
             )
         finally:
             if fd is not None:

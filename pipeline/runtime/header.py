@@ -42,6 +42,17 @@ _TRAILER = struct.Struct("<8sQ")
 TRAILER_SIZE = _TRAILER.size
 # The flatbuffers file identifier of an ORT-format model, at bytes 4..8.
 ORT_IDENTIFIER = b"ORTM"
+# The header's optional ``device_policy`` (the profile's ``ep_device_policy``): how onnxruntime >= 1.22
+# picks EP devices when the game names none (pipeline/runtime/devices.py maps them onto onnxruntime).
+DEVICE_POLICIES = (
+    "prefer_gpu",
+    "prefer_npu",
+    "prefer_cpu",
+    "max_performance",
+    "max_efficiency",
+    "min_power",
+    "default",
+)
 
 _FRAME_PREFIX = struct.Struct("<II")  # skippable magic, payload size
 _HEADER_PREFIX = struct.Struct("<8sHI")  # HEADER_MAGIC, blob format version, crc32 of the JSON
@@ -64,6 +75,7 @@ class BlobHeader:
     execution_providers: tuple[str, ...] = ("CPUExecutionProvider",)
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ep_session_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    device_policy: str | None = None  # one of DEVICE_POLICIES; absent from the JSON when None
     # Versions 2 and 3 (a version-1 blob has one zstd frame holding the model file).
     version: int = LEGACY_BLOB_FORMAT_VERSION
     graph_size: int | None = None
@@ -75,6 +87,8 @@ class BlobHeader:
         frame's binary prefix, not here)."""
         data = {key: value for key, value in asdict(self).items() if key not in _V2_FIELDS}
         data["execution_providers"] = list(self.execution_providers)
+        if self.device_policy is None:
+            del data["device_policy"]  # blobs without one stay byte-identical to older cookers'
         if self.version >= 2:
             data["graph_size"] = self.graph_size
             data["frames"] = [_frame_json(f, self.version) for f in self.frames]
@@ -108,6 +122,8 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "provider_options": dict,
     "ep_session_options": dict,
 }
+# Optional: read when present (older blobs lack them).
+_OPTIONAL_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"device_policy": (str, type(None))}
 _V2_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "graph_size": int,
     "frames": list,
@@ -228,6 +244,15 @@ def _header_from_json(payload: bytes, version: int, start: int, end: int) -> Blo
         value = fields[key]
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             raise CorruptBlobError(f"blob header field {key!r} has the wrong type ({type(value).__name__})")
+    optional = {key: fields[key] for key in _OPTIONAL_FIELD_TYPES if key in fields}
+    for key, value in optional.items():
+        if not isinstance(value, _OPTIONAL_FIELD_TYPES[key]):
+            raise CorruptBlobError(f"blob header field {key!r} has the wrong type ({type(value).__name__})")
+    if optional.get("device_policy") not in (None, *DEVICE_POLICIES):
+        raise CorruptBlobError(
+            f"blob header field 'device_policy' is {optional['device_policy']!r}, not one of "
+            f"{', '.join(DEVICE_POLICIES)}; re-cook with a valid ep_device_policy"
+        )
     if fields["model_format"] not in MODEL_FORMATS:
         raise CorruptBlobError(f"blob header names an unknown model format {fields['model_format']!r}")
     if fields["model_size"] < 0 or fields["compressed_size"] < 0:
@@ -243,7 +268,7 @@ def _header_from_json(payload: bytes, version: int, start: int, end: int) -> Blo
         raise CorruptBlobError(
             f"blob header field 'min_runtime_version' is not a version: {fields['min_runtime_version']!r}"
         ) from None
-    known = {key: fields[key] for key in _FIELD_TYPES}
+    known = {key: fields[key] for key in _FIELD_TYPES} | optional
     known["execution_providers"] = tuple(known["execution_providers"])
     if version >= 2:
         known |= _v2_layout(fields, version, start, end)

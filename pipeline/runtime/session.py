@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ import onnxruntime
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .compat import format_version, parse_version
 from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
+from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
+from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .header import BlobHeader
 from .loadpaths import BlobFile, LoadPath, choose_load_path, prepare, why_not
@@ -21,10 +24,6 @@ from .pager import Pager, file_lock
 
 log = logging.getLogger("pipeline.runtime")
 
-CPU = "CPUExecutionProvider"
-# DirectML can only share a session with the CPU EP (docs/design.md, "DirectML sessions").
-EXCLUSIVE_WITH_CPU = frozenset({"DmlExecutionProvider"})
-ProviderSpec = str | tuple[str, Mapping[str, Any]]
 # progress(stage, fraction): stage "read" (Bundle.session), "decompress", then "session"; fraction 0.0
 # when the stage starts and 1.0 when it ends. For a loading screen; called on the caller's thread.
 Progress = Callable[[str, float], None]
@@ -46,29 +45,6 @@ _OPTIMIZATION_LEVELS = dict(
         strict=True,
     )
 )
-
-
-def choose_providers(
-    preference: Sequence[str], available: Sequence[str]
-) -> tuple[list[str], list[tuple[str, str]]]:
-    """The EPs to use, in order, and the (EP, reason) pairs that were skipped.
-
-    Every preferred EP that this onnxruntime build offers, then the CPU EP as the fallback; an EP that
-    must run alone with the CPU (DirectML) ends the list.
-    """
-    chosen: list[str] = []
-    skipped: list[tuple[str, str]] = []
-    for ep in preference:
-        if ep == CPU:
-            continue
-        if ep not in available:
-            skipped.append((ep, "not offered by this onnxruntime build"))
-        elif chosen and (ep in EXCLUSIVE_WITH_CPU or chosen[0] in EXCLUSIVE_WITH_CPU):
-            skipped.append((ep, f"cannot be combined with {chosen[0]}"))
-        else:
-            chosen.append(ep)
-    chosen.append(CPU)
-    return chosen, skipped
 
 
 def check_runtime(header: BlobHeader, installed: str = onnxruntime.__version__) -> None:
@@ -122,14 +98,6 @@ def session_options_for(
     return options
 
 
-def _provider_names(providers: Sequence[ProviderSpec]) -> list[str]:
-    return [spec if isinstance(spec, str) else spec[0] for spec in providers]
-
-
-def _with_options(header: BlobHeader, names: Sequence[str]) -> list[ProviderSpec]:
-    return [(ep, {k: str(v) for k, v in header.provider_options.get(ep, {}).items()}) for ep in names]
-
-
 @dataclass(frozen=True)
 class LoadInfo:
     """How a session was loaded (``load_info(session)``): the load path and whether its weights are
@@ -156,6 +124,8 @@ def session_from_blob(
     low_memory: bool = False,
     progress: Progress | None = None,
     load_path: str | None = None,
+    ep_libraries: Mapping[str, str | os.PathLike[str]] | None = None,
+    devices: DeviceSelection | None = None,
 ) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` for a cooked blob, created from memory.
 
@@ -178,8 +148,18 @@ def session_from_blob(
     called as each stage starts (0.0) and ends (1.0): ``"decompress"`` (checks and decompression),
     then ``"session"`` (onnxruntime builds the session), for a loading screen. Raises only
     ``BundleError`` subclasses.
+
+    Plugin EPs (onnxruntime >= 1.22, Windows ML): ``ep_libraries`` (registration name -> library
+    path) are registered once per process (``register_ep_libraries``); ``devices`` picks EP devices,
+    as ``(EP name, "cpu"|"gpu"|"npu"|None)`` pairs in preference order (every EP named must offer one
+    of them) or a policy name (``"prefer_gpu"``, ``"prefer_npu"``, ``"prefer_cpu"``,
+    ``"max_performance"``, ``"max_efficiency"``, ``"min_power"``, ``"default"``); it excludes
+    ``providers``. Without it the blob's ``device_policy`` applies, else a plugin EP the blob prefers
+    runs on the devices it offers, else the classic list above (always on older onnxruntime). The
+    CPU EP takes the nodes the chosen EPs leave (``devices.plan_session``).
     """
     report = progress or no_progress
+    extra = (ep_libraries, devices)
     report("decompress", 0.0)
     checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=False)
     # The CRC-32s of raw content catch damage, not attacks (anyone can recompute them; hostile bytes
@@ -188,13 +168,13 @@ def session_from_blob(
     # weights: 64 ms of CRC that no longer add to the load (docs/design.md, "Loading from memory").
     if checked.raw_bytes() < DEFER_RAW_CHECK_MIN:
         checked.check_raw()
-        return _session(checked, providers, session_options, low_memory, report, load_path, None)
+        return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
     # One core for it while onnxruntime prepacks on the others; without prepacking onnxruntime is
     # done in a millisecond and the check is all that is left: every core for it then.
     crc_threads = None if low_memory else 1
     crc = _Background(lambda: checked.check_raw(threads=crc_threads))
     try:
-        session = _session(checked, providers, session_options, low_memory, report, load_path, None)
+        session = _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
     except BaseException:
         crc.result()  # damage explains a refusal better than onnxruntime's message does
         raise
@@ -239,11 +219,13 @@ def session_from_checked(
     progress: Progress | None = None,
     load_path: str | None = None,
     model_file: BlobFile | None = None,
+    ep_libraries: Mapping[str, str | os.PathLike[str]] | None = None,
+    devices: DeviceSelection | None = None,
 ) -> onnxruntime.InferenceSession:
     """``session_from_blob`` after ``check_blob`` (``Bundle.session`` passes the mapped blob file)."""
-    return _session(
-        checked, providers, session_options, low_memory, progress or no_progress, load_path, model_file
-    )
+    report = progress or no_progress
+    extra = (ep_libraries, devices)
+    return _session(checked, providers, session_options, low_memory, report, load_path, model_file, *extra)
 
 
 def _session(
@@ -254,28 +236,28 @@ def _session(
     report: Progress,
     load_path: str | None,
     model_file: BlobFile | None,
+    ep_libraries: Mapping[str, str | os.PathLike[str]] | None = None,
+    devices: DeviceSelection | None = None,
 ) -> onnxruntime.InferenceSession:
     header = checked.header
     check_runtime(header)
     path = _load_path(checked, load_path, model_file, low_memory)
     refused = _REFUSED.get(_refusal_key(header)) if load_path is None else None
-    if providers is None:
-        names, skipped = choose_providers(header.execution_providers, onnxruntime.get_available_providers())
-        specs = _with_options(header, names)
-        why = "; ".join(f"skipped {ep} ({reason})" for ep, reason in skipped)
-        chosen = f"{', '.join(names)}{f'; {why}' if why else ''}"
-    else:
-        specs = list(providers)
-        names = _provider_names(specs)
-        chosen = f"{', '.join(names)} (given by the caller)"
+    _register(ep_libraries or {}, header.name)
+    plan = plan_for(header, providers, devices, session_options)
+    names, specs = plan.names, plan.providers
     log.info(
         "%s: using %s; load path %s (%s)",
         header.name,
-        chosen,
+        plan.explanation,
         path.value,
         "weights in place" if path.in_place else "onnxruntime copies the weights",
     )
     options = session_options_for(header, names, session_options)
+    try:
+        plan.configure(options)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise SessionCreateError(f"model {header.name!r}: onnxruntime refused the devices: {exc}") from None
     if low_memory:
         options.add_session_config_entry("session.disable_prepacking", "1")
     try:
@@ -334,15 +316,26 @@ def _session(
     # What onnxruntime uses in place must live as long as the session: the blob's views (and through
     # them the caller's buffer or the mapped file) go with it.
     session._onnx_cooker_keep = prepared.keep  # type: ignore[attr-defined]
-    info = LoadInfo(path, path.in_place, tuple(names), refused)
+    info = LoadInfo(path, path.in_place, _used(plan, session, header.name), refused)
     session._onnx_cooker_load = info  # type: ignore[attr-defined]
     return session
+
+
+def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -> tuple[str, ...]:
+    """The session's EPs: the classic list as given, else what onnxruntime made of the devices or
+    policy (logged: a policy is onnxruntime's choice, known only now)."""
+    if plan.providers is not None:
+        return plan.names
+    used = tuple(session.get_providers())
+    if plan.policy is not None:
+        log.info("%s: device policy %s chose %s", name, plan.policy, ", ".join(used))
+    return used
 
 
 def _create(
     model: bytes | str,
     options: onnxruntime.SessionOptions,
-    specs: Sequence[ProviderSpec],
+    specs: Sequence[ProviderSpec] | None,
     mapped_fd: int | None,
     low_memory: bool,
 ) -> onnxruntime.InferenceSession:

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pipeline.runtime.constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
+from pipeline.runtime.header import DEVICE_POLICIES as DEVICE_POLICIES  # the loader's names
 from pipeline.settings.checks import Scalar, check_names, describe, is_name, type_hint
 
 
@@ -68,16 +69,6 @@ RUNTIME_PACKAGES: Mapping[str, str] = MappingProxyType(
         "onnxruntime-qnn": "onnxruntime",  # Windows on Arm / x64 only, and a Qualcomm NPU
         "onnxruntime-gpu": "onnxruntime",  # an NVIDIA GPU and CUDA, which build machines rarely have
     }
-)
-# Device selection policies of onnxruntime's plugin-EP API (``ep_device_policy``), as the loader names them.
-DEVICE_POLICIES = (
-    "prefer_gpu",
-    "prefer_npu",
-    "prefer_cpu",
-    "max_performance",
-    "max_efficiency",
-    "min_power",
-    "default",
 )
 # Per-EP session options a profile may set; any other name must be an onnxruntime config entry,
 # which always contains a dot (e.g. "session.intra_op.allow_spinning") and takes a string.

@@ -188,11 +188,11 @@ SETTINGS: tuple[Setting, ...] = (
             "`session.intra_op.allow_spinning`; others could make an EP write files and are refused)",
             check=eprules.check_ep_session_options, cooked=eprules.session_options_with_rules,
             schema={"additionalProperties": eprules.session_options_schema()}),
-    Setting("ep_device_policy", TEXT, "",
+    Setting("ep_device_policy", TEXT, "none",
             "plugin EPs (onnxruntime >= 1.22, Windows ML): the device selection policy the loader asks "
             "onnxruntime for when the game names no devices: `prefer_gpu`, `prefer_npu`, `prefer_cpu`, "
-            "`max_performance`, `max_efficiency`, `min_power`, `default`; empty: the classic EP list",
-            choices=("", *eprules.DEVICE_POLICIES)),
+            "`max_performance`, `max_efficiency`, `min_power`, `default`; `none`: the classic EP list",
+            choices=("none", *eprules.DEVICE_POLICIES)),
     Setting("min_ep_coverage", FLOAT, 0.0,
             "the runtime check fails a model when less than this share of its nodes runs on the "
             "platform's preferred EP (measured where `runtime_package` runs that EP on the build "
