@@ -165,7 +165,12 @@ def measure_blob(
 
 
 def run(
-    quick: bool, workdir: Path, runtimes: Path, runtime_check: bool, device_type: str | None = "gpu"
+    quick: bool,
+    workdir: Path,
+    runtimes: Path,
+    runtime_check: bool,
+    device_type: str | None = "gpu",
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     project = copy_project(workdir / "project")
@@ -208,9 +213,21 @@ def run(
                 continue
             _step(f"{platform}:{model}", started)
             blob = build.blob(platform, model).read_bytes()
-            rows[f"{platform}:{model}"] = measure_blob(
-                blob, entry["format"], feeds(build, model), gpu, repeats
-            )
+            feed = feeds(build, model)
+            rows[f"{platform}:{model}"] = measure_blob(blob, entry["format"], feed, gpu, repeats, device_type)
+            if progress is not None:  # the table so far: a run cut off at its time limit keeps it
+                progress(_result(quick, gpu, device_type, note, rows, started))
+    return _result(quick, gpu, device_type, note, rows, started)
+
+
+def _result(
+    quick: bool,
+    gpu: tuple[dict[str, str], str, str] | None,
+    device_type: str | None,
+    note: str | None,
+    rows: dict[str, dict[str, Any]],
+    started: float,
+) -> dict[str, Any]:
     devices = [
         {"ep": d.ep_name, "vendor": d.ep_vendor, "vendor_id": d.device.vendor_id, **dict(d.device.metadata)}
         for d in (gpu_devices(gpu[1], device_type) if gpu else [])
@@ -223,7 +240,8 @@ def run(
         "plugin": None if gpu is None else {"ep": gpu[1], "version": gpu[2]},
         "devices": devices,
         "note": note,
-        "rows": rows,
+        "device_type": device_type,
+        "rows": dict(rows),
         "duration_s": time.perf_counter() - started,
     }
 
@@ -273,13 +291,14 @@ def render(result: dict[str, Any]) -> str:
         f"| onnxruntime | {result['onnxruntime']} |",
         f"| plugin EP | {plugin['ep'] + ' ' + plugin['version'] if plugin else '-'} |",
         f"| device(s) offered | {json.dumps(result['devices']) if result['devices'] else '-'} |",
-        f"| CPU | {result['machine'].get('cpu', '?')} |",
+        *(f"| {key} | {value} |" for key, value in result["machine"].items()),
         "",
     ]
     if result["note"]:
         lines += [f"**{result['note']}.**", ""]
     lines += [
-        "Each blob loaded with `session_from_blob(blob, ep_libraries=..., devices=[(EP, 'gpu')])`; "
+        f"Each blob loaded with `session_from_blob(blob, ep_libraries=..., devices=[(EP, "
+        f"{result.get('device_type')!r})])`; "
         "placement by the runtime check's methods (assignment record for ONNX, profiler for ORT format); "
         "errors against the CPU EP on the cook's verification inputs; times are medians (ready: fresh "
         "sessions; run: steady state after a warm-up run).",
@@ -310,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        result = run(args.quick, workdir, args.runtimes, not args.no_runtime_check, device_type)
+
+        def write(partial: dict[str, Any]) -> None:
+            args.out.write_text(render(partial), encoding="utf-8")
+
+        result = run(args.quick, workdir, args.runtimes, not args.no_runtime_check, device_type, write)
     args.out.write_text(render(result), encoding="utf-8")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
