@@ -42,6 +42,7 @@ import onnxruntime
 
 from pipeline.build.placement import measure
 from pipeline.runtime import session_from_blob
+from pipeline.runtime.loadpaths import LoadPath
 
 from . import models
 from .machine import describe
@@ -161,7 +162,30 @@ def measure_blob(
         )
     except Exception as exc:  # noqa: BLE001  recorded in the table: the run goes on
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        row["load_paths"] = _other_load_paths(blob, names, feed, libraries, ep, device_type)
     return row
+
+
+def _other_load_paths(
+    blob: bytes,
+    names: list[str],
+    feed: dict[str, np.ndarray],
+    libraries: dict[str, str],
+    ep: str,
+    device_type: str | None,
+) -> dict[str, str]:
+    """Whether the blob runs on the GPU along each load path the loader knows (which one fails)."""
+    found = {}
+    for path in LoadPath:
+        try:
+            session = session_from_blob(
+                blob, ep_libraries=libraries, devices=[(ep, device_type)], load_path=path.value
+            )
+            session.run(names, feed)
+            found[path.value] = "runs"
+        except Exception as exc:  # noqa: BLE001
+            found[path.value] = str(exc).splitlines()[0][:160]
+    return found
 
 
 def run(
@@ -253,7 +277,9 @@ def _ms(value: float | None) -> str:
 def _gpu_cells(row: dict[str, Any]) -> list[str]:
     """Nodes on the GPU EP, coverage, CPU ops, max abs and rel error (or why not)."""
     if "error" in row:
-        return [f"failed: {row['error']}", "-", "-", "-", "-"]
+        runs = [path for path, how in row.get("load_paths", {}).items() if how == "runs"]
+        also = f" (runs along: {', '.join(runs) or 'no load path'})" if "load_paths" in row else ""
+        return [f"failed: {row['error'][:200]}{also}", "-", "-", "-", "-"]
     placement = row.get("placement")
     if not placement:
         return ["-"] * 5

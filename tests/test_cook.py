@@ -122,6 +122,20 @@ def test_ep_device_policy_reaches_the_blob_header(tmp_path: Path, policy: str, w
     assert check_blob(blob).header.device_policy == written
 
 
+def test_webgpu_platforms_ship_onnx_only(tmp_path: Path) -> None:
+    """The H200 run (bench/results-gpu.md): ORT-format models can fail on the WebGPU EP; the guard
+    refuses that combination, naming the EP and the fix, and lets ONNX through."""
+    assets = tmp_path / "assets"
+    save(conv_bn_relu_model(), assets, "net")
+    eps = ["WebGpuExecutionProvider", "CPUExecutionProvider"]
+    with pytest.raises(GuardError) as failure:
+        cook(job_for(assets, "net", shipped_settings("android", execution_providers=eps), tmp_path / "ort"))
+    assert "WebGpuExecutionProvider does not run ort-format models correctly" in str(failure.value)
+    assert "`format: onnx`" in str(failure.value)
+    cook(job_for(assets, "net", shipped_settings("windows-dml", execution_providers=eps), tmp_path / "onnx"))
+    assert entry_path(tmp_path / "onnx" / "windows-dml", "net").exists()
+
+
 def test_nchwc_only_for_x86_64_targets_that_ask(tmp_path: Path) -> None:
     """Trap 2: level `all` adds machine-specific nchwc ops unless the transformer is excluded."""
     model = conv_bn_relu_model()

@@ -31,6 +31,7 @@ class EpRule:
     only_with: tuple[str, ...] | None = None  # None: combines with any EP
     reason: str = "built-in rule"
     usability: str | None = None
+    formats: tuple[str, ...] = ("onnx", "ort")  # the model formats the EP runs correctly
 
 
 EP_RULES: Mapping[str, EpRule] = MappingProxyType(
@@ -51,6 +52,16 @@ EP_RULES: Mapping[str, EpRule] = MappingProxyType(
         # and of the CPU-only fused ops of com.microsoft it takes some (FusedConv) and leaves others
         # to the CPU (docs/design.md, "Operators the target EP cannot run"): the default domain only.
         "OpenVINOExecutionProvider": EpRule(domains=("",)),
+        # Measured on an NVIDIA H200 (bench/results-gpu.md): onnxruntime 1.32.0 with the WebGPU plugin
+        # EP (onnxruntime-ep-webgpu 0.4.0) runs every ONNX blob of the bench, but an ORT-format
+        # transformer fails at its first Gather ("All inputs must be tensors on WebGPU buffers") at
+        # every optimization level and load path, also loaded by onnxruntime itself from a .ort file.
+        "WebGpuExecutionProvider": EpRule(
+            domains=("",),
+            formats=("onnx",),
+            reason="onnxruntime's WebGPU EP fails ORT-format models whose Gather reads an initializer "
+            '(docs/design.md, "Operators the target EP cannot run")',
+        ),
         "NnapiExecutionProvider": EpRule(usability="nnapi"),
         "XnnpackExecutionProvider": EpRule(),
         "CoreMLExecutionProvider": EpRule(usability="coreml"),
@@ -83,6 +94,12 @@ SESSION_OPTIONS: Mapping[str, type | tuple[str, ...]] = MappingProxyType(
 
 def ep_rule(execution_provider: str) -> EpRule:
     return EP_RULES.get(execution_provider, _UNKNOWN_EP_RULE)
+
+
+def ep_formats(execution_provider: str) -> tuple[str, tuple[str, ...]]:
+    """Why, and which model formats an EP runs correctly (both, for EPs without a rule)."""
+    rule = ep_rule(execution_provider)
+    return rule.reason, rule.formats
 
 
 def ep_domains(execution_provider: str) -> tuple[str, ...]:
