@@ -324,3 +324,25 @@ def test_the_native_bench_times_every_platform_through_oc_run(tmp_path: Path) ->
     assert report.count("| large_weights |") == 5
     assert "sha256 pass" in report and "library's own cost" in report
     assert "| met |" in report or "| **missed** |" in report
+
+
+def test_the_gpu_bench_says_when_there_is_no_gpu_and_measures_the_cpu_side(tmp_path: Path) -> None:
+    """``python -m bench.gpu --quick`` on this machine (no GPU plugin EP installed in the test
+    environment): it cooks both platforms with doit, says it measures the CPU side only, and has a
+    row with CPU times for every example model of each platform (the H200 run: bench/results-gpu.md)."""
+    output, raw = tmp_path / "results-gpu.md", tmp_path / "gpu.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.gpu", "--quick", "--out", str(output), "--json", str(raw),
+         "--workdir", str(tmp_path / "work"), "--runtimes", str(RUNTIMES_CACHE)],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    table = output.read_text(encoding="utf-8")
+    assert "CPU side only" in table
+    rows = json.loads(raw.read_text(encoding="utf-8"))["rows"]
+    examples = sorted(p.stem for p in (REPO / "assets").glob("*.onnx"))
+    for platform in ("windows-dml", "android"):
+        for model in examples:
+            row = rows[f"{platform}:{model}"]
+            assert row["ready_cpu_ms"] > 0 and row["run_cpu_ms"] > 0 and "placement" not in row
+            assert f"| {platform}:{model} | {row['format']} | - |" in table

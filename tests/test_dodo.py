@@ -270,6 +270,20 @@ def test_first_cook_runs_every_task_and_writes_a_manifest_per_platform(cooked: C
         ]
         assert manifest["runtime_check"] == "on"
         assert all(target in entry["verified_on"] for entry in manifest["models"].values()), platform
+        # Where the nodes run: measured on OpenVINO for linux-openvino (every node of every example);
+        # elsewhere the preferred EP cannot run on this machine, and the manifest says so.
+        for name, entry in manifest["models"].items():
+            placement = entry["placement"]
+            if platform == "linux-openvino":
+                assert placement["measured"] and placement["coverage"] == 1.0, (name, placement)
+                assert placement["measured_with"] == "onnxruntime-openvino 1.24.1"
+            else:
+                assert placement["measured"] is False and placement["reason"], (platform, name, placement)
+    assert "linux-openvino: on OpenVINOExecutionProvider (onnxruntime-openvino 1.24.1)" in cooked.first.output
+    assert (
+        "windows-dml: placement on DmlExecutionProvider not measured (DirectML runs only"
+        in cooked.first.output
+    )
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
