@@ -22,10 +22,19 @@ class BenchError(Exception):
     """A benchmark step failed (a cook, a probe); the message says which and where its log is."""
 
 
+# Shipped platforms the benches leave out, and why (docs/benchmarks.md).
+NOT_BENCHED = {
+    "linux-openvino": "its target runtime is onnxruntime-openvino, whose session creation is OpenVINO "
+    "compiling the graph: a load time there measures OpenVINO, not the loader; where its nodes run is "
+    "proven by the runtime check (tests/test_dodo.py, tests/test_placement.py)",
+}
+
+
 def copy_project(dest: Path) -> Path:
-    """``dodo.py``, ``pipeline/`` and ``platforms/`` copied into ``dest`` (assets and builds go beside)."""
+    """``dodo.py``, ``pipeline/`` and ``platforms/`` (less ``NOT_BENCHED``) copied into ``dest`` (assets
+    and builds go beside)."""
     dest.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", *(f"{name}.yaml" for name in NOT_BENCHED))
     for name in PROJECT_FILES:
         source = REPO / name
         if source.is_dir():

@@ -42,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     "UnsupportedBlobVersionError": "errors",
     "LoadInfo": "session",
     "LoadPath": "loadpaths",
-    "DEVICE_POLICIES": "header",
+    "DEVICE_POLICIES": "constants",
     "DeviceSelection": "devices",
     "SessionPlan": "devices",
     "choose_providers": "devices",

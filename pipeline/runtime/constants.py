@@ -72,3 +72,16 @@ UNSAFE_CONFIG_ENTRIES: dict[str, str] = {
         "session.model_external_initializers_file_folder_path",
     )
 }
+
+# Device selection policies of onnxruntime's plugin-EP API (a blob's ``device_policy``, the platform's
+# ``ep_device_policy``), as the loader names them (``devices.POLICY_MEMBERS`` maps them onto
+# ``onnxruntime.OrtExecutionProviderDevicePolicy``).
+DEVICE_POLICIES = (
+    "prefer_gpu",
+    "prefer_npu",
+    "prefer_cpu",
+    "max_performance",
+    "max_efficiency",
+    "min_power",
+    "default",
+)

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 from .compat import parse_version
 from .constants import (
     BLOB_FORMAT_VERSION,
+    DEVICE_POLICIES,
     LEGACY_BLOB_FORMAT_VERSION,
     V2_BLOB_FORMAT_VERSION,
     ModelFormat,
@@ -42,18 +43,6 @@ _TRAILER = struct.Struct("<8sQ")
 TRAILER_SIZE = _TRAILER.size
 # The flatbuffers file identifier of an ORT-format model, at bytes 4..8.
 ORT_IDENTIFIER = b"ORTM"
-# The header's optional ``device_policy`` (the profile's ``ep_device_policy``): how onnxruntime >= 1.22
-# picks EP devices when the game names none (pipeline/runtime/devices.py maps them onto onnxruntime).
-DEVICE_POLICIES = (
-    "prefer_gpu",
-    "prefer_npu",
-    "prefer_cpu",
-    "max_performance",
-    "max_efficiency",
-    "min_power",
-    "default",
-)
-
 _FRAME_PREFIX = struct.Struct("<II")  # skippable magic, payload size
 _HEADER_PREFIX = struct.Struct("<8sHI")  # HEADER_MAGIC, blob format version, crc32 of the JSON
 

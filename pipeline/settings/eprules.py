@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from pipeline.runtime.constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
-from pipeline.runtime.header import DEVICE_POLICIES as DEVICE_POLICIES  # the loader's names
+from pipeline.runtime.constants import (
+    ALLOWED_CONFIG_PREFIXES,
+    OPTIMIZATION_LEVELS,
+    UNSAFE_CONFIG_ENTRIES,
+)
 from pipeline.settings.checks import Scalar, check_names, describe, is_name, type_hint
 
 

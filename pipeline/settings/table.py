@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from pipeline.runtime.constants import OPTIMIZATION_LEVELS, Arch, ModelFormat, OptimizationStyle, Precision
+from pipeline.runtime.constants import (
+    DEVICE_POLICIES,
+    OPTIMIZATION_LEVELS,
+    Arch,
+    ModelFormat,
+    OptimizationStyle,
+    Precision,
+)
 from pipeline.settings import eprules, precision_options
 from pipeline.settings.checks import (
     MAX_DIM_SIZE,
@@ -192,7 +199,7 @@ SETTINGS: tuple[Setting, ...] = (
             "plugin EPs (onnxruntime >= 1.22, Windows ML): the device selection policy the loader asks "
             "onnxruntime for when the game names no devices: `prefer_gpu`, `prefer_npu`, `prefer_cpu`, "
             "`max_performance`, `max_efficiency`, `min_power`, `default`; `none`: the classic EP list",
-            choices=("none", *eprules.DEVICE_POLICIES)),
+            choices=("none", *DEVICE_POLICIES)),
     Setting("min_ep_coverage", FLOAT, 0.0,
             "the runtime check fails a model when less than this share of its nodes runs on the "
             "platform's preferred EP (measured where `runtime_package` runs that EP on the build "
