@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -70,7 +71,10 @@ def find_plugin() -> tuple[dict[str, str], str, str] | None:
         path = getattr(module, function, None) or getattr(module, "library_path", None)
         if path is None:
             continue
-        version = getattr(module, "__version__", "?")
+        try:
+            version = importlib.metadata.version(module_name.replace("_", "-"))
+        except importlib.metadata.PackageNotFoundError:
+            version = getattr(module, "__version__", "?")
         return {ep: str(path() if callable(path) else path)}, ep, str(version)
     return None
 
@@ -344,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="keep the project and build here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"the table (default {OUT.relative_to(REPO)})")
     parser.add_argument("--json", type=Path, help="also write the raw measurements here")
-    parser.add_argument("--runtimes", type=Path, default=REPO / ".bench-runtimes",
+    parser.add_argument("--runtimes-dir", dest="runtimes", type=Path, default=REPO / "build" / ".runtimes",
                         help="the runtime check's onnxruntime environments")  # fmt: skip
     parser.add_argument("--no-runtime-check", action="store_true",
                         help="cook with the runtime check off (no package registry)")  # fmt: skip

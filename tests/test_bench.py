@@ -333,7 +333,7 @@ def test_the_gpu_bench_says_when_there_is_no_gpu_and_measures_the_cpu_side(tmp_p
     output, raw = tmp_path / "results-gpu.md", tmp_path / "gpu.json"
     completed = subprocess.run(
         [sys.executable, "-m", "bench.gpu", "--quick", "--out", str(output), "--json", str(raw),
-         "--workdir", str(tmp_path / "work"), "--runtimes", str(RUNTIMES_CACHE)],
+         "--workdir", str(tmp_path / "work"), "--runtimes-dir", str(RUNTIMES_CACHE)],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -169,8 +169,10 @@ def test_min_ep_coverage_fails_under_and_passes_over(openvino_report: tuple[Runt
                       min_coverage=(("conv", 1.0), ("scaler", 0.9), ("scaler_ort", 0.2)))  # fmt: skip
     failures, notes = coverage_failures(report, strict)
     assert len(failures) == 1 and notes == []
-    coverage = report["models"]["scaler"]["placement"]["coverage"]
-    assert failures[0].startswith(f"scaler: {coverage:.0%} of its nodes run on OpenVINOExecutionProvider")
+    placement = report["models"]["scaler"]["placement"]
+    share = f"{placement['nodes'][OV]}/3 of its nodes ({placement['coverage']:.1%})"
+    assert failures[0].startswith(f"scaler: {share} run on OpenVINOExecutionProvider")
+    assert str(strict.profile) in failures[0] and ".cook.yaml" in failures[0]
     assert "min_ep_coverage 0.9" in failures[0] and "Scaler" in failures[0]
     assert "optimization_level" in failures[0] and "format: onnx" in failures[0]
 
@@ -212,3 +214,46 @@ def test_an_ep_that_cannot_run_here_is_not_measured(tmp_path: Path) -> None:
         "target: placement on DmlExecutionProvider not measured (DirectML runs only on Windows; the "
         "onnxruntime CPU wheel stands in here)"
     ]
+
+
+def symbolic_conv_model() -> onnx.ModelProto:
+    """A 3x3 convolution without padding over symbolic height and width: zeros of 1x1 cannot run it."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(7).standard_normal((4, 3, 3, 3)).astype(np.float32), "w"
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+        "symbolic_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    return model_of(graph)
+
+
+def test_a_dropped_ep_and_unrunnable_zeros_and_a_cpu_platform(tmp_path: Path) -> None:
+    """onnxruntime only warns when OpenVINO cannot make its device (`device_type: GPU` on a machine
+    without one) and runs everything on the CPU: the loader refuses that session and the check fails,
+    naming the EP. A model without verification inputs that zeros cannot run still passes, placed by
+    the assignment record alone. A platform that prefers the CPU EP records no placement."""
+    conv = conv_bn_relu_model().SerializeToString()
+    gpu = {"execution_providers": OV_EPS, "provider_options": {OV: {"device_type": "GPU"}}}
+    platform_dir = platform_of(tmp_path / "gpu", {"conv": make_blob(conv, "onnx", **gpu)})
+    with pytest.raises(
+        RuntimeCheckError, match=r"conv: OpenVINOExecutionProvider .*dropped OpenVINOExecutionProvider"
+    ):
+        run_check(check_of(platform_dir, ["conv"], "onnxruntime-openvino", OPENVINO_VERSION))
+
+    fields = {"execution_providers": OV_EPS, "provider_options": OV_OPTIONS}
+    blobs = {
+        "symbolic": make_blob(symbolic_conv_model().SerializeToString(), "onnx", **fields),
+        "cpu": make_blob(conv, "onnx", execution_providers=["CPUExecutionProvider"]),
+    }
+    platform_dir = platform_of(tmp_path / "mixed", blobs)
+    report = run_check(check_of(platform_dir, list(blobs), "onnxruntime-openvino", OPENVINO_VERSION))
+    symbolic = report["models"]["symbolic"]
+    assert symbolic["ok"], symbolic
+    placement = symbolic["placement"]
+    assert placement["method"] == "assignment record" and placement["coverage"] == 1.0
+    assert "time_share" not in placement  # it never ran
+    assert report["models"]["cpu"]["ok"] and "placement" not in report["models"]["cpu"]

@@ -248,6 +248,8 @@ CHECK_RECIPE = 4
 
 
 def _check_key(check: RuntimeCheck, name: str) -> str:
+    from pipeline.settings.eprules import installed_for
+
     """What one model's runtime check depends on: the target version and the exact blob it loads."""
     entry = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))
     return canonical_json(
@@ -256,6 +258,7 @@ def _check_key(check: RuntimeCheck, name: str) -> str:
             "recipe": CHECK_RECIPE,
             "version": check.runtime_version,
             "package": check.runtime_package,
+            "installs": installed_for(check.runtime_package),  # what measured it on this machine
             "format": BUNDLE_FORMAT,
             "model": name,
             "blob": entry["blob_sha256"],

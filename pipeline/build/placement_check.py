@@ -30,11 +30,13 @@ def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list
             )
         elif placement["coverage"] < need:
             ops = ", ".join(placement.get("cpu_ops", [])) or "none named"
+            nodes = placement.get("nodes", {})
+            share = f"{nodes.get(ep, 0)}/{sum(nodes.values())} of its nodes ({placement['coverage']:.1%})"
             failures.append(
-                f"{name}: {placement['coverage']:.0%} of its nodes run on {ep}, under min_ep_coverage "
-                f"{need:g} (left to the CPU: {ops}; {placement['measured_with']}). Try a lower "
-                "`optimization_level` (fused CPU-only ops stay on the CPU), `format: onnx`, a model "
-                "without those operators, or lower `min_ep_coverage` for this model"
+                f"{name}: {share} run on {ep}, under min_ep_coverage {need:g} (left to the CPU: {ops}; "
+                f"{placement['measured_with']}). Try a lower `optimization_level` (fused CPU-only ops "
+                "stay on the CPU), `format: onnx`, a model without those operators, or a lower "
+                f"`min_ep_coverage` for this model (its .cook.yaml; the platform's: {check.profile})"
             )
     return failures, notes
 

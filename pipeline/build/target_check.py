@@ -28,7 +28,7 @@ from pipeline.cook.key import tool_versions
 from pipeline.errors import CookError
 from pipeline.fsutil import STALE_TEMP_SECONDS, write_json
 from pipeline.runtime.compat import parse_version
-from pipeline.settings.eprules import RUNTIME_PACKAGES
+from pipeline.settings.eprules import installed_for
 
 CHECK_TIMEOUT = 1800
 # pip's own per-connection time-out: a registry that accepts connections but never answers fails
@@ -316,7 +316,7 @@ def sweep_stale_staging(runtimes_dir: Path) -> None:
 
 def run_check(check: RuntimeCheck) -> dict[str, Any]:
     """Load and run every blob of the platform in the target onnxruntime; raise if any fails."""
-    installs = RUNTIME_PACKAGES[check.runtime_package]
+    installs = installed_for(check.runtime_package)
     python = ensure_runtime(
         check.runtime_version, check.runtimes_dir, check.profile, check.install_timeout, package=installs
     )

@@ -62,7 +62,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
             "ok": error is None,
             "error": error,
             "outputs": outputs,
-            "placement": placement,
+            **({"placement": placement} if placement is not None else {}),
             "on_ep": error is not None,
         }
     try:
@@ -109,7 +109,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
                 "ok": error is None,
                 "error": error,
                 "outputs": outputs,
-                "placement": placement,
+                **({"placement": placement} if placement is not None else {}),
                 "on_ep": error is not None,
             }
         error, results = problem(session)
@@ -128,7 +128,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         "on_ep": error is None and placement_error is not None,  # the fix is in the message
         "outputs": [r.__dict__ for r in results],
         "load_paths": paths,
-        "placement": placement,
+        **({"placement": placement} if placement is not None else {}),
     }
 
 
@@ -137,12 +137,14 @@ def placement_of(
     feeds: Mapping[str, Any] | None,
     problem: Callable[[onnxruntime.InferenceSession], tuple[str | None, list[Any]]] | None,
     package: str,
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[dict[str, Any] | None, str | None]:
     """Where the blob's nodes run when a game loads it with its preferred EPs in this onnxruntime
     package, and the error that fails the check: the EP fails to create a session (never replaced
     by the CPU behind the platform's back) or computes other outputs than the source."""
     header = check_blob(blob).header
     preferred = preferred_ep(header.execution_providers)
+    if preferred == CPU_ONLY[0]:
+        return None, None  # the platform prefers the CPU: nothing to prove
     measured_with = f"{package} {onnxruntime.__version__}"
     reason = not_measurable(preferred, package, onnxruntime.get_available_providers())
     if reason is not None:
@@ -161,11 +163,7 @@ def placement_of(
 
     try:
         placement = measure(make, make_cpu, feeds, header.model_format, preferred, measured_with)
-        error = (
-            problem(session_from_blob(blob))[0]
-            if problem is not None and preferred != "CPUExecutionProvider"
-            else None
-        )
+        error = problem(session_from_blob(blob))[0] if problem is not None else None
     except BundleError as exc:
         failed = {"measured": False, "reason": "the session failed", "preferred": preferred}
         return {**failed, "measured_with": measured_with}, (

@@ -17,6 +17,7 @@ from doit.task import clean_targets
 from doit.tools import config_changed
 
 from pipeline.build.actions import (
+    CHECK_RECIPE,
     _remove,
     _remove_report,
     fail_unusable,
@@ -149,9 +150,20 @@ def _runtime_check_task(
         "actions": [(run_runtime_checks, [checks, cache])],
         "file_dep": [str(path) for path in deps],
         "targets": [str(check.result_path) for check in checks],
-        "uptodate": [config_changed(_digest(canonical_json({"versions": versions, "python": sys.version})))],
+        # What the check measures and enforces beside the blobs: a change runs it again.
+        "uptodate": [config_changed(_digest(canonical_json(_check_config(checks, versions))))],
         "clean": [clean_targets, (_remove, [check_times_path(checks[0].platform_dir)])],
         "verbosity": 2,
+    }
+
+
+def _check_config(checks: list[RuntimeCheck], versions: list[str]) -> dict[str, object]:
+    return {
+        "versions": versions,
+        "python": sys.version,
+        "recipe": CHECK_RECIPE,
+        "packages": sorted({check.runtime_package for check in checks}),
+        "min_coverage": sorted(item for check in checks for item in check.min_coverage),
     }
 
 

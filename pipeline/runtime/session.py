@@ -322,11 +322,20 @@ def _session(
 
 
 def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -> tuple[str, ...]:
-    """The session's EPs: the classic list as given, else what onnxruntime made of the devices or
-    policy (logged: a policy is onnxruntime's choice, known only now)."""
-    if plan.providers is not None:
-        return plan.names
+    """The session's EPs as onnxruntime made them (a policy's choice is logged: known only now). An
+    EP of a classic list that onnxruntime dropped (it only warns when an EP fails to initialize,
+    e.g. OpenVINO's device_type GPU where there is none) is an error: the CPU would run it all."""
     used = tuple(session.get_providers())
+    if plan.providers is not None:
+        dropped = [ep for ep in plan.names if ep not in used]
+        if dropped:
+            raise SessionCreateError(
+                f"model {name!r}: onnxruntime {onnxruntime.__version__} dropped {', '.join(dropped)} while "
+                "creating the session (see its warning: e.g. a provider option naming a device this "
+                f"machine lacks), leaving {', '.join(used)}; fix that EP's provider options, or pass "
+                "providers without it"
+            )
+        return plan.names
     if plan.policy is not None:
         log.info("%s: device policy %s chose %s", name, plan.policy, ", ".join(used))
     return used

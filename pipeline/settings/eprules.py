@@ -12,6 +12,8 @@ Imported while doit loads tasks: standard library only.
 from __future__ import annotations
 
 import difflib
+import platform
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -84,6 +86,21 @@ RUNTIME_PACKAGES: Mapping[str, str] = MappingProxyType(
         "onnxruntime-gpu": "onnxruntime",  # an NVIDIA GPU and CUDA, which build machines rarely have
     }
 )
+
+
+def installed_for(package: str) -> str:
+    """What the runtime check installs on this build machine for the target's ``package``: itself
+    where its wheel runs here, else the CPU wheel of the same version (``RUNTIME_PACKAGES``).
+    onnxruntime-openvino has wheels for Linux x86_64 and Windows only, up to Python 3.13, and the
+    Windows one needs OpenVINO's own libraries installed beside it: here it runs on Linux x86_64."""
+    wanted = RUNTIME_PACKAGES[package]
+    if wanted == "onnxruntime-openvino" and not (
+        sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64") and sys.version_info < (3, 14)
+    ):
+        return "onnxruntime"
+    return wanted
+
+
 # Per-EP session options a profile may set; any other name must be an onnxruntime config entry,
 # which always contains a dot (e.g. "session.intra_op.allow_spinning") and takes a string.
 SESSION_OPTIONS: Mapping[str, type | tuple[str, ...]] = MappingProxyType(
