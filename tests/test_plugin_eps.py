@@ -410,3 +410,20 @@ def test_explicit_devices_that_are_not_offered_and_bad_libraries_are_refused(ggm
     assert "/nonexistent/libggml.so" in ggml["missing_library"]
     assert "cannot open shared object file" in ggml["missing_library"]  # onnxruntime's own words
     assert "already registered with" in ggml["other_path"] and "/elsewhere/libggml.so" in ggml["other_path"]
+
+
+def test_a_blob_policy_does_not_pass_over_a_preferred_classic_ep() -> None:
+    """onnxruntime's policies choose among EP devices only: a blob preferring OpenVINO (a classic EP
+    of onnxruntime-openvino) with a device policy keeps its classic list, and the line says why; the
+    caller's own policy is still obeyed."""
+    ov = "OpenVINOExecutionProvider"
+    options = {ov: {"device_type": "CPU"}}
+    plan = plan_session(
+        [ov, CPU], options, None, available=[ov, CPU], ep_devices=[device(CPU)], blob_policy="prefer_gpu"
+    )
+    assert plan.policy is None and plan.providers == ((ov, {"device_type": "CPU"}), (CPU, {}))
+    assert plan.explanation.endswith(
+        f"the blob's device policy prefer_gpu not used: {ov} is a classic EP here"
+    )
+    asked = plan_session([ov, CPU], options, "prefer_gpu", available=[ov, CPU], ep_devices=[device(CPU)])
+    assert asked.policy == "prefer_gpu" and asked.providers is None

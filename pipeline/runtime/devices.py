@@ -185,6 +185,14 @@ def plan_session(
         policy, source = blob_policy, "from the blob header"
     if ep_devices is None:
         return _classic_fallback(preference, provider_options, selection, policy, available, where, runtime)
+    device_eps = {d.ep_name for d in ep_devices}
+    classic = [ep for ep in preference if ep != CPU and ep in available and ep not in device_eps]
+    if source == "from the blob header" and classic:
+        # onnxruntime's policies choose among EP devices only: a preferred classic EP (OpenVINO from
+        # onnxruntime-openvino) would be passed over for the CPU. The blob's EP list wins.
+        plan = _classic(preference, provider_options, available)
+        why = f"; the blob's device policy {policy} not used: {classic[0]} is a classic EP here"
+        return SessionPlan(names=plan.names, explanation=plan.explanation + why, providers=plan.providers)
     if policy is not None:
         offered = ", ".join(_describe(d.ep_name, [d]) for d in ep_devices) or "none"
         eps = {d.ep_name for d in ep_devices}
