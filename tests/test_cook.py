@@ -17,7 +17,7 @@ from pipeline.cook.facts import onnx_facts, ort_facts
 from pipeline.cook.job import CookJob
 from pipeline.cook.optimize import optimize
 from pipeline.cook.source import load_source, normalize
-from pipeline.errors import GuardError, ModelError, VerifyError
+from pipeline.errors import GuardError, ModelError, ProfileError, VerifyError
 from pipeline.layout import blob_path, entry_path
 from pipeline.runtime import decode_blob, session_from_blob
 from pipeline.runtime.blob import check_blob
@@ -123,15 +123,16 @@ def test_ep_device_policy_reaches_the_blob_header(tmp_path: Path, policy: str, w
 
 
 def test_webgpu_platforms_ship_onnx_only(tmp_path: Path) -> None:
-    """The H200 run (bench/results-gpu.md): ORT-format models can fail on the WebGPU EP; the guard
-    refuses that combination, naming the EP and the fix, and lets ONNX through."""
+    """The H200 run (bench/results-gpu.md): ORT-format models can fail on the WebGPU EP; the settings
+    refuse that combination before cooking, naming the EP, the files and the fix; ONNX cooks."""
     assets = tmp_path / "assets"
     save(conv_bn_relu_model(), assets, "net")
     eps = ["WebGpuExecutionProvider", "CPUExecutionProvider"]
-    with pytest.raises(GuardError) as failure:
-        cook(job_for(assets, "net", shipped_settings("android", execution_providers=eps), tmp_path / "ort"))
-    assert "WebGpuExecutionProvider does not run ort-format models correctly" in str(failure.value)
-    assert "`format: onnx`" in str(failure.value)
+    with pytest.raises(ProfileError) as failure:
+        shipped_settings("android", execution_providers=eps)
+    message = str(failure.value)
+    assert "'format' 'ort' does not run correctly on WebGpuExecutionProvider, the preferred EP" in message
+    assert "`format: onnx`" in message
     cook(job_for(assets, "net", shipped_settings("windows-dml", execution_providers=eps), tmp_path / "onnx"))
     assert entry_path(tmp_path / "onnx" / "windows-dml", "net").exists()
 

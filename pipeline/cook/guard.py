@@ -12,7 +12,6 @@ from pipeline.cook.facts import ModelFacts, Weight
 from pipeline.errors import GuardError
 from pipeline.runtime.compat import ORT_FORMAT_MIN_RUNTIME, format_version, min_runtime_for, parse_version
 from pipeline.runtime.constants import TWO_GIB, Arch, ModelFormat, Precision
-from pipeline.settings.eprules import ep_formats
 from pipeline.settings.resolve import CookSettings
 
 ORT_FORMAT_LIMIT = TWO_GIB  # flatbuffers cannot address more
@@ -111,18 +110,6 @@ def check_domains(
     return problems
 
 
-def check_format(settings: CookSettings) -> list[str]:
-    """The platform's preferred EP must run the model format it ships (a table-driven rule)."""
-    preferred = settings.execution_providers[0]
-    reason, formats = ep_formats(preferred)
-    if settings.format in formats:
-        return []
-    return [
-        f"{preferred} does not run {settings.format}-format models correctly ({reason}); set "
-        f"`format: {formats[0]}` for this platform"
-    ]
-
-
 def check_runtime_version(
     cooked: ModelFacts, ort_format_version: str | None, settings: CookSettings
 ) -> tuple[list[str], tuple[int, int] | None]:
@@ -210,7 +197,6 @@ def guard(
         *check_inputs(source, cooked),
         *check_weights(source, cooked),
         *check_domains(source, cooked, settings, preferred_domains),
-        *check_format(settings),
         *runtime_problems,
         *check_size(model_size, settings),
         *check_precision(settings),

@@ -23,7 +23,7 @@ from typing import Any
 
 from pipeline.errors import ProfileError
 from pipeline.runtime.constants import ModelFormat, OptimizationStyle
-from pipeline.settings.eprules import check_ep_option_names, ep_domains, ep_usability_check
+from pipeline.settings.eprules import check_ep_option_names, ep_domains, ep_formats, ep_usability_check
 from pipeline.settings.files import (
     ENV_PREFIX,
     MODEL_ONLY_KEYS,
@@ -254,6 +254,13 @@ def _check_combination(values: Mapping[str, Any], origins: Mapping[str, str]) ->
             f"{origins['weights']}: 'weights' external requires 'format' onnx (an ORT-format model cannot "
             f"refer to weights outside it when loaded from memory); got format {values['format']!r} from "
             f"{origins['format']}: set `format: onnx` for this model or use `weights: auto`"
+        )
+    preferred = values["execution_providers"][0]
+    reason, formats = ep_formats(preferred)
+    if values["format"] not in formats:
+        problems.append(
+            f"{origins['format']}: 'format' {values['format']!r} does not run correctly on {preferred}, the "
+            f"preferred EP (from {origins['execution_providers']}): {reason}; set `format: {formats[0]}`"
         )
     if values["type_reduction"] and not values["reduced_build"]:
         problems.append(
