@@ -48,7 +48,7 @@ from pipeline.settings.table import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_VERIFY_S
 
 from . import models, standard
 from .machine import describe
-from .project import EXAMPLES, REPO
+from .project import EXAMPLES, NOT_BENCHED, REPO
 from .sections import embed
 
 # Every cook verifies (the figures are what is measured): rtol/atol keep their defaults, so that
@@ -88,8 +88,8 @@ def _figures(output: Mapping[str, Any]) -> dict[str, float]:
 def cook_folder(
     assets: Path, build: Path, found: dict[str, Found], names: Iterable[str] | None = None
 ) -> None:
-    """Cook every model of ``assets`` (or ``names``) for every shipped platform; record the figures."""
-    platforms = load_platforms(REPO / "platforms", {})
+    """Cook every model of ``assets`` (or ``names``) for every benched platform; record the figures."""
+    platforms = [p for p in load_platforms(REPO / "platforms", {}) if p.name not in NOT_BENCHED]
     wanted = set(names) if names is not None else None
     for asset in discover(assets):
         if wanted is not None and asset.name not in wanted:
