@@ -257,3 +257,16 @@ def test_a_dropped_ep_and_unrunnable_zeros_and_a_cpu_platform(tmp_path: Path) ->
     assert placement["method"] == "assignment record" and placement["coverage"] == 1.0
     assert "time_share" not in placement  # it never ran
     assert report["models"]["cpu"]["ok"] and "placement" not in report["models"]["cpu"]
+
+
+def test_one_line_per_preferred_ep(openvino_report: tuple[RuntimeCheck, dict]) -> None:
+    """Models may set their own EPs: the summary names each preferred EP with its own models."""
+    check, report = openvino_report
+    dml = {"measured": False, "reason": "DirectML runs only on Windows", "preferred": "DmlExecutionProvider"}
+    mixed = {**report["models"], "dml": {"ok": True, "placement": dml}}
+    lines = placement_lines(check, {**report, "models": mixed})
+    assert len(lines) == 2
+    assert lines[0].startswith("target: on OpenVINOExecutionProvider (onnxruntime-openvino 1.24.1): 2 of 4")
+    assert (
+        lines[1] == "target: placement on DmlExecutionProvider not measured (DirectML runs only on Windows)"
+    )

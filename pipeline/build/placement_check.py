@@ -42,24 +42,33 @@ def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list
 
 
 def placement_lines(check: RuntimeCheck, report: dict[str, Any]) -> list[str]:
-    """One line on where the platform's models run: measured coverage, or why it was not measured."""
-    placements = {n: m["placement"] for n, m in report["models"].items() if m.get("placement")}
-    if not placements:
-        return []
-    first = next(iter(placements.values()))
-    ep, tool = first.get("preferred", "its preferred EP"), first.get("measured_with", "")
-    unmeasured = [p for p in placements.values() if not p.get("measured")]
-    if len(unmeasured) == len(placements):
-        return [f"{check.platform}: placement on {ep} not measured ({unmeasured[0].get('reason')})"]
-    partial = [
-        f"{name} {p['coverage']:.0%} (CPU: {', '.join(p['cpu_ops']) or '-'})"
-        for name, p in placements.items()
-        if p.get("measured") and p["coverage"] < 1
-    ]
-    whole = sum(1 for p in placements.values() if p.get("measured") and p["coverage"] >= 1)
-    tail = f"; {'; '.join(partial)}" if partial else ""
-    extra = f"; {len(unmeasured)} not measured" if unmeasured else ""
-    return [f"{check.platform}: on {ep} ({tool}): {whole} of {len(placements)} model(s) wholly{tail}{extra}"]
+    """One line per preferred EP (models may set their own EPs) on where the platform's models run:
+    measured coverage, or why it was not measured."""
+    by_ep: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, model in report["models"].items():
+        if model.get("placement"):
+            by_ep.setdefault(model["placement"].get("preferred", "its preferred EP"), {})[name] = model[
+                "placement"
+            ]
+    lines = []
+    for ep, placed in by_ep.items():
+        tool = next(iter(placed.values())).get("measured_with", "")
+        unmeasured = [p for p in placed.values() if not p.get("measured")]
+        if len(unmeasured) == len(placed):
+            lines.append(f"{check.platform}: placement on {ep} not measured ({unmeasured[0].get('reason')})")
+            continue
+        partial = [
+            f"{name} {p['coverage']:.1%} (CPU: {', '.join(p['cpu_ops']) or '-'})"
+            for name, p in placed.items()
+            if p.get("measured") and p["coverage"] < 1
+        ]
+        whole = sum(1 for p in placed.values() if p.get("measured") and p["coverage"] >= 1)
+        tail = f"; {'; '.join(partial)}" if partial else ""
+        extra = f"; {len(unmeasured)} not measured" if unmeasured else ""
+        lines.append(
+            f"{check.platform}: on {ep} ({tool}): {whole} of {len(placed)} model(s) wholly{tail}{extra}"
+        )
+    return lines
 
 
 def placements(result_path: Path, names: Sequence[str]) -> dict[str, dict[str, Any]]:
