@@ -56,15 +56,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         return {"ok": False, "error": f"cannot load: {exc}"}
     data_path = verify_data_path(platform_dir, name)
     if not data_path.is_file():
-        placement, error = placement_of(blob, None, None, package)
-        outputs = "loaded only (verify is off for this model)"
-        return {
-            "ok": error is None,
-            "error": error,
-            "outputs": outputs,
-            **({"placement": placement} if placement is not None else {}),
-            "on_ep": error is not None,
-        }
+        return _placed_only(blob, None, package, "loaded only (verify is off for this model)")
     try:
         with np.load(data_path, allow_pickle=False) as data:
             feeds = {k.removeprefix("input/"): data[k] for k in data.files if k.startswith("input/")}
@@ -103,15 +95,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
     try:
         if names is None:
             session.run(None, feeds)
-            placement, error = placement_of(blob, feeds, None, package)
-            outputs = "ran (its outputs have no .npz form to compare)"
-            return {
-                "ok": error is None,
-                "error": error,
-                "outputs": outputs,
-                **({"placement": placement} if placement is not None else {}),
-                "on_ep": error is not None,
-            }
+            return _placed_only(blob, feeds, package, "ran (its outputs have no .npz form to compare)")
         error, results = problem(session)
     except Exception as exc:  # onnxruntime's run errors
         return {"ok": False, "error": f"fails to run: {exc}"}
@@ -130,6 +114,13 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         "load_paths": paths,
         **({"placement": placement} if placement is not None else {}),
     }
+
+
+def _placed_only(blob: bytes, feeds: Mapping[str, Any] | None, package: str, outputs: str) -> dict[str, Any]:
+    """The report of a model whose outputs are not compared: where it runs decides."""
+    placement, error = placement_of(blob, feeds, None, package)
+    placed = {"placement": placement} if placement is not None else {}
+    return {"ok": error is None, "error": error, "outputs": outputs, **placed, "on_ep": error is not None}
 
 
 def placement_of(
