@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -159,19 +160,20 @@ def measure(
     nodes, kernels, micros, ran = profiled_kernels(make, feeds, runs, assignment=model_format == "onnx")
     if nodes is not None:
         method = "assignment record"
-        counts = _count(ep for ep, _ in nodes)
+        counts = Counter(ep for ep, _ in nodes)
         cpu_ops = sorted({op for ep, op in nodes if ep == CPU})
     elif not ran:
         return {
             "measured": False,
             "reason": "it has no verification inputs, and zeros (symbolic dims 1) do not run it",
+            "preferred": preferred,
             "measured_with": measured_with,
         }
     else:
         method = "profiler"
         _, cpu_kernels, _, _ = profiled_kernels(make_cpu, feeds, 1)
         on_cpu = [op for ep, op in kernels.values() if ep == CPU]
-        counts = _count(ep for ep, _ in kernels.values() if ep != CPU)
+        counts = Counter(ep for ep, _ in kernels.values() if ep != CPU)
         if len(counts) == 1:  # a compiling EP's fused kernels stand for the nodes it took
             ((ep, fused),) = counts.items()
             counts[ep] = max(len(cpu_kernels) - len(on_cpu), fused)
@@ -192,10 +194,3 @@ def measure(
     if ran and total_time > 0:
         result["time_share"] = round(micros.get(preferred, 0.0) / total_time, 4)
     return result
-
-
-def _count(items: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item] = counts.get(item, 0) + 1
-    return counts
