@@ -119,6 +119,27 @@ def large_matmul_model(rows: int, columns: int, *, seed: int) -> onnx.ModelProto
     return model_of(graph)
 
 
+def matmul_stack_model(width: int, layers: int, *, seed: int) -> onnx.ModelProto:
+    """``layers`` chained ``x @ W_i`` (x [1, width]), each ``width`` x ``width`` seeded random float32
+    weights, scaled to keep the outputs near 1: weights packed one tensor after another."""
+    rng = np.random.default_rng(seed)
+    nodes, weights, x = [], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        weights.append(numpy_helper.from_array(w, f"W{i}"))
+        out = "y" if i == layers - 1 else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [x, f"W{i}"], [out]))
+        x = out
+    graph = helper.make_graph(
+        nodes,
+        "stack",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        weights,
+    )
+    return model_of(graph)
+
+
 def conv_bn_relu_model() -> onnx.ModelProto:
     """Conv + BatchNormalization + Relu: the pattern CPU optimizers fuse into device-specific ops."""
     rng = np.random.default_rng(RNG_SEED)

@@ -17,8 +17,15 @@ import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights, write_bundle
 
 from pipeline.runtime import CorruptBlobError, load_info, open_bundle
+from pipeline.runtime.compat import parse_version
 from pipeline.runtime.errors import SessionCreateError
-from pipeline.runtime.loadpaths import MAPPED_WEIGHTS_MIN, BlobFile, _still_the_checked_file
+from pipeline.runtime.loadpaths import (
+    FILE_BUFFERS_SINCE,
+    MAPPED_WEIGHTS_MIN,
+    BlobFile,
+    _still_the_checked_file,
+)
+from pipeline.runtime.pager import can_page
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model
 
@@ -44,17 +51,23 @@ def mappings_of(path: Path) -> int:
 
 
 def test_big_raw_weights_of_a_bundle_are_mapped_by_onnxruntime_from_the_blob_file(tmp_path: Path) -> None:
-    """From MAPPED_WEIGHTS_MIN up, with prepacking on: a file onnxruntime maps itself is let go
-    after packing, memory the loader lends is not (docs/design.md, "Loading from memory")."""
+    """From MAPPED_WEIGHTS_MIN up, with prepacking on, where the loader cannot page its own mapping
+    (before onnxruntime 1.32, or not Linux): a file onnxruntime maps itself is let go after packing,
+    memory the loader lends is not (docs/design.md, "Loading from memory"). From 1.32 on Linux the
+    loader's own mapping goes in place and is paged (tests/test_pager.py measures it)."""
     outputs = MAPPED_WEIGHTS_MIN // (1024 * 4)
     blob, expected = onnx_blob(outputs=outputs)
     root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
     bundle = open_bundle(root)
+    paged = can_page() and parse_version(onnxruntime.__version__) >= FILE_BUFFERS_SINCE
 
     session = bundle.session("net", providers=CPU)
 
-    assert load_info(session).path.value == "onnx-mapped" and load_info(session).in_place
+    assert load_info(session).path.value == ("onnx-file-buffers" if paged else "onnx-mapped")
+    assert load_info(session).in_place
     np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
+    mapped = bundle.session("net", providers=CPU, load_path="onnx-mapped")
+    np.testing.assert_allclose(mapped.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
     # with prepacking off nothing is packed twice: the loader's own views are faster
     assert load_info(bundle.session("net", providers=CPU, low_memory=True)).path.value != "onnx-mapped"
 
@@ -215,6 +228,10 @@ def test_only_proven_onnxruntime_versions_resolve_the_blob_by_name(tmp_path: Pat
     blob, _ = onnx_blob(outputs=MAPPED_WEIGHTS_MIN // (1024 * 4))
     checked = check_blob(blob)
     model_file = BlobFile(-1, str(tmp_path / "net.onnx.ocb"))
-    assert choose_load_path(checked, "1.32.0", model_file=model_file) == LoadPath.ONNX_MAPPED
+    assert choose_load_path(checked, "1.28.0", model_file=model_file) == LoadPath.ONNX_MAPPED
+    assert choose_load_path(checked, "1.24.4", model_file=model_file) == LoadPath.ONNX_MAPPED
     assert choose_load_path(checked, "1.30.0", model_file=model_file) != LoadPath.ONNX_MAPPED
+    # 1.32 reads the loader's own mapping in place, paged where that can be done (Linux)
+    paged = LoadPath.ONNX_FILE_BUFFERS if can_page() else LoadPath.ONNX_MAPPED
+    assert choose_load_path(checked, "1.32.0", model_file=model_file) == paged
     assert "not one of the versions proven" in why_not(LoadPath.ONNX_MAPPED, checked, "1.30.0", model_file)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +161,12 @@ class CheckedBlob:
                 self._source.close()
             except BufferError:  # a view still held elsewhere: unmapped when it goes
                 pass
+
+    def own_mapping(self) -> mmap.mmap | None:
+        """The loader's own read-only mapping of a blob file this blob was checked on (``owns_source``,
+        set by ``Bundle.session``), else None: never the caller's memory."""
+        source = self._source
+        return source if self.owns_source and isinstance(source, mmap.mmap) and not source.closed else None
 
     def frames(self, section: str) -> list[Frame]:
         return [f for f in self.header.frames if f.section == section]

@@ -22,6 +22,7 @@ from .devices import DeviceSelection, ProviderSpec
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .header import MAX_HEADER_SIZE
 from .loadpaths import BlobFile
+from .pager import PAGER_MIN
 from .session import Progress, load_info, no_progress, session_from_checked
 from .trust import SIGNATURE_SIZE, verify_signature
 
@@ -183,8 +184,12 @@ class Bundle:
             # A small blob is read: one read costs less than mapping, and nothing of it is used in
             # place that a copy would cost (SMALL_BLOB).
             if self._map_blobs and SMALL_BLOB <= size == entry["blob_size"]:
+                # Faulted in at once where the checks read every page anyway (an unhashed or signed
+                # blob); else page by page as onnxruntime reads them, which lets a pager drop them.
+                read_all = self._signed or self._hashed.get(name) != identity
                 try:
-                    return _map(stream.fileno(), size), os.dup(stream.fileno()), path, identity
+                    mapping = _map(stream.fileno(), size, populate=read_all or size < PAGER_MIN)
+                    return mapping, os.dup(stream.fileno()), path, identity
                 except (OSError, ValueError, OverflowError):
                     stream.seek(0)  # e.g. a file system that cannot map: read it instead
             return stream.read(min(size, entry["blob_size"]) + 1), None, path, identity
@@ -305,11 +310,13 @@ def open_bundle(
     return bundle
 
 
-def _map(fd: int, size: int) -> mmap.mmap:
-    """A read-only shared mapping of the whole file; on Linux its pages are faulted in at once (the
-    checks read every page anyway, and one call is cheaper than a fault per page)."""
+def _map(fd: int, size: int, *, populate: bool = True) -> mmap.mmap:
+    """A read-only shared mapping of the whole file; on Linux, with ``populate``, its pages are
+    faulted in at once (where the checks read every page anyway, one call is cheaper than a fault
+    per page; where a pager drops the pages onnxruntime has read, faulting them all first costs
+    about 30 ms on 268 MB for nothing)."""
     if sys.platform.startswith("linux"):
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
         return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
     return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
 

@@ -42,6 +42,7 @@ from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
 from .onnxrefs import check_references, rewrite_locations
+from .pager import can_page
 
 
 class LoadPath(str, Enum):
@@ -81,10 +82,14 @@ NULL_FOLDER, NULL_FILE = "/dev", "null"
 # in a fresh process, where every copy lands in fresh pages): copies of small models cost nothing.
 SMALL_ORT_MODEL = 1 << 20
 # From this size of raw ONNX weights, Bundle.session lets onnxruntime map them from the blob file
-# (onnx-mapped): with prepacking on, memory the loader lends stays beside the packed copy (peak 2.0x
-# the model), a file onnxruntime maps itself goes after packing (1.3x, the source file's). Below it,
-# and with prepacking off, the views of the loader's own mapping load faster (measured: a 45 MB
-# ResNet-18 in 12 ms against 19 ms mapped by onnxruntime, which faults every page in again).
+# (onnx-mapped) where its own mapping cannot be paged (before 1.32, or not Linux): with prepacking
+# on, memory the loader lends stays beside the packed copy (peak 2.0x the model), a file onnxruntime
+# maps itself goes after packing (1.3x, the source file's). From 1.32 on Linux the loader's own
+# mapping goes in place and ExtentPager lets its read pages go while the session is built (268 MB:
+# peak 1.12x, at the file's time). Below it, and with prepacking off, the views of the loader's own
+# mapping load faster (measured: a 45 MB ResNet-18 in 12 ms against 19 ms mapped by onnxruntime,
+# which faults every page in again). Shared initializers (1.24.4, 1.28.0) peak at 2.03x even paged:
+# onnxruntime holds a copy of them while it packs.
 MAPPED_WEIGHTS_MIN = 64 << 20
 # onnxruntime builds proven to resolve the references of onnx-mapped in the folder the session
 # entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
@@ -122,7 +127,10 @@ def choose_load_path(
         return LoadPath.ONNX_INLINE
     mappable = model_file is not None and model_file.by_name and installed in MAPPED_VERSIONS
     extent = checked.extent("weights") if mappable and not low_memory else None
-    if extent is not None and len(extent) >= MAPPED_WEIGHTS_MIN:
+    # From 1.32 the loader's own mapping goes in place, its read pages let go while onnxruntime
+    # builds the session (ExtentPager): as lean as onnx-mapped, and no reopening by name.
+    paged = installed >= FILE_BUFFERS_SINCE and can_page()
+    if extent is not None and len(extent) >= MAPPED_WEIGHTS_MIN and not paged:
         return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
         return LoadPath.ONNX_FILE_BUFFERS
@@ -213,6 +221,9 @@ class Prepared:
     # The descriptor of the file onnxruntime maps itself for the whole session (the blob file, its
     # flatbuffer first): its pages can be let go while the session is built (pager.py).
     mapped_fd: int | None = None
+    # (mapping, start, length): weights onnxruntime reads in place from the loader's own mapping of
+    # the blob file, whose pages can be let go while the session is built (pager.ExtentPager).
+    own_pages: tuple[mmap.mmap, int, int] | None = None
 
 
 def prepare(
@@ -238,7 +249,7 @@ def prepare(
         (_, buffer) = segments[0]
         options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
         options.add_external_initializers_from_files_in_memory([weights.file], [buffer], [len(buffer)])
-        return Prepared(graph, keep=[buffer])
+        return Prepared(graph, keep=[buffer], own_pages=_own_pages(checked))
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensor_view(segments, ref)) for ref in weights.tensors]
     names = [ref.name for ref in weights.tensors]
     for name, value in zip(names, values, strict=True):
@@ -257,6 +268,16 @@ def prepare(
 
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
     return Prepared(rewrite_locations(graph, NULL_FILE), keep=[segments, values], fallback=copying)
+
+
+def _own_pages(checked: CheckedBlob) -> tuple[mmap.mmap, int, int] | None:
+    """The raw weights extent in ``Bundle.session``'s own mapping of the blob file, else None (the
+    caller's memory is never advised: it may be anonymous, where dropping pages loses them)."""
+    mapping = checked.own_mapping()
+    frames = checked.frames("weights")
+    if mapping is None or checked.extent("weights") is None:
+        return None
+    return mapping, frames[0].data_offset, frames[0].content_size
 
 
 def _prepare_mapped(

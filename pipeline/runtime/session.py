@@ -20,7 +20,7 @@ from .devices import choose_providers as choose_providers  # re-exported (tests,
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .header import BlobHeader
 from .loadpaths import BlobFile, LoadPath, choose_load_path, prepare, why_not
-from .pager import Pager, file_lock
+from .pager import ExtentPager, Pager, file_lock
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -277,7 +277,8 @@ def _session(
             if fallback is not None:  # a refusal here is expected, and answered: keep the log quiet
                 options.log_severity_level = 4
             try:
-                session = _create(prepared.model, options, specs, prepared.mapped_fd, low_memory)
+                own = prepared.own_pages
+                session = _create(prepared.model, options, specs, prepared.mapped_fd, low_memory, own)
             finally:
                 options.log_severity_level = severity
         except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
@@ -347,13 +348,22 @@ def _create(
     specs: Sequence[ProviderSpec] | None,
     mapped_fd: int | None,
     low_memory: bool,
+    own_pages: tuple[mmap.mmap, int, int] | None = None,
 ) -> onnxruntime.InferenceSession:
     """``InferenceSession``, never retried on other EPs behind the caller's back (onnxruntime's
     Python wrapper would print "EP Error" and retry on the CPU: the seed's silent trap); where
-    onnxruntime maps ``mapped_fd``'s file for the session, its pages are let go while it is built."""
+    onnxruntime maps ``mapped_fd``'s file for the session, or reads ``own_pages`` of the loader's own
+    mapping in place, those pages are let go while it is built (no prepacking: nothing to let go)."""
     lock = file_lock(mapped_fd) if mapped_fd is not None else None
     if lock is None:
-        return onnxruntime.InferenceSession(model, sess_options=options, providers=specs, enable_fallback=0)
+        paging = None if low_memory or own_pages is None else ExtentPager.start(*own_pages)
+        try:
+            return onnxruntime.InferenceSession(
+                model, sess_options=options, providers=specs, enable_fallback=0
+            )
+        finally:
+            if paging is not None:
+                paging.stop()
     assert mapped_fd is not None
     with lock:
         pager = None if low_memory else Pager.start(mapped_fd)  # no prepacking: nothing to let go
