@@ -42,6 +42,7 @@ from .errors import (
 from .frames import (
     Frame,
     check_frames,
+    decode_frame,
     decode_into,
     default_threads,
     new_bytes,
@@ -52,6 +53,9 @@ from .frames import (
 from .header import _TRAILER, TRAILER_MAGIC, TRAILER_SIZE, BlobHeader, _header_start, read_header
 from .sections import TENSOR_DTYPES, TensorRef
 
+# A graph of one zstd frame up to this size is decoded in one call (frames.decode_frame): a load's
+# fixed cost for small models. Larger ones are decoded into a buffer filled in place (no copy).
+SMALL_FRAME = 1 << 20
 # Models of up to 2 GiB load by default; a model with external weights may be larger (raise the limit).
 DEFAULT_MAX_MODEL_SIZE = TWO_GIB
 
@@ -189,6 +193,9 @@ class CheckedBlob:
             return _decode_v1(
                 self.view[self.header_end :], self.header, self.where, check_sha256=check_sha256
             )
+        frames = self.frames("graph")
+        if len(frames) == 1 and frames[0].codec == "zstd" and frames[0].content_size <= SMALL_FRAME:
+            return decode_frame(self.view, frames[0], self.where)
         target, finish = new_bytes(self.header.graph_size or 0)
         self.graph_into(target)
         return finish()

