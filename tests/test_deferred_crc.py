@@ -98,3 +98,34 @@ def test_small_blobs_are_refused_the_same_way(tmp_path: Path) -> None:
     assert frame.content_size < DEFER_RAW_CHECK_MIN
     with pytest.raises(ChecksumMismatchError, match=r"graph frame 1 of 1 is damaged: CRC-32"):
         session_from_blob(flipped(blob, 5), providers=CPU)
+
+
+def test_the_whole_content_crc_is_combined_from_the_pieces_and_damage_still_names_its_piece() -> None:
+    """Beside onnxruntime's build, raw content is checked in one zlib call per section (onnxruntime
+    1.24.4 and 1.28.0 hold the GIL while they build: a piece-by-piece check would wait for them),
+    against a CRC-32 combined from the header's piece CRC-32s (zlib's crc32_combine arithmetic)."""
+    import zlib
+
+    from pipeline.runtime.frames import RAW_CRC_PIECE, whole_crcs
+
+    rows, columns = 2048, 2560  # 20 MiB: two whole pieces and a short last one
+    assert rows * columns * 4 > 2 * RAW_CRC_PIECE and (rows * columns * 4) % RAW_CRC_PIECE
+    source = large_matmul_model(rows, columns, seed=7)
+    blob = make_weighted_blob(source, "raw")[0]
+    frame = raw_frame(blob, "weights")
+    assert len(frame.crcs) == 3
+    content = memoryview(blob)[frame.data_offset : frame.data_offset + frame.content_size]
+    assert whole_crcs(read_header(blob)[0].frames) == [(frame, zlib.crc32(content))]
+
+    x = np.random.default_rng(8).standard_normal((1, rows)).astype(np.float32)
+    expected = onnxruntime.InferenceSession(source.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
+    np.testing.assert_allclose(
+        session_from_blob(blob, providers=CPU).run(None, {"x": x})[0], expected, rtol=1e-5
+    )
+    for where in (RAW_CRC_PIECE + 5, frame.content_size - 1):  # the second piece, the short last one
+        start = where // RAW_CRC_PIECE * RAW_CRC_PIECE
+        with pytest.raises(
+            ChecksumMismatchError,
+            match=rf"weights frame 1 of 1 is damaged: CRC-32 of its content bytes {start:,} to",
+        ):
+            session_from_blob(flipped(blob, frame.data_offset + where), providers=CPU)

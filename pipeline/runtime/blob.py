@@ -42,6 +42,7 @@ from .errors import (
 from .frames import (
     Frame,
     check_frames,
+    check_whole,
     decode_frame,
     decode_into,
     default_threads,
@@ -228,6 +229,14 @@ class CheckedBlob:
             return
         with memoryview(self._source) as whole, whole.cast("B") as view:
             check_raw_frames(view, self.header.frames, self.where, threads or self.threads)
+
+    def check_whole(self, expected: Sequence[tuple[Frame, int]]) -> None:
+        """``check_raw`` with one CRC-32 pass per raw frame, against ``frames.whole_crcs``'s values
+        (see ``frames.check_whole``)."""
+        if self.header.version == LEGACY_BLOB_FORMAT_VERSION:
+            return
+        with memoryview(self._source) as whole, whole.cast("B") as view:
+            check_whole(view, expected, self.header.frames, self.where)
 
     def weights_contiguous(self) -> bool:
         """Whether ``weight_segments`` gives one buffer, known without decoding anything: always in

@@ -151,6 +151,72 @@ def check_raw(data: memoryview, frames: Sequence[Frame], where: str, threads: in
     run_parallel(one, range(len(pieces)), threads)
 
 
+def whole_crcs(frames: Sequence[Frame]) -> list[tuple[Frame, int]]:
+    """Each raw frame with the CRC-32 of its whole content, combined from its pieces' CRC-32s (as
+    zlib's ``crc32_combine``: no byte is read). For ``check_whole``."""
+    found = []
+    for frame in frames:
+        if frame.codec != "raw":
+            continue
+        crc = frame.crcs[0] if frame.crcs else 0
+        for piece in range(1, len(frame.crcs)):
+            length = min(RAW_CRC_PIECE, frame.content_size - piece * RAW_CRC_PIECE)
+            shift = _X8_PIECE if length == RAW_CRC_PIECE else _x8nmodp(length)
+            crc = _multmodp(shift, crc) ^ frame.crcs[piece]
+        found.append((frame, crc))
+    return found
+
+
+def check_whole(
+    data: memoryview, expected: Sequence[tuple[Frame, int]], frames: Sequence[Frame], where: str
+) -> None:
+    """``check_raw`` in one ``zlib.crc32`` call per raw frame (``expected`` from ``whole_crcs``):
+    zlib releases the GIL for the whole call, so the check runs beside an onnxruntime that holds the
+    GIL while it builds a session (1.24.4 and 1.28.0 do: a check piece by piece would wait for it).
+    On a mismatch, ``check_raw`` names the damaged piece."""
+    for frame, crc in expected:
+        if zlib.crc32(data[frame.data_offset : frame.data_offset + frame.content_size]) != crc:
+            check_raw(data, frames, where, 1)
+            raise ChecksumMismatchError(
+                f"{where}: the CRC-32 of its raw {frame.section} differs from the header's"
+            )
+
+
+# CRC-32 arithmetic, as zlib's crc32_combine does it: polynomials over GF(2) with bit 31 the x^0
+# term (CRC-32 is bit-reflected), multiplied modulo the CRC-32 polynomial.
+_CRC_POLY = 0xEDB88320
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the CRC-32 polynomial."""
+    m, product = 1 << 31, 0
+    while True:
+        if a & m:
+            product ^= b
+            if a & (m - 1) == 0:
+                return product
+        m >>= 1
+        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1
+
+
+def _x8nmodp(n: int) -> int:
+    """x^(8n) modulo the CRC-32 polynomial: appending n zero bytes to a message multiplies its CRC
+    (pre- and post-conditioning aside) by it."""
+    product, square = 1 << 31, _X8
+    while n:
+        if n & 1:
+            product = _multmodp(square, product)
+        n >>= 1
+        square = _multmodp(square, square)
+    return product
+
+
+_X8 = 1 << 30  # x^1, squared three times: x^8
+for _ in range(3):
+    _X8 = _multmodp(_X8, _X8)
+_X8_PIECE = _x8nmodp(RAW_CRC_PIECE)
+
+
 def decode_into(
     data: memoryview, frames: Sequence[Frame], out: memoryview, where: str, threads: int | None
 ) -> None:

@@ -18,6 +18,7 @@ from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONF
 from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
+from .frames import whole_crcs
 from .header import BlobHeader
 from .loadpaths import BlobFile, LoadPath, choose_load_path, prepare, why_not
 from .pager import ExtentPager, Pager, file_lock
@@ -169,10 +170,15 @@ def session_from_blob(
     if checked.raw_bytes() < DEFER_RAW_CHECK_MIN:
         checked.check_raw()
         return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
-    # One core for it while onnxruntime prepacks on the others; without prepacking onnxruntime is
-    # done in a millisecond and the check is all that is left: every core for it then.
-    crc_threads = None if low_memory else 1
-    crc = _Background(lambda: checked.check_raw(threads=crc_threads))
+    # Without prepacking onnxruntime is done in a millisecond and the check is all that is left:
+    # every core for it. Else one core beside onnxruntime's packing, in one zlib call per raw
+    # section: zlib lets go of the GIL for the whole call, and onnxruntime 1.24.4 and 1.28.0 hold
+    # the GIL while they build a session (a check piece by piece would wait for the whole build).
+    if low_memory:
+        crc = _Background(lambda: checked.check_raw(threads=None))
+    else:
+        expected = whole_crcs(checked.header.frames)  # arithmetic: reads no byte
+        crc = _Background(lambda: checked.check_whole(expected))
     try:
         session = _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
     except BaseException:
