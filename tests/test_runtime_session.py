@@ -481,6 +481,29 @@ def test_missing_blob_file(bundle_dir: Path) -> None:
         bundle.session("denoiser")  # ...and again at first use
 
 
+@pytest.mark.skipif(not hasattr(os, "symlink") or os.name == "nt", reason="POSIX links")
+def test_a_blob_file_that_is_a_link_loads_only_if_it_stays_in_the_folder(
+    bundle_dir: Path, tmp_path: Path, source: bytes
+) -> None:
+    """A plain file opens without resolving its path; a link is followed and checked."""
+    blob = bundle_dir / "upscaler.ort.ocb"
+    inside = bundle_dir / "kept" / "upscaler.bin"
+    inside.parent.mkdir()
+    blob.rename(inside)
+    blob.symlink_to(Path("kept") / "upscaler.bin")
+    x = sample_input(seed=3)
+    session = open_bundle(bundle_dir).session("upscaler", providers=CPU)  # a link inside the folder
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], run_source(source, x), rtol=1e-6, atol=1e-6)
+    outside = tmp_path / "elsewhere.ocb"
+    inside.rename(outside)
+    blob.unlink()
+    blob.symlink_to(outside)
+    with pytest.raises(
+        ManifestError, match=r"blob of 'upscaler' at .* is a link to .*elsewhere\.ocb, outside the"
+    ):
+        open_bundle(bundle_dir, verify=False).session("upscaler", providers=CPU)
+
+
 @pytest.mark.parametrize("damage", ["flip", "append", "truncate"])
 def test_blob_changed_on_disk(damage: str, bundle_dir: Path) -> None:
     path = bundle_dir / "upscaler.ort.ocb"
