@@ -88,8 +88,9 @@ SMALL_ORT_MODEL = 1 << 20
 # mapping goes in place and ExtentPager lets its read pages go while the session is built (268 MB:
 # peak 1.12x, at the file's time). Below it, and with prepacking off, the views of the loader's own
 # mapping load faster (measured: a 45 MB ResNet-18 in 12 ms against 19 ms mapped by onnxruntime,
-# which faults every page in again). Shared initializers (1.24.4, 1.28.0) peak at 2.03x even paged:
-# onnxruntime holds a copy of them while it packs.
+# which faults every page in again). Not before 1.32: onnxruntime 1.24.4 and 1.28.0 hold the GIL
+# while they build a session, so no Python pager thread runs until the build is over (shared
+# initializers over the loader's mapping: peak 2.03x; the native library's C pager gets 1.12x there).
 MAPPED_WEIGHTS_MIN = 64 << 20
 # onnxruntime builds proven to resolve the references of onnx-mapped in the folder the session
 # entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
