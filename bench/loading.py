@@ -131,7 +131,7 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
     memory: dict[str, list[dict[str, Any]]] = {}
     for platform, platform_cases in by_platform.items():
         case = next((c for c in platform_cases if c["model"] == models.LARGE_WEIGHTS), None)
-        if case is None or platform not in ("android", "windows-dml"):
+        if case is None or platform not in ("android", "console", "windows-dml"):
             continue
         for version in VERSIONS[platform]:
             python = ensure_runtime(version, runtimes, project / "platforms" / f"{platform}.yaml")

@@ -9,8 +9,11 @@ each variant: **file** (``--file`` the source ``.onnx``, its weights in ``.onnx.
 (``--bundle --low-memory``: no prepacking). Each process times ``--time`` fresh sessions; a variant's
 time is the median over rounds of those medians. The 268 MB model's peak resident memory over each
 process's baseline, and the library's own cost (``oc-probe time``: opening the bundle with and
-without its sha256 pass, opening the blob), no onnxruntime. Writes bench/results-native.md and its
-section of bench/results.md.
+without its sha256 pass, opening the blob), no onnxruntime. Before onnxruntime 1.32 (ONNX platform,
+1.24.4 and 1.28.0), the 268 MB model's load path chosen for a blob file (onnx-shared-initializers,
+over the library's own mapping) against onnx-mapped (a second build, ``-DOC_SHARED_FOR_FILES=0``),
+alternating fresh processes: session-ready time and peak memory. Writes bench/results-native.md and
+its section of bench/results.md.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ VERSIONS = {
     "windows-dml": ("1.24.4", "1.32.0"),
 }
 VARIANTS = ("file", "bundle", "low")
+# onnxruntime versions in which an ONNX blob file's weights may go as shared initializers or be
+# mapped by onnxruntime (onnx-mapped): the library's choice is measured against the other one.
+SHARED_VERSIONS = ("1.24.4", "1.28.0")
 TARGETS = {
     "onnx": 1.3,
     "ort": 2.0,
@@ -61,6 +67,24 @@ def build_native(out: Path) -> Path:
     if done.returncode != 0:
         raise BenchError(f"native/build.sh failed:\n{done.stderr[-3000:]}")
     return out / "release"
+
+
+def build_mapped_variant(out: Path) -> Path:
+    """The release library and oc-run built to pick onnx-mapped for blob files before 1.32 (what the
+    library chose before shared initializers were measured against it); after build_native(out)."""
+    folder = out / "mapped"
+    for step in (
+        [
+            "cmake", "-S", str(REPO / "native"), "-B", str(folder), "-DCMAKE_BUILD_TYPE=Release",
+            "-DOC_SANITIZE=OFF", "-DOC_BUILD_TESTS=OFF", "-DCMAKE_C_FLAGS=-DOC_SHARED_FOR_FILES=0",
+            f"-DORT_INCLUDE_DIR={out / '_deps' / 'onnxruntime' / 'include'}",
+        ],
+        ["cmake", "--build", str(folder), "--parallel"],
+    ):  # fmt: skip
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BenchError(f"building the onnx-mapped variant failed:\n{done.stderr[-3000:]}")
+    return folder
 
 
 def oc_run(binary: Path, library: Path, variant: str, case: dict[str, Any], sessions: int) -> dict[str, Any]:
@@ -87,6 +111,7 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
     machine = describe()
     _step("building native/ (release)", started)
     release = build_native(workdir / "native")
+    mapped = build_mapped_variant(workdir / "native")
     project = copy_project(workdir / "project")
     assets = project / "assets"
     models.write_assets(EXAMPLES, assets, models.QUICK if quick else models.FULL)
@@ -159,15 +184,64 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
                     raise BenchError(f"oc-probe time failed: {done.stderr[-2000:]}")
                 total = sum(e["blob_size"] for e in manifest.values())
                 own[key] = json.loads(done.stdout) | {"bundle_bytes": total}
+    paths = compare_paths(
+        build, assets, runtimes, project, {"chosen": release, "other": mapped}, rounds, started
+    )
     return {
         "quick": quick,
         "machine": machine,
         "timings": timings,
         "memory": memory,
         "own": own,
+        "paths": paths,
         "formats": {p: build.format(p) for p in build.platforms},
         "duration_s": time.perf_counter() - started,
     }
+
+
+def compare_paths(
+    build: Build,
+    assets: Path,
+    runtimes: Path,
+    project: Path,
+    binaries: dict[str, Path],
+    rounds: int,
+    started: float,
+) -> dict[str, Any]:
+    """The 268 MB model of the first ONNX platform, before 1.32: the library's load path for a blob
+    file against the other one, alternating fresh processes of each build; per variant the median
+    session-ready time, the median peak over the baseline, and the path each reported."""
+    onnx = [p for p in build.platforms if build.format(p) == "onnx"]
+    if not onnx or models.LARGE_WEIGHTS not in build.manifests[onnx[0]]:
+        return {}
+    platform = onnx[0]
+    entry = build.manifests[platform][models.LARGE_WEIGHTS]
+    case = {
+        "model": models.LARGE_WEIGHTS,
+        "source": str(assets / f"{models.LARGE_WEIGHTS}.onnx"),
+        "bundle": str(build.root / platform),
+        "size": entry.get("model_size", 0),
+    }
+    found: dict[str, Any] = {}
+    for version in SHARED_VERSIONS:
+        library = runtime_library(version, runtimes, project / "platforms" / f"{platform}.yaml")
+        _step(f"load paths compared, {platform}@{version}", started)
+        samples: dict[str, list[dict[str, Any]]] = {v: [] for v in binaries}
+        for _ in range(max(rounds, 3)):
+            for variant, binary in binaries.items():
+                samples[variant].append(
+                    oc_run(binary / "oc-run", library, "bundle", case, 3 if rounds > 1 else 1)
+                )
+        found[f"{platform}@{version}"] = {
+            variant: {
+                "ready_ms": statistics.median(r["ready_ms_median"] for r in runs),
+                "peak": statistics.median(r["peak_rss_bytes"] - r["baseline_rss_bytes"] for r in runs),
+                "paths": sorted({r["load_path"] for r in runs}),
+                "size": case["size"],
+            }
+            for variant, runs in samples.items()
+        }
+    return found
 
 
 def _x(value: float) -> str:
@@ -285,6 +359,30 @@ def render(results: dict[str, Any]) -> str:
             f"| {key.replace('@', ' (')}) | {o['open_bundle_verify_ms']:.1f} | {o['open_bundle_ms']:.2f} | "
             f"{gb_s:.2f} GB/s | {o['open_blob_ms']:.2f} | {share:.2%} |"
         )
+    if results.get("paths"):
+        lines += [
+            "",
+            "## Before onnxruntime 1.32: shared initializers against onnx-mapped, 268 MB model",
+            "",
+            "A blob file's ONNX weights in 1.24.4 and 1.28.0 (prepacking on): the library's choice, "
+            "shared initializers over its own read-only mapping with the pages prepacking reads let go, "
+            "against onnxruntime mapping the blob file itself (a build with `-DOC_SHARED_FOR_FILES=0`), "
+            "alternating fresh `oc-run --bundle` processes; peak as in the table above.",
+            "",
+            "| platform (onnxruntime) | load path | ready (ms) | peak "
+            "| other load path | ready (ms) | peak |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for key, rows in results["paths"].items():
+            cells = []
+            for variant in ("chosen", "other"):
+                row = rows[variant]
+                cells += [
+                    ", ".join(row["paths"]),
+                    f"{row['ready_ms']:.1f}",
+                    _x(row["peak"] / max(row["size"], 1)),
+                ]
+            lines.append(f"| {key.replace('@', ' (')}) | " + " | ".join(cells) + " |")
     lines += ["", "## Session-ready time per model (ms)", ""]
     for key, report in results["timings"].items():
         lines += [

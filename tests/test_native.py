@@ -320,10 +320,12 @@ def test_hostile_blobs_get_the_python_loaders_verdict_and_never_crash(
 def test_sessions_compute_from_the_callers_memory_where_the_path_says_so(
     native: Path, version: str, model_format: str, tmp_path: Path
 ) -> None:
-    """The caller's buffer zeroed under a live session (prepacking off) changes its outputs on the
-    in-place paths (ORT format in every version, ONNX weights from 1.32) and not on the copying one
-    (ONNX before 1.32); the buffer is freed only after the session and blob are released, under
-    AddressSanitizer."""
+    """The caller's buffer zeroed under a live session (prepacking off) changes its outputs: the
+    weights are used in place (ORT format in every version; ONNX weights as file buffers from 1.32,
+    as shared initializers in 1.24.4 and 1.28.0); the buffer is freed only after the session and
+    blob are released (the blob releases the shared initializers' OrtValues), under AddressSanitizer
+    with leak detection. The copying path's copy is shown by the conv net onnxruntime refuses in
+    place (test_a_conv_net_refused_as_shared_initializers_loads_along_the_fallback)."""
     from runtime_helpers import make_blob, make_weighted_blob, to_ort_format
 
     from tests.models import large_matmul_model
@@ -341,24 +343,153 @@ def test_sessions_compute_from_the_callers_memory_where_the_path_says_so(
     result = json.loads(
         run_native([native / "test_in_place", ort_library(version), path, offset, len(weight)]).stdout
     )
-    in_place = model_format == "ort" or version == "1.32.0"
     expected_path = {
         "ort": "ort-in-place",
-        "onnx": "onnx-file-buffers" if in_place else "onnx-external-initializers",
+        "onnx": "onnx-file-buffers" if version == "1.32.0" else "onnx-shared-initializers",
     }
     assert result["load_path"] == expected_path[model_format]
     assert result["handed_inside_caller_memory"] is True  # the library hands over views, never copies
     assert result["before"] > 1.0
-    if in_place:
-        assert result["after"] == 0.0, result  # y = x @ 0
-    else:
-        assert result["after"] == result["before"], result  # onnxruntime's own copy
+    assert result["after"] == 0.0, result  # y = x @ 0: the session reads the caller's bytes
 
 
 def onnx_numpy(model) -> bytes:
     from onnx import numpy_helper
 
     return numpy_helper.to_array(model.graph.initializer[0]).tobytes()
+
+
+SHARED_VERSIONS = ("1.24.4", "1.28.0")  # onnx-shared-initializers (from 1.32: onnx-file-buffers)
+
+
+def oc_run_matches_source(
+    native: Path, bundle: Path, name: str, library: Path, source, tmp_path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """oc-run on model ``name`` of ``bundle`` with seeded inputs: its outputs are onnxruntime's on
+    the uncooked ``source`` (a ModelProto). Returns the finished oc-run."""
+    import onnxruntime
+
+    reference = onnxruntime.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = feeds_for(reference, None)
+    expected = run_session(reference, feeds)
+    folder = tmp_path / f"run-{name}-{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    args = []
+    for value in reference.get_inputs():
+        np.save(folder / f"in-{value.name}.npy", feeds[value.name])
+        args += ["--in", folder / f"in-{value.name}.npy"]
+    done = run_native(
+        [
+            native / "oc-run",
+            "--bundle",
+            bundle,
+            "--model",
+            name,
+            "--ort",
+            library,
+            *args,
+            "--out",
+            folder / "out",
+            *extra,
+        ]
+    )
+    for output, want in expected.items():
+        got = np.load(folder / "out" / f"{output.replace('/', '_')}.npy")
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} output {output}")
+    return done
+
+
+@pytest.mark.parametrize("version", SHARED_VERSIONS)
+def test_a_conv_net_refused_as_shared_initializers_loads_along_the_fallback(
+    native: Path, version: str, tmp_path: Path
+) -> None:
+    """onnxruntime 1.24.4 and 1.28.0 refuse the shared-initializer door for conv nets (their
+    optimizers read the weights from the referenced file: "cannot get file size [/dev/null]"). The
+    bench's ResNet-18 then loads along the copying path from memory (shown to copy: its weights
+    zeroed under the live session change nothing) and its MobileNetV2, a mapped blob file, along
+    onnx-mapped; both with the source's outputs, the path used reported, onnxruntime's log of the
+    refused attempt kept quiet."""
+    from runtime_helpers import make_weighted_blob
+
+    from bench import models as bench_models
+
+    library = ort_library(version)
+    resnet = bench_models.build_resnet18(bench_models.QUICK)  # under 1 MiB: a bundle reads it into memory
+    mobilenet = bench_models.build_mobilenet(bench_models.FULL)  # ~5 MB: the bundle maps the blob file
+    blobs = {
+        name: make_weighted_blob(model, "raw", name=name, platform="windows-dml")[0]
+        for name, model in (("resnet18", resnet), ("mobilenet", mobilenet))
+    }
+    assert len(blobs["resnet18"]) < 1 << 20 <= len(blobs["mobilenet"])
+    folder = write_bundle(
+        tmp_path / "bundle", {name: ("onnx", blob) for name, blob in blobs.items()}, platform="windows-dml"
+    )
+    for name, model, expected in (
+        ("resnet18", resnet, "onnx-external-initializers"),
+        ("mobilenet", mobilenet, "onnx-mapped"),
+    ):
+        done = oc_run_matches_source(native, folder, name, library, model, tmp_path)
+        assert f"load path {expected}," in done.stdout, done.stdout
+        assert "/dev/null" not in done.stderr, done.stderr  # the refusal is answered, not logged
+        # A second and third session in the same process (the refusal remembered) take the same path
+        timed = run_native(
+            [native / "oc-run", "--bundle", folder, "--model", name, "--ort", library, "--time", "3"]
+        )
+        assert json.loads(timed.stdout.splitlines()[-1])["load_path"] == expected
+
+    # From the caller's memory: the copying path, and it copies (the outputs do not follow the bytes)
+    from onnx import numpy_helper
+
+    weight = max(
+        (numpy_helper.to_array(t).tobytes() for t in resnet.graph.initializer), key=len
+    )  # the largest convolution kernel
+    offset = blobs["resnet18"].find(weight)
+    assert offset > 0 and blobs["resnet18"].find(weight, offset + 1) == -1
+    path = tmp_path / "resnet18.ocb"
+    path.write_bytes(blobs["resnet18"])
+    result = json.loads(run_native([native / "test_in_place", library, path, offset, len(weight)]).stdout)
+    assert result["load_path"] == "onnx-external-initializers"
+    assert result["before"] > 0 and result["after"] == result["before"], result  # onnxruntime's own copy
+
+
+@pytest.mark.parametrize("version", SHARED_VERSIONS)
+def test_shared_initializers_refuse_a_header_whose_shapes_are_not_the_graphs(
+    native: Path, version: str, tmp_path: Path
+) -> None:
+    """The shared initializers are made from the blob header's data types and dims: a header that
+    declares other dims for a weight than its graph does (same bytes, re-sealed with a valid CRC) is
+    refused as corrupt, before onnxruntime is handed a tensor of the wrong shape."""
+    from runtime_helpers import make_weighted_blob, pack_header
+
+    from tests.models import large_matmul_model
+
+    source = large_matmul_model(512, 256, seed=9)
+    blob = make_weighted_blob(source, "raw", name="swapped")[0]
+    start = blob.find(b"ONNXCOOK") - 8
+    header_size = int.from_bytes(blob[start + 4 : start + 8], "little")
+    text = blob[start + 22 : start + 8 + header_size]
+    assert text.count(b"[512,256]") == 1
+    crafted = blob[:start] + pack_header(text.replace(b"[512,256]", b"[256,512]"), version=3)
+    crafted += blob[start + 8 + header_size :]
+    folder = write_bundle(tmp_path / "bundle", {"swapped": ("onnx", crafted)})
+    x = np.ones((1, 512), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    done = run_native(
+        [
+            native / "oc-run",
+            "--bundle",
+            folder,
+            "--model",
+            "swapped",
+            "--ort",
+            ort_library(version),
+            "--in",
+            tmp_path / "x.npy",
+        ],
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "initializer 'W' does not have the data type and dims its blob header lists" in done.stderr
 
 
 def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
@@ -688,9 +819,10 @@ def fnv1a(data: bytes) -> str:
 def test_large_onnx_weights_load_in_place_from_the_blob_file(
     native: Path, version: str, tmp_path: Path
 ) -> None:
-    """64 MiB and more of raw ONNX weights in a folder bundle, with and without prepacking: from
-    1.32 in place from the library's mapping (file buffers), before 1.32 mapped by onnxruntime from
-    the blob file itself (onnx-mapped; copied otherwise), each with the source's outputs."""
+    """64 MiB and more of raw ONNX weights in a folder bundle, with and without prepacking, in place
+    from the library's mapping: from 1.32 as file buffers, in 1.24.4 and 1.28.0 as shared
+    initializers (chosen over onnx-mapped by measurement: docs/native.md), each with the source's
+    outputs."""
 
     from runtime_helpers import make_weighted_blob
 
@@ -703,9 +835,9 @@ def test_large_onnx_weights_load_in_place_from_the_blob_file(
     np.save(tmp_path / "x.npy", x)
     want = run_session_of(source, x)
     library = ort_library(version)
-    # From 1.32 the weights go in place from the library's own mapping (its read pages let go while
-    # prepacking reads them); before, onnxruntime maps them from the blob file itself, either way.
-    expected_path = "onnx-file-buffers" if version == "1.32.0" else "onnx-mapped"
+    # The weights go in place from the library's own mapping (its read pages let go while
+    # prepacking reads them), with or without prepacking.
+    expected_path = "onnx-file-buffers" if version == "1.32.0" else "onnx-shared-initializers"
     for low, expected in ((False, expected_path), (True, expected_path)):
         out = tmp_path / f"out-{low}"
         done = oc_run_big(
@@ -850,3 +982,122 @@ def test_the_windows_code_paths_compile_with_mingw(native: Path, tmp_path: Path)
         text=True,
     )
     assert done.returncode == 0, f"onnx_cooker.hpp for Windows:\n{done.stderr[-3000:]}"
+
+
+GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+
+
+@pytest.fixture(scope="module")
+def gpu_preferring_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bundle of one small ONNX model whose blob prefers TensorRT, then CUDA, then the CPU, with
+    provider options for both (as a platform profile for NVIDIA machines would cook it)."""
+    from runtime_helpers import make_weighted_blob
+
+    from tests.models import large_matmul_model
+
+    blob = make_weighted_blob(
+        large_matmul_model(512, 256, seed=9),
+        "raw",
+        name="gpu",
+        execution_providers=[*GPU_EPS[::-1], "CPUExecutionProvider"],
+        provider_options={
+            "CUDAExecutionProvider": {"device_id": 0, "arena_extend_strategy": "kSameAsRequested"},
+            "TensorrtExecutionProvider": {"device_id": 0, "trt_fp16_enable": True},
+        },
+    )[0]
+    return write_bundle(tmp_path_factory.mktemp("gpu") / "bundle", {"gpu": ("onnx", blob)})
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cuda_and_tensorrt_asked_for_by_name_give_a_clean_error_naming_the_fix(
+    native: Path, version: str, gpu_preferring_bundle: Path
+) -> None:
+    """CUDA and TensorRT go through their V2 option APIs (Create/Update/Append...V2); in the CPU
+    libraries here onnxruntime has neither, and an explicit provider list naming one gets a status
+    (no crash, no leak) with the model, the EP, onnxruntime's own words and the fix."""
+    for ep in GPU_EPS:
+        done = run_native(
+            [
+                native / "oc-run",
+                "--bundle",
+                gpu_preferring_bundle,
+                "--model",
+                "gpu",
+                "--ort",
+                ort_library(version),
+                "--ep",
+                ep,
+            ],
+            check=False,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        message = done.stderr
+        assert f"onnxruntime {version} refused {ep} for model 'gpu' (test-platform)" in message, message
+        kind = "CUDA" if ep.startswith("CUDA") else "TensorRT"
+        assert f"{kind} execution provider is not enabled in this build" in message, message  # onnxruntime's
+        assert f"this onnxruntime build has no {kind} EP: use the onnxruntime-gpu library" in message, message
+        assert f"or pass providers without {ep}" in message, message
+        assert "cannot register" not in message
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_blob_preferring_gpu_eps_falls_to_the_cpu_where_onnxruntime_lacks_them(
+    native: Path, version: str, gpu_preferring_bundle: Path, tmp_path: Path
+) -> None:
+    """The blob's preferred EPs that this onnxruntime does not offer are left out, as the Python
+    loader's choose_providers does: TensorRT and CUDA in a CPU build, so the session runs on the CPU
+    with the source's outputs."""
+    from tests.models import large_matmul_model
+
+    python = open_bundle(gpu_preferring_bundle).session("gpu")
+    assert python.get_providers() == ["CPUExecutionProvider"]
+    done = oc_run_matches_source(
+        native,
+        gpu_preferring_bundle,
+        "gpu",
+        ort_library(version),
+        large_matmul_model(512, 256, seed=9),
+        tmp_path,
+    )
+    assert "session ready" in done.stdout
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_migraphx_and_tensorrt_rtx_go_by_the_short_names_onnxruntime_knows(
+    native: Path, version: str, gpu_preferring_bundle: Path
+) -> None:
+    """SessionOptionsAppendExecutionProvider knows 'MIGraphX' and 'NvTensorRtRtx' in each version
+    (an unknown name gets "Unknown provider name"): these CPU builds answer that the EP is not in
+    them, and from 1.32 that TensorRT RTX is a plugin EP. Either way onnxruntime's word, with the
+    model's name."""
+    for ep, short in (
+        ("MIGraphXExecutionProvider", "MIGraphX"),
+        ("NvTensorRTRTXExecutionProvider", "NvTensorRtRtx"),
+    ):
+        done = run_native(
+            [
+                native / "oc-run",
+                "--bundle",
+                gpu_preferring_bundle,
+                "--model",
+                "gpu",
+                "--ort",
+                ort_library(version),
+                "--ep",
+                ep,
+            ],
+            check=False,
+        )
+        assert done.returncode == 1
+        message = done.stderr
+        assert (
+            "model 'gpu'" in message
+            and "Unknown provider name" not in message
+            and "cannot register" not in message
+        )
+        if short == "NvTensorRtRtx" and version == "1.32.0":
+            assert "'NvTensorRtRtx' execution provider is no longer built into ONNX Runtime" in message, (
+                message
+            )
+        else:
+            assert f"{short} execution provider is not supported in this build" in message, message

@@ -131,7 +131,10 @@ OC_API oc_status oc_blob_open_memory(const void *data, size_t size, const oc_blo
 OC_API oc_status oc_blob_open_file(const char *path, const oc_blob_options *options, oc_blob **out,
                                    oc_error *err);
 
-/* Release a blob (NULL is fine). Sessions created from it must be released before. */
+/* Release a blob (NULL is fine). Sessions created from it must be released before. It also
+ * releases the shared initializers its sessions were given (OC_LOAD_ONNX_SHARED: OrtValues over
+ * its weights, which the blob owns), through the OrtApi that made them: with oc_runtime_from_api,
+ * close the blob while that onnxruntime is still loaded (libraries oc_runtime_load loads stay). */
 OC_API void oc_blob_close(oc_blob *blob);
 
 /* What the header says. Strings live as long as the blob. */
@@ -291,9 +294,12 @@ typedef enum oc_load_path {
     OC_LOAD_ONNX_FILE_BUFFERS = 1,   /* weights as an in-memory external-data file, in place (1.32+) */
     OC_LOAD_ONNX_EXTERNAL = 2,       /* weights as external initializers: onnxruntime copies them */
     OC_LOAD_ORT_IN_PLACE = 3,        /* ORT bytes used in place (use_ort_model_bytes_directly) */
-    OC_LOAD_ONNX_MAPPED = 4          /* before 1.32, raw weights of a blob file: onnxruntime maps them
+    OC_LOAD_ONNX_MAPPED = 4,         /* before 1.32, raw weights of a blob file: onnxruntime maps them
                                         from the blob file itself, as from a loose .onnx.data */
-} oc_load_path;
+    OC_LOAD_ONNX_SHARED = 5          /* onnxruntime 1.24.4 and 1.28.0 (POSIX): each weight handed over in
+                                        place as a shared initializer (AddInitializer over the blob's
+                                        bytes), the graph's references pointed at /dev/null */
+} oc_load_path; /* values are ABI: new ones go at the end */
 
 typedef struct oc_session_options {
     /* EPs to use, in order, overriding the blob's preference (NULL: the blob's preferred EPs this
@@ -303,7 +309,8 @@ typedef struct oc_session_options {
     int low_memory;                  /* 1: session.disable_prepacking (faster, leaner load) */
     int intra_op_threads;            /* 0: onnxruntime's default */
     /* Options to start from (borrowed; the blob's recipe and the load path's entries are added to
-     * it: use it for one session). NULL: fresh options. */
+     * it, or to copies of it (CloneSessionOptions) where a load path may be refused and another
+     * tried: use it for one session). NULL: fresh options. */
     struct OrtSessionOptions *base;
     oc_progress_fn progress;
     void *progress_user;
@@ -312,7 +319,16 @@ typedef struct oc_session_options {
 /* Create a session for `blob` with the blob's recipe (EPs, provider options, per-EP session
  * options, DirectML rules, the saved-runtime-optimizations flag), weights in place where
  * onnxruntime allows it. The session BORROWS the blob (release the session first). `path_used`
- * (may be NULL) receives the load path. options may be NULL. */
+ * (may be NULL) receives the load path actually used: where onnxruntime refuses the first choice
+ * for a model (OC_LOAD_ONNX_SHARED for conv nets in 1.24.4 and 1.28.0), the session is made again
+ * along the next (OC_LOAD_ONNX_MAPPED for a blob file, then OC_LOAD_ONNX_EXTERNAL), and later
+ * loads of that model in the process go straight there; an attempt that may be refused runs with
+ * onnxruntime's session log at FATAL unless `base` options are given (the session made by it keeps
+ * that level, as the Python loader's do). On OC_LOAD_ONNX_SHARED the blob keeps the
+ * OrtValues it added (AddInitializer) for every session made from it until oc_blob_close.
+ * CUDAExecutionProvider and TensorrtExecutionProvider take the blob's provider options through
+ * onnxruntime's V2 option APIs; the other EPs through SessionOptionsAppendExecutionProvider.
+ * options may be NULL. */
 OC_API oc_status oc_session_create(oc_runtime *runtime, oc_blob *blob, const oc_session_options *options,
                                    struct OrtSession **out, oc_load_path *path_used, oc_error *err);
 

@@ -408,7 +408,8 @@ static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
     blob->info.weights_size = size;
     cJSON_ArrayForEach(entry, tensors) {
         const cJSON *name = cJSON_GetArrayItem(entry, 0), *dims = cJSON_GetArrayItem(entry, 2), *d;
-        uint64_t type, offset, nbytes, elements = 1, dim;
+        uint64_t type, offset, nbytes, elements = 1, dim, *shape;
+        size_t rank = 0;
         int itemsize;
         if (!cJSON_IsArray(entry) || cJSON_GetArraySize(entry) != 5)
             return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': tensor %zu is not [name, type, dims, offset, bytes]",
@@ -422,11 +423,14 @@ static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
         itemsize = DTYPE_SIZES[type];
         if (!cJSON_IsArray(dims) || (size_t)cJSON_GetArraySize(dims) > MAX_DIMS)
             return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': tensor '%s' has malformed dims", name->valuestring);
+        shape = oc_arena_alloc(&blob->arena, (size_t)cJSON_GetArraySize(dims) * sizeof *shape + 1);
+        if (shape == NULL) return out_of_memory(c);
         cJSON_ArrayForEach(d, dims) {
             if (!count_of(d, &dim))
                 return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': tensor '%s' has malformed dims",
                             name->valuestring);
             if (dim != 0 && elements > UINT64_MAX / dim) elements = UINT64_MAX; else elements *= dim;
+            shape[rank++] = dim;
         }
         if (!count_of(cJSON_GetArrayItem(entry, 3), &offset) || !count_of(cJSON_GetArrayItem(entry, 4), &nbytes) ||
             elements > UINT64_MAX / (uint64_t)itemsize || nbytes != elements * (uint64_t)itemsize)
@@ -440,6 +444,9 @@ static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
         if (blob->tensors[index].name == NULL) return out_of_memory(c);
         blob->tensors[index].offset = offset;
         blob->tensors[index].nbytes = nbytes;
+        blob->tensors[index].elem_type = (int)type;
+        blob->tensors[index].rank = rank;
+        blob->tensors[index].dims = shape;
         ++index;
     }
     blob->tensor_count = index;
@@ -925,6 +932,7 @@ void oc_blob_close(oc_blob *blob) {
     oc_alloc alloc;
     if (blob == NULL) return;
     alloc = blob->alloc;
+    if (blob->release_sessions_state != NULL) blob->release_sessions_state(blob);
     oc_free(&alloc, blob->graph_owned);
     oc_free(&alloc, blob->weights_owned);
     if (blob->map != NULL) oc_unmap(blob->map, blob->map_size);

@@ -44,6 +44,11 @@ typedef struct oc_ref_tensor {
     const char *name;
     uint64_t offset;
     uint64_t nbytes;
+    /* The header's ONNX data type and dims (blob.c fills them; the checker and rewriter's tests
+     * leave them 0/NULL: only the shared-initializer path and its rewrite read them). */
+    int elem_type;
+    size_t rank;
+    const uint64_t *dims;
 } oc_ref_tensor;
 
 /* Check every external-data reference of the ONNX ModelProto in model[0..size) (onnxrefs.c): each
@@ -126,6 +131,11 @@ struct oc_blob {
     const char *file_path;
     uint64_t file_identity[OC_IDENTITY_WORDS];
     int reopen_by_name;
+    /* What session.c keeps for the blob's sessions (the shared initializers: OrtValues over the
+     * weights, one set per onnxruntime API), released by oc_blob_close through the hook. Created
+     * and read under oc_lock. */
+    void *sessions_state;
+    void (*release_sessions_state)(oc_blob *blob);
 };
 
 /* Check and decode `size` bytes at `data` into a new blob (blob.c). `origin` (a file path, or NULL)
@@ -147,10 +157,12 @@ char *oc_real_path(const char *path);
 
 #define TENSOR_EXTERNAL_DATA_FIELD 13
 /* The graph with every main-graph initializer's external data at `location`, offsets moved by
- * `shift`, lengths the listed ones (rewrite.c); *out from alloc. Only after oc_check_references. */
+ * `shift`, lengths the listed ones (rewrite.c); *out from alloc. Only after oc_check_references.
+ * match_header: each rewritten initializer's data_type and dims must also be the listed ones
+ * (OC_ERR_CORRUPT otherwise), for a path that hands onnxruntime tensors made from the header. */
 oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *location, uint64_t shift,
-                               const oc_ref_tensor *tensors, size_t count, const oc_alloc *alloc, uint8_t **out,
-                               size_t *out_size, oc_error *err);
+                               const oc_ref_tensor *tensors, size_t count, int match_header, const oc_alloc *alloc,
+                               uint8_t **out, size_t *out_size, oc_error *err);
 
 /* SHA-256 of data[0..size) (sha256.c): the CPU's SHA instructions where it has them, else
  * libsodium. oc_sha256_accelerated says which. */
@@ -181,6 +193,13 @@ void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, 
 typedef struct oc_pager oc_pager;
 oc_pager *oc_pager_start(void *map, size_t size);
 void oc_pager_stop(oc_pager *pager);
+
+/* One process-wide lock (platform.c), for the little state shared across objects and threads:
+ * a blob's shared initializers, the shared-initializer refusals. Never held across a callback. */
+void oc_lock(void);
+void oc_unlock(void);
+/* Whether /dev/null exists as a character device (the shared-initializer path's reference target). */
+int oc_has_null_file(void);
 
 /* The cores this process may use (at least 1). */
 size_t oc_cores(void);

@@ -122,6 +122,12 @@ size_t oc_cores(void) {
     return info.dwNumberOfProcessors ? info.dwNumberOfProcessors : 1;
 }
 
+static SRWLOCK global_lock = SRWLOCK_INIT;
+
+void oc_lock(void) { AcquireSRWLockExclusive(&global_lock); }
+void oc_unlock(void) { ReleaseSRWLockExclusive(&global_lock); }
+int oc_has_null_file(void) { return 0; } /* no /dev/null: the shared-initializer path is POSIX's */
+
 #else
 #include <fcntl.h>
 #include <pthread.h>
@@ -273,6 +279,16 @@ void oc_pager_stop(oc_pager *pager) { (void)pager; }
 size_t oc_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (size_t)n : 1;
+}
+
+static pthread_mutex_t global_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void oc_lock(void) { pthread_mutex_lock(&global_lock); }
+void oc_unlock(void) { pthread_mutex_unlock(&global_lock); }
+
+int oc_has_null_file(void) {
+    struct stat st;
+    return stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode);
 }
 #endif
 

@@ -127,8 +127,10 @@ typedef struct rewrite_ctx {
     uint64_t shift;
     const oc_ref_tensor *tensors;
     size_t count;
+    int match_header;
     const oc_alloc *alloc;
     int bad;
+    const oc_ref_tensor *mismatched; /* match_header: the first whose type or dims differ */
 } rewrite_ctx;
 
 static int span_equals(const uint8_t *data, const field *f, const char *text) {
@@ -167,6 +169,37 @@ static const oc_ref_tensor *listed(rewrite_ctx *c, const uint8_t *name, size_t n
     return NULL;
 }
 
+static const oc_ref_tensor UNLISTED = {"(not listed)", 0, 0, 0, 0, NULL};
+
+/* Whether the TensorProto [start, end) has the data type and dims `ref` lists: data_type is field 2,
+ * dims field 1 (repeated int64, packed or not). */
+static int same_shape(rewrite_ctx *c, const oc_ref_tensor *ref, size_t start, size_t end) {
+    const uint8_t *d = c->data;
+    size_t pos = start, rank = 0;
+    uint64_t type = 0;
+    field f;
+    int same = 1;
+    while (next(d, &pos, end, &f, &c->bad)) {
+        if (f.number == 2 && f.wire == 0) type = f.value;
+        if (f.number == 1 && f.wire == 0) {
+            same = same && rank < ref->rank && ref->dims[rank] == f.value;
+            ++rank;
+        } else if (f.number == 1 && f.wire == 2) {
+            size_t p = f.start;
+            uint64_t dim;
+            while (p < f.end) {
+                if (!read_varint(d, &p, f.end, &dim)) {
+                    c->bad = 1;
+                    return 0;
+                }
+                same = same && rank < ref->rank && ref->dims[rank] == dim;
+                ++rank;
+            }
+        }
+    }
+    return same && rank == ref->rank && type == (uint64_t)ref->elem_type;
+}
+
 /* One initializer: its external_data entries rewritten (and offset/length added where absent). */
 static void tensor(rewrite_ctx *c, builder *out, size_t start, size_t end) {
     const uint8_t *d = c->data;
@@ -175,8 +208,15 @@ static void tensor(rewrite_ctx *c, builder *out, size_t start, size_t end) {
     field f;
     int has_offset = 0, has_length = 0, external = 0;
     char text[32];
-    while (next(d, &pos, end, &f, &c->bad))
+    while (next(d, &pos, end, &f, &c->bad)) {
         if (f.number == 8 && f.wire == 2) ref = listed(c, d + f.start, f.end - f.start);
+        if (f.number == TENSOR_EXTERNAL_DATA_FIELD && f.wire == 2) external = 1;
+    }
+    /* Every listed initializer (a shared one replaces it, inline data or not) must be the header's */
+    if (c->match_header && c->mismatched == NULL && (ref != NULL || external) &&
+        (ref == NULL || !same_shape(c, ref, start, end)))
+        c->mismatched = ref != NULL ? ref : &UNLISTED; /* (the checker refuses unlisted references before) */
+    external = 0;
     pos = start;
     while (next(d, &pos, end, &f, &c->bad)) {
         if (f.number == TENSOR_EXTERNAL_DATA_FIELD && f.wire == 2) {
@@ -237,8 +277,8 @@ static void message(rewrite_ctx *c, builder *out, size_t start, size_t end, uint
 static void graph(rewrite_ctx *c, builder *out, size_t start, size_t end) { message(c, out, start, end, 5, tensor); }
 
 oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *location, uint64_t shift,
-                               const oc_ref_tensor *tensors, size_t count, const oc_alloc *alloc, uint8_t **out,
-                               size_t *out_size, oc_error *err) {
+                               const oc_ref_tensor *tensors, size_t count, int match_header, const oc_alloc *alloc,
+                               uint8_t **out, size_t *out_size, oc_error *err) {
     rewrite_ctx c;
     builder b = {0};
     c.data = model;
@@ -246,12 +286,18 @@ oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *lo
     c.shift = shift;
     c.tensors = tensors;
     c.count = count;
+    c.match_header = match_header;
     c.alloc = alloc;
     c.bad = 0;
+    c.mismatched = NULL;
     b.alloc = alloc;
     message(&c, &b, 0, size, 7, graph);
-    if (b.failed || c.bad) {
+    if (b.failed || c.bad || c.mismatched != NULL) {
         oc_free(alloc, b.data);
+        if (c.mismatched != NULL && !b.failed && !c.bad)
+            return oc_fail(err, OC_ERR_CORRUPT,
+                           "blob graph's initializer '%s' does not have the data type and dims its blob header lists "
+                           "(a damaged or crafted blob): re-cook the model", c.mismatched->name);
         return oc_fail(err, b.failed ? OC_ERR_OUT_OF_MEMORY : OC_ERR_CORRUPT,
                        b.failed ? "out of memory rewriting the graph's references"
                                 : "blob graph is not a valid ONNX model (while rewriting its references)");

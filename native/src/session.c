@@ -143,6 +143,7 @@ const char *oc_load_path_name(oc_load_path path) {
     case OC_LOAD_ONNX_EXTERNAL: return "onnx-external-initializers";
     case OC_LOAD_ORT_IN_PLACE: return "ort-in-place";
     case OC_LOAD_ONNX_MAPPED: return "onnx-mapped";
+    case OC_LOAD_ONNX_SHARED: return "onnx-shared-initializers";
     }
     return "unknown";
 }
@@ -151,7 +152,7 @@ const char *oc_load_path_name(oc_load_path path) {
 
 typedef struct session_ctx {
     const oc_runtime *rt;
-    const oc_blob *blob;
+    oc_blob *blob; /* changed only under oc_lock: its shared initializers */
     oc_error *err;
     int low_memory;
 } session_ctx;
@@ -234,18 +235,91 @@ static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *option
     return OC_OK;
 }
 
-/* onnxruntime's short names for SessionOptionsAppendExecutionProvider, by EP name. */
+/* onnxruntime's short names for SessionOptionsAppendExecutionProvider, by EP name: the names that
+ * call accepts in 1.24.4, 1.28.0 and 1.32.0 (each answers an unknown one with the list it knows;
+ * tests/test_native.py calls it with NvTensorRtRtx and MIGraphX in each). NvTensorRtRtx is a plugin
+ * EP from 1.32 (onnxruntime then says so). CUDA and TensorRT take their V2 option APIs (below). */
 static const char *short_name(const char *ep) {
     static const char *const names[][2] = {
         {"DmlExecutionProvider", "DML"},       {"CoreMLExecutionProvider", "CoreML"},
         {"QNNExecutionProvider", "QNN"},       {"XnnpackExecutionProvider", "XNNPACK"},
         {"OpenVINOExecutionProvider", "OpenVINO"}, {"WebGpuExecutionProvider", "WebGPU"},
         {"SNPEExecutionProvider", "SNPE"},     {"AzureExecutionProvider", "AZURE"},
-        {"VitisAIExecutionProvider", "VitisAI"}, {"JsExecutionProvider", "JS"}};
+        {"VitisAIExecutionProvider", "VitisAI"}, {"JsExecutionProvider", "JS"},
+        {"NvTensorRTRTXExecutionProvider", "NvTensorRtRtx"}, {"MIGraphXExecutionProvider", "MIGraphX"}};
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; ++i)
         if (strcmp(names[i][0], ep) == 0) return names[i][1];
     return NULL;
+}
+
+#define CUDA_EP "CUDAExecutionProvider"
+#define TENSORRT_EP "TensorrtExecutionProvider"
+
+/* A refused CUDA or TensorRT EP: the model, the EP, onnxruntime's message and the fix for the step
+ * that failed (releases the status). */
+static oc_status ep_refused(session_ctx *c, const char *ep, const char *step, OrtStatus *status) {
+    int cuda = strcmp(ep, CUDA_EP) == 0;
+    const char *fix;
+    oc_status result;
+    const char *message = c->rt->api->GetErrorMessage(status);
+    size_t length = strlen(message);
+    /* onnxruntime-gpu loads the EP's library (and through it CUDA's) to take options, or to append */
+    if (strcmp(step, "options") == 0 && strstr(message, "Failed to load") != NULL) step = "append";
+    if (strcmp(step, "create") == 0)
+        fix = cuda ? "this onnxruntime build has no CUDA EP: use the onnxruntime-gpu library (its libonnxruntime, "
+                     "with the CUDA and cuDNN it was built for), or pass providers without CUDAExecutionProvider"
+                   : "this onnxruntime build has no TensorRT EP: use the onnxruntime-gpu library (its libonnxruntime, "
+                     "with the CUDA, cuDNN and TensorRT it was built for), or pass providers without "
+                     "TensorrtExecutionProvider";
+    else if (strcmp(step, "options") == 0)
+        fix = "this onnxruntime does not take the blob's provider options for this EP: re-cook with options it "
+              "knows (provider_options in the platform profile), or pass providers without it";
+    else
+        fix = cuda ? "onnxruntime could not start its CUDA EP: install the CUDA and cuDNN versions this "
+                     "onnxruntime-gpu build needs (and an NVIDIA driver), or pass providers without it"
+                   : "onnxruntime could not start its TensorRT EP: install the TensorRT, CUDA and cuDNN versions this "
+                     "onnxruntime-gpu build needs (and an NVIDIA driver), or pass providers without it";
+    while (length > 0 && (message[length - 1] == '.' || message[length - 1] == ' ' || message[length - 1] == '\n'))
+        --length; /* its sentence goes on with the fix */
+    result = oc_fail(c->err, OC_ERR_SESSION_CREATE, "onnxruntime %s refused %s for model '%s' (%s): %.*s; %s",
+                     c->rt->version, ep, c->blob->info.name, c->blob->info.platform, (int)length, message, fix);
+    c->rt->api->ReleaseStatus(status);
+    return result;
+}
+
+/* CUDA through CreateCUDAProviderOptions / UpdateCUDAProviderOptions (the blob's string options, as
+ * the Python loader passes them) / SessionOptionsAppendExecutionProvider_CUDA_V2, TensorRT through
+ * their TensorRT twins. The V2 options are onnxruntime's: released here once appended (the session
+ * options keep their own copy). */
+static oc_status append_v2(session_ctx *c, OrtSessionOptions *options, const char *ep, const char *const *keys,
+                           const char *const *values, size_t n) {
+    const OrtApi *api = c->rt->api;
+    OrtStatus *s;
+    if (strcmp(ep, CUDA_EP) == 0) {
+        OrtCUDAProviderOptionsV2 *cuda = NULL;
+        s = api->CreateCUDAProviderOptions(&cuda);
+        if (s != NULL) return ep_refused(c, ep, "create", s);
+        s = n ? api->UpdateCUDAProviderOptions(cuda, keys, values, n) : NULL;
+        if (s != NULL) {
+            api->ReleaseCUDAProviderOptions(cuda);
+            return ep_refused(c, ep, "options", s);
+        }
+        s = api->SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda);
+        api->ReleaseCUDAProviderOptions(cuda);
+    } else {
+        OrtTensorRTProviderOptionsV2 *trt = NULL;
+        s = api->CreateTensorRTProviderOptions(&trt);
+        if (s != NULL) return ep_refused(c, ep, "create", s);
+        s = n ? api->UpdateTensorRTProviderOptions(trt, keys, values, n) : NULL;
+        if (s != NULL) {
+            api->ReleaseTensorRTProviderOptions(trt);
+            return ep_refused(c, ep, "options", s);
+        }
+        s = api->SessionOptionsAppendExecutionProvider_TensorRT_V2(options, trt);
+        api->ReleaseTensorRTProviderOptions(trt);
+    }
+    return s != NULL ? ep_refused(c, ep, "append", s) : OC_OK;
 }
 
 static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const char *ep) {
@@ -253,14 +327,16 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     const char *keys[64], *values[64];
     size_t n = oc_blob_provider_option_count(c->blob, ep), i;
     const char *name = short_name(ep);
+    int v2 = strcmp(ep, CUDA_EP) == 0 || strcmp(ep, TENSORRT_EP) == 0;
     if (strcmp(ep, CPU_EP) == 0) return OC_OK; /* always there, last */
-    if (name == NULL)
+    if (name == NULL && !v2)
         return oc_fail(c->err, OC_ERR_SESSION_CREATE,
                        "model '%s': this loader cannot register %s through onnxruntime's C API yet; pass providers "
                        "without it, or create the session from oc_blob_model/oc_blob_weights yourself",
                        c->blob->info.name, ep);
     if (n > 64) return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);
     for (i = 0; i < n; ++i) oc_blob_provider_option(c->blob, ep, i, &keys[i], &values[i]);
+    if (v2) return append_v2(c, options, ep, keys, values, n);
     if (check_ort(c, api->SessionOptionsAppendExecutionProvider(options, name, keys, values, n), OC_ERR_SESSION_CREATE,
                   "refused an execution provider for") != OC_OK)
         return OC_ERR_SESSION_CREATE;
@@ -341,25 +417,209 @@ static int mapped_version(const int v[3]) {
            (v[0] == 1 && v[1] == 32 && v[2] == 0);
 }
 
+/* onnxruntime builds proven to use a shared initializer (AddInitializer) in place while its graph's
+ * external-data reference only has to name an existing file (the Python loader's
+ * SHARED_INITIALIZER_VERSIONS before 1.32; from 1.32 file buffers serve): onnxruntime does not
+ * promise this, so only these exact versions (tests/test_native.py proves each). */
+static int shared_version(const int v[3]) {
+    return (v[0] == 1 && v[1] == 24 && v[2] == 4) || (v[0] == 1 && v[1] == 28 && v[2] == 0);
+}
+
 /* From this size of a mapped blob, the pages prepacking reads are let go while the session is built
  * (268 MB ORT model: peak 2.02x -> 1.07x the model, session ready 360 ms against the file's 381;
  * below it a thread and its madvise calls cost more than the pages weigh). */
 #define PAGER_MIN (16u << 20)
 
-/* The load path for this blob: the fastest and leanest proven one. From 1.32 the weights go in
- * place from the blob's bytes (file buffers; from the library's own mapping with its pages let go
- * while prepacking reads them). Before 1.32 that door copies, so a blob file's raw weights are
- * mapped by onnxruntime itself instead (onnx-mapped), prepacking or not; bytes in memory are copied. */
-static oc_load_path choose_path(const oc_runtime *rt, const oc_blob *blob, const oc_session_options *o) {
+/* Models whose shared-initializer session onnxruntime refused in this process (conv nets in 1.24.4
+ * and 1.28.0: "cannot get file size [/dev/null]"): their next loads go straight to the fallback, as
+ * the Python loader's _REFUSED does. FNV-1a of cook key, model sha256 and onnxruntime version; a
+ * ring of the latest; 0 is an empty slot. Read and written under oc_lock. */
+#define REFUSED_SLOTS 256
+static uint64_t refused_models[REFUSED_SLOTS];
+static size_t refused_next;
+
+static uint64_t refusal_key(const oc_runtime *rt, const oc_blob *blob) {
+    const char *parts[3];
+    uint64_t hash = 1469598103934665603u;
+    size_t i;
+    parts[0] = blob->info.cook_key ? blob->info.cook_key : "";
+    parts[1] = blob->info.model_sha256 ? blob->info.model_sha256 : "";
+    parts[2] = rt->version;
+    for (i = 0; i < 3; ++i) {
+        const unsigned char *p = (const unsigned char *)parts[i];
+        do hash = (hash ^ *p) * 1099511628211u; /* the terminating NUL separates the parts */
+        while (*p++);
+    }
+    return hash ? hash : 1;
+}
+
+static int was_refused(uint64_t key) {
+    size_t i;
+    int found = 0;
+    oc_lock();
+    for (i = 0; i < REFUSED_SLOTS && !found; ++i) found = refused_models[i] == key;
+    oc_unlock();
+    return found;
+}
+
+static void remember_refusal(uint64_t key) {
+    oc_lock();
+    refused_models[refused_next] = key;
+    refused_next = (refused_next + 1) % REFUSED_SLOTS;
+    oc_unlock();
+}
+
+/* Whether a blob file's raw weights go as shared initializers over the library's own mapping (with
+ * its read pages let go while prepacking reads them) before onnx-mapped: see docs/native.md, "Which
+ * path for a blob file" (the same session-ready time on the 268 MB model in 1.24.4 and 1.28.0, a
+ * peak of 1.12x the model against 1.29x). -DOC_SHARED_FOR_FILES=0 builds the other choice, for
+ * python -m bench.native to measure both. */
+#ifndef OC_SHARED_FOR_FILES
+#define OC_SHARED_FOR_FILES 1
+#endif
+
+/* The load paths for this blob, in order (the first that onnxruntime accepts is used; returns how
+ * many, at most 3): the fastest and leanest proven one first. From 1.32 the weights go in place from
+ * the blob's bytes (file buffers; from the library's own mapping with its pages let go while
+ * prepacking reads them). Before 1.32 that door copies: in 1.24.4 and 1.28.0 the weights go in place
+ * as shared initializers, with onnx-mapped (a blob file's raw weights mapped by onnxruntime itself)
+ * and then the copying door behind them, for the models onnxruntime refuses that way. */
+static size_t plan_paths(const oc_runtime *rt, const oc_blob *blob, oc_load_path plan[3]) {
     static const int FILE_BUFFERS_SINCE[3] = {1, 32, 0};
     int weights_raw = blob->weights != NULL && blob->weights_owned == NULL;
-    if (blob->info.format == OC_FORMAT_ORT) return OC_LOAD_ORT_IN_PLACE;
-    if (blob->weights_size == 0) return OC_LOAD_ONNX_INLINE;
-    if (!version_below(rt->parsed, FILE_BUFFERS_SINCE)) return OC_LOAD_ONNX_FILE_BUFFERS;
-    if (blob->file_path != NULL && blob->reopen_by_name && weights_raw && mapped_version(rt->parsed) &&
-        (o == NULL || o->base == NULL))
-        return OC_LOAD_ONNX_MAPPED;
-    return OC_LOAD_ONNX_EXTERNAL;
+    int mapped, shared;
+    size_t n = 0;
+    if (blob->info.format == OC_FORMAT_ORT) {
+        plan[n++] = OC_LOAD_ORT_IN_PLACE;
+        return n;
+    }
+    if (blob->weights_size == 0) {
+        plan[n++] = OC_LOAD_ONNX_INLINE;
+        return n;
+    }
+    if (!version_below(rt->parsed, FILE_BUFFERS_SINCE)) {
+        plan[n++] = OC_LOAD_ONNX_FILE_BUFFERS;
+        return n;
+    }
+    mapped = blob->file_path != NULL && blob->reopen_by_name && weights_raw && mapped_version(rt->parsed);
+    shared = shared_version(rt->parsed) && oc_has_null_file() && blob->tensor_count > 0 &&
+             !was_refused(refusal_key(rt, blob));
+    if (shared && (!mapped || OC_SHARED_FOR_FILES)) plan[n++] = OC_LOAD_ONNX_SHARED;
+    if (mapped) plan[n++] = OC_LOAD_ONNX_MAPPED;
+    plan[n++] = OC_LOAD_ONNX_EXTERNAL;
+    return n;
+}
+
+/* --- shared initializers: OrtValues over the blob's weights, kept by the blob ------------------- */
+
+/* One set of OrtValues for one onnxruntime API: tensor i of the blob's sorted list is values[i]. */
+typedef struct shared_set {
+    struct shared_set *next;
+    const OrtApi *api;
+    size_t count;
+    OrtValue *values[1]; /* count of them (allocated past the struct) */
+} shared_set;
+
+/* oc_blob_close's hook: every set's OrtValues released (the sessions that used them are gone, as
+ * the blob's contract requires), then the sets. */
+static void release_shared_sets(oc_blob *blob) {
+    shared_set *set = blob->sessions_state, *next;
+    size_t i;
+    for (; set != NULL; set = next) {
+        next = set->next;
+        for (i = 0; i < set->count; ++i)
+            if (set->values[i] != NULL) set->api->ReleaseValue(set->values[i]);
+        oc_free(&blob->alloc, set);
+    }
+    blob->sessions_state = NULL;
+}
+
+/* A new set of tensors over the blob's weights, never copied (onnxruntime only reads them). */
+static oc_status make_shared_set(session_ctx *c, shared_set **out) {
+    const OrtApi *api = c->rt->api;
+    oc_blob *blob = c->blob;
+    OrtMemoryInfo *memory = NULL;
+    shared_set *set;
+    oc_status status = OC_OK;
+    size_t i, k, count = blob->tensor_count;
+    *out = NULL;
+    if (count > (SIZE_MAX - sizeof *set) / sizeof set->values[0])
+        return oc_fail(c->err, OC_ERR_OUT_OF_MEMORY, "model '%s': too many tensors", blob->info.name);
+    set = oc_calloc(&blob->alloc, 1, sizeof *set + count * sizeof set->values[0]);
+    if (set == NULL) return oc_fail(c->err, OC_ERR_OUT_OF_MEMORY, "out of memory for model '%s''s initializers", blob->info.name);
+    set->api = api;
+    set->count = count;
+    status = check_ort(c, api->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &memory),
+                       OC_ERR_SESSION_CREATE, "could not describe CPU memory for");
+    for (i = 0; i < count && status == OC_OK; ++i) {
+        const oc_ref_tensor *t = &blob->tensors[i];
+        int64_t dims[64];
+        if (t->rank > sizeof dims / sizeof dims[0] || t->offset > blob->weights_size ||
+            t->nbytes > blob->weights_size - t->offset) {
+            status = oc_fail(c->err, OC_ERR_CORRUPT, "model '%s': tensor '%s' lies outside the weights", blob->info.name,
+                             t->name);
+            break;
+        }
+        for (k = 0; k < t->rank; ++k) {
+            if (t->dims[k] > (uint64_t)INT64_MAX) {
+                status = oc_fail(c->err, OC_ERR_CORRUPT, "model '%s': tensor '%s' has a dimension past int64",
+                                 blob->info.name, t->name);
+                break;
+            }
+            dims[k] = (int64_t)t->dims[k];
+        }
+        if (status != OC_OK) break;
+        /* onnxruntime reads the bytes, never writes them: the const is cast away for its signature */
+        status = check_ort(c, api->CreateTensorWithDataAsOrtValue(memory, (void *)(uintptr_t)(blob->weights + t->offset),
+                                                                  (size_t)t->nbytes, dims, t->rank,
+                                                                  (ONNXTensorElementDataType)t->elem_type,
+                                                                  &set->values[i]),
+                           OC_ERR_SESSION_CREATE, "refused a weight tensor of");
+    }
+    if (memory != NULL) api->ReleaseMemoryInfo(memory);
+    if (status != OC_OK) {
+        for (i = 0; i < count; ++i)
+            if (set->values[i] != NULL) api->ReleaseValue(set->values[i]);
+        oc_free(&blob->alloc, set);
+        return status;
+    }
+    *out = set;
+    return OC_OK;
+}
+
+/* The blob's set for this onnxruntime (made once, kept until oc_blob_close: every session of the
+ * blob shares it, and onnxruntime requires an initializer to outlive the sessions it was added to). */
+static oc_status shared_values(session_ctx *c, const shared_set **out) {
+    oc_blob *blob = c->blob;
+    shared_set *set, *made = NULL;
+    oc_status status;
+    oc_lock();
+    for (set = blob->sessions_state; set != NULL; set = set->next)
+        if (set->api == c->rt->api) break;
+    oc_unlock();
+    if (set == NULL) { /* made outside the lock: the allocator hooks are the caller's code */
+        status = make_shared_set(c, &made);
+        if (status != OC_OK) return status;
+        oc_lock();
+        for (set = blob->sessions_state; set != NULL; set = set->next)
+            if (set->api == c->rt->api) break;
+        if (set == NULL) {
+            made->next = blob->sessions_state;
+            blob->sessions_state = made;
+            blob->release_sessions_state = release_shared_sets;
+            set = made;
+            made = NULL;
+        }
+        oc_unlock();
+        if (made != NULL) { /* another thread's set came first */
+            size_t i;
+            for (i = 0; i < made->count; ++i)
+                if (made->values[i] != NULL) made->api->ReleaseValue(made->values[i]);
+            oc_free(&blob->alloc, made);
+        }
+    }
+    *out = set;
+    return OC_OK;
 }
 
 /* Hand the blob to onnxruntime along `path` with `options` (which it completes). */
@@ -398,12 +658,28 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
         }
         *slash = '\0';
         TRY(oc_rewrite_locations(blob->graph, blob->graph_size, slash + 1, (uint64_t)(blob->weights - blob->data),
-                                 blob->tensors, blob->tensor_count, &blob->alloc, &rewritten, &model_size, c->err));
+                                 blob->tensors, blob->tensor_count, 0, &blob->alloc, &rewritten, &model_size, c->err));
         model = rewritten;
         TRY_ORT(api->AddSessionConfigEntry(options, "session.model_external_initializers_file_folder_path",
                                            real[0] ? real : "/"),
                 "refused the blob's folder for");
         *slash = '/';
+    } else if (path == OC_LOAD_ONNX_SHARED) {
+        /* Each weight a tensor over the blob's bytes (caller memory or the library's read-only
+         * mapping; never written), added as a shared initializer: onnxruntime uses it in place. The
+         * graph's references name /dev/null, which onnxruntime only checks exists: a read of it
+         * (the optimizers of some models try one) finds no bytes and fails, never wrong data. The
+         * tensors are made from the header, so its types and dims must be the graph's. */
+        const shared_set *set;
+        size_t i;
+        TRY(oc_rewrite_locations(blob->graph, blob->graph_size, "null", 0, blob->tensors, blob->tensor_count, 1,
+                                 &blob->alloc, &rewritten, &model_size, c->err));
+        model = rewritten;
+        TRY(shared_values(c, &set));
+        for (i = 0; i < set->count; ++i)
+            TRY_ORT(api->AddInitializer(options, blob->tensors[i].name, set->values[i]), "refused a shared weight of");
+        TRY_ORT(api->AddSessionConfigEntry(options, "session.model_external_initializers_file_folder_path", "/dev"),
+                "refused the /dev folder for");
     } else if (path == OC_LOAD_ONNX_FILE_BUFFERS || path == OC_LOAD_ONNX_EXTERNAL) {
         const ORTCHAR_T *names[1];
         char *buffers[1];
@@ -430,7 +706,8 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
          * while it builds the session: they would stay beside the packed copies (peak 2x the model). */
         oc_pager *pager = NULL;
         if (blob->map != NULL && blob->map_size >= PAGER_MIN && !c->low_memory &&
-            (path == OC_LOAD_ORT_IN_PLACE || path == OC_LOAD_ONNX_FILE_BUFFERS || path == OC_LOAD_ONNX_EXTERNAL))
+            (path == OC_LOAD_ORT_IN_PLACE || path == OC_LOAD_ONNX_FILE_BUFFERS || path == OC_LOAD_ONNX_EXTERNAL ||
+             path == OC_LOAD_ONNX_SHARED))
             pager = oc_pager_start(blob->map, blob->map_size);
         s = api->CreateSessionFromArray(c->rt->env, model, model_size, options, session);
         oc_pager_stop(pager);
@@ -465,8 +742,8 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
     const OrtApi *api;
     OrtSessionOptions *options = NULL;
     const char *chosen[34];
-    size_t count = 0, i;
-    oc_load_path path;
+    size_t count = 0, i, steps, step;
+    oc_load_path plan[3], path = OC_LOAD_ONNX_INLINE;
     oc_status status = OC_OK;
     if (rt == NULL || blob == NULL || out == NULL)
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: NULL argument");
@@ -503,20 +780,33 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
         status = choose_providers(&c, chosen, sizeof chosen / sizeof chosen[0], &count);
         if (status != OC_OK) return status;
     }
-    path = choose_path(rt, blob, o);
+    steps = plan_paths(rt, blob, plan);
     status = recipe_options(&c, o, chosen, count, &options);
     if (status != OC_OK) return status;
     report(o, "session", 0.0);
-    status = create_along(&c, path, options, out);
-    if (status == OC_ERR_SESSION_CREATE && path == OC_LOAD_ONNX_MAPPED) {
-        /* onnxruntime refused to map the file (a file system it cannot map, a renamed file): the
-         * weights from the blob's own mapping instead, on fresh options (as loadpaths.py does) */
-        api->ReleaseSessionOptions(options);
-        options = NULL;
-        static const int FILE_BUFFERS_SINCE[3] = {1, 32, 0};
-        path = version_below(rt->parsed, FILE_BUFFERS_SINCE) ? OC_LOAD_ONNX_EXTERNAL : OC_LOAD_ONNX_FILE_BUFFERS;
-        status = recipe_options(&c, o, chosen, count, &options);
-        if (status == OC_OK) status = create_along(&c, path, options, out);
+    for (step = 0; step < steps; ++step) {
+        /* A path with another behind it is tried on a copy of the options (a refusal leaves its
+         * entries and initializers there): the next starts from the recipe again. */
+        OrtSessionOptions *attempt = options;
+        int last = step + 1 == steps;
+        path = plan[step];
+        status = OC_OK;
+        if (!last) {
+            status = check_ort(&c, api->CloneSessionOptions(options, &attempt), OC_ERR_SESSION_CREATE,
+                               "could not copy the session options for");
+            if (status != OC_OK) break;
+            /* a refusal here is expected and answered: keep onnxruntime's log quiet (as the Python
+             * loader does), unless the caller chose the options */
+            if (o == NULL || o->base == NULL)
+                status = check_ort(&c, api->SetSessionLogSeverityLevel(attempt, ORT_LOGGING_LEVEL_FATAL),
+                                   OC_ERR_SESSION_CREATE, "refused a log level for");
+        }
+        if (status == OC_OK) status = create_along(&c, path, attempt, out);
+        if (attempt != options) api->ReleaseSessionOptions(attempt);
+        if (status != OC_ERR_SESSION_CREATE || last) break;
+        /* onnxruntime refused this path (shared initializers: a model whose optimizers read the
+         * referenced file; onnx-mapped: a file system it cannot map, a renamed file): the next one */
+        if (path == OC_LOAD_ONNX_SHARED) remember_refusal(refusal_key(rt, blob));
     }
     if (status == OC_OK) {
         if (path_used != NULL) *path_used = path;
@@ -525,3 +815,4 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
     if (options != NULL && (o == NULL || o->base == NULL)) api->ReleaseSessionOptions(options);
     return status;
 }
+

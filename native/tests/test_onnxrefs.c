@@ -186,8 +186,8 @@ static void expect(const char *what, const buf *m, const char *file, const oc_re
 }
 
 static void builtin(void) {
-    static const oc_ref_tensor one[1] = {{"w", 0, 16}};
-    static const oc_ref_tensor three[3] = {{"a", 0, 16}, {"m", 64, 16}, {"w", 0, 16}};
+    static const oc_ref_tensor one[1] = {{"w", 0, 16, 0, 0, NULL}};
+    static const oc_ref_tensor three[3] = {{"a", 0, 16, 0, 0, NULL}, {"m", 64, 16, 0, 0, NULL}, {"w", 0, 16, 0, 0, NULL}};
     buf t, m, g, inner;
     size_t i;
     int level;
@@ -203,8 +203,8 @@ static void builtin(void) {
            "is not one of the blob's weights, or is named twice");
     expect("listed last of two", &m, "weights.bin", three + 1, 2, OC_OK, NULL);
     {
-        static const oc_ref_tensor shifted[1] = {{"w", 64, 16}};
-        static const oc_ref_tensor longer[1] = {{"w", 0, 17}};
+        static const oc_ref_tensor shifted[1] = {{"w", 64, 16, 0, 0, NULL}};
+        static const oc_ref_tensor longer[1] = {{"w", 0, 17, 0, 0, NULL}};
         expect("offset differs", &m, "weights.bin", shifted, 1, OC_ERR_CORRUPT,
                "blob graph tensor 'w': its offset or length differs from the blob header's");
         expect("length differs", &m, "weights.bin", longer, 1, OC_ERR_CORRUPT, "offset or length differs");
@@ -239,7 +239,7 @@ static void builtin(void) {
     /* offsets: str(offset) exactly */
     {
         static const char *const wrong[] = {"00", "+0", "-0", " 0", "0 ", "0x0", "", "18446744073709551616"};
-        static const oc_ref_tensor big[1] = {{"w", UINT64_MAX, 16}};
+        static const oc_ref_tensor big[1] = {{"w", UINT64_MAX, 16, 0, 0, NULL}};
         for (i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
             t.n = 0;
             field_str(&t, 8, "w");
