@@ -185,3 +185,70 @@ def _field(number: int, payload: bytes) -> bytes:
         if not size:
             break
     return bytes([number << 3 | 2]) + bytes(length) + payload
+
+
+HEADER_TENSOR_PATHS = ("onnx-shared-initializers", "onnx-external-initializers")
+
+
+def _edit_weight(change):
+    def edit(proto: onnx.ModelProto) -> None:
+        change(proto, proto.graph.initializer[0])
+
+    return edit
+
+
+def _swap_dims(proto: onnx.ModelProto, weight: TensorProto) -> None:
+    weight.dims[0], weight.dims[1] = weight.dims[1], weight.dims[0]  # the same bytes, another shape
+
+
+def _retype(proto: onnx.ModelProto, weight: TensorProto) -> None:
+    weight.data_type = TensorProto.INT32  # the same bytes, another type
+
+
+def _shadow_in_a_subgraph(proto: onnx.ModelProto, weight: TensorProto) -> None:
+    branch = helper.make_graph(
+        [helper.make_node("Identity", [weight.name], ["o"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.zeros(3, np.float32), weight.name)],
+    )
+    proto.graph.input.append(helper.make_tensor_value_info("b", TensorProto.BOOL, []))
+    proto.graph.node.append(helper.make_node("If", ["b"], ["extra"], then_branch=branch, else_branch=branch))
+
+
+def _constant_of_its_name(proto: onnx.ModelProto, weight: TensorProto) -> None:
+    value = numpy_helper.from_array(np.zeros(3, np.float32))
+    branch = helper.make_graph(
+        [helper.make_node("Constant", [], [weight.name], value=value)],
+        "branch",
+        [],
+        [helper.make_tensor_value_info(weight.name, TensorProto.FLOAT, [3])],
+    )
+    proto.graph.input.append(helper.make_tensor_value_info("b", TensorProto.BOOL, []))
+    proto.graph.node.append(helper.make_node("If", ["b"], ["extra"], then_branch=branch, else_branch=branch))
+
+
+def _drop_from_the_graph(proto: onnx.ModelProto, weight: TensorProto) -> None:
+    proto.graph.initializer.remove(weight)
+
+
+@pytest.mark.parametrize("path", HEADER_TENSOR_PATHS)
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_swap_dims, r"with dims \[256, 64\] in the graph, but 1 with dims \[64, 256\] in the blob header"),
+        (_retype, r"is data type 6 with dims \[64, 256\] in the graph, but 1 with dims"),
+        (_shadow_in_a_subgraph, "is defined again outside the main graph's initializers"),
+        (_constant_of_its_name, "is defined again outside the main graph's initializers"),
+        (_drop_from_the_graph, "is listed in the blob header but is no initializer of the graph"),
+    ],
+)
+def test_where_onnxruntime_takes_a_weight_from_the_header_the_graph_must_agree(change, message, path) -> None:
+    """Shared and external initializers are tensors the loader makes from the header's type and
+    dims, and onnxruntime puts them in place of every initializer of that name, subgraphs' too: a
+    graph that disagrees is refused before onnxruntime sees it (not a session computing with a
+    weight of another shape, or an error at the first run)."""
+    blob, _ = _weighted(_edit_weight(change))
+    with pytest.raises(CorruptBlobError, match=message):
+        session_from_blob(blob, providers=CPU, load_path=path)

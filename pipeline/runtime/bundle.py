@@ -306,7 +306,7 @@ def open_bundle(
     if public_keys is not None:
         verify_signature(raw, _read_signature(root), public_keys, str(manifest_path))
     try:
-        manifest = json.loads(raw)
+        manifest = json.loads(raw.decode("utf-8-sig"))  # UTF-8 (a BOM allowed), as the C loader reads it
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); re-run `doit cook`") from None
     _check_manifest(manifest, manifest_path)

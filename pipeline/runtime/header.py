@@ -222,8 +222,9 @@ def read_header_from_file(stream: BinaryIO) -> BlobHeader:
 
 def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
     try:
-        # str, not bytes: json.loads would detect the encoding in Python first (a load's fixed cost)
-        fields = json.loads(payload.decode("utf-8"))
+        # str, not bytes: json.loads would detect the encoding in Python first (a load's fixed cost).
+        # UTF-8, a BOM allowed, as the C loader reads it (cJSON skips a BOM; json.c refuses bad UTF-8)
+        fields = json.loads(payload.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptBlobError(f"blob header is not valid JSON: {exc}") from None
     if not isinstance(fields, dict):

@@ -41,7 +41,7 @@ import onnxruntime
 from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
-from .onnxrefs import check_references, rewrite_locations
+from .onnxrefs import check_header_tensors, check_references, rewrite_locations
 from .pager import can_page
 
 
@@ -251,6 +251,8 @@ def prepare(
         options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
         options.add_external_initializers_from_files_in_memory([weights.file], [buffer], [len(buffer)])
         return Prepared(graph, keep=[buffer], own_pages=_own_pages(checked))
+    # onnxruntime takes these tensors' types and shapes from the header: they must be the graph's
+    check_header_tensors(graph, weights.tensors)
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensor_view(segments, ref)) for ref in weights.tensors]
     names = [ref.name for ref in weights.tensors]
     for name, value in zip(names, values, strict=True):

@@ -14,10 +14,11 @@ without the onnx package, and a graph whose weights are external is small.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import CorruptBlobError
+from .sections import TensorRef
 
 # onnx.proto: message -> {field number: message kind} for the fields that can hold tensors.
 _MODEL, _GRAPH, _NODE, _ATTRIBUTE, _FUNCTION, _TRAINING, _SPARSE, _TENSOR = range(8)
@@ -173,6 +174,83 @@ def check_references(
         if not offset_ok or ref.get("length") not in (str(nbytes), None):
             raise CorruptBlobError(f"{what}: its offset or length differs from the blob header's")
         seen.add(ref.name)
+
+
+_TENSOR_DIMS, _TENSOR_DATA_TYPE = 1, 2
+_NODE_OUTPUT, _NODE_OP_TYPE = 2, 4
+
+
+def check_header_tensors(model: bytes | memoryview, tensors: Sequence[TensorRef]) -> None:
+    """Refuse a graph that disagrees with the tensors a load path makes from the blob header
+    (shared or external initializers: onnxruntime takes their type and shape from the header, and
+    replaces every initializer of that name, subgraphs' too): each listed tensor must be exactly one
+    initializer of the main graph, of the header's data type and dims, and no other initializer,
+    sparse initializer or ``Constant`` output anywhere in the model may have its name."""
+    wanted = {t.name: t for t in tensors}
+    if not wanted:
+        return
+    flat = model if isinstance(model, bytes) else bytes(model)
+    data = memoryview(flat)
+    main: dict[str, tuple[int, tuple[int, ...]]] = {}
+    elsewhere: set[str] = set()
+    constants = b"Constant" in flat  # most cooked graphs have none: skip reading node fields then
+
+    def walk(kind: int, start: int, end: int, depth: int, main_graph: bool) -> None:
+        if depth > _MAX_DEPTH:
+            raise CorruptBlobError(f"blob graph nests subgraphs over {_MAX_DEPTH} deep")
+        if kind == _NODE and constants:
+            fields = [(n, w, a, b) for n, w, a, b in _fields(data, start, end) if w == 2]
+            if any(n == _NODE_OP_TYPE and _string(data, a, b) == "Constant" for n, _, a, b in fields):
+                elsewhere.update(_string(data, a, b) for n, _, a, b in fields if n == _NODE_OUTPUT)
+        for number, wire, a, b in _fields(data, start, end):
+            child = _CHILDREN[kind].get(number)
+            if child is None or wire != 2:
+                continue
+            if child != _TENSOR:
+                walk(child, a, b, depth + 1, main_graph=kind == _MODEL and number == 7)
+                continue
+            name, elem_type, dims = _tensor_shape(data, a, b)
+            if name not in wanted:
+                continue
+            if main_graph and kind == _GRAPH and number == 5 and name not in main:
+                main[name] = (elem_type, dims)
+            else:
+                elsewhere.add(name)
+
+    walk(_MODEL, 0, len(data), 0, main_graph=False)
+    for name, ref in wanted.items():
+        what = f"blob graph tensor {name!r}"
+        if name in elsewhere:
+            raise CorruptBlobError(
+                f"{what} is defined again outside the main graph's initializers (a subgraph, a sparse "
+                "or Constant tensor, or a second initializer) while the blob header lists it as a "
+                "weight: refused (re-cook the model)"
+            )
+        if name not in main:
+            raise CorruptBlobError(f"{what} is listed in the blob header but is no initializer of the graph")
+        if main[name] != (ref.elem_type, tuple(ref.dims)):
+            raise CorruptBlobError(
+                f"{what} is data type {main[name][0]} with dims {list(main[name][1])} in the graph, but "
+                f"{ref.elem_type} with dims {list(ref.dims)} in the blob header: refused (re-cook the model)"
+            )
+
+
+def _tensor_shape(data: memoryview, start: int, end: int) -> tuple[str, int, tuple[int, ...]]:
+    """A TensorProto's name, data type and dims (int64, repeated: packed or not)."""
+    name, elem_type, dims = "", 0, []
+    for number, wire, a, b in _fields(data, start, end):
+        if number == _TENSOR_NAME and wire == 2:
+            name = _string(data, a, b)
+        elif number == _TENSOR_DATA_TYPE and wire == 0:
+            elem_type = a
+        elif number == _TENSOR_DIMS and wire == 0:
+            dims.append(a)
+        elif number == _TENSOR_DIMS and wire == 2:
+            pos = a
+            while pos < b:
+                value, pos = _varint(data, pos, b)
+                dims.append(value)
+    return name, elem_type, tuple(d - (1 << 64) if d >= 1 << 63 else d for d in dims)
 
 
 def _key(number: int, wire: int) -> bytes:
