@@ -146,3 +146,48 @@ def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
         assert cases["onnx-raw"]["used"] == {"path": onnx_auto, "refused": None, "matches": True}
     else:
         assert conv == {"path": onnx_auto, "refused": None, "matches": True}
+
+
+REMEMBER_PROBE = """
+import json, logging, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from pipeline.runtime import load_info, session_from_blob
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+log = logging.getLogger("pipeline.runtime")
+log.setLevel(logging.INFO)
+heard = Lines()
+log.addHandler(heard)
+blob = Path(sys.argv[2]).read_bytes()
+report = []
+for _ in range(2):
+    heard.lines.clear()
+    info = load_info(session_from_blob(blob, providers=["CPUExecutionProvider"]))
+    report.append({"path": info.path.value, "refused": info.refused,
+                   "tried": any("loading along" in line for line in heard.lines)})
+import onnxruntime
+print(json.dumps({"onnxruntime": onnxruntime.__version__, "loads": report}))
+"""
+
+
+@pytest.mark.slow
+def test_a_model_refused_the_shared_door_goes_straight_to_the_copying_path_next_time(tmp_path: Path) -> None:
+    """onnxruntime 1.28.0 refuses shared initializers for a conv net ("cannot get file size
+    [/dev/null]"): the first load pays the refused try and says so, the next loads of that model in
+    the process go straight to onnx-external-initializers (LoadInfo.refused still tells why)."""
+    from runtime_helpers import run_in_runtime
+
+    path = tmp_path / "conv.ocb"
+    path.write_bytes(make_weighted_blob(conv_bn_relu_model(), "raw")[0])
+    report = run_in_runtime("1.28.0", tmp_path / "work", ["-c", REMEMBER_PROBE, str(path)])
+    first, second = report["loads"]
+    assert first["path"] == second["path"] == "onnx-external-initializers"
+    assert first["tried"] and "/dev/null" in first["refused"]
+    assert not second["tried"] and second["refused"] == first["refused"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import zstandard
 
-from .errors import ChecksumMismatchError, TruncatedBlobError
+from .errors import ChecksumMismatchError, CorruptBlobError, TruncatedBlobError
 
 # Skippable-frame magics are 0x184D2A50..0x184D2A5F; 0x184D2A5E is the header (blob.py).
 RAW_MAGIC = 0x184D2A5F
@@ -151,13 +151,15 @@ def check_raw(data: memoryview, frames: Sequence[Frame], where: str, threads: in
     run_parallel(one, range(len(pieces)), threads)
 
 
-def whole_crcs(frames: Sequence[Frame]) -> list[tuple[Frame, int]]:
+def whole_crcs(frames: Sequence[Frame], where: str = "blob") -> list[tuple[Frame, int]]:
     """Each raw frame with the CRC-32 of its whole content, combined from its pieces' CRC-32s (as
     zlib's ``crc32_combine``: no byte is read). For ``check_whole``."""
     found = []
     for frame in frames:
         if frame.codec != "raw":
             continue
+        if len(frame.crcs) != crc_count(frame.content_size):  # the layout check refuses it first
+            raise CorruptBlobError(f"{where}: a raw {frame.section} frame lists the wrong number of CRC-32s")
         crc = frame.crcs[0] if frame.crcs else 0
         for piece in range(1, len(frame.crcs)):
             length = min(RAW_CRC_PIECE, frame.content_size - piece * RAW_CRC_PIECE)

@@ -20,7 +20,7 @@ from .devices import choose_providers as choose_providers  # re-exported (tests,
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .frames import whole_crcs
 from .header import BlobHeader
-from .loadpaths import BlobFile, LoadPath, choose_load_path, prepare, why_not
+from .loadpaths import NULL_FILE, NULL_FOLDER, BlobFile, LoadPath, choose_load_path, prepare, why_not
 from .pager import ExtentPager, Pager, file_lock
 
 log = logging.getLogger("pipeline.runtime")
@@ -177,7 +177,7 @@ def session_from_blob(
     if low_memory:
         crc = _Background(lambda: checked.check_raw(threads=None))
     else:
-        expected = whole_crcs(checked.header.frames)  # arithmetic: reads no byte
+        expected = whole_crcs(checked.header.frames, checked.where)  # arithmetic: reads no byte
         crc = _Background(lambda: checked.check_whole(expected))
     try:
         session = _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
@@ -300,7 +300,9 @@ def _session(
             )
             prepared, path = fallback(), LoadPath.ONNX_EXTERNAL_INITIALIZERS
             cleanup += prepared.cleanup
-            if len(_REFUSED) < _MAX_REFUSED:
+            # Remembered only when onnxruntime refused the door itself (it could not read the null
+            # file): another failure (an EP, memory) may not recur, and says nothing of the model.
+            if len(_REFUSED) < _MAX_REFUSED and f"{NULL_FOLDER}/{NULL_FILE}" in str(exc):
                 _REFUSED[_refusal_key(header)] = refused
             session = _create(prepared.model, options, specs, None, low_memory)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
