@@ -489,7 +489,44 @@ def test_shared_initializers_refuse_a_header_whose_shapes_are_not_the_graphs(
         check=False,
     )
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "initializer 'W' does not have the data type and dims its blob header lists" in done.stderr
+    assert (
+        "initializer 'W' is not one initializer of the main graph with the data type and dims its blob header"
+        in (done.stderr)
+    )
+
+
+def _graph_changes() -> list:
+    from tests import test_external_refs as refs
+
+    return [
+        (refs._retype, "is not one initializer of the main graph with the data type and dims"),
+        (refs._drop_from_the_graph, "is not one initializer of the main graph with the data type and dims"),
+        (refs._shadow_in_a_subgraph, "is defined again outside the main graph's initializers"),
+        (refs._constant_of_its_name, "is defined again outside the main graph's initializers"),
+    ]
+
+
+@pytest.mark.parametrize("version", SHARED_VERSIONS)
+@pytest.mark.parametrize(("change", "message"), _graph_changes())
+def test_shared_initializers_refuse_a_graph_that_lacks_retypes_or_redefines_a_listed_weight(
+    native: Path, version: str, change, message: str, tmp_path: Path
+) -> None:
+    """onnxruntime puts a shared initializer in place of every initializer of its name, subgraphs'
+    and Constants' too, with the header's type and shape: the same refusals as the Python loader's
+    (tests/test_external_refs.py), for a graph that lacks a listed weight, gives it another type, or
+    defines its name again in a subgraph or as a Constant."""
+    from tests import test_external_refs as refs
+
+    blob, _ = refs._weighted(refs._edit_weight(change))
+    folder = write_bundle(tmp_path / "bundle", {"edited": ("onnx", blob)})
+    np.save(tmp_path / "x.npy", np.ones((1, 64), np.float32))
+    done = run_native(
+        [native / "oc-run", "--bundle", folder, "--model", "edited", "--ort", ort_library(version)]
+        + ["--in", tmp_path / "x.npy"],
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert message in done.stderr, done.stderr
 
 
 def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
@@ -508,6 +545,16 @@ def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
 
     def write(text: str) -> Callable[[Path], None]:
         return lambda folder: (folder / "manifest.json").write_text(text)
+
+    def recode(change: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+        def apply(folder: Path) -> None:
+            path = folder / "manifest.json"
+            path.write_bytes(change(path.read_bytes()))
+
+        return apply
+
+    def in_platform(raw: bytes) -> Callable[[bytes], bytes]:  # bytes inside the platform's string
+        return lambda text: text.replace(b'"platform": "', b'"platform": "' + raw, 1)
 
     def entry(key: str, value) -> Callable[[Path], None]:
         return edit(lambda d: d["models"][first].__setitem__(key, value))
@@ -565,6 +612,13 @@ def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
         "blob-flipped": damage_blob(cut=False),
         "link-outside": link_outside,
         "fifo": fifo,
+        # UTF-8 only, a leading BOM allowed, in both loaders (Python decodes with utf-8-sig first)
+        "utf8-bom": recode(lambda text: b"\xef\xbb\xbf" + text),
+        "utf16": recode(lambda text: text.decode("utf-8").encode("utf-16")),
+        "bad-utf8": recode(in_platform(b"\xff")),
+        "overlong-utf8": recode(in_platform(b"\xc0\xaf")),
+        "surrogate-utf8": recode(in_platform(b"\xed\xa0\x80")),
+        "cut-utf8": recode(in_platform(b"\xe2\x82")),
     }
 
 
@@ -908,8 +962,8 @@ def test_a_mapped_ort_blob_loads_right_while_its_read_pages_are_let_go(
 def test_the_windows_code_paths_compile_with_mingw(native: Path, tmp_path: Path) -> None:
     """Every source of the library, oc-run, the probes and the C++ header compile for Windows
     (MinGW-w64, -Wall -Wextra -Werror -pedantic): the file mapping, threads, paths and onnxruntime's
-    UTF-16 paths there. Compiled only: there are no Windows builds of the dependencies to link here,
-    and nothing to run them on (engines build with MSVC; this catches what MSVC would also refuse)."""
+    UTF-16 paths there, against the system headers of the dependencies (-pedantic, with the C++
+    header too). The linked Windows build runs under Wine in tests/test_native_windows.py."""
     import shutil
 
     include = tmp_path / "include"  # the dependencies' headers (platform-neutral) without glibc's

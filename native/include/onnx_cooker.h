@@ -25,6 +25,9 @@
  *
  * Thread safety: distinct objects may be used from distinct threads; one object from one thread
  * at a time. Functions that only read an object (the getters) may run concurrently.
+ *
+ * Paths (files, folders, the onnxruntime library) are UTF-8 on every platform; on Windows they are
+ * converted to UTF-16 for the file system and LoadLibraryExW (a path that is not UTF-8 is refused).
  */
 #ifndef ONNX_COOKER_H
 #define ONNX_COOKER_H

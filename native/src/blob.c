@@ -437,7 +437,7 @@ static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
             return fail(c, OC_ERR_CORRUPT,
                         "blob header field 'weights': tensor '%s': its byte count does not match its type and dims",
                         name->valuestring);
-        if (offset % (uint64_t)itemsize || offset + nbytes > size)
+        if (offset % (uint64_t)itemsize || nbytes > size || offset > size - nbytes)
             return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': tensor '%s' lies outside the weights section or is misaligned",
                         name->valuestring);
         blob->tensors[index].name = oc_arena_strndup(&blob->arena, name->valuestring, strlen(name->valuestring));

@@ -63,6 +63,15 @@ oc_status oc_check_references(const uint8_t *model, size_t size, const char *mod
                               const char *weights_file, const oc_ref_tensor *tensors, size_t count,
                               const oc_alloc *alloc, oc_error *err);
 
+/* For a path that hands onnxruntime tensors made from the header (shared initializers, which
+ * onnxruntime puts in place of every initializer of their names, subgraphs' too): refuse a model in
+ * which a listed name (`tensors` sorted by strcmp) is also an initializer of another graph, a
+ * sparse initializer or a Constant's output anywhere (OC_ERR_CORRUPT, message in err). Malformed
+ * protobuf is refused; recursion depth is bounded. oc_rewrite_locations(match_header) checks the
+ * main graph's own initializers. */
+oc_status oc_check_shadowing(const uint8_t *model, size_t size, const char *model_name, const oc_ref_tensor *tensors,
+                             size_t count, oc_error *err);
+
 /* A bump arena for the strings and tables of one object (header fields, recipes, manifests). */
 typedef struct oc_arena_block oc_arena_block;
 typedef struct oc_arena {
@@ -154,6 +163,12 @@ oc_status oc_blob_set_file(oc_blob *blob, const char *path, const uint64_t ident
 int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]);
 /* The absolute, resolved form of `path` (malloc'd; free()), or NULL. */
 char *oc_real_path(const char *path);
+#ifdef _WIN32
+#include <stddef.h>
+/* A UTF-8 path as UTF-16 for Windows' W functions (malloc'd; free()), or NULL when it is not
+ * UTF-8 (or out of memory). Every path the library takes is UTF-8. */
+wchar_t *oc_wide_path(const char *path);
+#endif
 
 #define TENSOR_EXTERNAL_DATA_FIELD 13
 /* The graph with every main-graph initializer's external data at `location`, offsets moved by

@@ -1,5 +1,6 @@
 /* json.c - cJSON read as Python's json.loads reads the same text, so that the C and Python loaders
- * reach the same verdict on a crafted header or manifest: trailing bytes other than whitespace are
+ * reach the same verdict on a crafted header or manifest: UTF-8 only (a leading BOM allowed, as
+ * cJSON skips it and Python decodes with utf-8-sig), trailing bytes other than whitespace are
  * refused, and of duplicate keys the last one counts. */
 #include <string.h>
 
@@ -7,9 +8,40 @@
 
 #include "internal.h"
 
+/* Whether text[0..length) is UTF-8 as Python's bytes.decode("utf-8") takes it: no overlong forms,
+ * no surrogates, nothing past U+10FFFF (cJSON itself checks none of it, and the Python loader
+ * decodes a header or manifest before it parses it). */
+static int valid_utf8(const unsigned char *s, size_t length) {
+    size_t i = 0, k, more;
+    while (i < length) {
+        unsigned char c = s[i];
+        unsigned long code;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) more = 1, code = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF) more = 2, code = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4) more = 3, code = c & 0x07;
+        else return 0;
+        if (length - i <= more) return 0;
+        for (k = 1; k <= more; ++k) {
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            code = (code << 6) | (s[i + k] & 0x3F);
+        }
+        if ((more == 2 && (code < 0x800 || (code >= 0xD800 && code <= 0xDFFF))) ||
+            (more == 3 && (code < 0x10000 || code > 0x10FFFF)))
+            return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
 cJSON *oc_json_parse(const char *text, size_t length) {
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, length, &end, 0);
+    cJSON *root;
+    if (!valid_utf8((const unsigned char *)text, length)) return NULL;
+    root = cJSON_ParseWithLengthOpts(text, length, &end, 0);
     if (root == NULL) return NULL;
     for (; end != NULL && end < text + length; ++end) {
         if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {

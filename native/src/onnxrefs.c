@@ -526,3 +526,97 @@ oc_status oc_check_references(const uint8_t *model, size_t size, const char *mod
     if (c.seen != NULL) oc_free(alloc, c.seen);
     return status;
 }
+
+/* ---- names a shared initializer would replace ------------------------------------------------ */
+
+static int listed_name(const refs_ctx *c, span name) {
+    size_t lo = 0, hi = c->count;
+    while (lo < hi) { /* sorted by strcmp */
+        size_t mid = lo + (hi - lo) / 2;
+        int order = span_compare(name, c->tensors[mid].name);
+        if (order == 0) return 1;
+        if (order > 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0;
+}
+
+static oc_status shadowed(refs_ctx *c, span name) {
+    char quoted[REFS_REPR_MAX + 8];
+    repr_span(quoted, name);
+    return oc_fail(c->err, OC_ERR_CORRUPT,
+                   "model %s: blob graph tensor %s is defined again outside the main graph's initializers (a "
+                   "subgraph, a sparse or Constant tensor) while the blob header lists it as a weight (a damaged "
+                   "or crafted blob): re-cook the model", c->model, quoted);
+}
+
+/* The name (field 8) of the TensorProto at data[start..end). */
+static int tensor_name(refs_ctx *c, size_t start, size_t end, span *name) {
+    size_t pos = start;
+    wire_field f;
+    int r;
+    name->p = c->data + start;
+    name->n = 0;
+    while ((r = next_field(c, &pos, end, &f)) > 0)
+        if (f.number == TENSOR_NAME && f.wire == 2) name->p = c->data + f.start, name->n = f.end - f.start;
+    return r;
+}
+
+#define NODE_OUTPUT 2
+#define NODE_OP_TYPE 4
+
+static oc_status shadow_walk(refs_ctx *c, int kind, size_t start, size_t end, int depth, int main_graph) {
+    size_t pos = start;
+    wire_field f;
+    span name;
+    int r;
+    if (depth > REFS_MAX_DEPTH)
+        return oc_fail(c->err, OC_ERR_CORRUPT, "model %s: blob graph nests subgraphs over %d deep", c->model,
+                       REFS_MAX_DEPTH);
+    if (kind == K_NODE) { /* onnxruntime turns a Constant's output into an initializer */
+        int constant = 0;
+        while ((r = next_field(c, &pos, end, &f)) > 0)
+            if (f.number == NODE_OP_TYPE && f.wire == 2) {
+                name.p = c->data + f.start;
+                name.n = f.end - f.start;
+                constant = span_is(name, "Constant");
+            }
+        if (r < 0) return OC_ERR_CORRUPT;
+        pos = start;
+        while (constant && (r = next_field(c, &pos, end, &f)) > 0) {
+            name.p = c->data + f.start;
+            name.n = f.end - f.start;
+            if (f.number == NODE_OUTPUT && f.wire == 2 && listed_name(c, name)) return shadowed(c, name);
+        }
+        pos = start;
+    }
+    while ((r = next_field(c, &pos, end, &f)) > 0) {
+        int child = child_kind(kind, f.number);
+        oc_status status;
+        if (child == K_NONE || f.wire != 2) continue;
+        if (child == K_TENSOR) {
+            /* main-graph initializers are the listed ones (oc_rewrite_locations counts them); an
+             * attribute's tensor is a value, not a definition */
+            if (kind == K_ATTRIBUTE || (main_graph && kind == K_GRAPH && f.number == 5)) continue;
+            if (tensor_name(c, f.start, f.end, &name) < 0) return OC_ERR_CORRUPT;
+            if (listed_name(c, name)) return shadowed(c, name);
+            continue;
+        }
+        status = shadow_walk(c, child, f.start, f.end, depth + 1, kind == K_MODEL && f.number == 7);
+        if (status != OC_OK) return status;
+    }
+    return r < 0 ? OC_ERR_CORRUPT : OC_OK;
+}
+
+oc_status oc_check_shadowing(const uint8_t *model, size_t size, const char *model_name, const oc_ref_tensor *tensors,
+                             size_t count, oc_error *err) {
+    refs_ctx c;
+    memset(&c, 0, sizeof c);
+    repr_text(c.model, model_name != NULL ? model_name : "");
+    if (count == 0) return OC_OK;
+    c.data = model;
+    c.tensors = tensors;
+    c.count = count;
+    c.err = err;
+    return shadow_walk(&c, K_MODEL, 0, size, 0, 0);
+}

@@ -1,5 +1,6 @@
-/* platform.c - whole files mapped or read, threads, paths: POSIX, and Windows (compile-checked
- * with MinGW-w64 in the tests, not run). */
+/* platform.c - whole files mapped or read, threads, paths: POSIX, and Windows (paths are UTF-8,
+ * converted to UTF-16 for the W functions; built with MinGW-w64 and run under Wine by
+ * tests/test_native_windows.py). */
 #if !defined(_WIN32) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE /* realpath, madvise */
 #endif
@@ -21,17 +22,68 @@ typedef struct oc_thread_arg {
 #define WIN32_LEAN_AND_MEAN
 #include <windows.h>
 
+wchar_t *oc_wide_path(const char *path) {
+    wchar_t *wide;
+    int n = MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, NULL, 0);
+    if (n <= 0) return NULL;
+    wide = malloc((size_t)n * sizeof *wide);
+    if (wide == NULL) return NULL;
+    if (MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wide, n) != n) {
+        free(wide);
+        return NULL;
+    }
+    return wide;
+}
+
+/* A UTF-16 string as UTF-8 (malloc'd), or NULL. */
+static char *utf8_of(const wchar_t *wide) {
+    char *text;
+    int n = WideCharToMultiByte(CP_UTF8, 0, wide, -1, NULL, 0, NULL, NULL);
+    if (n <= 0) return NULL;
+    text = malloc((size_t)n);
+    if (text == NULL) return NULL;
+    if (WideCharToMultiByte(CP_UTF8, 0, wide, -1, text, n, NULL, NULL) != n) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Open a file (UTF-8 path) to read: a disk file only (not a console, pipe or device name such as
+ * NUL or COM1), as the POSIX branch takes regular files only. */
+static HANDLE open_to_read(const char *path, oc_error *err, oc_status *status) {
+    HANDLE file;
+    wchar_t *wide = oc_wide_path(path);
+    *status = OC_OK;
+    if (wide == NULL) {
+        *status = oc_fail(err, OC_ERR_IO, "%s: cannot open (not a UTF-8 path, or out of memory)", path);
+        return INVALID_HANDLE_VALUE;
+    }
+    file = CreateFileW(wide, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
+                       FILE_ATTRIBUTE_NORMAL, NULL);
+    free(wide);
+    if (file == INVALID_HANDLE_VALUE) {
+        *status = oc_fail(err, OC_ERR_IO, "%s: cannot open (Windows error %lu)", path, (unsigned long)GetLastError());
+        return INVALID_HANDLE_VALUE;
+    }
+    if (GetFileType(file) != FILE_TYPE_DISK) {
+        CloseHandle(file);
+        *status = oc_fail(err, OC_ERR_IO, "%s: not a regular file", path);
+        return INVALID_HANDLE_VALUE;
+    }
+    return file;
+}
+
 oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err) {
     HANDLE file, mapping;
     BY_HANDLE_FILE_INFORMATION about;
     LARGE_INTEGER length;
+    oc_status status;
     void *view;
     *map = NULL;
     *size = 0;
-    file = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
-                       FILE_ATTRIBUTE_NORMAL, NULL);
-    if (file == INVALID_HANDLE_VALUE)
-        return oc_fail(err, OC_ERR_IO, "%s: cannot open (Windows error %lu)", path, (unsigned long)GetLastError());
+    file = open_to_read(path, err, &status);
+    if (file == INVALID_HANDLE_VALUE) return status;
     if (!GetFileSizeEx(file, &length) || !GetFileInformationByHandle(file, &about)) {
         CloseHandle(file);
         return oc_fail(err, OC_ERR_IO, "%s: cannot read its size", path);
@@ -42,7 +94,7 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t ident
         identity[2] = (uint64_t)length.QuadPart;
         identity[3] = (uint64_t)about.ftLastWriteTime.dwHighDateTime << 32 | about.ftLastWriteTime.dwLowDateTime;
         identity[4] = (uint64_t)about.ftCreationTime.dwHighDateTime << 32 | about.ftCreationTime.dwLowDateTime;
-        identity[5] = 0;
+        identity[5] = 0; /* no change time: not trusted to skip checks, nor reopened by name */
     }
     if (length.QuadPart == 0) {
         CloseHandle(file);
@@ -52,12 +104,14 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t ident
         CloseHandle(file);
         return oc_fail(err, OC_ERR_TOO_LARGE, "%s: too large to map in this process", path);
     }
-    mapping = CreateFileMappingA(file, NULL, PAGE_READONLY, 0, 0, NULL);
-    CloseHandle(file);
-    if (mapping == NULL) return oc_fail(err, OC_ERR_IO, "%s: cannot map", path);
+    mapping = CreateFileMappingW(file, NULL, PAGE_READONLY, 0, 0, NULL);
+    CloseHandle(file); /* the mapping keeps the file */
+    if (mapping == NULL)
+        return oc_fail(err, OC_ERR_IO, "%s: cannot map (Windows error %lu)", path, (unsigned long)GetLastError());
     view = MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, 0);
-    CloseHandle(mapping);
-    if (view == NULL) return oc_fail(err, OC_ERR_IO, "%s: cannot map", path);
+    CloseHandle(mapping); /* the view keeps the mapping */
+    if (view == NULL)
+        return oc_fail(err, OC_ERR_IO, "%s: cannot map (Windows error %lu)", path, (unsigned long)GetLastError());
     *map = view;
     *size = (size_t)length.QuadPart;
     return OC_OK;
@@ -69,17 +123,26 @@ void oc_unmap(void *map, size_t size) {
 }
 
 int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
-    uint64_t now[OC_IDENTITY_WORDS];
+    uint64_t now[OC_IDENTITY_WORDS] = {0};
     void *map = NULL;
     size_t size = 0;
-    int same;
     if (oc_map_file(path, &map, &size, now, NULL) != OC_OK) return 0;
     oc_unmap(map, size);
-    same = now[0] == identity[0] && now[1] == identity[1];
-    return same;
+    return now[0] == identity[0] && now[1] == identity[1];
 }
 
-char *oc_real_path(const char *path) { return _fullpath(NULL, path, 0); }
+/* The absolute form of a UTF-8 path, UTF-8 (links are not resolved: GetFullPathNameW). */
+char *oc_real_path(const char *path) {
+    wchar_t *wide = oc_wide_path(path), *full;
+    char *text;
+    if (wide == NULL) return NULL;
+    full = _wfullpath(NULL, wide, 0);
+    free(wide);
+    if (full == NULL) return NULL;
+    text = utf8_of(full);
+    free(full);
+    return text;
+}
 
 static DWORD WINAPI thread_main(LPVOID raw) {
     oc_thread_arg *arg = raw;
@@ -295,37 +358,42 @@ int oc_has_null_file(void) {
 #ifdef _WIN32
 oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
                        oc_error *err) {
-    FILE *f;
-    long length;
+    HANDLE file;
+    LARGE_INTEGER length;
     unsigned char *buffer;
-    size_t got;
+    size_t got = 0;
+    oc_status status;
     *data = NULL;
     *size = 0;
-    f = fopen(path, "rb");
-    if (f == NULL) return oc_fail(err, OC_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (length = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
+    file = open_to_read(path, err, &status);
+    if (file == INVALID_HANDLE_VALUE) return status;
+    if (!GetFileSizeEx(file, &length) || length.QuadPart < 0) {
+        CloseHandle(file);
         return oc_fail(err, OC_ERR_IO, "%s: cannot read its size", path);
     }
-    if ((uint64_t)length > limit) {
-        fclose(f);
-        return oc_fail(err, OC_ERR_TOO_LARGE, "%s: %ld bytes, over the limit of %llu", path, length,
+    if ((uint64_t)length.QuadPart > limit || (unsigned long long)length.QuadPart >= (unsigned long long)SIZE_MAX) {
+        CloseHandle(file);
+        return oc_fail(err, OC_ERR_TOO_LARGE, "%s: %lld bytes, over the limit of %llu", path, (long long)length.QuadPart,
                        (unsigned long long)limit);
     }
-    buffer = oc_malloc(alloc, (size_t)length + 1);
+    buffer = oc_malloc(alloc, (size_t)length.QuadPart + 1);
     if (buffer == NULL) {
-        fclose(f);
-        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for %ld bytes", path, length);
+        CloseHandle(file);
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld bytes", path, (long long)length.QuadPart);
     }
-    got = fread(buffer, 1, (size_t)length, f);
-    fclose(f);
-    if (got != (size_t)length) {
+    while (got < (size_t)length.QuadPart) {
+        DWORD n = 0, want = (DWORD)((size_t)length.QuadPart - got > 0x40000000u ? 0x40000000u : (size_t)length.QuadPart - got);
+        if (!ReadFile(file, buffer + got, want, &n, NULL) || n == 0) break;
+        got += n;
+    }
+    CloseHandle(file);
+    if (got != (size_t)length.QuadPart) {
         oc_free(alloc, buffer);
-        return oc_fail(err, OC_ERR_IO, "%s: read %zu of %ld bytes", path, got, length);
+        return oc_fail(err, OC_ERR_IO, "%s: read %zu of %lld bytes", path, got, (long long)length.QuadPart);
     }
-    buffer[length] = 0;
+    buffer[got] = 0;
     *data = buffer;
-    *size = (size_t)length;
+    *size = got;
     return OC_OK;
 }
 #else

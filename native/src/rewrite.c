@@ -131,6 +131,7 @@ typedef struct rewrite_ctx {
     const oc_alloc *alloc;
     int bad;
     const oc_ref_tensor *mismatched; /* match_header: the first whose type or dims differ */
+    unsigned char *matched;          /* match_header: initializers of each listed name (2: or more) */
 } rewrite_ctx;
 
 static int span_equals(const uint8_t *data, const field *f, const char *text) {
@@ -216,6 +217,7 @@ static void tensor(rewrite_ctx *c, builder *out, size_t start, size_t end) {
     if (c->match_header && c->mismatched == NULL && (ref != NULL || external) &&
         (ref == NULL || !same_shape(c, ref, start, end)))
         c->mismatched = ref != NULL ? ref : &UNLISTED; /* (the checker refuses unlisted references before) */
+    if (c->matched != NULL && ref != NULL && c->matched[ref - c->tensors] < 2) ++c->matched[ref - c->tensors];
     external = 0;
     pos = start;
     while (next(d, &pos, end, &f, &c->bad)) {
@@ -290,14 +292,28 @@ oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *lo
     c.alloc = alloc;
     c.bad = 0;
     c.mismatched = NULL;
+    c.matched = NULL;
     b.alloc = alloc;
+    if (match_header && count != 0) {
+        c.matched = oc_calloc(alloc, count, 1);
+        if (c.matched == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory rewriting the graph's references");
+    }
     message(&c, &b, 0, size, 7, graph);
+    if (c.matched != NULL) {
+        size_t i;
+        /* every listed tensor must be exactly one initializer of the main graph: onnxruntime takes
+         * its type and shape from the header (a shared initializer) wherever that name is used */
+        for (i = 0; i < count && c.mismatched == NULL; ++i)
+            if (c.matched[i] != 1) c.mismatched = &tensors[i];
+        oc_free(alloc, c.matched);
+    }
     if (b.failed || c.bad || c.mismatched != NULL) {
         oc_free(alloc, b.data);
         if (c.mismatched != NULL && !b.failed && !c.bad)
             return oc_fail(err, OC_ERR_CORRUPT,
-                           "blob graph's initializer '%s' does not have the data type and dims its blob header lists "
-                           "(a damaged or crafted blob): re-cook the model", c.mismatched->name);
+                           "blob graph's initializer '%s' is not one initializer of the main graph with the data type "
+                           "and dims its blob header lists (a damaged or crafted blob): re-cook the model",
+                           c.mismatched->name);
         return oc_fail(err, b.failed ? OC_ERR_OUT_OF_MEMORY : OC_ERR_CORRUPT,
                        b.failed ? "out of memory rewriting the graph's references"
                                 : "blob graph is not a valid ONNX model (while rewriting its references)");

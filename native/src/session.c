@@ -13,6 +13,7 @@
 
 #ifdef _WIN32
 #define WIN32_LEAN_AND_MEAN
+#include <wchar.h>
 #include <windows.h>
 #define DEFAULT_LIBRARY "onnxruntime.dll"
 #else
@@ -74,11 +75,32 @@ oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *
     if (out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_load: out is NULL");
     *out = NULL;
 #ifdef _WIN32
-    library = (void *)LoadLibraryA(path);
-    if (library == NULL)
-        return oc_fail(err, OC_ERR_RUNTIME_LOAD, "cannot load onnxruntime from %s (Windows error %lu): pass its path",
-                       path, (unsigned long)GetLastError());
+    {
+        /* A UTF-8 path; one with a folder is loaded with that folder first in the search for the
+         * DLLs it needs (onnxruntime_providers_shared.dll beside onnxruntime.dll) */
+        wchar_t *wide = oc_wide_path(path), *full = NULL;
+        DWORD code;
+        if (wide == NULL)
+            return oc_fail(err, OC_ERR_RUNTIME_LOAD, "cannot load onnxruntime from %s: not a UTF-8 path", path);
+        if (wcschr(wide, L'\\') != NULL || wcschr(wide, L'/') != NULL) full = _wfullpath(NULL, wide, 0);
+        library = full != NULL ? (void *)LoadLibraryExW(full, NULL, LOAD_WITH_ALTERED_SEARCH_PATH)
+                               : (void *)LoadLibraryW(wide);
+        code = GetLastError();
+        free(full);
+        free(wide);
+        if (library == NULL)
+            return oc_fail(err, OC_ERR_RUNTIME_LOAD,
+                           "cannot load onnxruntime from %s (Windows error %lu): pass the path of onnxruntime.dll (the "
+                           "onnxruntime wheel for win_amd64 has it in onnxruntime/capi/)", path, (unsigned long)code);
+    }
     get_base = (get_base_fn)(void (*)(void))GetProcAddress((HMODULE)library, "OrtGetApiBase");
+    if (get_base != NULL) {
+        /* As RTLD_NODELETE below: pinned, onnxruntime.dll stays loaded for the life of the process
+         * (FreeLibrary in close_library only drops this load's reference) */
+        HMODULE pinned = NULL;
+        GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN,
+                           (LPCWSTR)(void *)library, &pinned);
+    }
 #else
     /* RTLD_NODELETE: onnxruntime is not made to be unloaded (its thread pools and statics outlive
      * the last session); it stays mapped for the life of the process. */
@@ -672,6 +694,8 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
          * tensors are made from the header, so its types and dims must be the graph's. */
         const shared_set *set;
         size_t i;
+        TRY(oc_check_shadowing(blob->graph, blob->graph_size, blob->info.name, blob->tensors, blob->tensor_count,
+                               c->err));
         TRY(oc_rewrite_locations(blob->graph, blob->graph_size, "null", 0, blob->tensors, blob->tensor_count, 1,
                                  &blob->alloc, &rewritten, &model_size, c->err));
         model = rewritten;
@@ -805,8 +829,11 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
         if (attempt != options) api->ReleaseSessionOptions(attempt);
         if (status != OC_ERR_SESSION_CREATE || last) break;
         /* onnxruntime refused this path (shared initializers: a model whose optimizers read the
-         * referenced file; onnx-mapped: a file system it cannot map, a renamed file): the next one */
-        if (path == OC_LOAD_ONNX_SHARED) remember_refusal(refusal_key(rt, blob));
+         * referenced file; onnx-mapped: a file system it cannot map, a renamed file): the next one.
+         * Remembered only when it refused the null file itself: another failure (an EP, memory) may
+         * not recur and says nothing of the model (as the Python loader's _REFUSED). */
+        if (path == OC_LOAD_ONNX_SHARED && err != NULL && strstr(err->message, "/dev/null") != NULL)
+            remember_refusal(refusal_key(rt, blob));
     }
     if (status == OC_OK) {
         if (path_used != NULL) *path_used = path;

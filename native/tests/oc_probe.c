@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "onnx_cooker.h"
+#include "utf8_paths.h" /* UTF-8 file names, on Windows too */
 
 static void json_string(const char *text) {
     const unsigned char *p = (const unsigned char *)(text ? text : "");
@@ -35,7 +36,7 @@ static void json_string(const char *text) {
 }
 
 static unsigned char *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = utf8_fopen(path, "rb");
     unsigned char *data = NULL;
     size_t capacity = 0, n = 0, got;
     if (f == NULL) return NULL;
@@ -122,12 +123,11 @@ static void blob_line(const char *input, oc_status status, const oc_error *err, 
 /* oc_reader over the files of one folder: what an engine's archive reader does. */
 static int64_t reader_size(void *user, const char *path) {
     char full[4096];
-    struct stat st;
     FILE *f;
     long n;
     snprintf(full, sizeof full, "%s/%s", (const char *)user, path);
-    if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) return -1; /* an archive holds files only */
-    f = fopen(full, "rb");
+    if (utf8_kind(full) != 2) return -1; /* an archive holds files only */
+    f = utf8_fopen(full, "rb");
     if (f == NULL) return -1;
     n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     fclose(f);
@@ -136,12 +136,11 @@ static int64_t reader_size(void *user, const char *path) {
 
 static int64_t reader_read(void *user, const char *path, uint64_t offset, void *buffer, size_t count) {
     char full[4096];
-    struct stat st;
     FILE *f;
     size_t got;
     snprintf(full, sizeof full, "%s/%s", (const char *)user, path);
-    if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) return -1;
-    f = fopen(full, "rb");
+    if (utf8_kind(full) != 2) return -1;
+    f = utf8_fopen(full, "rb");
     if (f == NULL) return -1;
     if (fseek(f, (long)offset, SEEK_SET) != 0) {
         fclose(f);
@@ -221,6 +220,7 @@ failed:
 int main(int argc, char **argv) {
     int i;
     oc_error err;
+    if (utf8_main_args(&argc, &argv) != 0) return 2;
     if (argc < 3) {
         fprintf(stderr, "usage: oc-probe blob FILE... | bundle DIR [NAME...] | manifest FILE\n");
         return 2;

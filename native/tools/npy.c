@@ -7,6 +7,7 @@
  * ended by '\n' - and then the raw data.
  */
 #include "npy.h"
+#include "utf8_paths.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -305,7 +306,7 @@ int npy_read(const char *path, npy_array *out, char *msg, size_t msg_size) {
     if (!path) return fail(msg, msg_size, path, "no path given");
     memset(&a, 0, sizeof a);
 
-    f = fopen(path, "rb");
+    f = utf8_fopen(path, "rb");
     if (!f) return fail(msg, msg_size, path, "cannot open: %s", strerror(errno));
 
     if (fread(pre, 1, 8, f) != 8 || memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
@@ -472,7 +473,7 @@ int npy_write(const char *path, int elem_type, const int64_t *shape, size_t ndim
         prefix[11] = (unsigned char)(hl >> 24 & 0xff);
     }
 
-    f = fopen(path, "wb");
+    f = utf8_fopen(path, "wb");
     if (!f) return fail(msg, msg_size, path, "cannot create: %s", strerror(errno));
     ok = fwrite(prefix, 1, prefix_len, f) == prefix_len && fwrite(dict, 1, dict_len, f) == dict_len;
     for (i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;

@@ -19,7 +19,7 @@
  * --low-memory: session.disable_prepacking. --ep: EPs to use in order (--bundle only).
  *
  * Exit status: 0 done; 1 an error ("oc-run: error: ..." on stderr); 2 a usage error.
- * C99 + POSIX.
+ * C99 + POSIX, or Windows (file names are UTF-8 there too: utf8_paths.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -33,15 +33,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
 #include <time.h>
+
+#include "utf8_paths.h" /* UTF-8 file names (on Windows: the UTF-16 command line and W functions) */
 #ifdef _WIN32
-#include <direct.h>
-#include <windows.h>
-#define make_dir(path) _mkdir(path)
-#else
-#define make_dir(path) mkdir(path, 0777)
+#include <psapi.h> /* K32GetProcessMemoryInfo (kernel32) */
 #endif
 
 #define MAX_TIME_RUNS 100000
@@ -149,6 +145,25 @@ static const char *onnx_type_name(enum ONNXType t) {
     }
 }
 
+#ifdef _WIN32
+static double now_ms(void) {
+    LARGE_INTEGER now, frequency;
+    QueryPerformanceCounter(&now);
+    QueryPerformanceFrequency(&frequency);
+    return (double)now.QuadPart * 1000.0 / (double)frequency.QuadPart;
+}
+
+/* "VmRSS" (the working set) or "VmHWM" (its peak) of this process in bytes, or -1. */
+static long long proc_status_bytes(const char *field) {
+    PROCESS_MEMORY_COUNTERS counters;
+    memset(&counters, 0, sizeof counters);
+    counters.cb = sizeof counters;
+    if (!K32GetProcessMemoryInfo(GetCurrentProcess(), &counters, sizeof counters)) return -1;
+    if (strcmp(field, "VmHWM") == 0) return (long long)counters.PeakWorkingSetSize;
+    if (strcmp(field, "VmRSS") == 0) return (long long)counters.WorkingSetSize;
+    return -1;
+}
+#else
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -172,6 +187,7 @@ static long long proc_status_bytes(const char *field) {
     fclose(f);
     return value;
 }
+#endif
 
 static int cmp_double(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
@@ -208,18 +224,21 @@ static void shape_text(char *buf, size_t size, const int64_t *shape, size_t ndim
     append(buf, size, &n, ndim == 1 ? ",)" : ")");
 }
 
-/* mkdir -p */
+/* mkdir -p ('\\' separates folders too on Windows) */
 static int make_dirs(const char *path) {
     char *p = (char *)malloc(strlen(path) + 1), *s;
-    struct stat st;
     int rc = 0;
     if (!p) return fail("out of memory");
     strcpy(p, path);
     for (s = p + 1;; s++) {
+#ifdef _WIN32
+        if ((*s == '/' || *s == '\\' || *s == '\0') && s[-1] != ':') { /* not "C:" alone */
+#else
         if (*s == '/' || *s == '\0') {
+#endif
             char keep = *s;
             *s = '\0';
-            if (make_dir(p) != 0 && errno != EEXIST) {
+            if (utf8_mkdir(p) != 0 && errno != EEXIST && !(keep != '\0' && utf8_kind(p) == 1)) {
                 rc = fail("--out %s: cannot create folder %s: %s", path, p, strerror(errno));
                 break;
             }
@@ -227,7 +246,7 @@ static int make_dirs(const char *path) {
             if (keep == '\0') break;
         }
     }
-    if (rc == 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
+    if (rc == 0 && utf8_kind(path) != 1)
         rc = fail("--out %s: not a folder", path);
     free(p);
     return rc;
@@ -788,7 +807,12 @@ static int parse_args(int argc, char **argv, args *a) {
 
 int main(int argc, char **argv) {
     args a;
-    int rc = parse_args(argc, argv, &a);
+    int rc;
+    if (utf8_main_args(&argc, &argv) != 0) {
+        fputs("oc-run: error: cannot read the command line as UTF-8\n", stderr);
+        return 2;
+    }
+    rc = parse_args(argc, argv, &a);
     if (rc == 3) {
         fputs(usage_text, stdout);
         rc = 0;
