@@ -8,8 +8,6 @@ import hashlib
 import json
 import mmap
 import os
-import stat
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
@@ -20,6 +18,7 @@ from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
 from .devices import DeviceSelection, ProviderSpec
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
+from .files import NOFOLLOW, file_identity, map_file, open_regular, sha256_of
 from .header import MAX_HEADER_SIZE
 from .loadpaths import BlobFile
 from .pager import PAGER_MIN
@@ -91,7 +90,7 @@ class Bundle:
         stream, _, path = self._open_blob(name, entry)
         digest, size = hashlib.sha256(), 0
         with stream:
-            identity = _identity(os.fstat(stream.fileno()))
+            identity = file_identity(os.fstat(stream.fileno()))
             while chunk := stream.read(min(1 << 20, entry["blob_size"] + 1 - size)):
                 digest.update(chunk)
                 size += len(chunk)
@@ -138,7 +137,7 @@ class Bundle:
         try:
             report("read", 1.0)
             report("check", 0.0)
-            if len(data) != entry["blob_size"] or (self._signed and _sha256(data) != entry["blob_sha256"]):
+            if len(data) != entry["blob_size"] or (self._signed and sha256_of(data) != entry["blob_sha256"]):
                 raise ChecksumMismatchError(
                     f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
                     "damaged or replaced: re-run `doit cook`"
@@ -180,7 +179,7 @@ class Bundle:
             raise ManifestError(f"{self._where()}: model {name!r} declares an oversized blob")
         stream, size, path = self._open_blob(name, entry)
         with stream:
-            identity = _identity(os.fstat(stream.fileno()))
+            identity = file_identity(os.fstat(stream.fileno()))
             # A small blob is read: one read costs less than mapping, and nothing of it is used in
             # place that a copy would cost (SMALL_BLOB).
             if self._map_blobs and SMALL_BLOB <= size == entry["blob_size"]:
@@ -188,7 +187,7 @@ class Bundle:
                 # blob); else page by page as onnxruntime reads them, which lets a pager drop them.
                 read_all = self._signed or self._hashed.get(name) != identity
                 try:
-                    mapping = _map(stream.fileno(), size, populate=read_all or size < PAGER_MIN)
+                    mapping = map_file(stream.fileno(), size, populate=read_all or size < PAGER_MIN)
                     return mapping, os.dup(stream.fileno()), path, identity
                 except (OSError, ValueError, OverflowError):
                     stream.seek(0)  # e.g. a file system that cannot map: read it instead
@@ -207,11 +206,11 @@ class Bundle:
         """The open blob file of ``name``, its size and path: a regular file inside the bundle folder."""
         path = self.root / entry["file"]
         try:
-            if _NOFOLLOW and "/" not in entry["file"]:
+            if NOFOLLOW and "/" not in entry["file"]:
                 # A plain name that is no link lies in the folder: no need to resolve every path
                 # component (a fixed cost of each load). A link takes the check below.
                 try:
-                    stream, size = _open_regular(path, nofollow=True)
+                    stream, size = open_regular(path, nofollow=True)
                     return stream, size, path
                 except OSError as exc:
                     if exc.errno not in (errno.ELOOP, errno.EMLINK):
@@ -222,7 +221,7 @@ class Bundle:
                     f"{self._where()}: blob of {name!r} at {path} is a link to {real}, outside the bundle "
                     "folder; re-run `doit cook` to rebuild the bundle"
                 )
-            stream, size = _open_regular(path)
+            stream, size = open_regular(path)
         except FileNotFoundError:
             if self._replaced():
                 raise BundleReplacedError(
@@ -249,7 +248,7 @@ class Bundle:
     def _replaced(self) -> bool:
         """Whether manifest.json on disk is no longer the one this Bundle was opened from."""
         try:
-            stream, size = _open_regular(self.root / MANIFEST_NAME)
+            stream, size = open_regular(self.root / MANIFEST_NAME)
             with stream:
                 current = hashlib.sha256(stream.read(min(size, MAX_MANIFEST_SIZE) + 1)).hexdigest()
         except OSError:
@@ -293,7 +292,7 @@ def open_bundle(
     manifest_path = root / MANIFEST_NAME if root.is_dir() else root
     root = manifest_path.parent
     try:
-        stream, size = _open_regular(manifest_path)
+        stream, size = open_regular(manifest_path)
         with stream:
             raw = stream.read(min(size, MAX_MANIFEST_SIZE) + 1)
     except (OSError, ValueError) as exc:  # ValueError: a path with NUL or a lone surrogate
@@ -319,31 +318,6 @@ def open_bundle(
     return bundle
 
 
-def _map(fd: int, size: int, *, populate: bool = True) -> mmap.mmap:
-    """A read-only shared mapping of the whole file; on Linux, with ``populate``, its pages are
-    faulted in at once (where the checks read every page anyway, one call is cheaper than a fault
-    per page; where a pager drops the pages onnxruntime has read, faulting them all first costs
-    about 30 ms on 268 MB for nothing)."""
-    if sys.platform.startswith("linux"):
-        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
-        return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
-    return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-
-
-def _identity(info: os.stat_result) -> tuple[int, ...]:
-    """What tells one file's content from another's without reading it: replaced by rename, the
-    inode differs; written in place, the change time moves."""
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _sha256(data: mmap.mmap | bytes) -> str:
-    digest = hashlib.sha256()
-    view = memoryview(data)
-    for start in range(0, len(view), 16 << 20):
-        digest.update(view[start : start + (16 << 20)])
-    return digest.hexdigest()
-
-
 def _drop_mapped_weights(
     session: onnxruntime.InferenceSession, data: mmap.mmap | bytes, checked: CheckedBlob
 ) -> None:
@@ -363,28 +337,9 @@ def _drop_mapped_weights(
         pass  # advice only
 
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
-def _open_regular(path: Path, *, nofollow: bool = False) -> tuple[BinaryIO, int]:
-    """Open ``path`` for reading, and its size, if it is a regular file: opening a named pipe blocks
-    until a writer comes (for ever), and a device (/dev/zero) never ends. ``nofollow``: a link as
-    the last component fails (ELOOP) instead of being followed."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags | (_NOFOLLOW if nofollow else 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        return os.fdopen(fd, "rb"), info.st_size
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def _read_signature(root: Path) -> bytes | None:
     try:
-        stream, _ = _open_regular(root / SIGNATURE_NAME)
+        stream, _ = open_regular(root / SIGNATURE_NAME)
         with stream:
             return stream.read(SIGNATURE_SIZE + 1)
     except FileNotFoundError:

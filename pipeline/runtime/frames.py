@@ -288,6 +288,29 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return context
 
 
+class Background:
+    """``task()`` on a thread of its own (not the decoding pool: the task itself uses that pool)."""
+
+    def __init__(self, task: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                task()
+            except BaseException as exc:  # handed to result(), on the caller's thread
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="onnx-cooker-crc", daemon=True)
+        self._thread.start()
+
+    def result(self) -> None:
+        """Wait for the task; raise what it raised."""
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
 def run_parallel(task: Callable[[int], None], indices: range, threads: int | None) -> None:
     """``task(i)`` for every index, on up to ``threads`` threads; the first error is raised."""
     workers = min(len(indices), threads if threads is not None else default_threads())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONF
 from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
-from .frames import whole_crcs
+from .frames import Background, whole_crcs
 from .header import BlobHeader
 from .loadpaths import NULL_FILE, NULL_FOLDER, BlobFile, LoadPath, choose_load_path, prepare, why_not
 from .pager import ExtentPager, Pager, file_lock
@@ -175,10 +174,10 @@ def session_from_blob(
     # section: zlib lets go of the GIL for the whole call, and onnxruntime 1.24.4 and 1.28.0 hold
     # the GIL while they build a session (a check piece by piece would wait for the whole build).
     if low_memory:
-        crc = _Background(lambda: checked.check_raw(threads=None))
+        crc = Background(lambda: checked.check_raw(threads=None))
     else:
         expected = whole_crcs(checked.header.frames, checked.where)  # arithmetic: reads no byte
-        crc = _Background(lambda: checked.check_whole(expected))
+        crc = Background(lambda: checked.check_whole(expected))
     try:
         session = _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
     except BaseException:
@@ -191,29 +190,6 @@ def session_from_blob(
 # Raw content from this size is CRC-checked on a thread while onnxruntime builds the session; below
 # it, starting a thread costs more than the check (a 100 kB model's CRC takes about 20 us).
 DEFER_RAW_CHECK_MIN = 4 << 20
-
-
-class _Background:
-    """``task()`` on a thread of its own (not the decoding pool: the task itself uses that pool)."""
-
-    def __init__(self, task: Callable[[], None]) -> None:
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                task()
-            except BaseException as exc:  # handed to result(), on the caller's thread
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="onnx-cooker-crc", daemon=True)
-        self._thread.start()
-
-    def result(self) -> None:
-        """Wait for the task; raise what it raised."""
-        self._thread.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
 
 
 def session_from_checked(

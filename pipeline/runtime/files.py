@@ -1,0 +1,57 @@
+"""Blob and manifest files as the loader opens them: regular files only, mapped read-only, told
+apart by identity, hashed (``bundle.py``'s helpers)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import mmap
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+
+def map_file(fd: int, size: int, *, populate: bool = True) -> mmap.mmap:
+    """A read-only shared mapping of the whole file; on Linux, with ``populate``, its pages are
+    faulted in at once (where the checks read every page anyway, one call is cheaper than a fault
+    per page; where a pager drops the pages onnxruntime has read, faulting them all first costs
+    about 30 ms on 268 MB for nothing)."""
+    if sys.platform.startswith("linux"):
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+        return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+
+
+def file_identity(info: os.stat_result) -> tuple[int, ...]:
+    """What tells one file's content from another's without reading it: replaced by rename, the
+    inode differs; written in place, the change time moves."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def sha256_of(data: mmap.mmap | bytes) -> str:
+    digest = hashlib.sha256()
+    view = memoryview(data)
+    for start in range(0, len(view), 16 << 20):
+        digest.update(view[start : start + (16 << 20)])
+    return digest.hexdigest()
+
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_regular(path: Path, *, nofollow: bool = False) -> tuple[BinaryIO, int]:
+    """Open ``path`` for reading, and its size, if it is a regular file: opening a named pipe blocks
+    until a writer comes (for ever), and a device (/dev/zero) never ends. ``nofollow``: a link as
+    the last component fails (ELOOP) instead of being followed."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags | (NOFOLLOW if nofollow else 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.fdopen(fd, "rb"), info.st_size
+    except BaseException:
+        os.close(fd)
+        raise
