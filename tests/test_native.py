@@ -1038,6 +1038,12 @@ def test_the_windows_code_paths_compile_with_mingw(native: Path, tmp_path: Path)
     assert done.returncode == 0, f"onnx_cooker.hpp for Windows:\n{done.stderr[-3000:]}"
 
 
+def _oc_run_on(native: Path, bundle: Path, version: str, ep: str) -> subprocess.CompletedProcess:
+    """oc-run on model "gpu" of ``bundle`` with the explicit provider ``ep`` (not checked)."""
+    command = [native / "oc-run", "--bundle", bundle, "--model", "gpu", "--ort", ort_library(version)]
+    return run_native([*command, "--ep", ep], check=False)
+
+
 GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 
 
@@ -1070,20 +1076,7 @@ def test_cuda_and_tensorrt_asked_for_by_name_give_a_clean_error_naming_the_fix(
     libraries here onnxruntime has neither, and an explicit provider list naming one gets a status
     (no crash, no leak) with the model, the EP, onnxruntime's own words and the fix."""
     for ep in GPU_EPS:
-        done = run_native(
-            [
-                native / "oc-run",
-                "--bundle",
-                gpu_preferring_bundle,
-                "--model",
-                "gpu",
-                "--ort",
-                ort_library(version),
-                "--ep",
-                ep,
-            ],
-            check=False,
-        )
+        done = _oc_run_on(native, gpu_preferring_bundle, version, ep)
         assert done.returncode == 1, done.stdout + done.stderr
         message = done.stderr
         assert f"onnxruntime {version} refused {ep} for model 'gpu' (test-platform)" in message, message
@@ -1128,20 +1121,7 @@ def test_migraphx_and_tensorrt_rtx_go_by_the_short_names_onnxruntime_knows(
         ("MIGraphXExecutionProvider", "MIGraphX"),
         ("NvTensorRTRTXExecutionProvider", "NvTensorRtRtx"),
     ):
-        done = run_native(
-            [
-                native / "oc-run",
-                "--bundle",
-                gpu_preferring_bundle,
-                "--model",
-                "gpu",
-                "--ort",
-                ort_library(version),
-                "--ep",
-                ep,
-            ],
-            check=False,
-        )
+        done = _oc_run_on(native, gpu_preferring_bundle, version, ep)
         assert done.returncode == 1
         message = done.stderr
         assert (
