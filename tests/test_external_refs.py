@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights
 
-from pipeline.runtime import CorruptBlobError, session_from_blob
+from pipeline.runtime import CorruptBlobError, SessionCreateError, session_from_blob
 from pipeline.runtime.errors import BundleError
 from pipeline.runtime.onnxrefs import check_references, external_refs, rewrite_locations
 from pipeline.runtime.writer import encode_blob
@@ -252,3 +252,24 @@ def test_where_onnxruntime_takes_a_weight_from_the_header_the_graph_must_agree(c
     blob, _ = _weighted(_edit_weight(change))
     with pytest.raises(CorruptBlobError, match=message):
         session_from_blob(blob, providers=CPU, load_path=path)
+
+
+def test_an_external_tensor_without_a_location_is_refused_by_onnxruntime() -> None:
+    """The reference scan skips graphs holding no "location" key; a tensor marked EXTERNAL without
+    one is then onnxruntime's to refuse, and it does, before any file is opened."""
+    tensor = numpy_helper.from_array(np.zeros(4, np.float32), "c")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Constant", [], ["y"], value=tensor)],
+            "g",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        )
+    )
+    graph = model.SerializeToString()
+    assert b"location" not in graph and external_refs(graph) == []
+    blob = encode_blob(graph, level=3, model_format="onnx", **HEADER_DEFAULTS)
+    with pytest.raises(SessionCreateError, match="Missing 'location'"):
+        session_from_blob(blob, providers=CPU)

@@ -30,7 +30,12 @@ from runtime_helpers import (
 )
 
 from pipeline.runtime import BundleError, open_bundle, session_from_blob, unpack_blob
-from pipeline.runtime.errors import BlobTooLargeError, CorruptBlobError, TruncatedBlobError
+from pipeline.runtime.errors import (
+    BlobTooLargeError,
+    ChecksumMismatchError,
+    CorruptBlobError,
+    TruncatedBlobError,
+)
 from pipeline.runtime.frames import crc_count
 from pipeline.runtime.header import TRAILER_MAGIC, read_header
 from pipeline.runtime.sections import EXTENT_ALIGNMENT
@@ -201,6 +206,18 @@ def test_lying_extents_are_refused(kind: str, lie: str, originals: dict) -> None
     assert isinstance(caught.value, BundleError)
     with pytest.raises(BundleError):
         unpack_blob(crafted)
+
+
+def test_a_nonzero_byte_in_a_raw_extents_padding_is_damage(originals: dict) -> None:
+    """The padding before an aligned raw extent must be zeros: any other byte, at either end of it,
+    is refused as damage (the check compares against zeros: a mutation that skipped it fails)."""
+    blob = originals["onnx-raw"][0]
+    frame = next(f for f in read_header(blob)[0].frames if f.codec == "raw" and f.pad)
+    for at in (frame.offset + frame.prefix, frame.data_offset - 1):
+        damaged = bytearray(blob)
+        damaged[at] = 0x40
+        with pytest.raises(ChecksumMismatchError, match="damaged padding"):
+            session_from_blob(bytes(damaged), providers=CPU)
 
 
 @FUZZ

@@ -117,7 +117,8 @@ def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
                 magic, payload = _SKIPPABLE_PREFIX.unpack_from(data, frame.offset)
                 if magic != RAW_MAGIC or payload != frame.size - RAW_PREFIX_SIZE:
                     raise ChecksumMismatchError(f"{label} is not the raw frame its header names (damaged)")
-            if data[frame.offset + frame.prefix : frame.data_offset].tobytes().strip(b"\0"):
+            padding = data[frame.offset + frame.prefix : frame.data_offset]
+            if padding.tobytes() != bytes(len(padding)):  # a memcmp: strip() took 0.13 ms for 64 KiB
                 raise ChecksumMismatchError(f"{label} has damaged padding (non-zero bytes)")
             continue
         try:

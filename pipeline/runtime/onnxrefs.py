@@ -114,11 +114,15 @@ def _tensor(data: memoryview, start: int, end: int, initializer: bool) -> Extern
 
 def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
     """Every tensor anywhere in the model (graphs, subgraphs, functions, sparse tensors) that has
-    external-data entries or an EXTERNAL data location."""
+    external-data entries or an EXTERNAL data location; none where no "location" key can exist."""
     flat = model if isinstance(model, bytes) else bytes(model)
     data = memoryview(flat)
-    if b"location" not in flat and bytes([_TENSOR_DATA_LOCATION << 3, _EXTERNAL]) not in flat:
-        return []  # no reference can name a file: the common case of a graph-only blob, at C speed
+    if b"location" not in flat:
+        # No reference can name a file (or onnxruntime's in-memory address tag): a "location" key is
+        # stored verbatim, and a tensor marked EXTERNAL without one is refused by onnxruntime itself
+        # ("model format error! Missing 'location'", ExternalDataInfo::Create; in 1.24.4, 1.28.0 and
+        # 1.32.0). The common case of a graph-only blob, at C speed: the walk took 0.1-0.6 ms.
+        return []
     found: list[ExternalRef] = []
 
     def walk(kind: int, start: int, end: int, depth: int, main: bool) -> None:
