@@ -18,11 +18,14 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="$(mkdir -p "${1:-$HERE/out}" && cd "${1:-$HERE/out}" && pwd)"
 
-ORT_HEADERS_DEB="libonnxruntime-dev_1.21.0+dfsg-1_amd64.deb"
-ORT_HEADERS_SHA256="14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08"
+# onnxruntime 1.23.2's C API headers (API 23: the plugin-EP functions of API 22 included), from Debian
+# sid/forky. The library still asks onnxruntime for API 21 only, plus 22 where it is served (plugin EPs).
+ORT_HEADERS_VERSION="1.23.2"
+ORT_HEADERS_DEB="libonnxruntime-dev_1.23.2+dfsg-6.1_amd64.deb"
+ORT_HEADERS_SHA256="4630a94adb36dc056feb124e51c6e952e2cab5188bc093a25bee8a7e1ac5196d"
 ORT_HEADERS_URLS=(
   "http://deb.debian.org/debian/pool/main/o/onnxruntime/$ORT_HEADERS_DEB"
-  "https://snapshot.debian.org/archive/debian/20250601T000000Z/pool/main/o/onnxruntime/$ORT_HEADERS_DEB"
+  "https://snapshot.debian.org/archive/debian/20251201T000000Z/pool/main/o/onnxruntime/$ORT_HEADERS_DEB"
 )
 PACKAGES=(libzstd-dev libcjson-dev libsodium-dev zlib1g-dev cmake pkg-config gcc g++)
 
@@ -44,10 +47,14 @@ if ! need_packages; then
   fi
 fi
 
-ORT_INCLUDE="$OUT/_deps/onnxruntime/include"
+# Keyed by version: a tree built with other headers (an older _deps/onnxruntime) is not reused
+ORT_INCLUDE="$OUT/_deps/onnxruntime-$ORT_HEADERS_VERSION/include"
 if [ ! -f "$ORT_INCLUDE/onnxruntime_c_api.h" ]; then
   mkdir -p "$OUT/_deps"
   deb="$OUT/_deps/$ORT_HEADERS_DEB"
+  for old in "$OUT/_deps/onnxruntime" "$OUT"/_deps/onnxruntime-*/ "$OUT"/_deps/libonnxruntime-dev_*.deb; do
+    if [ -e "$old" ] && [ "$old" != "$deb" ]; then rm -rf "$old"; fi # an older version's headers or package
+  done
   for url in "${ORT_HEADERS_URLS[@]}"; do
     [ -f "$deb" ] && break
     say "fetching onnxruntime's C API headers: $url"
