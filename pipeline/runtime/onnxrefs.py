@@ -14,7 +14,8 @@ without the onnx package, and a graph whose weights are external is small.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import CorruptBlobError
@@ -67,13 +68,21 @@ def _fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, 
     for varints start is the value itself."""
     pos = start
     while pos < end:
-        key, pos = _varint(data, pos, end)
+        key = data[pos]  # one-byte varints (most keys and short lengths) without a call
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(data, pos, end)
         number, wire = key >> 3, key & 7
         if wire == 0:
             value, pos = _varint(data, pos, end)
             yield number, wire, value, pos
         elif wire == 2:
-            size, pos = _varint(data, pos, end)
+            size = data[pos] if pos < end else 0x80
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = _varint(data, pos, end)
             if pos + size > end:
                 raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
             yield number, wire, pos, pos + size
@@ -112,6 +121,15 @@ def _tensor(data: memoryview, start: int, end: int, initializer: bool) -> Extern
     return ExternalRef(name, tuple(entries), initializer)
 
 
+def _occurrences(data: bytes, needle: bytes) -> list[int]:
+    """Where ``needle`` starts in ``data``, in order (bytes.find: C speed)."""
+    found, at = [], data.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = data.find(needle, at + 1)
+    return found
+
+
 def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
     """Every tensor anywhere in the model (graphs, subgraphs, functions, sparse tensors) that has
     external-data entries or an EXTERNAL data location; none where no "location" key can exist."""
@@ -123,6 +141,9 @@ def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
         # ("model format error! Missing 'location'", ExternalDataInfo::Create; in 1.24.4, 1.28.0 and
         # 1.32.0). The common case of a graph-only blob, at C speed: the walk took 0.1-0.6 ms.
         return []
+    # For the same reason a message whose bytes hold no "location" holds no reference: the walk
+    # reads only the messages around one (large_graph, 300 external weights: 16.5 ms -> 4.8 ms).
+    hits = _occurrences(flat, b"location")
     found: list[ExternalRef] = []
 
     def walk(kind: int, start: int, end: int, depth: int, main: bool) -> None:
@@ -132,6 +153,9 @@ def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
         for number, wire, a, b in _fields(data, start, end):
             child = children.get(number)
             if child is None or wire != 2:
+                continue
+            first = bisect_left(hits, a)
+            if first == len(hits) or hits[first] >= b:
                 continue
             if child == _TENSOR:
                 ref = _tensor(data, a, b, initializer=main and kind == _GRAPH and number == 5)
@@ -296,64 +320,60 @@ def rewrite_locations(
     data = memoryview(model).cast("B")
     target = location.encode("utf-8")
 
-    def entry(a: int, b: int, length: int | None) -> bytes:
-        parts = []
+    def entry(a: int, b: int, length: int | None) -> tuple[str, bytes | None]:
+        """An external-data entry's key, and the entry rewritten (None: it stays as it is)."""
         key, value = "", ""
-        for number, wire, c, d in _fields(data, a, b):
+        for number, wire, c, d in _fields(data, a, b):  # repeated fields: the last one counts
             if number == 1 and wire == 2:
                 key = _string(data, c, d)
             elif number == 2 and wire == 2:
                 value = _string(data, c, d)
-        for number, wire, c, d in _fields(data, a, b):
-            if number == 2 and wire == 2 and key == "location":
-                parts.append(_length_delimited(2, target))
-            elif number == 2 and wire == 2 and key == "offset" and shift:
-                parts.append(_length_delimited(2, str(int(value) + shift).encode("ascii")))
-            elif number == 2 and wire == 2 and key == "length" and length is not None:
-                parts.append(_length_delimited(2, str(length).encode("ascii")))
-            else:
-                parts.append(copied(number, wire, c, d))
-        return b"".join(parts)
+        if key == "location":
+            new = target
+        elif key == "offset" and shift:
+            new = str(int(value) + shift).encode("ascii")
+        elif key == "length" and length is not None:
+            new = str(length).encode("ascii")
+        else:
+            return key, None
+        return key, _length_delimited(1, key.encode("utf-8")) + _length_delimited(2, new)
 
     def tensor(a: int, b: int) -> bytes:
-        name = next(
-            (_string(data, c, d) for n, w, c, d in _fields(data, a, b) if n == _TENSOR_NAME and w == 2), ""
-        )
-        length = lengths.get(name) if lengths is not None else None
-        keys = [
-            _string(data, e, f)
-            for n, w, c, d in _fields(data, a, b)
-            if n == _TENSOR_EXTERNAL_DATA and w == 2
-            for number, wire, e, f in _fields(data, c, d)
-            if number == 1 and wire == 2
-        ]
-        parts = [
-            _length_delimited(n, entry(c, d, length))
-            if n == _TENSOR_EXTERNAL_DATA and w == 2
-            else copied(n, w, c, d)
-            for n, w, c, d in _fields(data, a, b)
-        ]
+        fields = list(_fields(data, a, b))
+        names = [_string(data, c, d) for n, w, c, d in fields if n == _TENSOR_NAME and w == 2]
+        length = lengths.get(names[-1]) if lengths is not None and names else None
+        keys, parts, run, start = [], [], a, a
+        for n, w, c, d in fields:
+            if n == _TENSOR_EXTERNAL_DATA and w == 2:
+                key, new = entry(c, d, length)
+                keys.append(key)
+                if new is not None:
+                    parts += [data[run:start], _length_delimited(n, new)]
+                    run = d
+            start = d
+        parts.append(data[run:b])
         if shift and keys and "offset" not in keys:  # no offset means 0: it becomes the shift
             parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"offset", shift)))
         if length is not None and keys and "length" not in keys:
             parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"length", length)))
         return b"".join(parts)
 
+    def edited(a: int, b: int, number: int, edit: Callable[[int, int], bytes]) -> bytes:
+        """The message ``data[a:b]`` with each length-delimited field ``number`` holding "location"
+        replaced by ``edit`` of it and every other field copied verbatim, in runs (a field whose
+        bytes hold no "location" holds no reference: ``external_refs``)."""
+        parts, run, start = [], a, a
+        for n, w, c, d in _fields(data, a, b):
+            first = bisect_left(hits, c)
+            if n == number and w == 2 and first < len(hits) and hits[first] < d:
+                parts += [data[run:start], _length_delimited(n, edit(c, d))]
+                run = d
+            start = d
+        parts.append(data[run:b])
+        return b"".join(parts)
+
     def graph(a: int, b: int) -> bytes:
-        return b"".join(
-            _length_delimited(n, tensor(c, d)) if n == 5 and w == 2 else copied(n, w, c, d)
-            for n, w, c, d in _fields(data, a, b)
-        )
+        return edited(a, b, 5, tensor)
 
-    def copied(number: int, wire: int, a: int, b: int) -> bytes:
-        if wire == 0:
-            return _key(number, 0) + _varint_bytes(a)
-        if wire == 2:
-            return _key(number, 2) + _varint_bytes(b - a) + bytes(data[a:b])
-        width = 8 if wire == 1 else 4
-        return _key(number, wire) + bytes(data[a - width : a])
-
-    return b"".join(
-        _length_delimited(n, graph(c, d)) if n == 7 and w == 2 else copied(n, w, c, d)
-        for n, w, c, d in _fields(data, 0, len(data))
-    )
+    hits = _occurrences(bytes(data), b"location")
+    return edited(0, len(data), 7, graph)
