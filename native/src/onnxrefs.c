@@ -11,7 +11,9 @@
  * are checked without overflow, nesting is bounded (64, as _MAX_DEPTH), strings are compared with
  * their lengths (a NUL inside one never makes it equal an allowed value). As in Python, a malformed
  * message anywhere the walk goes wins over a refused reference: the walk finishes before the first
- * refusal is reported (it is kept in err meanwhile). The only allocation is the "named once" array.
+ * refusal is reported (it is kept in err meanwhile). The walk, as Python's, reads only the messages
+ * whose bytes hold "location" (none can hold a reference otherwise). The only allocations are the
+ * "named once" flags and the sorted positions of "location".
  */
 #include <string.h>
 
@@ -66,6 +68,8 @@ typedef struct refs_ctx {
     const oc_ref_tensor *tensors;
     size_t count;
     unsigned char *seen; /* count flags: tensor already named by a reference */
+    size_t *hits;        /* where "location" starts in the model, ascending (check only) */
+    size_t hit_count;
     oc_error *err;
     int refused; /* a reference broke a rule: err holds the first such message */
     char model[REFS_REPR_MAX + 8]; /* the model's name, quoted */
@@ -467,6 +471,17 @@ static oc_status walk_tensor(refs_ctx *c, size_t start, size_t end, int initiali
     return check_reference(c, start, end, name, initializer);
 }
 
+/* Whether "location" starts in data[start..end): a message without one holds no reference (below). */
+static int holds_location(const refs_ctx *c, size_t start, size_t end) {
+    size_t lo = 0, hi = c->hit_count;
+    while (lo < hi) { /* the first hit at or after start */
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->hits[mid] < start) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < c->hit_count && c->hits[lo] < end;
+}
+
 static oc_status walk(refs_ctx *c, int kind, size_t start, size_t end, int depth, int main_graph) {
     size_t pos = start;
     wire_field f;
@@ -478,6 +493,7 @@ static oc_status walk(refs_ctx *c, int kind, size_t start, size_t end, int depth
         int child = child_kind(kind, f.number);
         oc_status status;
         if (child == K_NONE || f.wire != 2) continue;
+        if (!holds_location(c, f.start, f.end)) continue; /* as Python's walk: not read at all */
         if (child == K_TENSOR)
             status = walk_tensor(c, f.start, f.end, main_graph && kind == K_GRAPH && f.number == 5);
         else
@@ -487,12 +503,19 @@ static oc_status walk(refs_ctx *c, int kind, size_t start, size_t end, int depth
     return r < 0 ? OC_ERR_CORRUPT : OC_OK;
 }
 
-static int contains(const uint8_t *data, size_t size, const char *needle, size_t n) {
-    size_t i;
-    if (size < n) return 0;
-    for (i = 0; i + n <= size; i++)
-        if (data[i] == (uint8_t)needle[0] && memcmp(data + i, needle, n) == 0) return 1;
-    return 0;
+/* Where "location" starts in data[0..size), ascending, into hits (NULL: only counted). */
+static size_t locations(const uint8_t *data, size_t size, size_t *hits) {
+    size_t i, n = 0;
+    const uint8_t *p;
+    for (i = 0; i + 8 <= size; i = (size_t)(p - data) + 1) {
+        p = memchr(data + i, 'l', size - 7 - i);
+        if (p == NULL) break;
+        if (memcmp(p, "location", 8) == 0) {
+            if (hits != NULL) hits[n] = (size_t)(p - data);
+            n++;
+        }
+    }
+    return n;
 }
 
 oc_status oc_check_references(const uint8_t *model, size_t size, const char *model_name,
@@ -500,15 +523,22 @@ oc_status oc_check_references(const uint8_t *model, size_t size, const char *mod
                               const oc_alloc *alloc, oc_error *err) {
     refs_ctx c;
     oc_status status;
-    static const char external[2] = {(char)(TENSOR_DATA_LOCATION << 3), DATA_LOCATION_EXTERNAL};
 
     memset(&c, 0, sizeof c);
     repr_text(c.model, model_name != NULL ? model_name : "");
     if ((model == NULL && size != 0) || (tensors == NULL && count != 0) || alloc == NULL)
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "model %s: oc_check_references was given a NULL pointer",
                        c.model);
-    /* As Python: no reference can name a file without these bytes (the common graph-only blob). */
-    if (!contains(model, size, "location", 8) && !contains(model, size, external, 2)) return OC_OK;
+    /* As Python: a "location" key is stored verbatim, and onnxruntime refuses a tensor marked
+     * EXTERNAL without one ("Missing 'location'"), so a model whose bytes hold no "location" has no
+     * reference (the common graph-only blob), and the walk reads only the messages that hold one. */
+    c.hit_count = locations(model, size, NULL);
+    if (c.hit_count == 0) return OC_OK;
+    c.hits = oc_calloc(alloc, c.hit_count, sizeof *c.hits);
+    if (c.hits == NULL)
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "model %s: out of memory checking the graph's external-data references",
+                       c.model);
+    locations(model, size, c.hits);
 
     c.data = model;
     c.file = weights_file;
@@ -517,13 +547,16 @@ oc_status oc_check_references(const uint8_t *model, size_t size, const char *mod
     c.err = err;
     if (count != 0) {
         c.seen = oc_calloc(alloc, count, 1);
-        if (c.seen == NULL)
+        if (c.seen == NULL) {
+            oc_free(alloc, c.hits);
             return oc_fail(err, OC_ERR_OUT_OF_MEMORY,
                            "model %s: out of memory checking the graph's external-data references", c.model);
+        }
     }
     status = walk(&c, K_MODEL, 0, size, 0, 0);
     if (status == OC_OK && c.refused) status = OC_ERR_CORRUPT;
     if (c.seen != NULL) oc_free(alloc, c.seen);
+    oc_free(alloc, c.hits);
     return status;
 }
 
