@@ -141,6 +141,13 @@ def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bund
         [native / "test_cxx_header", bundles / "windows-dml", "big_weights", ort_library("1.32.0")]
     )
     assert "session onnx-file-buffers" in done.stdout
+    # windows-dml prefers DirectML, absent from the Linux wheel: the classic list, and why
+    assert "eps: CPUExecutionProvider; skipped DmlExecutionProvider (not offered" in done.stdout
+    # 1.32 serves the plugin-EP API: its CPU EP is offered as a device, and a policy goes through
+    assert "ep device CPUExecutionProvider type 1 " in done.stdout
+    assert (
+        "policy eps: device policy prefer_cpu (given by the caller); onnxruntime picks among: " in done.stdout
+    )
     assert "OC_ERR_UNKNOWN_MODEL" in done.stdout
 
 
@@ -810,9 +817,14 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
         "OC_ERR_MANIFEST",
         "OC_ERR_RUNTIME_LOAD",
         "OC_ERR_INVALID_ARGUMENT",
+        "OC_ERR_SESSION_CREATE",
     ):
         assert status in facts
     assert "load path: " in facts and facts.rstrip().endswith("ok")
+    # plugin EPs through P/Invoke (1.32 serves their API; its CPU EP is offered as a device)
+    assert "plugin eps: 1" in facts and "ep device: CPUExecutionProvider Cpu " in facts
+    assert "policy eps: device policy prefer_cpu (given by the caller)" in facts
+    assert "device policy: none" in facts
 
 
 def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:
@@ -980,7 +992,7 @@ def test_the_windows_code_paths_compile_with_mingw(native: Path, tmp_path: Path)
     (include / "cjson").mkdir()
     shutil.copy("/usr/include/cjson/cJSON.h", include / "cjson" / "cJSON.h")
     source = REPO / "native"
-    ort = native.parent / "_deps" / "onnxruntime" / "include"
+    (ort,) = (native.parent / "_deps").glob("onnxruntime-*/include")  # the headers build.sh fetched
     common = [
         "-Wall",
         "-Wextra",

@@ -114,6 +114,22 @@ namespace OnnxCooker
     [StructLayout(LayoutKind.Sequential)]
     public struct TensorInfo { public IntPtr Name, Type, Shape; }
 
+    public enum DeviceType { Any = 0, Cpu = 1, Gpu = 2, Npu = 3 }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct EpDevice { public IntPtr EpName; public DeviceType Type; public uint VendorId; public IntPtr Vendor; }
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct DevicePair { public IntPtr Ep; public DeviceType Type; }  // Ep: a UTF-8 string (pinned)
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Devices
+    {
+        public IntPtr Policy;           // a UTF-8 policy name, or IntPtr.Zero with pairs
+        public IntPtr Pairs;            // DevicePair[] (pinned), or IntPtr.Zero with a policy
+        public UIntPtr PairCount;
+    }
+
     public static class Native
     {
         const string Lib = "onnx_cooker";
@@ -156,6 +172,14 @@ namespace OnnxCooker
         [DllImport(Lib)] public static extern Status oc_session_create(IntPtr runtime, IntPtr blob, IntPtr options, out IntPtr session, out LoadPath pathUsed, ref Error err);
         [DllImport(Lib)] public static extern void oc_session_release(IntPtr runtime, IntPtr session);
         [DllImport(Lib)] public static extern IntPtr oc_load_path_name(LoadPath path);
+
+        // Plugin EPs (onnxruntime 1.22+)
+        [DllImport(Lib)] public static extern int oc_runtime_has_plugin_eps(IntPtr runtime);
+        [DllImport(Lib)] public static extern Status oc_runtime_register_ep_library(IntPtr runtime, [MarshalAs(UnmanagedType.LPStr)] string name, [MarshalAs(UnmanagedType.LPStr)] string path, ref Error err);
+        [DllImport(Lib)] public static extern UIntPtr oc_runtime_ep_device_count(IntPtr runtime);
+        [DllImport(Lib)] public static extern Status oc_runtime_ep_device(IntPtr runtime, UIntPtr index, out EpDevice device, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_session_create_on_devices(IntPtr runtime, IntPtr blob, IntPtr options, ref Devices devices, out IntPtr session, out LoadPath pathUsed, byte[] explanation, UIntPtr explanationSize, ref Error err);
+        [DllImport(Lib)] public static extern IntPtr oc_blob_device_policy(IntPtr blob);
 
         /// <summary>A UTF-8 string the library returned (NULL: null).</summary>
         public static string Text(IntPtr utf8)

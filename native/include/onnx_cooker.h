@@ -50,7 +50,7 @@ extern "C" {
 #endif
 
 #define OC_VERSION_MAJOR 0
-#define OC_VERSION_MINOR 1
+#define OC_VERSION_MINOR 2
 #define OC_VERSION_PATCH 0
 /* The blob format version this library reads (others are OC_ERR_UNSUPPORTED_VERSION). */
 #define OC_BLOB_FORMAT_VERSION 3
@@ -319,7 +319,8 @@ typedef struct oc_session_options {
     void *progress_user;
 } oc_session_options;
 
-/* Create a session for `blob` with the blob's recipe (EPs, provider options, per-EP session
+/* Create a session for `blob` with the blob's recipe (EPs or plugin-EP devices and the header's
+ * device policy, as oc_session_create_on_devices with NULL devices; provider options, per-EP session
  * options, DirectML rules, the saved-runtime-optimizations flag), weights in place where
  * onnxruntime allows it. The session BORROWS the blob (release the session first). `path_used`
  * (may be NULL) receives the load path actually used: where onnxruntime refuses the first choice
@@ -341,6 +342,87 @@ OC_API void oc_session_release(oc_runtime *runtime, struct OrtSession *session);
 
 /* A static name of a load path: "onnx-inline", "onnx-file-buffers", ... (lower case, '-'). */
 OC_API const char *oc_load_path_name(oc_load_path path);
+
+/* ---------------------------------------------------------------------------------------------
+ * Plugin execution providers (onnxruntime >= 1.22, Windows ML's EP API), as the Python loader's
+ * ep_libraries and devices (pipeline/runtime/devices.py, docs/loader.md). The library asks
+ * onnxruntime for C API 22 besides 21: where it is not served (onnxruntime 1.21), a policy or
+ * device pairs fall back to the classic EP list (pairs by EP name) and the explanation says so.
+ * ------------------------------------------------------------------------------------------- */
+
+/* 1 when this onnxruntime serves the plugin-EP API (C API 22, onnxruntime 1.22+), else 0. With
+ * oc_runtime_from_api: when the version string it was given is 1.22 or newer. */
+OC_API int oc_runtime_has_plugin_eps(const oc_runtime *runtime);
+
+/* Register the plugin EP library at `path` (UTF-8) under `name` with the runtime's OrtEnv
+ * (RegisterExecutionProviderLibrary), once per process and OrtEnv (onnxruntime keeps one OrtEnv per
+ * process while any runtime holds it): the same name and path again does nothing; the same name with
+ * another path is OC_ERR_SESSION_CREATE. Its EPs then offer devices (oc_runtime_ep_device) that
+ * oc_session_create_on_devices and the blob's EP list pick. A library onnxruntime cannot load is
+ * OC_ERR_SESSION_CREATE (the path, the name, onnxruntime's words); onnxruntime without the plugin-EP
+ * API is OC_ERR_INCOMPATIBLE_RUNTIME. `name` and `path` are copied. The library stays registered
+ * until the last oc_runtime over that OrtEnv is released (onnxruntime unloads it with the OrtEnv):
+ * release every session using it first. */
+OC_API oc_status oc_runtime_register_ep_library(oc_runtime *runtime, const char *name, const char *path,
+                                                oc_error *err);
+
+/* Device types, as the Python loader's "cpu" | "gpu" | "npu" | None. Values are ABI. */
+typedef enum oc_device_type {
+    OC_DEVICE_ANY = 0, /* any device of the EP (in pairs; never a device's own type) */
+    OC_DEVICE_CPU = 1,
+    OC_DEVICE_GPU = 2,
+    OC_DEVICE_NPU = 3
+} oc_device_type;
+
+/* One EP device onnxruntime offers (GetEpDevices): strings are onnxruntime's, valid while the
+ * runtime and the libraries registered with it are. */
+typedef struct oc_ep_device {
+    const char *ep_name;
+    oc_device_type type;
+    uint32_t vendor_id;
+    const char *vendor;
+} oc_ep_device;
+
+/* The EP devices onnxruntime offers now (0 without the plugin-EP API), and device `index` of them. */
+OC_API size_t oc_runtime_ep_device_count(const oc_runtime *runtime);
+OC_API oc_status oc_runtime_ep_device(const oc_runtime *runtime, size_t index, oc_ep_device *out, oc_error *err);
+
+/* (EP name, device type) in preference order: each EP goes on the devices of its first pair it
+ * offers, with the blob's provider options for that EP (SessionOptionsAppendExecutionProvider_V2). */
+typedef struct oc_device_pair {
+    const char *ep;
+    oc_device_type type;
+} oc_device_pair;
+
+/* The caller's device choice: either a policy name ("prefer_gpu", "prefer_npu", "prefer_cpu",
+ * "max_performance", "max_efficiency", "min_power", "default": SessionOptionsSetEpSelectionPolicy)
+ * or `pair_count` pairs, not both. Borrowed during the call only. */
+typedef struct oc_devices {
+    const char *policy;
+    const oc_device_pair *pairs;
+    size_t pair_count;
+} oc_devices;
+
+/* oc_session_create with the caller's devices (NULL: the blob decides, as oc_session_create does).
+ * In order: a policy (the caller's, else the blob header's device_policy, unless the blob prefers an
+ * EP that is a classic provider here: a blob policy never passes over it); pairs (an EP named there
+ * that offers none of the devices asked for is OC_ERR_SESSION_CREATE, listing what is offered); no
+ * selection and the blob prefers an EP that is no classic provider but offers devices (a plugin EP
+ * registered with oc_runtime_register_ep_library): the preferred EPs on their devices, skipping those
+ * that offer none; else the classic list. The CPU EP takes the nodes the others leave. options'
+ * `providers` with devices is OC_ERR_INVALID_ARGUMENT. `explanation` (may be NULL) receives, as
+ * NUL-terminated UTF-8 cut to `explanation_size` bytes, the line the Python loader logs: which EPs
+ * and devices and why, e.g. "ggml on CPU (vendor 0x1022 AMD), then CPUExecutionProvider for the
+ * nodes they do not take (the blob prefers a plugin EP); skipped WebGpuExecutionProvider (no device
+ * offered)". The session is the caller's, as with oc_session_create. */
+OC_API oc_status oc_session_create_on_devices(oc_runtime *runtime, oc_blob *blob, const oc_session_options *options,
+                                              const oc_devices *devices, struct OrtSession **out,
+                                              oc_load_path *path_used, char *explanation, size_t explanation_size,
+                                              oc_error *err);
+
+/* The blob header's device_policy (one of the policy names above), or NULL when it has none.
+ * Lives as long as the blob. */
+OC_API const char *oc_blob_device_policy(const oc_blob *blob);
 
 #ifdef __cplusplus
 }

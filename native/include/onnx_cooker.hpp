@@ -95,6 +95,11 @@ public:
         }
         return options;
     }
+    // The header's device_policy ("prefer_gpu", ...), or "" when it has none.
+    std::string device_policy() const {
+        const char *policy = oc_blob_device_policy(handle_.get());
+        return policy != nullptr ? policy : "";
+    }
     oc_blob *get() const noexcept { return handle_.get(); }
 
 private:
@@ -141,6 +146,22 @@ public:
     explicit Runtime(oc_runtime *raw) noexcept : handle_(raw) {}
     std::string version() const { return oc_runtime_version(handle_.get()); }
     const OrtApi *api() const noexcept { return oc_runtime_api(handle_.get()); }
+    // Plugin EPs (onnxruntime 1.22+): whether the API is there, a library registered under `name`
+    // (kept until the last runtime over this OrtEnv is gone), and the EP devices offered now (their
+    // strings are onnxruntime's: valid while this runtime and its libraries are).
+    bool has_plugin_eps() const noexcept { return oc_runtime_has_plugin_eps(handle_.get()) != 0; }
+    void register_ep_library(const std::string &name, const std::string &path) {
+        oc_error err{};
+        detail::check(oc_runtime_register_ep_library(handle_.get(), name.c_str(), path.c_str(), &err), err);
+    }
+    std::vector<oc_ep_device> ep_devices() const {
+        std::vector<oc_ep_device> devices(oc_runtime_ep_device_count(handle_.get()));
+        for (size_t i = 0; i < devices.size(); ++i) {
+            oc_error err{};
+            detail::check(oc_runtime_ep_device(handle_.get(), i, &devices[i], &err), err);
+        }
+        return devices;
+    }
     oc_runtime *get() const noexcept { return handle_.get(); }
 
 private:
@@ -151,12 +172,21 @@ private:
 // An OrtSession released through the runtime's API. Borrows the Blob and the Runtime.
 class Session {
 public:
-    Session(Runtime &runtime, Blob &blob, const oc_session_options *options = nullptr) : api_(runtime.api()) {
+    // devices: nullptr (the blob decides), or a policy or (EP, device type) pairs, borrowed during the
+    // call (oc_session_create_on_devices); explanation() then says which EPs and why.
+    Session(Runtime &runtime, Blob &blob, const oc_session_options *options = nullptr,
+            const oc_devices *devices = nullptr)
+        : api_(runtime.api()) {
         oc_error err{};
-        detail::check(oc_session_create(runtime.get(), blob.get(), options, &raw_, &path_, &err), err);
+        char explanation[1024] = "";
+        detail::check(oc_session_create_on_devices(runtime.get(), blob.get(), options, devices, &raw_, &path_,
+                                                   explanation, sizeof explanation, &err),
+                      err);
+        explanation_ = explanation;
     }
     Session(Session &&other) noexcept
-        : api_(other.api_), raw_(std::exchange(other.raw_, nullptr)), path_(other.path_) {}
+        : api_(other.api_), raw_(std::exchange(other.raw_, nullptr)), path_(other.path_),
+          explanation_(std::move(other.explanation_)) {}
     Session &operator=(Session &&) = delete;
     Session(const Session &) = delete;
     Session &operator=(const Session &) = delete;
@@ -165,11 +195,13 @@ public:
     }
     OrtSession *get() const noexcept { return raw_; }
     oc_load_path load_path() const noexcept { return path_; }
+    const std::string &explanation() const noexcept { return explanation_; }
 
 private:
     const OrtApi *api_;
     OrtSession *raw_ = nullptr;
     oc_load_path path_ = OC_LOAD_ONNX_INLINE;
+    std::string explanation_;
 };
 #endif // ORT_API_VERSION
 

@@ -522,6 +522,16 @@ static oc_status parse_header(parse_ctx *c, const char *json, size_t length, siz
         ++i;
     }
     blob->ep_count = i;
+    {
+        const cJSON *policy = oc_json_get(root, "device_policy"); /* checked: absent, null or a known name */
+        if (cJSON_IsString(policy)) {
+            blob->device_policy = oc_arena_strndup(&blob->arena, policy->valuestring, strlen(policy->valuestring));
+            if (blob->device_policy == NULL) {
+                status = out_of_memory(c);
+                goto done;
+            }
+        }
+    }
     status = options_of(c, oc_json_get(root, "provider_options"), "provider_options", 1, capacity);
     if (status != OC_OK) goto done;
     status = options_of(c, oc_json_get(root, "ep_session_options"), "ep_session_options", 0, capacity);
@@ -964,6 +974,7 @@ oc_status oc_blob_weights(oc_blob *blob, const void **bytes, size_t *size, oc_er
 }
 
 size_t oc_blob_ep_count(const oc_blob *blob) { return blob ? blob->ep_count : 0; }
+const char *oc_blob_device_policy(const oc_blob *blob) { return blob ? blob->device_policy : NULL; }
 
 const char *oc_blob_ep_name(const oc_blob *blob, size_t index) {
     return blob && index < blob->ep_count ? blob->eps[index] : NULL;

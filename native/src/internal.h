@@ -121,6 +121,7 @@ struct oc_blob {
     const char *where; /* "blob of model 'x' (platform)" or with the file's path */
     const char **eps;  /* execution_providers, in order */
     size_t ep_count;
+    const char *device_policy; /* the header's device_policy (one of the policy names), or NULL */
     oc_ep_recipe *recipes; /* every EP the header names */
     size_t recipe_count;
     oc_frame *frames;

@@ -10,6 +10,7 @@
 #include <onnxruntime_c_api.h>
 
 #include "internal.h"
+#include "runtime.h"
 
 #ifdef _WIN32
 #define WIN32_LEAN_AND_MEAN
@@ -25,17 +26,14 @@
 #endif
 #endif
 
-/* The C API version this library is written against: every onnxruntime from 1.21 serves it. */
+/* The C API version this library is written against: every onnxruntime from 1.21 serves it. The
+ * plugin-EP functions (plugin_eps.c) are asked for as version 22, where onnxruntime serves it. */
 #define OC_ORT_API_VERSION 21
+#define OC_ORT_PLUGIN_API_VERSION 22
 #define CPU_EP "CPUExecutionProvider"
 
-struct oc_runtime {
-    const OrtApi *api;
-    OrtEnv *env;
-    void *library; /* NULL when the engine linked onnxruntime itself */
-    char version[32];
-    int parsed[3];
-};
+static const int PLUGIN_EPS_SINCE[3] = {1, 22, 0};
+static int version_below(const int a[3], const int b[3]);
 
 static void close_library(void *library) {
     if (library == NULL) return;
@@ -52,6 +50,10 @@ static oc_status finish_runtime(oc_runtime *rt, const char *version, oc_runtime 
     if (oc_parse_version(rt->version, rt->parsed) != 0) {
         rt->parsed[0] = rt->parsed[1] = rt->parsed[2] = 0;
     }
+    /* an engine's OrtApi (oc_runtime_from_api): onnxruntime serves one table for every version it
+     * knows, so from 1.22 it holds the plugin-EP functions */
+    if (rt->library == NULL && (rt->parsed[0] || rt->parsed[1]) && !version_below(rt->parsed, PLUGIN_EPS_SINCE))
+        rt->plugin = rt->api;
     status = rt->api->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "onnx-cooker", &rt->env);
     if (status != NULL) {
         oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime %s could not create its environment: %s", rt->version,
@@ -61,6 +63,7 @@ static oc_status finish_runtime(oc_runtime *rt, const char *version, oc_runtime 
         free(rt);
         return OC_ERR_RUNTIME_LOAD;
     }
+    oc_plugin_runtime_started(rt);
     *out = rt;
     return OC_OK;
 }
@@ -130,6 +133,12 @@ oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *
         free(rt);
         return OC_ERR_RUNTIME_LOAD;
     }
+    {
+        /* asked only where the version says it is there: onnxruntime prints a line for one it lacks */
+        int parsed[3];
+        if (oc_parse_version(base->GetVersionString(), parsed) == 0 && !version_below(parsed, PLUGIN_EPS_SINCE))
+            rt->plugin = base->GetApi(OC_ORT_PLUGIN_API_VERSION);
+    }
     return finish_runtime(rt, base->GetVersionString(), out, err);
 }
 
@@ -146,7 +155,10 @@ oc_status oc_runtime_from_api(const struct OrtApi *api, const char *version, oc_
 
 void oc_runtime_release(oc_runtime *rt) {
     if (rt == NULL) return;
-    if (rt->env != NULL) rt->api->ReleaseEnv(rt->env);
+    if (rt->env != NULL) {
+        oc_plugin_runtime_released(rt);
+        rt->api->ReleaseEnv(rt->env);
+    }
     close_library(rt->library);
     free(rt);
 }
@@ -365,32 +377,41 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     return OC_OK;
 }
 
-static int is_exclusive(const char *ep) { return strcmp(ep, "DmlExecutionProvider") == 0; }
-
-/* The EPs to use: the blob's preferred ones this onnxruntime offers, then the CPU; DirectML only
- * with the CPU (choose_providers in session.py). `chosen` holds up to `capacity` names. */
-static oc_status choose_providers(session_ctx *c, const char **chosen, size_t capacity, size_t *count) {
-    const OrtApi *api = c->rt->api;
-    char **available = NULL;
-    int n_available = 0, k;
-    size_t i, n = 0;
-    if (check_ort(c, api->GetAvailableProviders(&available, &n_available), OC_ERR_SESSION_CREATE,
-                  "could not list its execution providers for") != OC_OK)
-        return OC_ERR_SESSION_CREATE;
-    for (i = 0; i < c->blob->ep_count && n + 1 < capacity; ++i) {
-        const char *ep = c->blob->eps[i];
-        int offered = 0;
-        if (strcmp(ep, CPU_EP) == 0) continue;
-        for (k = 0; k < n_available; ++k)
-            if (strcmp(available[k], ep) == 0) offered = 1;
-        if (!offered) continue;
-        if (n > 0 && (is_exclusive(ep) || is_exclusive(chosen[0]))) continue;
-        chosen[n++] = ep;
+/* A plan's devices (SessionOptionsAppendExecutionProvider_V2, each EP with the blob's provider
+ * options for it) or policy (SessionOptionsSetEpSelectionPolicy) on the session options. */
+static oc_status configure_devices(session_ctx *c, OrtSessionOptions *options, const oc_plan *plan,
+                                   const oc_plan_device *devices) {
+    const OrtApi *plugin = c->rt->plugin;
+    size_t i, d;
+    OrtStatus *s = NULL;
+    const char *ep = NULL;
+    if (plan->kind == OC_PLAN_POLICY) {
+        s = plugin->SessionOptionsSetEpSelectionPolicy(options, (OrtExecutionProviderDevicePolicy)oc_policy_value(plan->policy));
+        ep = plan->policy;
     }
-    chosen[n++] = CPU_EP;
-    *count = n;
-    return check_ort(c, api->ReleaseAvailableProviders(available, n_available), OC_ERR_SESSION_CREATE,
-                     "could not release its provider list for");
+    for (i = 0; s == NULL && plan->kind == OC_PLAN_DEVICES && i < plan->chosen_count; ++i) {
+        const OrtEpDevice *chosen[OC_PLAN_MAX_DEVICES];
+        const char *keys[64], *values[64];
+        size_t n = 0, k, count;
+        ep = plan->chosen[i].ep;
+        for (d = 0; d < OC_PLAN_MAX_DEVICES; ++d)
+            if (plan->chosen[i].devices >> d & 1u) chosen[n++] = devices[d].handle;
+        count = oc_blob_provider_option_count(c->blob, ep);
+        if (count > 64)
+            return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);
+        for (k = 0; k < count; ++k) oc_blob_provider_option(c->blob, ep, k, &keys[k], &values[k]);
+        s = plugin->SessionOptionsAppendExecutionProvider_V2(options, c->rt->env, chosen, n, keys, values, count);
+    }
+    if (s != NULL) {
+        oc_status result = oc_fail(c->err, OC_ERR_SESSION_CREATE,
+                                   "onnxruntime %s refused the devices for model '%s' (%s, %s): %s; check the blob's "
+                                   "provider options for it, or ask for other devices",
+                                   c->rt->version, c->blob->info.name, c->blob->info.platform, ep,
+                                   c->rt->api->GetErrorMessage(s));
+        c->rt->api->ReleaseStatus(s);
+        return result;
+    }
+    return OC_OK;
 }
 
 static void report(const oc_session_options *o, const char *stage, double fraction) {
@@ -404,9 +425,10 @@ static void report(const oc_session_options *o, const char *stage, double fracti
     } while (0)
 #define TRY_ORT(expr, what) TRY(check_ort(c, (expr), OC_ERR_SESSION_CREATE, what))
 
-/* Session options with the blob's recipe for `chosen` EPs (the caller's base, or new ones). */
+/* Session options with the blob's recipe for `chosen` EPs (the caller's base, or new ones): the
+ * classic list appended, or the plan's devices or policy (`plan` not NULL and not classic). */
 static oc_status recipe_options(session_ctx *c, const oc_session_options *o, const char **chosen, size_t count,
-                                OrtSessionOptions **out) {
+                                const oc_plan *plan, const oc_plan_device *devices, OrtSessionOptions **out) {
     const OrtApi *api = c->rt->api;
     OrtSessionOptions *options = NULL;
     oc_status status = OC_OK;
@@ -425,7 +447,9 @@ static oc_status recipe_options(session_ctx *c, const oc_session_options *o, con
         TRY_ORT(api->AddSessionConfigEntry(options, "session.disable_prepacking", "1"), "refused low_memory for");
     if (o != NULL && o->intra_op_threads > 0)
         TRY_ORT(api->SetIntraOpNumThreads(options, o->intra_op_threads), "refused the thread count for");
-    for (i = 0; i < count; ++i) TRY(append_ep(c, options, chosen[i]));
+    if (plan != NULL && plan->kind != OC_PLAN_CLASSIC) TRY(configure_devices(c, options, plan, devices));
+    else
+        for (i = 0; i < count; ++i) TRY(append_ep(c, options, chosen[i]));
 done:
     if (status != OC_OK && (o == NULL || o->base == NULL)) api->ReleaseSessionOptions(options);
     else *out = options;
@@ -762,16 +786,25 @@ done:
 
 oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_options *o, struct OrtSession **out,
                             oc_load_path *path_used, oc_error *err) {
+    return oc_session_create_on_devices(rt, blob, o, NULL, out, path_used, NULL, 0, err);
+}
+
+oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_session_options *o,
+                                       const oc_devices *devices, struct OrtSession **out, oc_load_path *path_used,
+                                       char *explanation, size_t explanation_size, oc_error *err) {
     session_ctx c;
     const OrtApi *api;
     OrtSessionOptions *options = NULL;
-    const char *chosen[34];
+    const char *chosen[OC_PLAN_MAX_EPS + 1];
     size_t count = 0, i, steps, step;
     oc_load_path plan[3], path = OC_LOAD_ONNX_INLINE;
+    oc_plan *decided = NULL;
+    oc_plan_device offered[OC_PLAN_MAX_DEVICES];
     oc_status status = OC_OK;
     if (rt == NULL || blob == NULL || out == NULL)
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: NULL argument");
     *out = NULL;
+    if (explanation != NULL && explanation_size > 0) explanation[0] = '\0';
     api = rt->api;
     c.rt = rt;
     c.blob = blob;
@@ -794,18 +827,38 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
         if (status != OC_OK) return status;
     }
     if (o != NULL && o->providers != NULL) {
+        if (devices != NULL)
+            return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "model '%s': pass providers (classic EP names) or devices (plugin "
+                           "EP devices or a policy), not both", blob->info.name);
         if (o->provider_count >= sizeof chosen / sizeof chosen[0])
             return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: too many providers");
         for (i = 0; i < o->provider_count; ++i) {
             if (o->providers[i] == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: NULL provider name");
             chosen[count++] = o->providers[i];
         }
+        if (explanation != NULL && explanation_size > 0) {
+            size_t used = 0;
+            for (i = 0; i < count && used + 1 < explanation_size; ++i) {
+                int n = snprintf(explanation + used, explanation_size - used, "%s%s", i ? ", " : "", chosen[i]);
+                used = n < 0 ? used : used + (size_t)n >= explanation_size ? explanation_size - 1 : used + (size_t)n;
+            }
+            if (used + 1 < explanation_size) snprintf(explanation + used, explanation_size - used, " (given by the caller)");
+        }
     } else {
-        status = choose_providers(&c, chosen, sizeof chosen / sizeof chosen[0], &count);
-        if (status != OC_OK) return status;
+        decided = malloc(sizeof *decided);
+        if (decided == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory for model '%s''s plan", blob->info.name);
+        status = oc_plan_for_blob(rt, blob, devices, offered, decided, err);
+        if (status != OC_OK) {
+            free(decided);
+            return status;
+        }
+        for (i = 0; i < decided->name_count; ++i) chosen[count++] = decided->names[i];
+        if (explanation != NULL && explanation_size > 0)
+            snprintf(explanation, explanation_size, "%s", decided->explanation);
     }
     steps = plan_paths(rt, blob, plan);
-    status = recipe_options(&c, o, chosen, count, &options);
+    status = recipe_options(&c, o, chosen, count, decided, offered, &options);
+    free(decided);
     if (status != OC_OK) return status;
     report(o, "session", 0.0);
     for (step = 0; step < steps; ++step) {

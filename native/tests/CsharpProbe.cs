@@ -88,6 +88,35 @@ static class CsharpProbe
         Expect("create session", s, Status.Ok, err);
         Console.WriteLine("load path: " + Native.Text(Native.oc_load_path_name(loadPath)));
         Native.oc_session_release(runtime, session);  // the session first,
+
+        // Plugin EPs: the devices onnxruntime offers, a session by device policy, and the refusals.
+        Console.WriteLine("plugin eps: " + Native.oc_runtime_has_plugin_eps(runtime));
+        ulong deviceCount = (ulong)Native.oc_runtime_ep_device_count(runtime);
+        for (ulong d = 0; d < deviceCount; d++)
+        {
+            EpDevice device;
+            Expect("ep device", Native.oc_runtime_ep_device(runtime, (UIntPtr)d, out device, ref err), Status.Ok, err);
+            Console.WriteLine("ep device: " + Native.Text(device.EpName) + " " + device.Type + " " + Native.Text(device.Vendor));
+        }
+        IntPtr policyName = Marshal.StringToHGlobalAnsi("prefer_cpu");
+        Devices devices = new Devices { Policy = policyName };
+        byte[] explanation = new byte[1024];
+        s = Native.oc_session_create_on_devices(runtime, blob, IntPtr.Zero, ref devices, out session, out loadPath,
+                                                explanation, (UIntPtr)explanation.Length, ref err);
+        Expect("session by device policy", s, Status.Ok, err);
+        Console.WriteLine("policy eps: " + System.Text.Encoding.UTF8.GetString(explanation, 0, Array.IndexOf(explanation, (byte)0)));
+        Native.oc_session_release(runtime, session);
+        Marshal.FreeHGlobal(policyName);
+        IntPtr epName = Marshal.StringToHGlobalAnsi("NoSuchExecutionProvider");
+        GCHandle pairsPin = GCHandle.Alloc(new DevicePair[] { new DevicePair { Ep = epName, Type = DeviceType.Gpu } }, GCHandleType.Pinned);
+        devices = new Devices { Pairs = pairsPin.AddrOfPinnedObject(), PairCount = (UIntPtr)1 };
+        Expect("a device nothing offers", Native.oc_session_create_on_devices(runtime, blob, IntPtr.Zero, ref devices, out session,
+                                                                              out loadPath, null, UIntPtr.Zero, ref err), Status.SessionCreate, err);
+        pairsPin.Free();
+        Marshal.FreeHGlobal(epName);
+        Expect("a missing EP library", Native.oc_runtime_register_ep_library(runtime, "missing", "/nonexistent/libep.so", ref err),
+               Status.SessionCreate, err);
+        Console.WriteLine("device policy: " + (Native.Text(Native.oc_blob_device_policy(blob)) ?? "none"));
         Native.oc_blob_close(blob);                     // then the blob,
         blobPin.Free();                                 // then the bytes it borrowed
 

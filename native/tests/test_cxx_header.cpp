@@ -19,6 +19,16 @@ int main(int argc, char **argv) {
         {
             oc::Session session(runtime, blob);
             std::printf("session %s\n", oc_load_path_name(session.load_path()));
+            std::printf("eps: %s\n", session.explanation().c_str());
+        }
+        if (runtime.has_plugin_eps()) { // every target onnxruntime (1.24.4+): the CPU EP offers a device
+            for (const oc_ep_device &device : runtime.ep_devices())
+                std::printf("ep device %s type %d vendor 0x%04x\n", device.ep_name, static_cast<int>(device.type),
+                            static_cast<unsigned>(device.vendor_id));
+            oc_devices policy{};
+            policy.policy = "prefer_cpu";
+            oc::Session session(runtime, blob, nullptr, &policy);
+            std::printf("policy eps: %s\n", session.explanation().c_str());
         }
         try {
             bundle.blob("no-such-model");

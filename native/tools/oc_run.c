@@ -3,8 +3,8 @@
  * or from a plain model file (the baseline), run it on .npy inputs, write .npy outputs, or time
  * session creation.
  *
- *   oc-run --bundle DIR --model NAME [--ep NAME ...] [--in FILE.npy ...] [--out DIR] [--time N]
- *          [--low-memory] [--ort LIBPATH]
+ *   oc-run --bundle DIR --model NAME [--ep NAME ... | --devices EP:TYPE,...|POLICY] [--ep-library NAME=PATH ...]
+ *          [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory] [--ort LIBPATH]
  *   oc-run --file MODEL.onnx [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory] [--ort LIBPATH]
  *
  * --in: one .npy file per model input, in the model's input order; each is checked against the
@@ -17,6 +17,13 @@
  *   peak: VmHWM of /proc/self/status at the end; baseline: VmRSS right before the first creation.
  * --ort: libonnxruntime to load (default: $OC_ORT_LIBRARY, else the platform's default name).
  * --low-memory: session.disable_prepacking. --ep: EPs to use in order (--bundle only).
+ * --ep-library NAME=PATH: register a plugin EP library with onnxruntime (1.22+) under NAME before
+ *   the session is made (oc_runtime_register_ep_library); repeat for several.
+ * --devices: the session's EP devices (oc_session_create_on_devices): EP:TYPE pairs in preference
+ *   order (TYPE cpu, gpu, npu or any), e.g. ggml:cpu,OpenVINOExecutionProvider:npu; or a policy name
+ *   (prefer_gpu, prefer_npu, prefer_cpu, max_performance, max_efficiency, min_power, default).
+ *   Without --ep and --devices the blob decides (its EPs, plugin EPs on their devices, its header's
+ *   device policy). With --bundle, the line after "session ready" says which EPs and why ("eps: ...").
  *
  * Exit status: 0 done; 1 an error ("oc-run: error: ..." on stderr); 2 a usage error.
  * C99 + POSIX, or Windows (file names are UTF-8 there too: utf8_paths.h).
@@ -43,14 +50,17 @@
 #define MAX_TIME_RUNS 100000
 
 static const char usage_text[] =
-    "usage: oc-run --bundle DIR --model NAME [--ep NAME ...] [--in FILE.npy ...] [--out DIR] [--time N]\n"
-    "              [--low-memory] [--ort LIBPATH]\n"
+    "usage: oc-run --bundle DIR --model NAME [--ep NAME ... | --devices EP:TYPE,...|POLICY]\n"
+    "              [--ep-library NAME=PATH ...] [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory]\n"
+    "              [--ort LIBPATH]\n"
     "       oc-run --file MODEL.onnx [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory] [--ort LIBPATH]\n";
 
 typedef struct args {
-    const char *bundle, *model, *file, *out, *ort;
+    const char *bundle, *model, *file, *out, *ort, *devices;
     const char **eps;
     size_t ep_count;
+    const char **libraries; /* NAME=PATH */
+    size_t library_count;
     const char **ins;
     size_t in_count;
     long time_runs; /* 0: no --time */
@@ -64,6 +74,11 @@ typedef struct ctx {
     const OrtApi *api;
     oc_bundle *bundle;
     OrtEnv *env; /* --file only */
+    oc_devices devices; /* --devices, parsed */
+    oc_device_pair *pairs;
+    char *devices_text;
+    int has_devices;
+    char explanation[1024]; /* the latest session's EPs, and why */
 } ctx;
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -289,7 +304,8 @@ static int create_session(ctx *c, OrtSession **session, oc_blob **blob, const ch
         opts.providers = a->ep_count ? a->eps : NULL;
         opts.provider_count = a->ep_count;
         opts.low_memory = a->low_memory;
-        s = oc_session_create(c->runtime, *blob, &opts, session, &path, &err);
+        s = oc_session_create_on_devices(c->runtime, *blob, &opts, c->has_devices ? &c->devices : NULL, session, &path,
+                                         c->explanation, sizeof c->explanation, &err);
         if (s != OC_OK) {
             oc_blob_close(*blob);
             *blob = NULL;
@@ -653,6 +669,7 @@ static int do_once(ctx *c) {
     int rc;
     if (create_session(c, &session, &blob, &load_path)) return 1;
     printf("session ready: load path %s, onnxruntime %s\n", load_path, oc_runtime_version(c->runtime));
+    if (c->a->bundle) printf("eps: %s\n", c->explanation);
     rc = 0;
     if (c->a->in_count > 0 || c->a->out) rc = run_model(c, session);
     fflush(stdout);
@@ -660,10 +677,45 @@ static int do_once(ctx *c) {
     return rc;
 }
 
+/* --devices: a policy name (no ':' and no ','), or EP:TYPE pairs separated by ','. */
+static int parse_devices(ctx *c, const char *value) {
+    size_t n = 1, i;
+    const char *q;
+    char *p, *next;
+    c->has_devices = 1;
+    if (!strchr(value, ':') && !strchr(value, ',')) {
+        c->devices.policy = value;
+        return 0;
+    }
+    for (q = value; *q; q++) n += *q == ',';
+    c->devices_text = malloc(strlen(value) + 1);
+    c->pairs = calloc(n, sizeof *c->pairs);
+    if (!c->devices_text || !c->pairs) return fail("out of memory");
+    strcpy(c->devices_text, value);
+    for (i = 0, p = c->devices_text; p; p = next, i++) {
+        char *colon;
+        next = strchr(p, ',');
+        if (next) *next++ = '\0';
+        colon = strchr(p, ':');
+        if (!colon || colon == p) return fail("--devices %s: '%s' is not EP:TYPE (TYPE cpu, gpu, npu or any)", value, p);
+        *colon++ = '\0';
+        c->pairs[i].ep = p;
+        if (strcmp(colon, "cpu") == 0) c->pairs[i].type = OC_DEVICE_CPU;
+        else if (strcmp(colon, "gpu") == 0) c->pairs[i].type = OC_DEVICE_GPU;
+        else if (strcmp(colon, "npu") == 0) c->pairs[i].type = OC_DEVICE_NPU;
+        else if (strcmp(colon, "any") == 0) c->pairs[i].type = OC_DEVICE_ANY;
+        else return fail("--devices %s: device type '%s' of %s: cpu, gpu, npu or any", value, colon, p);
+    }
+    c->devices.pairs = c->pairs;
+    c->devices.pair_count = n;
+    return 0;
+}
+
 static int run(const args *a) {
     ctx c;
     oc_error err;
     oc_status s;
+    size_t i;
     int rc = 1;
     memset(&c, 0, sizeof c);
     memset(&err, 0, sizeof err);
@@ -679,6 +731,22 @@ static int run(const args *a) {
         fail("the loaded onnxruntime gives no API");
         goto done;
     }
+    for (i = 0; i < a->library_count; i++) {
+        const char *eq = strchr(a->libraries[i], '=');
+        char name[256];
+        if (!eq || eq == a->libraries[i] || !eq[1] || (size_t)(eq - a->libraries[i]) >= sizeof name) {
+            fail("--ep-library %s: give NAME=PATH", a->libraries[i]);
+            goto done;
+        }
+        memcpy(name, a->libraries[i], (size_t)(eq - a->libraries[i]));
+        name[eq - a->libraries[i]] = '\0';
+        s = oc_runtime_register_ep_library(c.runtime, name, eq + 1, &err);
+        if (s != OC_OK) {
+            fail_oc(&err, s);
+            goto done;
+        }
+    }
+    if (a->devices && parse_devices(&c, a->devices)) goto done;
     if (a->bundle) {
         s = oc_bundle_open_dir(a->bundle, NULL, &c.bundle, &err);
         if (s != OC_OK) {
@@ -694,6 +762,8 @@ done:
     if (c.env) c.api->ReleaseEnv(c.env);
     oc_bundle_close(c.bundle);
     oc_runtime_release(c.runtime);
+    free(c.pairs);
+    free(c.devices_text);
     return rc;
 }
 
@@ -707,7 +777,8 @@ static int parse_args(int argc, char **argv, args *a) {
     if (a->ort && !*a->ort) a->ort = NULL;
     a->eps = (const char **)calloc((size_t)argc + 1, sizeof *a->eps);
     a->ins = (const char **)calloc((size_t)argc + 1, sizeof *a->ins);
-    if (!a->eps || !a->ins) {
+    a->libraries = (const char **)calloc((size_t)argc + 1, sizeof *a->libraries);
+    if (!a->eps || !a->ins || !a->libraries) {
         usage_error("out of memory");
         return 2;
     }
@@ -734,7 +805,8 @@ static int parse_args(int argc, char **argv, args *a) {
         name[len] = '\0';
         if (strcmp(name, "--bundle") != 0 && strcmp(name, "--model") != 0 && strcmp(name, "--file") != 0 &&
             strcmp(name, "--ep") != 0 && strcmp(name, "--in") != 0 && strcmp(name, "--out") != 0 &&
-            strcmp(name, "--time") != 0 && strcmp(name, "--ort") != 0) {
+            strcmp(name, "--time") != 0 && strcmp(name, "--ort") != 0 && strcmp(name, "--devices") != 0 &&
+            strcmp(name, "--ep-library") != 0) {
             usage_error("unknown option '%s'", opt);
             return 2;
         }
@@ -756,6 +828,8 @@ static int parse_args(int argc, char **argv, args *a) {
         else if (strcmp(name, "--model") == 0) SINGLE(model);
         else if (strcmp(name, "--file") == 0) SINGLE(file);
         else if (strcmp(name, "--out") == 0) SINGLE(out);
+        else if (strcmp(name, "--devices") == 0) SINGLE(devices);
+        else if (strcmp(name, "--ep-library") == 0) a->libraries[a->library_count++] = value;
         else if (strcmp(name, "--ort") == 0) { /* overrides $OC_ORT_LIBRARY */
             if (ort_given++) {
                 usage_error("--ort given twice");
@@ -794,6 +868,10 @@ static int parse_args(int argc, char **argv, args *a) {
         usage_error("--model goes with --bundle, not --file");
         return 2;
     }
+    if (a->file && (a->devices || a->library_count)) {
+        usage_error("--devices and --ep-library go with --bundle (the --file baseline uses onnxruntime's CPU EP)");
+        return 2;
+    }
     if (a->file && a->ep_count) {
         usage_error("--ep goes with --bundle (the --file baseline uses onnxruntime's CPU EP)");
         return 2;
@@ -826,5 +904,6 @@ int main(int argc, char **argv) {
     }
     free((void *)a.eps);
     free((void *)a.ins);
+    free((void *)a.libraries);
     return rc;
 }
