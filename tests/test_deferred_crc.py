@@ -17,7 +17,7 @@ from pipeline.runtime.blob import check_blob
 from pipeline.runtime.errors import ChecksumMismatchError
 from pipeline.runtime.header import read_header
 from pipeline.runtime.loadpaths import LoadPath, why_not
-from pipeline.runtime.session import DEFER_RAW_CHECK_MIN
+from pipeline.runtime.session import DEFER_RAW_CHECK_MIN, DEFER_RAW_CHECK_MIN_GIL_HELD, defer_raw_check_min
 from tests.models import large_matmul_model
 
 ROWS, COLUMNS = 1024, 1536  # 6 MiB of float32 weights: over DEFER_RAW_CHECK_MIN
@@ -26,7 +26,7 @@ ROWS, COLUMNS = 1024, 1536  # 6 MiB of float32 weights: over DEFER_RAW_CHECK_MIN
 @pytest.fixture(scope="module")
 def large() -> tuple[bytes, np.ndarray, np.ndarray]:
     """(source model bytes, an input, onnxruntime's output on the source)."""
-    assert ROWS * COLUMNS * 4 >= DEFER_RAW_CHECK_MIN
+    assert ROWS * COLUMNS * 4 >= max(DEFER_RAW_CHECK_MIN, DEFER_RAW_CHECK_MIN_GIL_HELD)
     source = large_matmul_model(ROWS, COLUMNS, seed=5).SerializeToString()
     x = np.random.default_rng(6).standard_normal((1, ROWS)).astype(np.float32)
     expected = onnxruntime.InferenceSession(source, providers=CPU).run(None, {"x": x})[0]
@@ -88,6 +88,14 @@ def test_large_ort_model_damage_wins_over_onnxruntimes_refusal(large: tuple, tmp
     # A weight byte: onnxruntime would load it and compute wrong numbers; the session is not returned.
     with pytest.raises(ChecksumMismatchError, match=r"graph frame 1 of 1 is damaged: CRC-32"):
         session_from_blob(flipped(blob, frame.content_size - 4096), providers=CPU)
+
+
+def test_only_large_content_goes_beside_an_onnxruntime_that_holds_the_gil() -> None:
+    """1.24.4 and 1.28.0 hold the GIL while they build a session: there the thread beside them pays
+    off only for large content (docs/design.md); 1.32 lets go of it."""
+    assert defer_raw_check_min("1.24.4") == defer_raw_check_min("1.28.0") == DEFER_RAW_CHECK_MIN_GIL_HELD
+    assert defer_raw_check_min("1.32.0") == defer_raw_check_min("1.33.1") == DEFER_RAW_CHECK_MIN
+    assert DEFER_RAW_CHECK_MIN < DEFER_RAW_CHECK_MIN_GIL_HELD
 
 
 def test_small_blobs_are_refused_the_same_way(tmp_path: Path) -> None:

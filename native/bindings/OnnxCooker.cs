@@ -178,7 +178,9 @@ namespace OnnxCooker
         [DllImport(Lib)] public static extern Status oc_runtime_register_ep_library(IntPtr runtime, [MarshalAs(UnmanagedType.LPStr)] string name, [MarshalAs(UnmanagedType.LPStr)] string path, ref Error err);
         [DllImport(Lib)] public static extern UIntPtr oc_runtime_ep_device_count(IntPtr runtime);
         [DllImport(Lib)] public static extern Status oc_runtime_ep_device(IntPtr runtime, UIntPtr index, out EpDevice device, ref Error err);
-        [DllImport(Lib)] public static extern Status oc_session_create_on_devices(IntPtr runtime, IntPtr blob, IntPtr options, ref Devices devices, out IntPtr session, out LoadPath pathUsed, byte[] explanation, UIntPtr explanationSize, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_session_create_on_devices(IntPtr runtime, IntPtr blob, IntPtr options, ref Devices devices, out IntPtr session, out LoadPath pathUsed, [Out] byte[] explanation, UIntPtr explanationSize, ref Error err);
+        // devices IntPtr.Zero: the blob decides (as oc_session_create), with the explanation
+        [DllImport(Lib)] public static extern Status oc_session_create_on_devices(IntPtr runtime, IntPtr blob, IntPtr options, IntPtr devices, out IntPtr session, out LoadPath pathUsed, [Out] byte[] explanation, UIntPtr explanationSize, ref Error err);
         [DllImport(Lib)] public static extern IntPtr oc_blob_device_policy(IntPtr blob);
 
         /// <summary>A UTF-8 string the library returned (NULL: null).</summary>

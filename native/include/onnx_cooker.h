@@ -313,7 +313,10 @@ typedef struct oc_session_options {
     int intra_op_threads;            /* 0: onnxruntime's default */
     /* Options to start from (borrowed; the blob's recipe and the load path's entries are added to
      * it, or to copies of it (CloneSessionOptions) where a load path may be refused and another
-     * tried: use it for one session). NULL: fresh options. */
+     * tried: use it for one session). NULL: fresh options. Put no EPs, devices or policy on it: the
+     * C API cannot tell whether it carries some, so the blob's EPs are added to it as to fresh
+     * options (the Python loader leaves options that carry EPs alone); pass `providers` or
+     * oc_session_create_on_devices' `devices` instead. */
     struct OrtSessionOptions *base;
     oc_progress_fn progress;
     void *progress_user;
@@ -357,7 +360,10 @@ OC_API int oc_runtime_has_plugin_eps(const oc_runtime *runtime);
 /* Register the plugin EP library at `path` (UTF-8) under `name` with the runtime's OrtEnv
  * (RegisterExecutionProviderLibrary), once per process and OrtEnv (onnxruntime keeps one OrtEnv per
  * process while any runtime holds it): the same name and path again does nothing; the same name with
- * another path is OC_ERR_SESSION_CREATE. Its EPs then offer devices (oc_runtime_ep_device) that
+ * another path is OC_ERR_SESSION_CREATE; a name onnxruntime already holds from a registration made
+ * outside this library (the engine's own, on the shared OrtEnv) is taken as registered, with the
+ * library onnxruntime was given then. Registration holds the library's lock while onnxruntime loads
+ * the library: other calls of this library wait. Its EPs then offer devices (oc_runtime_ep_device) that
  * oc_session_create_on_devices and the blob's EP list pick. A library onnxruntime cannot load is
  * OC_ERR_SESSION_CREATE (the path, the name, onnxruntime's words); onnxruntime without the plugin-EP
  * API is OC_ERR_INCOMPATIBLE_RUNTIME. `name` and `path` are copied. The library stays registered

@@ -112,7 +112,10 @@ static oc_device_type device_type(const OrtApi *plugin, const OrtEpDevice *devic
 size_t oc_runtime_ep_device_count(const oc_runtime *rt) {
     const OrtEpDevice *const *devices;
     size_t count;
-    if (rt == NULL || ort_devices(rt, &devices, &count, NULL) != OC_OK) return 0;
+    if (rt == NULL) return 0;
+    oc_lock(); /* onnxruntime's device list moves while a library registers (under this lock) */
+    if (ort_devices(rt, &devices, &count, NULL) != OC_OK) count = 0;
+    oc_unlock();
     return count;
 }
 
@@ -123,17 +126,20 @@ oc_status oc_runtime_ep_device(const oc_runtime *rt, size_t index, oc_ep_device 
     oc_status status;
     if (rt == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_ep_device: NULL argument");
     memset(out, 0, sizeof *out);
+    oc_lock(); /* the list's array moves while a library registers; the devices themselves stay */
     status = ort_devices(rt, &devices, &count, err);
-    if (status != OC_OK) return status;
-    if (index >= count)
-        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_ep_device: index %zu, but onnxruntime %s offers %zu",
-                       index, rt->version, count);
-    hardware = rt->plugin->EpDevice_Device(devices[index]);
-    out->ep_name = rt->plugin->EpDevice_EpName(devices[index]);
-    out->type = device_type(rt->plugin, devices[index]);
-    out->vendor_id = rt->plugin->HardwareDevice_VendorId(hardware);
-    out->vendor = rt->plugin->HardwareDevice_Vendor(hardware);
-    return OC_OK;
+    if (status == OC_OK && index >= count)
+        status = oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_ep_device: index %zu, but onnxruntime %s offers %zu",
+                         index, rt->version, count);
+    if (status == OC_OK) {
+        hardware = rt->plugin->EpDevice_Device(devices[index]);
+        out->ep_name = rt->plugin->EpDevice_EpName(devices[index]);
+        out->type = device_type(rt->plugin, devices[index]);
+        out->vendor_id = rt->plugin->HardwareDevice_VendorId(hardware);
+        out->vendor = rt->plugin->HardwareDevice_Vendor(hardware);
+    }
+    oc_unlock();
+    return status;
 }
 
 static int listed(char *const *list, size_t count, const char *name) {
@@ -209,6 +215,13 @@ oc_status oc_runtime_register_ep_library(oc_runtime *rt, const char *name, const
 #else
     s = rt->plugin->RegisterExecutionProviderLibrary(rt->env, name, key);
 #endif
+    if (s != NULL && strstr(rt->api->GetErrorMessage(s), "already registered under") != NULL) {
+        /* onnxruntime holds this name from a registration this record does not know: the engine's own
+         * on the shared OrtEnv, or one before the last oc_runtime over it was released while the
+         * engine kept the OrtEnv. Taken as registered (onnxruntime keeps the library it was given). */
+        rt->api->ReleaseStatus(s);
+        s = NULL;
+    }
     if (s != NULL) {
         const char *message = rt->api->GetErrorMessage(s);
         size_t length = strlen(message);
@@ -283,9 +296,18 @@ oc_status oc_plan_for_blob(const oc_runtime *rt, const oc_blob *blob, const oc_d
     oc_plan_input in;
     oc_status status;
     OrtStatus *s;
+    s = api->GetAvailableProviders(&providers, &n_providers);
+    if (s != NULL) {
+        oc_fail(err, OC_ERR_SESSION_CREATE, "onnxruntime %s could not list its execution providers for model '%s': %s",
+                rt->version, blob->info.name, api->GetErrorMessage(s));
+        api->ReleaseStatus(s);
+        return OC_ERR_SESSION_CREATE;
+    }
+    /* GetEpDevices hands out onnxruntime's own array, which a registration (under this lock) may move:
+     * the device pointers are copied under it (the devices and their strings stay put). */
+    oc_lock();
     status = ort_devices(rt, &ort, &count, err);
-    if (status != OC_OK) return status;
-    if (count > OC_PLAN_MAX_DEVICES) count = OC_PLAN_MAX_DEVICES;
+    if (count > OC_PLAN_MAX_DEVICES) count = OC_PLAN_MAX_DEVICES; /* no machine offers that many */
     for (i = 0; i < count; ++i) {
         const OrtHardwareDevice *hardware = rt->plugin->EpDevice_Device(ort[i]);
         devices[i].ep = rt->plugin->EpDevice_EpName(ort[i]);
@@ -294,14 +316,6 @@ oc_status oc_plan_for_blob(const oc_runtime *rt, const oc_blob *blob, const oc_d
         devices[i].vendor = rt->plugin->HardwareDevice_Vendor(hardware);
         devices[i].handle = ort[i];
     }
-    s = api->GetAvailableProviders(&providers, &n_providers);
-    if (s != NULL) {
-        oc_fail(err, OC_ERR_SESSION_CREATE, "onnxruntime %s could not list its execution providers for model '%s': %s",
-                rt->version, blob->info.name, api->GetErrorMessage(s));
-        api->ReleaseStatus(s);
-        return OC_ERR_SESSION_CREATE;
-    }
-    oc_lock();
     for (k = 0; k < n_providers && n_available < sizeof available / sizeof available[0]; ++k) {
         const env_state *e = rt->plugin_state;
         int plugin = e != NULL && listed(e->plugin_eps, e->plugin_ep_count, providers[k]);
@@ -310,6 +324,11 @@ oc_status oc_plan_for_blob(const oc_runtime *rt, const oc_blob *blob, const oc_d
         if (!plugin) available[n_available++] = providers[k]; /* the plan never points into them */
     }
     oc_unlock();
+    if (status != OC_OK) {
+        s = api->ReleaseAvailableProviders(providers, n_providers);
+        if (s != NULL) api->ReleaseStatus(s);
+        return status;
+    }
     memset(&in, 0, sizeof in);
     in.preference = (const char *const *)blob->eps;
     in.preference_count = blob->ep_count;

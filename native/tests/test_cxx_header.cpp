@@ -6,12 +6,36 @@
 #include "onnx_cooker.hpp"
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        std::fprintf(stderr, "usage: test_cxx_header BUNDLE_DIR MODEL ORT_LIBRARY\n");
+    if (argc != 4 && argc != 6) {
+        std::fprintf(stderr, "usage: test_cxx_header BUNDLE_DIR MODEL ORT_LIBRARY [EP_NAME EP_LIBRARY]\n");
         return 2;
     }
     try {
         oc::Runtime runtime = oc::Runtime::load(argv[3]);
+        if (argc == 6) {
+#ifdef _WIN32 // ORTCHAR_T paths there; the test runs on Linux (tests/test_native_plugin_eps.py)
+            std::fprintf(stderr, "test_cxx_header: the EP-library case runs on POSIX only\n");
+            return 2;
+#else
+            // An engine that registered the plugin EP itself on the shared OrtEnv (CreateEnv hands out
+            // onnxruntime's one environment): the library takes the name as registered.
+            const OrtApi *api = runtime.api();
+            OrtEnv *env = nullptr;
+            if (api->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "engine", &env) != nullptr) return 1;
+            OrtStatus *status = api->RegisterExecutionProviderLibrary(env, argv[4], argv[5]);
+            std::printf("engine registered %s: %s\n", argv[4], status == nullptr ? "ok" : api->GetErrorMessage(status));
+            if (status != nullptr) api->ReleaseStatus(status);
+            runtime.register_ep_library(argv[4], argv[5]);
+            std::printf("registered again through the library\n");
+            oc::Blob blob = oc::Bundle::open(argv[1]).blob(argv[2]);
+            {
+                oc::Session session(runtime, blob);
+                std::printf("eps: %s\n", session.explanation().c_str());
+            }
+            api->ReleaseEnv(env);
+            return 0;
+#endif
+        }
         oc::Bundle bundle = oc::Bundle::open(argv[1]);
         oc::Blob blob = bundle.blob(argv[2]);
         std::printf("platform %s, model %s, %zu EPs\n", bundle.platform().c_str(), blob.info().name,
