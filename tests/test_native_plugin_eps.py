@@ -18,6 +18,7 @@ import pytest
 from runtime_helpers import RUNTIMES_CACHE, make_blob, run_source, sample_input, write_bundle
 
 from pipeline.build.target_check import ensure_runtime
+from pipeline.runtime import DEVICE_POLICIES as POLICIES
 from pipeline.runtime import SessionCreateError, plan_session
 from tests.models import tiny_model
 from tests.test_native import native, run_native  # noqa: F401  (native: the shared build fixture)
@@ -29,15 +30,6 @@ OPENVINO = "OpenVINOExecutionProvider"
 WEBGPU = "WebGpuExecutionProvider"
 GGML_RUNTIME = "1.30.0"
 GGML_PACKAGE = "onnxruntime-ggml==0.2.0"
-POLICIES = (
-    "prefer_gpu",
-    "prefer_npu",
-    "prefer_cpu",
-    "max_performance",
-    "max_efficiency",
-    "min_power",
-    "default",
-)
 # onnxruntime 1.30.0's CreateEnv leaks one 14-byte string (the same with no plugin EP registered:
 # LeakSanitizer's stack is CreateEnv's, called from oc_runtime_load), and the libgomp that ggml's
 # wheel bundles leaks 8 bytes of thread state; neither is this library's. A registration onnxruntime
