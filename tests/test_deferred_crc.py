@@ -1,5 +1,5 @@
 """session_from_blob reads the CRC-32s of large raw content while onnxruntime builds the session
-(pipeline/runtime/session.py, DEFER_RAW_CHECK_MIN): damage is still refused, with the same
+(pipeline/runtime/loadpaths.py, DEFER_RAW_CHECK_MIN): damage is still refused, with the same
 ChecksumMismatchError, and it wins over onnxruntime's own refusal of the damaged bytes."""
 
 from __future__ import annotations
@@ -16,8 +16,13 @@ from pipeline.runtime import load_info, session_from_blob
 from pipeline.runtime.blob import check_blob
 from pipeline.runtime.errors import ChecksumMismatchError
 from pipeline.runtime.header import read_header
-from pipeline.runtime.loadpaths import LoadPath, why_not
-from pipeline.runtime.session import DEFER_RAW_CHECK_MIN, DEFER_RAW_CHECK_MIN_GIL_HELD, defer_raw_check_min
+from pipeline.runtime.loadpaths import (
+    DEFER_RAW_CHECK_MIN,
+    DEFER_RAW_CHECK_MIN_GIL_HELD,
+    LoadPath,
+    defer_raw_check_min,
+    why_not,
+)
 from tests.models import large_matmul_model
 
 ROWS, COLUMNS = 1024, 1536  # 6 MiB of float32 weights: over DEFER_RAW_CHECK_MIN

@@ -19,7 +19,16 @@ from .devices import choose_providers as choose_providers  # re-exported (tests,
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .frames import Background, whole_crcs
 from .header import BlobHeader
-from .loadpaths import NULL_FILE, NULL_FOLDER, BlobFile, LoadPath, choose_load_path, prepare, why_not
+from .loadpaths import (
+    NULL_FILE,
+    NULL_FOLDER,
+    BlobFile,
+    LoadPath,
+    choose_load_path,
+    defer_raw_check_min,
+    prepare,
+    why_not,
+)
 from .pager import ExtentPager, Pager, file_lock
 
 log = logging.getLogger("pipeline.runtime")
@@ -166,7 +175,7 @@ def session_from_blob(
     # are refused by the layout checks above and by onnxruntime's own parsers): read them while
     # onnxruntime builds the session, which releases the GIL, instead of before it. 268 MB of
     # weights: 64 ms of CRC that no longer add to the load (docs/design.md, "Loading from memory").
-    if checked.raw_bytes() < defer_raw_check_min():
+    if checked.raw_bytes() < defer_raw_check_min(onnxruntime.__version__):
         checked.check_raw()
         return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
     # Without prepacking onnxruntime is done in a millisecond and the check is all that is left:
@@ -185,25 +194,6 @@ def session_from_blob(
         raise
     crc.result()  # damaged: the session goes, unreturned, and the caller gets ChecksumMismatchError
     return session
-
-
-# Raw content from this size is CRC-checked on a thread while onnxruntime builds the session; below
-# it, starting a thread costs more than the check (a 100 kB model's CRC takes about 20 us, a thread
-# about 60 us). Measured, 1.32, an LSTM with 3.5 MB of weights: 2.86 ms checked first, 2.16 beside.
-DEFER_RAW_CHECK_MIN = 512 << 10
-# Where onnxruntime holds the GIL while it builds a session (1.24.4, 1.28.0), the thread beside it
-# costs a small model a lot: a 1.1 MB MatMul model, 9 fresh processes each, medians 4.8 / 4.7 ms
-# checked first against 5.4 / 6.4 ms beside (1.24.4 / 1.28.0; several loads took 5 ms more, Python's
-# GIL switch interval), while 1.32 gains (4.1 -> 3.8 ms). There only large content goes beside (the
-# 268 MB model: its 64 ms of CRC hidden).
-DEFER_RAW_CHECK_MIN_GIL_HELD = 4 << 20
-GIL_RELEASED_SINCE = (1, 32, 0)
-
-
-def defer_raw_check_min(version: str = onnxruntime.__version__) -> int:
-    """The raw-content size from which ``session_from_blob`` checks CRCs beside onnxruntime."""
-    released = parse_version(version) >= GIL_RELEASED_SINCE
-    return DEFER_RAW_CHECK_MIN if released else DEFER_RAW_CHECK_MIN_GIL_HELD
 
 
 def session_from_checked(
