@@ -73,11 +73,14 @@ def build_mapped_variant(out: Path) -> Path:
     """The release library and oc-run built to pick onnx-mapped for blob files before 1.32 (what the
     library chose before shared initializers were measured against it); after build_native(out)."""
     folder = out / "mapped"
+    headers = sorted((out / "_deps").glob("onnxruntime-*/include"))  # build.sh keys them by version
+    if len(headers) != 1:
+        raise BenchError(f"expected one onnxruntime header folder under {out / '_deps'}, found {headers}")
     for step in (
         [
             "cmake", "-S", str(REPO / "native"), "-B", str(folder), "-DCMAKE_BUILD_TYPE=Release",
             "-DOC_SANITIZE=OFF", "-DOC_BUILD_TESTS=OFF", "-DCMAKE_C_FLAGS=-DOC_SHARED_FOR_FILES=0",
-            f"-DORT_INCLUDE_DIR={out / '_deps' / 'onnxruntime' / 'include'}",
+            f"-DORT_INCLUDE_DIR={headers[0]}",
         ],
         ["cmake", "--build", str(folder), "--parallel"],
     ):  # fmt: skip
