@@ -335,6 +335,8 @@ def test_oc_run_refuses_what_cannot_be_loaded_or_chosen_and_names_the_fix(
     assert twice.returncode == 1 and "EP library name 'ggml' is already registered with " in twice.stderr
     again = oc_run(native, ggml_env, "plain", "--ep-library", ep, "--ep-library", ep)  # same: nothing happens
     assert "session ready" in again.stdout
+    explicit = oc_run(native, ggml_env, "plain", "--ep", CPU)  # the caller's EPs, said as Python says them
+    assert f"eps: {CPU} (given by the caller)" in explicit.stdout
     bogus = oc_run(native, ggml_env, "plain", "--devices", "fastest", check=False)
     assert bogus.returncode == 1 and "unknown device policy 'fastest'" in bogus.stderr
     usage = run_native([native / "oc-run", "--file", "x.onnx", "--devices", "prefer_cpu"], check=False)

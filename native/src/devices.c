@@ -63,6 +63,15 @@ static void add(text *t, const char *format, ...) {
     if (n > 0) t->len = (size_t)n >= t->size - t->len ? t->size - 1 : t->len + (size_t)n;
 }
 
+void oc_explain_given(const char *const *names, size_t count, char *out, size_t size) {
+    text t;
+    size_t i;
+    t.buf = out, t.size = size, t.len = 0;
+    out[0] = '\0';
+    for (i = 0; i < count; ++i) add(&t, "%s%s", i ? ", " : "", names[i]);
+    add(&t, " (given by the caller)");
+}
+
 static int contains(const char *const *list, size_t count, const char *name) {
     size_t i;
     for (i = 0; i < count; ++i)

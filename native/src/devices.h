@@ -61,6 +61,10 @@ typedef struct oc_plan {
  * the Python loader's message. Pointers in *plan borrow the input's strings. */
 oc_status oc_plan_session(const oc_plan_input *in, oc_plan *plan, oc_error *err);
 
+/* The explanation of EPs the caller named (plan_for's "a, b (given by the caller)"), into out[size]
+ * (size > 0), cut at its end. */
+void oc_explain_given(const char *const *names, size_t count, char *out, size_t size);
+
 /* The policy names, in DEVICE_POLICIES order, and onnxruntime's OrtExecutionProviderDevicePolicy
  * value of one (-1 for an unknown name). */
 extern const char *const OC_DEVICE_POLICIES[7];

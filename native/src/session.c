@@ -30,7 +30,6 @@
  * plugin-EP functions (plugin_eps.c) are asked for as version 22, where onnxruntime serves it. */
 #define OC_ORT_API_VERSION 21
 #define OC_ORT_PLUGIN_API_VERSION 22
-#define CPU_EP "CPUExecutionProvider"
 
 static const int PLUGIN_EPS_SINCE[3] = {1, 22, 0};
 static int version_below(const int a[3], const int b[3]);
@@ -362,7 +361,7 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     size_t n = oc_blob_provider_option_count(c->blob, ep), i;
     const char *name = short_name(ep);
     int v2 = strcmp(ep, CUDA_EP) == 0 || strcmp(ep, TENSORRT_EP) == 0;
-    if (strcmp(ep, CPU_EP) == 0) return OC_OK; /* always there, last */
+    if (strcmp(ep, OC_CPU_EP) == 0) return OC_OK; /* always there, last */
     if (name == NULL && !v2)
         return oc_fail(c->err, OC_ERR_SESSION_CREATE,
                        "model '%s': this loader cannot register %s through onnxruntime's C API yet; pass providers "
@@ -836,14 +835,7 @@ oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_s
             if (o->providers[i] == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: NULL provider name");
             chosen[count++] = o->providers[i];
         }
-        if (explanation != NULL && explanation_size > 0) {
-            size_t used = 0;
-            for (i = 0; i < count && used + 1 < explanation_size; ++i) {
-                int n = snprintf(explanation + used, explanation_size - used, "%s%s", i ? ", " : "", chosen[i]);
-                used = n < 0 ? used : used + (size_t)n >= explanation_size ? explanation_size - 1 : used + (size_t)n;
-            }
-            if (used + 1 < explanation_size) snprintf(explanation + used, explanation_size - used, " (given by the caller)");
-        }
+        if (explanation != NULL && explanation_size > 0) oc_explain_given(chosen, count, explanation, explanation_size);
     } else {
         decided = malloc(sizeof *decided);
         if (decided == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory for model '%s''s plan", blob->info.name);
