@@ -235,3 +235,24 @@ def test_only_proven_onnxruntime_versions_resolve_the_blob_by_name(tmp_path: Pat
     paged = LoadPath.ONNX_FILE_BUFFERS if can_page() else LoadPath.ONNX_MAPPED
     assert choose_load_path(checked, "1.32.0", model_file=model_file) == paged
     assert "not one of the versions proven" in why_not(LoadPath.ONNX_MAPPED, checked, "1.30.0", model_file)
+
+
+def test_before_1_32_a_bundle_maps_raw_weights_of_any_size(tmp_path: Path) -> None:
+    """Before onnxruntime 1.32 the shared-initializer door is refused for conv nets, and the refused
+    try plus the copying path cost more than mapping (MAPPED_ANY_SIZE_BEFORE): a bundle's small raw
+    weights go onnx-mapped too, with prepacking on; from bytes, with prepacking off, from a signed
+    bundle and from 1.32 the choice is unchanged."""
+    from pipeline.runtime.blob import check_blob
+    from pipeline.runtime.loadpaths import LoadPath, choose_load_path
+
+    blob, _ = onnx_blob()  # 2 MB
+    checked = check_blob(blob)
+    model_file = BlobFile(-1, str(tmp_path / "net.onnx.ocb"))
+    signed = BlobFile(-1, str(tmp_path / "net.onnx.ocb"), by_name=False)
+    for old in ("1.24.4", "1.28.0"):
+        assert choose_load_path(checked, old, model_file=model_file) == LoadPath.ONNX_MAPPED
+        assert choose_load_path(checked, old, model_file=model_file, low_memory=True) != LoadPath.ONNX_MAPPED
+        assert choose_load_path(checked, old, model_file=signed) != LoadPath.ONNX_MAPPED
+        assert choose_load_path(checked, old) == LoadPath.ONNX_SHARED_INITIALIZERS
+    # 1.32 reads the loader's own mapping in place (paged on Linux; small weights: views elsewhere)
+    assert choose_load_path(checked, "1.32.0", model_file=model_file) == LoadPath.ONNX_FILE_BUFFERS

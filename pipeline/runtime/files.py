@@ -1,5 +1,6 @@
 """Blob and manifest files as the loader opens them: regular files only, mapped read-only, told
-apart by identity, hashed (``bundle.py``'s helpers)."""
+apart by identity, hashed (``bundle.py``'s helpers); and the sealed memfd that hands onnxruntime a
+model no blob file holds first (``loadpaths.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from .blob import CheckedBlob
 
 
 def map_file(fd: int, size: int, *, populate: bool = True) -> mmap.mmap:
@@ -55,3 +59,46 @@ def open_regular(path: Path, *, nofollow: bool = False) -> tuple[BinaryIO, int]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def has_memfd() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+def memfd_with(checked: CheckedBlob) -> int:
+    """A sealed memfd holding the blob's model file: the raw extent copied in once, or the zstd
+    frames decoded straight into it. RAM, not disk; no other process can see or change it."""
+    size = checked.header.graph_size or 0
+    fd = os.memfd_create("onnx-cooker-model", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
+    try:
+        os.ftruncate(fd, size)
+        extent = checked.extent("graph")
+        if extent is not None:
+            written = 0
+            while written < size:
+                written += os.pwrite(fd, extent[written : written + (1 << 30)], written)
+        elif size:
+            mapping = mmap.mmap(fd, size)
+            try:
+                checked.graph_into(memoryview(mapping))
+            finally:
+                try:
+                    mapping.close()
+                except BufferError:  # slices held by a failed decode's traceback: unmapped with them
+                    pass
+        _seal(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _seal(fd: int) -> None:
+    """No write, shrink or grow from now on: a session mapping the memfd cannot be pulled from under."""
+    try:
+        import fcntl
+
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except (ImportError, AttributeError, OSError):
+        pass  # a kernel without seals: the memfd is still private to this process

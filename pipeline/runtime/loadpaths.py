@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -41,6 +40,7 @@ import onnxruntime
 from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
+from .files import has_memfd, memfd_with
 from .onnxrefs import check_header_tensors, check_references, rewrite_locations
 from .pager import can_page
 
@@ -92,6 +92,14 @@ SMALL_ORT_MODEL = 1 << 20
 # while they build a session, so no Python pager thread runs until the build is over (shared
 # initializers over the loader's mapping: peak 2.03x; the native library's C pager gets 1.12x there).
 MAPPED_WEIGHTS_MIN = 64 << 20
+# Before 1.32 (no onnx-file-buffers) a bundle's raw weights go onnx-mapped at any size, prepacking on:
+# onnxruntime 1.24.4 and 1.28.0 refuse the shared-initializer door for conv nets (their optimizers
+# read the referenced file), and the refused try plus the copying path cost more than mapping. 1.24.4,
+# bench models from Bundle.session, medians (first load in a fresh process, 7 each / 21 rounds in one):
+# shared-or-copying against mapped, MobileNet 43.1 / 21.3 ms first (23.3 / 23.7 after), ResNet-50
+# 54.8 / 51.0 after, U-Net 207 / 156 first (113 / 85 after), large_graph 165 / 144 first; where the door
+# opens, shared is 1-8% faster (transformer 43.2 / 47.0 first, 22.7 / 23.5 after; 1.28.0 alike).
+MAPPED_ANY_SIZE_BEFORE = (1, 32, 0)
 # onnxruntime builds proven to resolve the references of onnx-mapped in the folder the session
 # entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
 # would look for the blob's name in the current directory instead.
@@ -118,10 +126,6 @@ def defer_raw_check_min(version: str) -> int:
 _ORT_FORMAT_KEY = "session.load_model_format"
 
 
-def has_memfd() -> bool:
-    return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
-
-
 def has_null_file() -> bool:
     return os.name == "posix" and os.path.exists(os.path.join(NULL_FOLDER, NULL_FILE))
 
@@ -134,7 +138,8 @@ def choose_load_path(
     low_memory: bool = False,
 ) -> LoadPath:
     """The fastest path proven for this blob's format, this onnxruntime version and this OS (for
-    weights of ``MAPPED_WEIGHTS_MIN`` and more from a blob file, with prepacking on: the leanest)."""
+    weights of ``MAPPED_WEIGHTS_MIN`` and more from a blob file, with prepacking on: the leanest;
+    before 1.32 any raw weights from a blob file, ``MAPPED_ANY_SIZE_BEFORE``)."""
     installed = parse_version(version)
     header = checked.header
     if header.model_format == ModelFormat.ORT:
@@ -150,7 +155,8 @@ def choose_load_path(
     # From 1.32 the loader's own mapping goes in place, its read pages let go while onnxruntime
     # builds the session (ExtentPager): as lean as onnx-mapped, and no reopening by name.
     paged = installed >= FILE_BUFFERS_SINCE and can_page()
-    if extent is not None and len(extent) >= MAPPED_WEIGHTS_MIN and not paged:
+    big = extent is not None and (len(extent) >= MAPPED_WEIGHTS_MIN or installed < MAPPED_ANY_SIZE_BEFORE)
+    if big and not paged:
         return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
         return LoadPath.ONNX_FILE_BUFFERS
@@ -354,42 +360,3 @@ def _prepare_ort(
         return Prepared(model_file.onnxruntime_path(), mapped_fd=mapped_fd)
     fd = memfd_with(checked)
     return Prepared(f"/proc/self/fd/{fd}", cleanup=[lambda: os.close(fd)])
-
-
-def memfd_with(checked: CheckedBlob) -> int:
-    """A sealed memfd holding the blob's model file: the raw extent copied in once, or the zstd
-    frames decoded straight into it. RAM, not disk; no other process can see or change it."""
-    size = checked.header.graph_size or 0
-    fd = os.memfd_create("onnx-cooker-model", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
-    try:
-        os.ftruncate(fd, size)
-        extent = checked.extent("graph")
-        if extent is not None:
-            written = 0
-            while written < size:
-                written += os.pwrite(fd, extent[written : written + (1 << 30)], written)
-        elif size:
-            mapping = mmap.mmap(fd, size)
-            try:
-                checked.graph_into(memoryview(mapping))
-            finally:
-                try:
-                    mapping.close()
-                except BufferError:  # slices held by a failed decode's traceback: unmapped with them
-                    pass
-        _seal(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _seal(fd: int) -> None:
-    """No write, shrink or grow from now on: a session mapping the memfd cannot be pulled from under."""
-    try:
-        import fcntl
-
-        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-    except (ImportError, AttributeError, OSError):
-        pass  # a kernel without seals: the memfd is still private to this process
