@@ -150,9 +150,16 @@ class CheckedBlob:
         self.owns_source = False  # the caller's data is never closed; Bundle.session's own mapping is
         self.header = header
         self.header_end = header_end
-        self.threads = threads if threads is not None else default_threads()
+        self._threads = threads
         self.where = _where(header)
         self._segments: tuple[tuple[int, memoryview], ...] | None = None
+
+    @property
+    def threads(self) -> int:
+        """Decoding threads: the caller's, else one per core (asked of the OS only when needed)."""
+        if self._threads is None:
+            self._threads = default_threads()
+        return self._threads
 
     def release(self) -> None:
         """Let go of the blob's bytes (after onnxruntime took what it needs from elsewhere, e.g. the

@@ -6,6 +6,7 @@ Shared by the cooker (static check against a platform's ``runtime_version``) and
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 
@@ -29,6 +30,7 @@ OLDEST_SUPPORTED: tuple[int, int] = RUNTIME_LIMITS[0][0]
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 
 
+@functools.lru_cache(maxsize=256)  # called several times per load with the same few versions
 def parse_version(text: str) -> tuple[int, int, int]:
     """``"1.24.4"`` -> ``(1, 24, 4)``; local suffixes such as ``+cu121`` or ``.dev`` are ignored."""
     match = _VERSION.match(text.strip())

@@ -89,15 +89,12 @@ def crc_count(content_size: int) -> int:
     return -(-content_size // RAW_CRC_PIECE)
 
 
-def _labels(frames: Sequence[Frame], where: str) -> list[str]:
-    """``<where>: <section> frame k of n``, numbered within each section."""
-    totals = {section: sum(f.section == section for f in frames) for section in SECTIONS}
-    seen = dict.fromkeys(SECTIONS, 0)
-    labels = []
-    for frame in frames:
-        seen[frame.section] += 1
-        labels.append(f"{where}: {frame.section} frame {seen[frame.section]} of {totals[frame.section]}")
-    return labels
+def _label(frames: Sequence[Frame], index: int, where: str) -> str:
+    """``<where>: <section> frame k of n``, numbered within its section (made for a message only:
+    building every label up front was a fixed cost of each load)."""
+    section = frames[index].section
+    place = sum(f.section == section for f in frames[: index + 1])
+    return f"{where}: {section} frame {place} of {sum(f.section == section for f in frames)}"
 
 
 def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
@@ -106,46 +103,50 @@ def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
     Reads frame headers only (a few bytes each); the content is checked while it is decoded (zstd)
     or by ``check_raw`` (raw).
     """
-    for label, frame in zip(_labels(frames, where), frames, strict=True):
+    for index, frame in enumerate(frames):
         if frame.offset + frame.size > len(data):
             raise TruncatedBlobError(
-                f"{label} ends at byte {frame.offset + frame.size:,}, but the blob has {len(data):,}: "
-                "the file is cut off"
+                f"{_label(frames, index, where)} ends at byte {frame.offset + frame.size:,}, but the "
+                f"blob has {len(data):,}: the file is cut off"
             )
         if frame.codec == "raw":
             if frame.prefix:
                 magic, payload = _SKIPPABLE_PREFIX.unpack_from(data, frame.offset)
                 if magic != RAW_MAGIC or payload != frame.size - RAW_PREFIX_SIZE:
+                    label = _label(frames, index, where)
                     raise ChecksumMismatchError(f"{label} is not the raw frame its header names (damaged)")
             padding = data[frame.offset + frame.prefix : frame.data_offset]
             if padding.tobytes() != bytes(len(padding)):  # a memcmp: strip() took 0.13 ms for 64 KiB
-                raise ChecksumMismatchError(f"{label} has damaged padding (non-zero bytes)")
+                raise ChecksumMismatchError(
+                    f"{_label(frames, index, where)} has damaged padding (non-zero bytes)"
+                )
             continue
         try:
             params = zstandard.get_frame_parameters(data[frame.offset : frame.offset + frame.size])
         except zstandard.ZstdError as exc:
-            raise ChecksumMismatchError(f"{label} is damaged ({exc})") from None
+            raise ChecksumMismatchError(f"{_label(frames, index, where)} is damaged ({exc})") from None
         if params.content_size != frame.content_size or not params.has_checksum:
+            label = _label(frames, index, where)
             raise ChecksumMismatchError(f"{label} does not match its header (damaged or modified)")
 
 
 def check_raw(data: memoryview, frames: Sequence[Frame], where: str, threads: int | None) -> None:
     """Compare the CRC-32 of every piece of every raw frame's content with the header's, in parallel."""
-    labels = _labels(frames, where)
     pieces = [
-        (labels[index], frame, piece)
+        (index, frame, piece)
         for index, frame in enumerate(frames)
         if frame.codec == "raw"
         for piece in range(len(frame.crcs))
     ]
 
     def one(index: int) -> None:
-        label, frame, piece = pieces[index]
+        place, frame, piece = pieces[index]
         start = frame.data_offset + piece * RAW_CRC_PIECE
         end = min(start + RAW_CRC_PIECE, frame.data_offset + frame.content_size)
         if zlib.crc32(data[start:end]) != frame.crcs[piece]:
             raise ChecksumMismatchError(
-                f"{label} is damaged: CRC-32 of its content bytes {start - frame.data_offset:,} to "
+                f"{_label(frames, place, where)} is damaged: CRC-32 of its content bytes "
+                f"{start - frame.data_offset:,} to "
                 f"{end - frame.data_offset:,} differs from the header's"
             )
 
@@ -228,7 +229,6 @@ def decode_into(
     zstd checks each frame's content checksum as it finishes it: damage raises
     ``ChecksumMismatchError`` naming the frame.
     """
-    labels = _labels(frames, where)
 
     def one(index: int) -> None:
         frame = frames[index]
@@ -239,7 +239,7 @@ def decode_into(
         try:
             _decompress_frame(data[frame.offset : frame.offset + frame.size], target)
         except (zstandard.ZstdError, ValueError) as exc:
-            raise ChecksumMismatchError(f"{labels[index]} is damaged ({exc})") from None
+            raise ChecksumMismatchError(f"{_label(frames, index, where)} is damaged ({exc})") from None
 
     run_parallel(one, range(len(frames)), threads)
 
@@ -248,7 +248,6 @@ def decode_frame(data: memoryview, frame: Frame, where: str) -> bytes:
     """One zstd frame (a small graph section) as new ``bytes``, in one call: no buffer to fill, no
     stream to set up (a 30 kB ORT graph: 8-35 us less per load than ``decode_into``). zstd checks
     the content checksum; ``check_frames`` already proved the frame declares its size and one."""
-    (label,) = _labels([frame], where)
     try:
         content = _decompressor().decompress(
             data[frame.offset : frame.offset + frame.size],
@@ -256,10 +255,11 @@ def decode_frame(data: memoryview, frame: Frame, where: str) -> bytes:
             allow_extra_data=False,
         )
     except zstandard.ZstdError as exc:
-        raise ChecksumMismatchError(f"{label} is damaged ({exc})") from None
+        raise ChecksumMismatchError(f"{_label([frame], 0, where)} is damaged ({exc})") from None
     if len(content) != frame.content_size:
         raise ChecksumMismatchError(
-            f"{label} is damaged (it holds {len(content):,} of {frame.content_size:,} bytes)"
+            f"{_label([frame], 0, where)} is damaged (it holds {len(content):,} of "
+            f"{frame.content_size:,} bytes)"
         )
     return content
 
