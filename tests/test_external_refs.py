@@ -273,3 +273,51 @@ def test_an_external_tensor_without_a_location_is_refused_by_onnxruntime() -> No
     blob = encode_blob(graph, level=3, model_format="onnx", **HEADER_DEFAULTS)
     with pytest.raises(SessionCreateError, match="Missing 'location'"):
         session_from_blob(blob, providers=CPU)
+
+
+def _parity_cases() -> list[tuple[str, bytes, str | None, dict]]:
+    """The C/Python parity suite's cases (native/tests/onnxrefs_cases.py): real graphs, hostile
+    variants and mutations of them."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "native" / "tests" / "onnxrefs_cases.py"
+    spec = importlib.util.spec_from_file_location("onnxrefs_cases", path)
+    assert spec is not None and spec.loader is not None
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    named = cases.named_cases()
+    seeds = [(label, data, tensors) for label, data, _, tensors in named][:40]
+    # EXTERNAL with "location" only in the name: no entry, so the check refuses it (a null location)
+    tensor = cases.field(8, b"location") + bytes([14 << 3, 1])  # name, data_location EXTERNAL
+    bare = ("EXTERNAL, no entries", cases.field(7, cases.field(5, tensor)), cases.FILE, {"location": (0, 4)})
+    return [*named, bare, *cases.mutation_cases(seeds, 1500)]
+
+
+def test_check_and_rewrite_decides_and_writes_as_the_check_then_the_rewrite() -> None:
+    """The load paths that rewrite references check them in the same walk (check_and_rewrite): on
+    every parity case it accepts and refuses what check_references does, with the same message
+    unless the bytes are malformed (then the walk that meets the damage first names it), and
+    writes what rewrite_locations writes."""
+    from pipeline.runtime.onnxrefs import check_and_rewrite
+
+    compared = refused = 0
+    for label, data, file, tensors in _parity_cases():
+        if file is None:
+            continue  # no weights section: the rewriting paths are not taken
+        lengths = {name: nbytes for name, (_, nbytes) in tensors.items()}
+        try:
+            check_references(data, file, tensors)
+            want: str | bytes = rewrite_locations(data, "blob.ocb", 65536, lengths)
+        except CorruptBlobError as exc:
+            want = str(exc)
+        try:
+            got: str | bytes = check_and_rewrite(data, file, tensors, "blob.ocb", 65536, lengths)
+        except CorruptBlobError as exc:
+            got = str(exc)
+        compared += 1
+        refused += isinstance(want, str)
+        assert isinstance(got, str) == isinstance(want, str), f"{label}: {want!r:.200} / {got!r:.200}"
+        if got != want:
+            assert isinstance(got, str) and "not a valid ONNX model" in got + want, f"{label}: {want} / {got}"
+    assert compared > 1000 and 100 < refused < compared - 100  # both verdicts, many times

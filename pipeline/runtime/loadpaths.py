@@ -41,7 +41,7 @@ from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
 from .files import has_memfd, memfd_with
-from .onnxrefs import check_header_tensors, check_references, rewrite_locations
+from .onnxrefs import check_and_rewrite, check_header_tensors, check_references
 from .pager import can_page
 
 
@@ -264,18 +264,22 @@ def prepare(
     graph = checked.graph_bytes()
     weights = checked.header.weights
     tensors = {t.name: (t.offset, t.nbytes) for t in weights.tensors} if weights else {}
-    check_references(graph, weights.file if weights else None, tensors)
+    rewrites = weights is not None and path in (LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_MAPPED)
+    if not rewrites:  # the paths that rewrite the references check them in the same walk
+        check_references(graph, weights.file if weights else None, tensors)
     if path == LoadPath.ONNX_INLINE or weights is None:
         return Prepared(graph)
     if path == LoadPath.ONNX_MAPPED:
         assert model_file is not None
-        return _prepare_mapped(graph, checked, options, model_file)
+        return _prepare_mapped(graph, checked, options, model_file, tensors)
     segments = checked.weight_segments()
     if path == LoadPath.ONNX_FILE_BUFFERS:
         (_, buffer) = segments[0]
         options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
         options.add_external_initializers_from_files_in_memory([weights.file], [buffer], [len(buffer)])
         return Prepared(graph, keep=[buffer], own_pages=_own_pages(checked))
+    if path == LoadPath.ONNX_SHARED_INITIALIZERS:
+        nulled = check_and_rewrite(graph, weights.file, tensors, NULL_FILE)
     # onnxruntime takes these tensors' types and shapes from the header: they must be the graph's
     check_header_tensors(graph, weights.tensors)
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensor_view(segments, ref)) for ref in weights.tensors]
@@ -295,7 +299,7 @@ def prepare(
         return Prepared(graph, keep=[segments, values])
 
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
-    return Prepared(rewrite_locations(graph, NULL_FILE), keep=[segments, values], fallback=copying)
+    return Prepared(nulled, keep=[segments, values], fallback=copying)
 
 
 def _own_pages(checked: CheckedBlob) -> tuple[mmap.mmap, int, int] | None:
@@ -309,7 +313,11 @@ def _own_pages(checked: CheckedBlob) -> tuple[mmap.mmap, int, int] | None:
 
 
 def _prepare_mapped(
-    graph: bytes, checked: CheckedBlob, options: onnxruntime.SessionOptions, model_file: BlobFile
+    graph: bytes,
+    checked: CheckedBlob,
+    options: onnxruntime.SessionOptions,
+    model_file: BlobFile,
+    tensors: dict[str, tuple[int, int]],
 ) -> Prepared:
     """onnxruntime maps the weights from the blob file itself, as it maps a loose ``.onnx.data``: each
     external-data reference names the blob file, at its tensor's offset in the raw extent (measured
@@ -324,7 +332,7 @@ def _prepare_mapped(
     folder, name = os.path.split(real)
     _still_the_checked_file(model_file, real)
     lengths = {t.name: t.nbytes for t in weights.tensors}  # exactly the header's extents, no further
-    mapped = rewrite_locations(graph, name, shift=start, lengths=lengths)
+    mapped = check_and_rewrite(graph, weights.file, tensors, name, shift=start, lengths=lengths)
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
     checked.release()  # onnxruntime maps what it needs itself: ours would count its pages twice
 

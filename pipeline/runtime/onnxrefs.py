@@ -15,10 +15,14 @@ without the onnx package, and a graph whose weights are external is small.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import CorruptBlobError
+from .protowire import fields as _fields
+from .protowire import occurrences as _occurrences
+from .protowire import read_varint as _varint
+from .protowire import string as _string
 from .sections import TensorRef
 
 # onnx.proto: message -> {field number: message kind} for the fields that can hold tensors.
@@ -50,59 +54,6 @@ class ExternalRef:
         return dict(self.entries).get(key)
 
 
-def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise CorruptBlobError("blob graph is not a valid ONNX model (a varint runs past its message)")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, start, end) of each field of the message in ``data[start:end]``;
-    for varints start is the value itself."""
-    pos = start
-    while pos < end:
-        key = data[pos]  # one-byte varints (most keys and short lengths) without a call
-        if key < 0x80:
-            pos += 1
-        else:
-            key, pos = _varint(data, pos, end)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos, end)
-            yield number, wire, value, pos
-        elif wire == 2:
-            size = data[pos] if pos < end else 0x80
-            if size < 0x80:
-                pos += 1
-            else:
-                size, pos = _varint(data, pos, end)
-            if pos + size > end:
-                raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
-            yield number, wire, pos, pos + size
-            pos += size
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-            if pos > end:
-                raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
-            yield number, wire, pos, pos
-        else:
-            raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
-
-
-def _string(data: memoryview, start: int, end: int) -> str:
-    try:
-        return bytes(data[start:end]).decode("utf-8")
-    except UnicodeDecodeError:
-        raise CorruptBlobError("blob graph is not a valid ONNX model (a name is not UTF-8)") from None
-
-
 def _tensor(data: memoryview, start: int, end: int, initializer: bool) -> ExternalRef | None:
     name, entries, location = "", [], 0
     for number, wire, a, b in _fields(data, start, end):
@@ -119,15 +70,6 @@ def _tensor(data: memoryview, start: int, end: int, initializer: bool) -> Extern
     if location != _EXTERNAL and not entries:
         return None
     return ExternalRef(name, tuple(entries), initializer)
-
-
-def _occurrences(data: bytes, needle: bytes) -> list[int]:
-    """Where ``needle`` starts in ``data``, in order (bytes.find: C speed)."""
-    found, at = [], data.find(needle)
-    while at >= 0:
-        found.append(at)
-        at = data.find(needle, at + 1)
-    return found
 
 
 def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
@@ -177,8 +119,14 @@ def check_references(
     weights section) with exactly that offset and length, in ``file`` (the weights section's name),
     each named once. ``file`` None: the blob has no weights, so no reference at all is allowed.
     """
+    _check_refs(external_refs(model), file, tensors)
+
+
+def _check_refs(
+    refs: Sequence[ExternalRef], file: str | None, tensors: Mapping[str, tuple[int, int]]
+) -> None:
     seen: set[str] = set()
-    for ref in external_refs(model):
+    for ref in refs:
         what = f"blob graph tensor {ref.name!r}"
         keys = [key for key, _ in ref.entries]
         if file is None:
@@ -306,11 +254,37 @@ def _length_delimited(number: int, payload: bytes) -> bytes:
     return _key(number, 2) + _varint_bytes(len(payload)) + payload
 
 
+def check_and_rewrite(
+    model: bytes,
+    file: str,
+    tensors: Mapping[str, tuple[int, int]],
+    location: str,
+    shift: int = 0,
+    lengths: Mapping[str, int] | None = None,
+) -> bytes:
+    """``check_references`` then ``rewrite_locations``, in one walk where that proves as much: the
+    rewrite reads every main-graph initializer whose bytes hold "location". When every "location"
+    in the model lies inside one of those, no other message can hold a reference (``external_refs``),
+    and theirs are checked as ``check_references`` checks them; else the full check runs first."""
+    seen: list[ExternalRef] = []
+    spans: list[tuple[int, int]] = []
+    rewritten = rewrite_locations(model, location, shift, lengths, _seen=(seen, spans))
+    starts = [a for a, _ in spans]
+    for hit in _occurrences(model, b"location"):
+        at = bisect_left(starts, hit + 1) - 1
+        if at < 0 or not hit + len(b"location") <= spans[at][1]:
+            check_references(model, file, tensors)  # refuses, or finds the other hits harmless
+            return rewritten
+    _check_refs(seen, file, tensors)
+    return rewritten
+
+
 def rewrite_locations(
     model: bytes | memoryview,
     location: str,
     shift: int = 0,
     lengths: Mapping[str, int] | None = None,
+    _seen: tuple[list[ExternalRef], list[tuple[int, int]]] | None = None,
 ) -> bytes:
     """The model with the ``location`` of every main-graph initializer's external data replaced by
     ``location`` and its ``offset`` moved by ``shift`` bytes; with ``lengths`` (name -> bytes, the
@@ -320,8 +294,8 @@ def rewrite_locations(
     data = memoryview(model).cast("B")
     target = location.encode("utf-8")
 
-    def entry(a: int, b: int, length: int | None) -> tuple[str, bytes | None]:
-        """An external-data entry's key, and the entry rewritten (None: it stays as it is)."""
+    def entry(a: int, b: int, length: int | None) -> tuple[str, str, bytes | None]:
+        """An external-data entry's key and value, and the entry rewritten (None: it stays)."""
         key, value = "", ""
         for number, wire, c, d in _fields(data, a, b):  # repeated fields: the last one counts
             if number == 1 and wire == 2:
@@ -331,26 +305,33 @@ def rewrite_locations(
         if key == "location":
             new = target
         elif key == "offset" and shift:
-            new = str(int(value) + shift).encode("ascii")
+            new = str(int(value) + shift).encode("ascii") if value.isdigit() else value.encode()
         elif key == "length" and length is not None:
             new = str(length).encode("ascii")
         else:
-            return key, None
-        return key, _length_delimited(1, key.encode("utf-8")) + _length_delimited(2, new)
+            return key, value, None
+        return key, value, _length_delimited(1, key.encode("utf-8")) + _length_delimited(2, new)
 
     def tensor(a: int, b: int) -> bytes:
         fields = list(_fields(data, a, b))
         names = [_string(data, c, d) for n, w, c, d in fields if n == _TENSOR_NAME and w == 2]
         length = lengths.get(names[-1]) if lengths is not None and names else None
-        keys, parts, run, start = [], [], a, a
+        keys, entries, parts, run, start, where = [], [], [], a, a, 0
         for n, w, c, d in fields:
             if n == _TENSOR_EXTERNAL_DATA and w == 2:
-                key, new = entry(c, d, length)
+                key, value, new = entry(c, d, length)
                 keys.append(key)
+                entries.append((key, value))
                 if new is not None:
                     parts += [data[run:start], _length_delimited(n, new)]
                     run = d
+            elif n == _TENSOR_DATA_LOCATION and w == 0:
+                where = c
             start = d
+        if _seen is not None:  # what external_refs would find here (check_and_rewrite)
+            _seen[1].append((a, b))
+            if where == _EXTERNAL or entries:
+                _seen[0].append(ExternalRef(names[-1] if names else "", tuple(entries), initializer=True))
         parts.append(data[run:b])
         if shift and keys and "offset" not in keys:  # no offset means 0: it becomes the shift
             parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"offset", shift)))

@@ -1,0 +1,71 @@
+"""The protobuf wire format, read without the protobuf package: the field walk that the ONNX graph
+checks of ``onnxrefs.py`` build on. Malformed input raises ``CorruptBlobError`` (the bytes are a
+blob's graph), never an IndexError or a loop without end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .errors import CorruptBlobError
+
+
+def read_varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise CorruptBlobError("blob graph is not a valid ONNX model (a varint runs past its message)")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, start, end) of each field of the message in ``data[start:end]``;
+    for varints start is the value itself."""
+    pos = start
+    while pos < end:
+        key = data[pos]  # one-byte varints (most keys and short lengths) without a call
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(data, pos, end)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = read_varint(data, pos, end)
+            yield number, wire, value, pos
+        elif wire == 2:
+            size = data[pos] if pos < end else 0x80
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = read_varint(data, pos, end)
+            if pos + size > end:
+                raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
+            yield number, wire, pos, pos + size
+            pos += size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
+            yield number, wire, pos, pos
+        else:
+            raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
+
+
+def string(data: memoryview, start: int, end: int) -> str:
+    try:
+        return bytes(data[start:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptBlobError("blob graph is not a valid ONNX model (a name is not UTF-8)") from None
+
+
+def occurrences(data: bytes, needle: bytes) -> list[int]:
+    """Where ``needle`` starts in ``data``, in order (bytes.find: C speed)."""
+    found, at = [], data.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = data.find(needle, at + 1)
+    return found
