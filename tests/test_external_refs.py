@@ -291,7 +291,18 @@ def _parity_cases() -> list[tuple[str, bytes, str | None, dict]]:
     # EXTERNAL with "location" only in the name: no entry, so the check refuses it (a null location)
     tensor = cases.field(8, b"location") + bytes([14 << 3, 1])  # name, data_location EXTERNAL
     bare = ("EXTERNAL, no entries", cases.field(7, cases.field(5, tensor)), cases.FILE, {"location": (0, 4)})
-    return [*named, bare, *cases.mutation_cases(seeds, 1500)]
+    # an offset that str.isdigit() takes and int() refuses: refused by the check, never a ValueError
+    entries = b"".join(
+        cases.field(13, cases.field(1, key) + cases.field(2, value))
+        for key, value in ((b"location", cases.FILE.encode()), (b"offset", "\u00b2".encode()))
+    )
+    odd = (
+        "offset '\u00b2'",
+        cases.field(7, cases.field(5, cases.field(8, b"w") + entries)),
+        cases.FILE,
+        {"w": (0, 4)},
+    )
+    return [*named, bare, odd, *cases.mutation_cases(seeds, 1500)]
 
 
 def test_check_and_rewrite_decides_and_writes_as_the_check_then_the_rewrite() -> None:

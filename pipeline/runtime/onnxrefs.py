@@ -305,7 +305,7 @@ def rewrite_locations(
         if key == "location":
             new = target
         elif key == "offset" and shift:
-            new = str(int(value) + shift).encode("ascii") if value.isdigit() else value.encode()
+            new = str(int(value) + shift).encode("ascii") if value.isdecimal() else value.encode()
         elif key == "length" and length is not None:
             new = str(length).encode("ascii")
         else:
