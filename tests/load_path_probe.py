@@ -74,6 +74,12 @@ def probe(case: dict, folder: Path) -> dict:
         "refused": load_info(auto).refused,
         "matches": bool(np.allclose(run(auto, x), want, rtol=1e-4, atol=1e-5)),
     }
+    by_file = from_file(blob_path, None)  # as Bundle.session loads it
+    result["used_file"] = {
+        "path": load_info(by_file).path.value,
+        "refused": load_info(by_file).refused,
+        "matches": bool(np.allclose(run(by_file, x), want, rtol=1e-4, atol=1e-5)),
+    }
     for path in LoadPath:
         for source in ("memory", "file"):
             model_file = BlobFile(-1, str(blob_path)) if source == "file" else None

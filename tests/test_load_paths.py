@@ -107,6 +107,8 @@ def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
     onnx_file_auto = onnx_auto if version == "1.32.0" else "onnx-mapped"
     assert cases["onnx-raw"]["auto"] == {"memory": onnx_auto, "file": onnx_file_auto}
     assert cases["conv-raw"]["auto"]["file"] == onnx_file_auto  # its forced path matches, below
+    # From its file a conv net loads along that path at once: no refused door first (before 1.32)
+    assert cases["conv-raw"]["used_file"] == {"path": onnx_file_auto, "refused": None, "matches": True}
     assert cases["ort-raw"]["auto"] == {"memory": ort_memory_auto, "file": ort_file_auto}
     tried = {path for case in cases.values() for path in case["paths"]}
     # The fallbacks are tried in every version: they are what an unproven version gets.

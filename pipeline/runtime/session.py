@@ -228,7 +228,9 @@ def _session(
     header = checked.header
     check_runtime(header)
     path = _load_path(checked, load_path, model_file, low_memory)
-    refused = _REFUSED.get(_refusal_key(header)) if load_path is None else None
+    # a remembered refusal is why this load copies (onnx-mapped, from a bundle, never tried that door)
+    copies = load_path is None and path == LoadPath.ONNX_EXTERNAL_INITIALIZERS
+    refused = _REFUSED.get(_refusal_key(header)) if copies else None
     _register(ep_libraries or {}, header.name)
     plan = plan_for(header, providers, devices, session_options)
     names, specs = plan.names, plan.providers
