@@ -103,7 +103,7 @@ def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
     onnx_auto, ort_memory_auto, ort_file_auto = EXPECTED_AUTO[version]
     # From 1.32, small raw weights from a blob file load as views of the loader's mapping (onnx-mapped,
     # forced below, is proven all the same; tests/test_onnx_mapped.py has the choice for big ones);
-    # before it onnxruntime maps the blob file at any size (MAPPED_ANY_SIZE_BEFORE).
+    # before it onnxruntime maps the blob file at any size.
     onnx_file_auto = onnx_auto if version == "1.32.0" else "onnx-mapped"
     assert cases["onnx-raw"]["auto"] == {"memory": onnx_auto, "file": onnx_file_auto}
     assert cases["conv-raw"]["auto"]["file"] == onnx_file_auto  # its forced path matches, below

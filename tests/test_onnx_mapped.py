@@ -239,7 +239,7 @@ def test_only_proven_onnxruntime_versions_resolve_the_blob_by_name(tmp_path: Pat
 
 def test_before_1_32_a_bundle_maps_raw_weights_of_any_size(tmp_path: Path) -> None:
     """Before onnxruntime 1.32 the shared-initializer door is refused for conv nets, and the refused
-    try plus the copying path cost more than mapping (MAPPED_ANY_SIZE_BEFORE): a bundle's small raw
+    try plus the copying path cost more than mapping (choose_load_path): a bundle's small raw
     weights go onnx-mapped too, with prepacking on; from bytes, with prepacking off, from a signed
     bundle and from 1.32 the choice is unchanged."""
     from pipeline.runtime.blob import check_blob

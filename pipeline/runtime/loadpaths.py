@@ -99,7 +99,7 @@ MAPPED_WEIGHTS_MIN = 64 << 20
 # shared-or-copying against mapped, MobileNet 43.1 / 21.3 ms first (23.3 / 23.7 after), ResNet-50
 # 54.8 / 51.0 after, U-Net 207 / 156 first (113 / 85 after), large_graph 165 / 144 first; where the door
 # opens, shared is 1-8% faster (transformer 43.2 / 47.0 first, 22.7 / 23.5 after; 1.28.0 alike).
-MAPPED_ANY_SIZE_BEFORE = FILE_BUFFERS_SINCE  # the other in-place door for every model
+# From 1.32 onnx-file-buffers is the in-place door for every model.
 # onnxruntime builds proven to resolve the references of onnx-mapped in the folder the session
 # entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
 # would look for the blob's name in the current directory instead.
@@ -139,7 +139,7 @@ def choose_load_path(
 ) -> LoadPath:
     """The fastest path proven for this blob's format, this onnxruntime version and this OS (for
     weights of ``MAPPED_WEIGHTS_MIN`` and more from a blob file, with prepacking on: the leanest;
-    before 1.32 any raw weights from a blob file, ``MAPPED_ANY_SIZE_BEFORE``)."""
+    before 1.32, without onnx-file-buffers, any raw weights from a blob file)."""
     installed = parse_version(version)
     header = checked.header
     if header.model_format == ModelFormat.ORT:
@@ -155,7 +155,7 @@ def choose_load_path(
     # From 1.32 the loader's own mapping goes in place, its read pages let go while onnxruntime
     # builds the session (ExtentPager): as lean as onnx-mapped, and no reopening by name.
     paged = installed >= FILE_BUFFERS_SINCE and can_page()
-    by_file = extent is not None and (len(extent) >= MAPPED_WEIGHTS_MIN or installed < MAPPED_ANY_SIZE_BEFORE)
+    by_file = extent is not None and (len(extent) >= MAPPED_WEIGHTS_MIN or installed < FILE_BUFFERS_SINCE)
     if by_file and not paged:
         return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():

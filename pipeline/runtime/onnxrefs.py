@@ -268,9 +268,10 @@ def check_and_rewrite(
     and theirs are checked as ``check_references`` checks them; else the full check runs first."""
     seen: list[ExternalRef] = []
     spans: list[tuple[int, int]] = []
-    rewritten = rewrite_locations(model, location, shift, lengths, _seen=(seen, spans))
+    hits = _occurrences(model, b"location")
+    rewritten = _rewrite(model, hits, location, shift, lengths, (seen, spans))
     starts = [a for a, _ in spans]
-    for hit in _occurrences(model, b"location"):
+    for hit in hits:
         at = bisect_left(starts, hit + 1) - 1
         if at < 0 or not hit + len(b"location") <= spans[at][1]:
             check_references(model, file, tensors)  # refuses, or finds the other hits harmless
@@ -284,14 +285,27 @@ def rewrite_locations(
     location: str,
     shift: int = 0,
     lengths: Mapping[str, int] | None = None,
-    _seen: tuple[list[ExternalRef], list[tuple[int, int]]] | None = None,
 ) -> bytes:
     """The model with the ``location`` of every main-graph initializer's external data replaced by
     ``location`` and its ``offset`` moved by ``shift`` bytes; with ``lengths`` (name -> bytes, the
     blob header's) each reference's ``length`` set too, so that onnxruntime reads exactly the
     header's extent and refuses dims that do not fit it. Call after ``check_references``: other
     references are not rewritten."""
-    data = memoryview(model).cast("B")
+    flat = model if isinstance(model, bytes) else bytes(model)
+    return _rewrite(flat, _occurrences(flat, b"location"), location, shift, lengths, None)
+
+
+def _rewrite(
+    model: bytes,
+    hits: list[int],
+    location: str,
+    shift: int,
+    lengths: Mapping[str, int] | None,
+    seen: tuple[list[ExternalRef], list[tuple[int, int]]] | None,
+) -> bytes:
+    """``rewrite_locations`` given where "location" occurs; ``seen``, if given, receives each rewritten
+    initializer's span and the reference ``external_refs`` would find in it."""
+    data = memoryview(model)
     target = location.encode("utf-8")
 
     def entry(a: int, b: int, length: int | None) -> tuple[str, str, bytes | None]:
@@ -328,10 +342,10 @@ def rewrite_locations(
             elif n == _TENSOR_DATA_LOCATION and w == 0:
                 where = c
             start = d
-        if _seen is not None:  # what external_refs would find here (check_and_rewrite)
-            _seen[1].append((a, b))
+        if seen is not None:  # what external_refs would find here (check_and_rewrite)
+            seen[1].append((a, b))
             if where == _EXTERNAL or entries:
-                _seen[0].append(ExternalRef(names[-1] if names else "", tuple(entries), initializer=True))
+                seen[0].append(ExternalRef(names[-1] if names else "", tuple(entries), initializer=True))
         parts.append(data[run:b])
         if shift and keys and "offset" not in keys:  # no offset means 0: it becomes the shift
             parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"offset", shift)))
@@ -356,5 +370,4 @@ def rewrite_locations(
     def graph(a: int, b: int) -> bytes:
         return edited(a, b, 5, tensor)
 
-    hits = _occurrences(bytes(data), b"location")
     return edited(0, len(data), 7, graph)
