@@ -308,7 +308,10 @@ static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
                              "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
                              "says %llu); the file was damaged or replaced: re-run `doit cook`", path, size,
                              (unsigned long long)m->blob_size);
-        if (status == OC_OK) status = check_sha256(m, path, data, size, err);
+        if (status == OC_OK) {
+            oc_prefault(data, size);
+            status = check_sha256(m, path, data, size, err);
+        }
         oc_unmap(data, size);
         oc_free(&b->alloc, path);
         if (status != OC_OK) return status;

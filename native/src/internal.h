@@ -199,6 +199,9 @@ int oc_parse_version(const char *text, int version[3]);
  * inode, size, modification and change times (zeros where the system has no such notion). */
 oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err);
 void oc_unmap(void *map, size_t size);
+/* Ask the system to fill a mapping's page tables before a pass reads all of it (the sha256 pass:
+ * 5-8% of it on a 268 MB blob, measured); nothing where the system has no such call. */
+void oc_prefault(const void *map, size_t size);
 /* Run task(context, w) for w in 0..workers-1, each on a thread of its own (the caller's thread
  * runs w = 0), and wait for all; falls back to running them in turn where a thread cannot start. */
 void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, size_t workers);

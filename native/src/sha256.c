@@ -32,21 +32,39 @@ __attribute__((target("sha,sse4.1"))) static void blocks_sha_ni(uint32_t state[8
     abef = _mm_alignr_epi8(tmp, cdgh, 8);
     cdgh = _mm_blend_epi16(cdgh, tmp, 0xF0);
     while (count--) {
-        __m128i w[4], saved_abef = abef, saved_cdgh = cdgh;
-        int i;
-        for (i = 0; i < 16; ++i) {
-            __m128i m;
-            if (i < 4) {
-                w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 16 * i)), swap);
-            } else { /* w[i%4] holds W[i-4]; the next four words from the four before */
-                __m128i t = _mm_sha256msg1_epu32(w[i % 4], w[(i + 1) % 4]);
-                t = _mm_add_epi32(t, _mm_alignr_epi8(w[(i + 3) % 4], w[(i + 2) % 4], 4));
-                w[i % 4] = _mm_sha256msg2_epu32(t, w[(i + 3) % 4]);
-            }
-            m = _mm_add_epi32(w[i % 4], _mm_loadu_si128((const __m128i *)&K[4 * i]));
-            cdgh = _mm_sha256rnds2_epu32(cdgh, abef, m);
-            abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(m, 0x0E));
-        }
+        __m128i w0, w1, w2, w3, saved_abef = abef, saved_cdgh = cdgh;
+        /* four rounds on the words in W, then the next four words into W from the four before
+         * (written out, so the schedule stays in registers) */
+#define OC_ROUNDS(W, i)                                                                      \
+    do {                                                                                     \
+        __m128i m_ = _mm_add_epi32(W, _mm_loadu_si128((const __m128i *)&K[4 * (i)]));       \
+        cdgh = _mm_sha256rnds2_epu32(cdgh, abef, m_);                                        \
+        abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(m_, 0x0E));              \
+    } while (0)
+#define OC_NEXT(W0, W1, W2, W3) /* W0 = W[t-4..]: becomes W[t..t+3] */                       \
+    W0 = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(W0, W1), _mm_alignr_epi8(W3, W2, 4)), W3)
+        w0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 0)), swap);
+        w1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 16)), swap);
+        w2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 32)), swap);
+        w3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 48)), swap);
+        OC_ROUNDS(w0, 0);
+        OC_ROUNDS(w1, 1);
+        OC_ROUNDS(w2, 2);
+        OC_ROUNDS(w3, 3);
+        OC_NEXT(w0, w1, w2, w3); OC_ROUNDS(w0, 4);
+        OC_NEXT(w1, w2, w3, w0); OC_ROUNDS(w1, 5);
+        OC_NEXT(w2, w3, w0, w1); OC_ROUNDS(w2, 6);
+        OC_NEXT(w3, w0, w1, w2); OC_ROUNDS(w3, 7);
+        OC_NEXT(w0, w1, w2, w3); OC_ROUNDS(w0, 8);
+        OC_NEXT(w1, w2, w3, w0); OC_ROUNDS(w1, 9);
+        OC_NEXT(w2, w3, w0, w1); OC_ROUNDS(w2, 10);
+        OC_NEXT(w3, w0, w1, w2); OC_ROUNDS(w3, 11);
+        OC_NEXT(w0, w1, w2, w3); OC_ROUNDS(w0, 12);
+        OC_NEXT(w1, w2, w3, w0); OC_ROUNDS(w1, 13);
+        OC_NEXT(w2, w3, w0, w1); OC_ROUNDS(w2, 14);
+        OC_NEXT(w3, w0, w1, w2); OC_ROUNDS(w3, 15);
+#undef OC_NEXT
+#undef OC_ROUNDS
         abef = _mm_add_epi32(abef, saved_abef);
         cdgh = _mm_add_epi32(cdgh, saved_cdgh);
         data += 64;
