@@ -28,6 +28,16 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def sha_instructions() -> str:
+    """Whether the CPU has SHA-256 instructions (x86 SHA extensions, Arm SHA2): the native loader's
+    sha256 pass runs about 4x faster with them."""
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith(("flags", "Features")):
+            flags = line.partition(":")[2].split()
+            return "yes" if "sha_ni" in flags or "sha2" in flags else "no"
+    return "unknown"
+
+
 def memory_total() -> str:
     for line in _read("/proc/meminfo").splitlines():
         if line.startswith("MemTotal:"):
@@ -63,6 +73,7 @@ def describe() -> dict[str, str]:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cores": f"{os.cpu_count()} logical, {usable} usable by this process",
         "CPU": cpu_model(),
+        "SHA-256 instructions": sha_instructions(),
         "memory": memory_total(),
         "OS": platform.platform(),
         "transparent huge pages": thp,

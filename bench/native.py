@@ -257,7 +257,8 @@ def render(results: dict[str, Any]) -> str:
         "# onnx-cooker benchmarks: the native loader",
         "",
         f"Written by `python -m bench.native{' --quick' if results['quick'] else ''}` on {m['date']} in "
-        f"{results['duration_s'] / 60:.1f} min ({m['cores']}, {m['CPU']}; "
+        f"{results['duration_s'] / 60:.1f} min ({m['cores']}, {m['CPU']}, SHA-256 instructions: "
+        f"{m.get('SHA-256 instructions', 'unknown')}; "
         f"project commit {m['project commit']}). "
         "Each variant runs in fresh `oc-run` processes (native/tools/oc_run.c), "
         "alternating within each round; "
