@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -340,6 +341,73 @@ def test_external_data_is_tracked_and_cooked(tmp_path: Path) -> None:
     entry = cook(job_for(REPO / "assets", "big_weights", shipped_settings("console"), tmp_path / "build"))
     assert set(entry["sources"]) == {"big_weights.onnx", "big_weights.onnx.data"}
     assert entry["model_size"] > 1_000_000  # the weights are inside the cooked model
+
+
+def test_optimum_named_external_data_is_tracked_and_cooked(tmp_path: Path) -> None:
+    """Hugging Face Optimum saves big models as model.onnx + model.onnx_data: tracked as it is."""
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    model = conv_bn_relu_model()
+    onnx.save_model(
+        model,
+        assets / "exported.onnx",
+        save_as_external_data=True,
+        location="exported.onnx_data",
+        size_threshold=0,
+    )
+    (asset,) = discover(assets)
+    assert [path.name for path in asset.external_data] == ["exported.onnx_data"]
+    entry = cook(job_for(assets, "exported", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert set(entry["sources"]) == {"exported.onnx", "exported.onnx_data"}
+
+
+def test_external_data_in_a_subfolder_is_refused_with_a_fix_that_works(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    (assets / "weights").mkdir(parents=True)
+    model = conv_bn_relu_model()
+    onnx.save_model(
+        model, assets / "sub.onnx", save_as_external_data=True, location="weights/w.bin", size_threshold=0
+    )
+    with pytest.raises(ModelError, match=r"'weights/w\.bin' in a subfolder") as refused:
+        load_source(next(a for a in discover(assets) if a.name == "sub"))
+    message = str(refused.value)
+    fix = message[message.index("`") + 1 : message.rindex("`")]
+    assert fix.startswith("onnx.save(onnx.load('sub.onnx')"), message
+    cwd = Path.cwd()
+    try:  # the fix, as the message gives it, run in the model's folder
+        os.chdir(assets)
+        exec(fix, {"onnx": onnx})
+    finally:
+        os.chdir(cwd)
+    (asset,) = discover(assets)
+    assert [path.name for path in asset.external_data] == ["sub.onnx.data"]
+    cook(job_for(assets, "sub", shipped_settings("windows-dml"), tmp_path / "build"))
+
+
+def test_scalar_bool_input_is_synthesized_as_an_array(tmp_path: Path) -> None:
+    """An If on a scalar bool input (shape ()): verification feeds onnxruntime a 0-d array."""
+    rng = np.random.default_rng(RNG_SEED)
+
+    def branch(name: str) -> onnx.GraphProto:
+        weight = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), f"w_{name}")
+        out = helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, [1, 4])
+        return helper.make_graph(
+            [helper.make_node("MatMul", ["x", f"w_{name}"], [f"y_{name}"])], name, [], [out], [weight]
+        )
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("then"), else_branch=branch("else"))],
+        "if_scalar",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    assets = tmp_path / "assets"
+    save(model_of(graph), assets, "gate")
+    entry = cook(job_for(assets, "gate", shipped_settings("android"), tmp_path / "build"))
+    assert entry["verification"]["inputs"] == "synthesized" and "outputs" in entry["verification"], entry
 
 
 def test_cook_key_changes_with_source_bytes_and_settings(tmp_path: Path) -> None:

@@ -129,19 +129,32 @@ def _check_external_data(model: onnx.ModelProto, asset: AssetModel) -> None:
                 f"tensor {tensor.name!r} has malformed external data fields ({exc}); re-save the "
                 "model with its data beside it"
             ) from None
+        expected = asset.path.with_suffix(".onnx.data").name
+        resave = (
+            f"re-save it with its weights beside it in one tracked file: `onnx.save(onnx.load("
+            f"{asset.path.name!r}), {asset.path.name!r}, save_as_external_data=True, "
+            f"all_tensors_to_one_file=True, location={expected!r})` in its folder"
+        )
         if os.path.isabs(location) or os.path.normpath(location) != os.path.basename(location):
+            where = "outside the model's folder" if _leaves(location) else "in a subfolder"
             raise ModelError(
-                f"tensor {tensor.name!r} points at external data {location!r} outside the model's "
-                "folder; re-save the model with its data beside it"
+                f"tensor {tensor.name!r} points at external data {location!r} {where}; the cook reads a "
+                f"model's weights only from <stem>.onnx.data, <stem>.data or <stem>.onnx_data beside it: "
+                + resave
             )
         if location not in allowed:
-            expected = asset.path.with_suffix(".onnx.data").name
             raise ModelError(
-                f"tensor {tensor.name!r} keeps its weights in {location!r}, which is not tracked; "
-                f"re-save the model with location={expected!r} so that edits to the data re-cook it"
+                f"tensor {tensor.name!r} keeps its weights in {location!r}, which is not tracked (the cook "
+                "tracks <stem>.onnx.data, <stem>.data and <stem>.onnx_data beside the model, so that edits "
+                "to the data re-cook it); " + resave
             )
         if (asset.path.parent / location).resolve().parent != asset.path.parent.resolve():
             raise ModelError(f"external data {location!r} is a link out of the model's folder")
+
+
+def _leaves(location: str) -> bool:
+    """Whether a relative external-data location climbs out of the model's folder (``../w.bin``)."""
+    return os.path.isabs(location) or os.path.normpath(location).split(os.sep)[0] == os.pardir
 
 
 def _check(model: onnx.ModelProto, asset: AssetModel) -> None:

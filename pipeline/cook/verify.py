@@ -80,7 +80,9 @@ def synthesize_inputs(
 
 def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if dtype == np.bool_:
-        return rng.random(shape) < 0.5
+        # an array even for a scalar input (shape ()): a comparison of 0-d arrays gives a numpy.bool,
+        # which onnxruntime refuses ("Unable to handle object of type <class 'numpy.bool'>")
+        return np.asarray(rng.random(shape) < 0.5)
     if np.issubdtype(dtype, np.integer):
         # Small non-negative values stay valid as indices, counts and lengths in most models.
         return rng.integers(0, 4, size=shape).astype(dtype)

@@ -15,9 +15,10 @@ from pipeline.errors import ModelError
 SETTINGS_SUFFIX = ".cook.yaml"
 INPUTS_SUFFIX = ".inputs.npz"
 CALIB_SUFFIX = ".calib.npz"  # calibration inputs for `precision: int8-static`
-# A model's external data must live beside it as <stem>.onnx.data or <stem>.data, so that the task
+# A model's external data must live beside it as <stem>.onnx.data, <stem>.data or <stem>.onnx_data
+# (what onnx.save and torch.onnx.export write; Hugging Face Optimum's exports), so that the task
 # graph can track it without parsing the model when doit loads tasks.
-EXTERNAL_DATA_SUFFIXES = (".onnx.data", ".data")
+EXTERNAL_DATA_SUFFIXES = (".onnx.data", ".data", ".onnx_data")
 _NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 # Output files add up to 26 characters to a name part (".applied.ort", temp-file suffixes such as
 # ".<name>.verify.npz.<8 random>.tmp") and file systems allow 255 per part.
