@@ -361,14 +361,30 @@ def test_optimum_named_external_data_is_tracked_and_cooked(tmp_path: Path) -> No
     assert set(entry["sources"]) == {"exported.onnx", "exported.onnx_data"}
 
 
-def test_external_data_in_a_subfolder_is_refused_with_a_fix_that_works(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("layout", "refusal"),
+    [
+        ({"location": "weights/w.bin"}, r"'weights/w\.bin' in a subfolder"),
+        (
+            {"location": "weights.pb"},
+            r"keeps its weights in 'weights\.pb', which is not tracked",
+        ),  # diffusers
+        (
+            {"all_tensors_to_one_file": False},
+            r"which is not tracked",
+        ),  # one file per tensor (torch's old exporter)
+    ],
+    ids=["subfolder", "weights.pb", "file-per-tensor"],
+)
+def test_untracked_external_data_is_refused_with_a_fix_that_works(
+    tmp_path: Path, layout: dict[str, object], refusal: str
+) -> None:
     assets = tmp_path / "assets"
     (assets / "weights").mkdir(parents=True)
-    model = conv_bn_relu_model()
     onnx.save_model(
-        model, assets / "sub.onnx", save_as_external_data=True, location="weights/w.bin", size_threshold=0
+        conv_bn_relu_model(), assets / "sub.onnx", save_as_external_data=True, size_threshold=0, **layout
     )
-    with pytest.raises(ModelError, match=r"'weights/w\.bin' in a subfolder") as refused:
+    with pytest.raises(ModelError, match=refusal) as refused:
         load_source(next(a for a in discover(assets) if a.name == "sub"))
     message = str(refused.value)
     fix = message[message.index("`") + 1 : message.rindex("`")]
@@ -382,6 +398,21 @@ def test_external_data_in_a_subfolder_is_refused_with_a_fix_that_works(tmp_path:
     (asset,) = discover(assets)
     assert [path.name for path in asset.external_data] == ["sub.onnx.data"]
     cook(job_for(assets, "sub", shipped_settings("windows-dml"), tmp_path / "build"))
+
+
+def test_missing_external_data_is_named_as_missing(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    onnx.save_model(
+        conv_bn_relu_model(),
+        assets / "lost.onnx",
+        save_as_external_data=True,
+        location="lost.onnx.data",
+        size_threshold=0,
+    )
+    (assets / "lost.onnx.data").unlink()
+    with pytest.raises(ModelError, match=r"'lost\.onnx\.data', which is missing beside the model"):
+        load_source(next(a for a in discover(assets) if a.name == "lost"))
 
 
 def test_scalar_bool_input_is_synthesized_as_an_array(tmp_path: Path) -> None:

@@ -142,6 +142,11 @@ def _check_external_data(model: onnx.ModelProto, asset: AssetModel) -> None:
                 f"model's weights only from <stem>.onnx.data, <stem>.data or <stem>.onnx_data beside it: "
                 + resave
             )
+        if location not in allowed and not (asset.path.parent / location).exists():
+            raise ModelError(
+                f"tensor {tensor.name!r} keeps its weights in {location!r}, which is missing beside the "
+                "model; copy the data file that came with the model next to it"
+            )
         if location not in allowed:
             raise ModelError(
                 f"tensor {tensor.name!r} keeps its weights in {location!r}, which is not tracked (the cook "
