@@ -7,13 +7,11 @@ import mmap
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .compat import format_version, parse_version
-from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
 from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
@@ -29,6 +27,7 @@ from .loadpaths import (
     prepare,
     why_not,
 )
+from .options import session_options_for as session_options_for  # re-exported
 from .pager import ExtentPager, Pager, file_lock
 
 log = logging.getLogger("pipeline.runtime")
@@ -42,20 +41,6 @@ def no_progress(stage: str, fraction: float) -> None:
     return None
 
 
-_EXECUTION_MODES = {
-    "sequential": onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
-    "parallel": onnxruntime.ExecutionMode.ORT_PARALLEL,
-}
-_LEVEL = onnxruntime.GraphOptimizationLevel
-_OPTIMIZATION_LEVELS = dict(
-    zip(
-        OPTIMIZATION_LEVELS,
-        (_LEVEL.ORT_DISABLE_ALL, _LEVEL.ORT_ENABLE_BASIC, _LEVEL.ORT_ENABLE_EXTENDED, _LEVEL.ORT_ENABLE_ALL),
-        strict=True,
-    )
-)
-
-
 def check_runtime(header: BlobHeader, installed: str = onnxruntime.__version__) -> None:
     """Refuse a blob the installed onnxruntime is too old for, before it sees the bytes."""
     needed = parse_version(header.min_runtime_version)
@@ -66,45 +51,6 @@ def check_runtime(header: BlobHeader, installed: str = onnxruntime.__version__) 
             f"or newer, but {installed} is installed; upgrade onnxruntime to >= {format_version(needed)} "
             "or re-cook for this version (set runtime_version in the platform profile)"
         )
-
-
-def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[str, Any]) -> None:
-    for key, value in values.items():
-        if key == "enable_mem_pattern":
-            options.enable_mem_pattern = bool(value)
-        elif key == "execution_mode":
-            options.execution_mode = _EXECUTION_MODES[str(value)]
-        elif key == "graph_optimization_level":
-            options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(value)]
-        elif key in UNSAFE_CONFIG_ENTRIES:
-            raise ValueError(f"{key} is refused: {UNSAFE_CONFIG_ENTRIES[key]}")
-        elif not key.startswith(ALLOWED_CONFIG_PREFIXES):
-            # Other entries (e.g. ep.context_file_path) can make an EP write files: not from a blob.
-            raise ValueError(
-                f"config entry {key!r} is not allowed in a blob ({', '.join(ALLOWED_CONFIG_PREFIXES)}*)"
-            )
-        else:
-            options.add_session_config_entry(key, str(value))
-
-
-def session_options_for(
-    header: BlobHeader, providers: Sequence[str], base: onnxruntime.SessionOptions | None = None
-) -> onnxruntime.SessionOptions:
-    """Session options for this blob on these EPs: each EP's required options, saved optimizations.
-
-    A blob may not set the entries the load paths own (``UNSAFE_CONFIG_ENTRIES``).
-    """
-    options = base if base is not None else onnxruntime.SessionOptions()
-    for ep in providers:
-        try:
-            _apply_session_options(options, header.ep_session_options.get(ep, {}))
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise SessionCreateError(f"model {header.name!r}: bad session option for {ep}: {exc}") from None
-    # Only reached after decode_blob proved the bytes are the ones the cooker wrote. Set either way:
-    # a caller may reuse one SessionOptions object for several blobs.
-    replay = "1" if header.saved_runtime_optimizations else "0"
-    options.add_session_config_entry("session.enable_saved_runtime_optimizations", replay)
-    return options
 
 
 @dataclass(frozen=True)
