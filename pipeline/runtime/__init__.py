@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "UnknownModelError": "errors",
     "UnsupportedBlobVersionError": "errors",
     "LoadInfo": "session",
+    "MemoryBlob": "memblob",
     "LoadPath": "loadpaths",
     "DEVICE_POLICIES": "constants",
     "DeviceSelection": "devices",

@@ -27,6 +27,7 @@ from .loadpaths import (
     prepare,
     why_not,
 )
+from .memblob import MemoryBlob
 from .options import session_options_for as session_options_for  # re-exported
 from .pager import ExtentPager, Pager, file_lock
 
@@ -70,7 +71,7 @@ def load_info(session: onnxruntime.InferenceSession) -> LoadInfo | None:
 
 
 def session_from_blob(
-    data: bytes | bytearray | memoryview | mmap.mmap,
+    data: bytes | bytearray | memoryview | mmap.mmap | MemoryBlob,
     *,
     providers: Sequence[ProviderSpec] | None = None,
     session_options: onnxruntime.SessionOptions | None = None,
@@ -84,7 +85,9 @@ def session_from_blob(
 ) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` for a cooked blob, created from memory.
 
-    ``data`` is borrowed, not copied: ``bytes``, ``bytearray``, ``memoryview`` or ``mmap``. Where the
+    ``data`` is borrowed, not copied: ``bytes``, ``bytearray``, ``memoryview``, ``mmap``, or a
+    ``MemoryBlob`` (a blob read into a sealed memfd, which onnxruntime maps in place like a blob
+    file: for a game that reads blobs from an archive, the zero-copy way; memblob.py). Where the
     load path is in place (``load_info(session).in_place``), onnxruntime uses the blob's weights
     where they lie: the session keeps ``data`` alive, and a mutable ``data`` changed while the
     session lives changes the session's weights (do not). ``providers`` (names, or ``(name,
@@ -116,7 +119,16 @@ def session_from_blob(
     report = progress or no_progress
     extra = (ep_libraries, devices)
     report("decompress", 0.0)
-    checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=False)
+    memory = data if isinstance(data, MemoryBlob) else None
+    checked = check_blob(
+        memory.data if memory else data, max_model_size=max_model_size, threads=threads, check_raw=False
+    )
+    if memory is not None:  # checked when it was sealed (CRC-32s too): it cannot have changed since
+        session = _session(
+            checked, providers, session_options, low_memory, report, load_path, memory.model_file(), *extra
+        )
+        session._onnx_cooker_keep.append(memory)  # type: ignore[attr-defined]
+        return session
     # The CRC-32s of raw content catch damage, not attacks (anyone can recompute them; hostile bytes
     # are refused by the layout checks above and by onnxruntime's own parsers): read them while
     # onnxruntime builds the session, which releases the GIL, instead of before it. 268 MB of
