@@ -46,6 +46,7 @@ class MemoryBlob:
         self._buffer: bytearray | None = None
         self._mapping: mmap.mmap | None = None
         self._sealed = False
+        self._closed = False
         if size and has_memfd():
             fd = os.memfd_create("onnx-cooker-blob", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
             try:
@@ -166,11 +167,11 @@ class MemoryBlob:
     @property
     def data(self) -> mmap.mmap | memoryview:
         """The sealed bytes, read-only."""
+        if self._closed:
+            raise BundleError("this MemoryBlob was closed: read the blob again to load it")
         if not self._sealed:
             raise BundleError("seal() this MemoryBlob before loading it: it is still being written")
         if self._mapping is not None:
-            if self._mapping.closed:
-                raise BundleError("this MemoryBlob was closed")
             return self._mapping
         assert self._buffer is not None
         return memoryview(self._buffer).toreadonly()
@@ -185,6 +186,7 @@ class MemoryBlob:
     def close(self) -> None:
         """Free the blob: its mapping (left to go with the last session that still reads it) and
         the memfd's descriptor (onnxruntime's own mapping of it keeps the pages it needs)."""
+        self._closed = True
         if self._mapping is not None and not self._mapping.closed:
             try:
                 self._mapping.close()
