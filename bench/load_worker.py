@@ -5,6 +5,10 @@ Imports only the loader (from the folder given first), onnxruntime, numpy and th
     python -I bench/load_worker.py <folder holding pipeline/> times <cases.json> <repeats>
     python -I bench/load_worker.py <folder holding pipeline/> memory <case JSON> <variant>
 
+Variants: the source file; the blob's bytes; a ``MemoryBlob`` of it (read from its file into a
+sealed memfd, untimed, as a game reads an archive); the bundle; each blob variant also with
+``low_memory``; onnxruntime's own .ort file.
+
 ``cases.json``: a list of {"model", "platform", "source", "blob", "bundle", "plain_ort", "input"}
 (paths; ``plain_ort`` the blob's ORT model as a plain .ort file, or null; ``input`` an .npz of the
 model's inputs). Prints one JSON line.
@@ -25,10 +29,19 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
-from pipeline.runtime import load_info, open_bundle, session_from_blob  # noqa: E402
+from pipeline.runtime import MemoryBlob, load_info, open_bundle, session_from_blob  # noqa: E402
 
 CPU = ["CPUExecutionProvider"]
-VARIANTS = ("source", "blob", "bundle", "plain_ort", "blob_low_memory", "bundle_low_memory")
+VARIANTS = (
+    "source",
+    "blob",
+    "bundle",
+    "plain_ort",
+    "blob_low_memory",
+    "bundle_low_memory",
+    "memory",
+    "memory_low_memory",
+)
 
 
 def make(variant: str, case: dict, held: dict) -> onnxruntime.InferenceSession | None:
@@ -40,6 +53,10 @@ def make(variant: str, case: dict, held: dict) -> onnxruntime.InferenceSession |
         return session_from_blob(held["blob"], providers=CPU)
     if variant == "blob_low_memory":
         return session_from_blob(held["blob"], providers=CPU, low_memory=True)
+    if variant == "memory":
+        return session_from_blob(held["memory"], providers=CPU)
+    if variant == "memory_low_memory":
+        return session_from_blob(held["memory"], providers=CPU, low_memory=True)
     if variant == "bundle":
         return held["bundle"].session(held["name"], providers=CPU)
     if variant == "bundle_low_memory":
@@ -53,7 +70,17 @@ def hold(case: dict, *, read: bool = True) -> dict:
     # As a game opens a bundle: open_bundle checks every blob's sha256 once, at start-up (untimed).
     bundle = open_bundle(case["bundle"])
     name = next(n for n in bundle.names if Path(case["blob"]).name == Path(bundle.info(n)["file"]).name)
-    return {"blob": Path(case["blob"]).read_bytes() if read else None, "bundle": bundle, "name": name}
+    held = {"blob": None, "memory": None, "bundle": bundle, "name": name}
+    if read:
+        held["blob"], held["memory"] = Path(case["blob"]).read_bytes(), read_memory(case)
+    return held
+
+
+def read_memory(case: dict) -> MemoryBlob:
+    """The blob read from its file into a MemoryBlob (a sealed memfd), as a game reads an archive."""
+    path = Path(case["blob"])
+    with path.open("rb") as stream:
+        return MemoryBlob.read(stream, path.stat().st_size)
 
 
 def feeds(case: dict) -> dict[str, np.ndarray]:
@@ -103,6 +130,8 @@ def memory(case: dict, variant: str) -> dict:
     baseline = status()["VmRSS"]
     if variant in ("blob", "blob_low_memory"):
         held["blob"] = Path(case["blob"]).read_bytes()
+    if variant in ("memory", "memory_low_memory"):
+        held["memory"] = read_memory(case)
     start = time.perf_counter()
     session = make(variant, case, held)
     ready = time.perf_counter() - start

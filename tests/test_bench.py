@@ -284,8 +284,10 @@ def test_the_loading_bench_runs_every_platform_in_its_own_onnxruntime(tmp_path: 
     assert_every_shipped_version(report)
     assert "onnx-shared-initializers" in report and "onnx-file-buffers" in report and "ort-mapped" in report
     assert report.count("| large_weights |") == 5
-    for variant in ("source", "blob", "bundle", "plain_ort", "blob_low_memory", "bundle_low_memory"):
+    variants = ("source", "blob", "memory", "bundle", "plain_ort", "blob_low_memory", "memory_low_memory")
+    for variant in (*variants, "bundle_low_memory"):
         assert f"| {variant} |" in report
+    assert "| memory vs file, geomean |" in report and "268 MB low_memory MemoryBlob vs file" in report
     embedded = results.read_text(encoding="utf-8")
     assert embedded.startswith("# onnx-cooker benchmarks\n\nearlier tables")
     assert "<!-- bench.loading -->" in embedded and "### android in onnxruntime 1.32.0" in embedded
