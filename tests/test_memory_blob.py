@@ -180,3 +180,23 @@ def test_filled_in_place_then_sealed_and_never_written_again() -> None:
     memory.close()
     with pytest.raises(BundleError, match="closed"):
         session_from_blob(memory)
+
+
+def test_a_blob_decrypted_piece_by_piece_is_written_then_sealed() -> None:
+    """An encrypted archive: each 4 KiB piece deciphered (here: a XOR) and written at its offset."""
+    blob, x, want = _blob()
+    key = np.frombuffer(os.urandom(4096), np.uint8)
+    stored = [
+        np.frombuffer(blob[i : i + 4096], np.uint8) ^ key[: len(blob[i : i + 4096])]
+        for i in range(0, len(blob), 4096)
+    ]
+    memory = MemoryBlob(len(blob))
+    for index, piece in reversed(list(enumerate(stored))):  # in any order
+        memory.write((piece ^ key[: len(piece)]).tobytes(), index * 4096)
+    with pytest.raises(ValueError, match="do not fit"):
+        memory.write(b"xx", len(blob) - 1)
+    memory.seal()
+    with pytest.raises(BundleError, match="sealed"):
+        memory.write(b"x", 0)
+    session = session_from_blob(memory, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)

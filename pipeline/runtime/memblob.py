@@ -111,6 +111,17 @@ class MemoryBlob:
         stream.seek(start + sent)  # as if read: the stream's position moves past what was taken
         return sent
 
+    def write(self, data: bytes | bytearray | memoryview, offset: int) -> None:
+        """Put ``data`` at ``offset`` of the blob, before ``seal``: for bytes made piece by piece (a
+        blob decrypted or decompressed from its archive 4 MiB at a time) without the page faults
+        of ``writable``."""
+        if self._sealed or self._closed:
+            raise BundleError("this MemoryBlob is sealed: its bytes can no longer change")
+        view = memoryview(data).cast("B")
+        if offset < 0 or offset + len(view) > self.size:
+            raise ValueError(f"{len(view):,} bytes at {offset:,} do not fit a blob of {self.size:,}")
+        self._write(view, offset)
+
     def _write(self, data: memoryview, offset: int) -> None:
         if self._fd is None:
             assert self._buffer is not None
