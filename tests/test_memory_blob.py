@@ -10,6 +10,7 @@ truncation, the seal, lifetimes and descriptors.
 from __future__ import annotations
 
 import gc
+import gzip
 import io
 import os
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from runtime_helpers import make_weighted_blob, run_in_runtime, run_source
 
 from pipeline.runtime import (
+    BlobTooLargeError,
     BundleError,
     ChecksumMismatchError,
     MemoryBlob,
@@ -173,13 +175,45 @@ def test_filled_in_place_then_sealed_and_never_written_again() -> None:
         memory.writable()
     session = session_from_blob(memory, providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
-    if os.path.isdir("/proc/self/fd"):  # the memfd refuses writes: what was checked stays
-        fd = memory.model_file().fd  # type: ignore[union-attr]
-        with pytest.raises(PermissionError):
-            os.pwrite(fd, b"x", 0)
+    assert memory.unchanging  # the kernel sealed it: loads read no byte again
+    view, file = memory.borrow()
+    assert file is not None and view.readonly
+    with pytest.raises(PermissionError):  # the memfd refuses writes: what was checked stays
+        os.pwrite(file.fd, b"x", 0)
+    os.close(file.fd)
+    view.release()
     memory.close()
-    with pytest.raises(BundleError, match="closed"):
-        session_from_blob(memory)
+    for refused in (lambda: session_from_blob(memory), memory.writable, lambda: memory.write(b"x", 0)):
+        with pytest.raises(BundleError, match="closed"):
+            refused()
+
+
+def test_closed_while_a_session_runs_and_let_go_with_it() -> None:
+    blob, x, want = _blob()
+    memory = MemoryBlob.copy(blob)
+    session = session_from_blob(memory, providers=["CPUExecutionProvider"])
+    memory.close()  # the session keeps what it reads; the rest goes now
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+    del session
+    gc.collect()
+    assert "memfd:onnx-cooker-blob" not in Path("/proc/self/maps").read_text()  # though `memory` lives
+
+
+def test_a_decompressing_stream_is_read_through_its_own_positions(tmp_path: Path) -> None:
+    """gzip hands out its file's descriptor, whose positions are not the stream's: read, not sent."""
+    blob, x, want = _blob()
+    path = tmp_path / "blob.ocb.gz"
+    with gzip.open(path, "wb") as packed:
+        packed.write(blob)
+    with gzip.open(path, "rb") as stream:
+        memory = MemoryBlob.read(stream, len(blob))  # type: ignore[arg-type]
+    session = session_from_blob(memory, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_size_no_model_can_have_is_refused_before_anything_is_allocated() -> None:
+    with pytest.raises(BlobTooLargeError, match="max_model_size"):
+        MemoryBlob.read(io.BytesIO(b"abc"), 1 << 50)
 
 
 def test_a_blob_decrypted_piece_by_piece_is_written_then_sealed() -> None:

@@ -188,7 +188,8 @@ def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: Blob
             return "it maps the blob file: Bundle.session's, not bytes in memory"
         if not model_file.by_name:
             return (
-                "onnxruntime would open the blob file by name, after its sha256 was checked (a signed bundle)"
+                "onnxruntime would open the blob file by name, which this load does not allow (a signed "
+                "bundle's checked file, or a MemoryBlob's memfd, which has no name in a folder)"
             )
         if installed not in MAPPED_VERSIONS:
             return f"onnxruntime {version} is not one of the versions proven to resolve its references"

@@ -5,15 +5,17 @@ read that way are anonymous memory, which onnxruntime cannot map: from ``bytes``
 model is copied once more, into a memfd (``ort-mapped``; 268 MB: 80-110 ms here, and the copy stays
 for the session's life beside the caller's blob). ``MemoryBlob.read(stream, size)`` reads the blob
 straight into a memfd instead (the same one read), and ``session_from_blob`` hands that file to
-onnxruntime the way ``Bundle.session`` hands it a blob file: the flatbuffer, which leads the blob,
-is mapped in place (``/proc/self/fd/N``), so nothing is copied and the blob's pages are the
-session's. ONNX weights go in place as from ``bytes`` (onnxruntime cannot open a memfd by name, so
-``onnx-mapped`` is not used). A ``MemoryBlob`` is checked once, when it is sealed (its CRC-32s
-included): a sealed memfd cannot change after, so its loads read no byte to check it again.
+onnxruntime the way ``Bundle.session`` hands it a blob file: a raw flatbuffer, which leads the
+blob, is mapped in place (``/proc/self/fd/N``), so nothing is copied and the blob's pages are the
+session's (a zstd-coded graph is decoded into a memfd of its own, as from bytes). ONNX weights go
+in place as from ``bytes`` (onnxruntime cannot open a memfd by name, so ``onnx-mapped`` is not
+used). A ``MemoryBlob`` is checked once, when it is sealed (its CRC-32s included); once the kernel
+has sealed the memfd it cannot change, so its loads read no byte to check it again (where sealing
+is refused, every load checks the raw content as from bytes).
 
-The memfd is RAM, never disk, and only this process holds it. Once filled it is sealed (no write,
-shrink or grow): what the loader checked is what onnxruntime reads. Without memfds (Windows, macOS)
-the blob is a ``bytearray`` and loads as ``bytes`` do.
+The memfd is memory (shared memory: swapped like the rest where there is swap), never a file on a
+disk, and only this process holds it. Without memfds (Windows, macOS) the blob is a ``bytearray``
+and loads as ``bytes`` do.
 """
 
 from __future__ import annotations
@@ -22,31 +24,43 @@ import io
 import mmap
 import os
 import stat
+import threading
 import weakref
 from typing import BinaryIO
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, check_blob
-from .errors import BundleError, TruncatedBlobError
+from .errors import BlobTooLargeError, BundleError, TruncatedBlobError
 from .files import _seal, has_memfd, map_file
+from .header import MAX_HEADER_SIZE
 from .loadpaths import BlobFile
 
-CHUNK = 4 << 20  # bytes read at a time from a stream that is not a regular file
+CHUNK = 4 << 20  # bytes read at a time from a stream that is not a plain file
+_SEALS = ("F_SEAL_WRITE", "F_SEAL_SHRINK", "F_SEAL_GROW")
 
 
 class MemoryBlob:
     """One blob in RAM, for ``session_from_blob``: make it with ``read`` (from a stream) or ``copy``
-    (from bytes). Sessions made from it keep it alive; ``close`` frees it once no session uses it."""
+    (from bytes). Sessions made from it keep what they use alive; ``close`` lets it go."""
 
-    def __init__(self, size: int) -> None:
-        """An empty blob of ``size`` bytes: fill ``writable()``, then ``seal()``."""
+    def __init__(self, size: int, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE) -> None:
+        """An empty blob of ``size`` bytes: fill it (``write`` or ``writable``), then ``seal()``.
+        ``BlobTooLargeError`` before anything is allocated if no model under ``max_model_size``
+        makes a blob that large."""
         if size < 0:
             raise ValueError(f"a blob size is >= 0, not {size}")
+        if size > max_model_size + (max_model_size >> 8) + MAX_HEADER_SIZE:
+            raise BlobTooLargeError(
+                f"a blob of {size:,} bytes holds a model over max_model_size ({max_model_size:,} bytes); "
+                "check the size given, or raise max_model_size"
+            )
         self.size = size
         self._fd: int | None = None
         self._buffer: bytearray | None = None
         self._mapping: mmap.mmap | None = None
         self._sealed = False
         self._closed = False
+        self._kernel_sealed = False  # the memfd refuses writes: loads need not check it again
+        self._lock = threading.Lock()  # close() against a load taking its own descriptor
         if size and has_memfd():
             fd = os.memfd_create("onnx-cooker-blob", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
             try:
@@ -64,10 +78,11 @@ class MemoryBlob:
         """The next ``size`` bytes of ``stream`` (a file, an archive entry: anything with
         ``readinto``), read into RAM once and sealed; ``TruncatedBlobError`` if the stream ends
         first, or another ``BundleError`` if the bytes are not a sound blob (see ``seal``). From a
-        regular file the kernel copies them into the memfd (``sendfile``); from
-        anything else they go through a 4 MiB buffer. (Through a mapping of the memfd every page
-        would fault on its first write: 268 MB took 1.7 s here, against 0.1-0.2 s by ``write``.)"""
-        blob = cls(size)
+        plain file the kernel copies them into the memfd (``sendfile``); from anything else (an
+        archive's entry, a decompressing stream) they go through a 4 MiB buffer. (Through a mapping
+        of the memfd every page would fault on its first write: 268 MB took 1.7 s here, against
+        0.1-0.2 s by ``write``.)"""
+        blob = cls(size, max_model_size=max_model_size)
         try:
             filled = blob._send(stream, size)
             if filled < size:
@@ -89,14 +104,17 @@ class MemoryBlob:
         return blob
 
     def _send(self, stream: BinaryIO, size: int) -> int:
-        """Bytes copied by the kernel from ``stream``'s file into the memfd (0 where it cannot)."""
-        if self._fd is None or not hasattr(os, "sendfile"):
+        """Bytes copied by the kernel from ``stream``'s file into the memfd (0 where it cannot): only
+        for a plain file object, whose position is a position in that file (a gzip or archive-entry
+        stream may hand out its archive's descriptor, with positions of its own)."""
+        raw = stream.raw if isinstance(stream, io.BufferedReader | io.BufferedRandom) else stream
+        if self._fd is None or not hasattr(os, "sendfile") or not isinstance(raw, io.FileIO):
             return 0
         try:
             source, start = stream.fileno(), stream.tell()
             if not stat.S_ISREG(os.fstat(source).st_mode):
                 return 0
-        except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        except (OSError, ValueError):
             return 0
         sent = 0
         try:
@@ -115,8 +133,7 @@ class MemoryBlob:
         """Put ``data`` at ``offset`` of the blob, before ``seal``: for bytes made piece by piece (a
         blob decrypted or decompressed from its archive 4 MiB at a time) without the page faults
         of ``writable``."""
-        if self._sealed or self._closed:
-            raise BundleError("this MemoryBlob is sealed: its bytes can no longer change")
+        self._unsealed()
         view = memoryview(data).cast("B")
         if offset < 0 or offset + len(view) > self.size:
             raise ValueError(f"{len(view):,} bytes at {offset:,} do not fit a blob of {self.size:,}")
@@ -138,7 +155,7 @@ class MemoryBlob:
         """A sealed copy of ``data`` (one copy, the one ``session_from_blob(bytes)`` would make for
         an ORT-format model anyway, made once for all its sessions)."""
         source = memoryview(data).cast("B")
-        blob = cls(len(source))
+        blob = cls(len(source), max_model_size=max_model_size)
         try:
             for start in range(0, len(source), CHUNK << 8):
                 blob._write(source[start : start + (CHUNK << 8)], start)
@@ -148,11 +165,16 @@ class MemoryBlob:
         blob.seal(max_model_size=max_model_size)
         return blob
 
-    def writable(self) -> memoryview:
-        """The blob's bytes to fill in place, until ``seal`` (release the view first). Slower than
-        ``read`` for large blobs: each page of the memfd faults on its first write."""
+    def _unsealed(self) -> None:
+        if self._closed:
+            raise BundleError("this MemoryBlob was closed")
         if self._sealed:
             raise BundleError("this MemoryBlob is sealed: its bytes can no longer change")
+
+    def writable(self) -> memoryview:
+        """The blob's bytes to fill in place, until ``seal`` (release the view first). Slower than
+        ``write`` for large blobs: each page of the memfd faults on its first write."""
+        self._unsealed()
         if self._fd is not None:
             if self._mapping is None:
                 self._mapping = mmap.mmap(self._fd, self.size)  # shared and writable until sealed
@@ -163,52 +185,66 @@ class MemoryBlob:
     def seal(self, *, max_model_size: int = DEFAULT_MAX_MODEL_SIZE) -> None:
         """No change from now on: a writable mapping goes, the memfd is sealed against write, shrink
         and grow, the bytes are mapped read-only, and the blob is checked as ``session_from_blob``
-        checks it, its CRC-32s included (a ``BundleError`` closes it): its loads check no byte again."""
+        checks it, its CRC-32s included (a ``BundleError`` closes it)."""
+        if self._closed:
+            raise BundleError("this MemoryBlob was closed")
         if self._sealed:
             return
         if self._fd is not None:
             if self._mapping is not None:
-                self._mapping.close()  # F_SEAL_WRITE is refused while a writable shared mapping exists
+                try:
+                    self._mapping.close()  # F_SEAL_WRITE is refused while a writable shared mapping exists
+                except BufferError:
+                    raise BundleError("release the views writable() gave before seal()") from None
             _seal(self._fd)
+            self._kernel_sealed = _sealed_against_writes(self._fd)
             self._mapping = map_file(self._fd, self.size, populate=True)
         self._sealed = True
-        try:  # every check once, the CRC-32s of raw content included: sealed, nothing changes after
-            check_blob(self.data, max_model_size=max_model_size, check_raw=True).release()
+        data = self._mapping if self._mapping is not None else memoryview(self._buffer or b"")
+        try:  # every check once, the CRC-32s of raw content included
+            check_blob(data, max_model_size=max_model_size).release()
         except BaseException:
             self.close()
             raise
 
     @property
-    def data(self) -> mmap.mmap | memoryview:
-        """The sealed bytes, read-only."""
-        if self._closed:
-            raise BundleError("this MemoryBlob was closed: read the blob again to load it")
-        if not self._sealed:
-            raise BundleError("seal() this MemoryBlob before loading it: it is still being written")
-        if self._mapping is not None:
-            return self._mapping
-        assert self._buffer is not None
-        return memoryview(self._buffer).toreadonly()
+    def unchanging(self) -> bool:
+        """Whether the kernel refuses every change to the sealed bytes (a sealed memfd): its loads
+        need not check them again. Without it (no memfd, or sealing refused) each load checks the
+        raw content's CRC-32s, as from bytes."""
+        return self._kernel_sealed
 
-    def model_file(self) -> BlobFile | None:
-        """The memfd as the blob file onnxruntime may map itself (never by name: a memfd has none
-        onnxruntime can resolve in a folder), or None without a memfd."""
-        if self._fd is None:
-            return None
-        return BlobFile(self._fd, f"/proc/self/fd/{self._fd}", by_name=False)
+    def borrow(self) -> tuple[memoryview, BlobFile | None]:
+        """For one load: a view of the sealed bytes and, with a memfd, a descriptor of its own (a
+        duplicate: ``close`` cannot free the file under a load that names it; the caller closes it)."""
+        with self._lock:
+            if self._closed:
+                raise BundleError("this MemoryBlob was closed: read the blob again to load it")
+            if not self._sealed:
+                raise BundleError("seal() this MemoryBlob before loading it: it is still being written")
+            if self._mapping is None:
+                assert self._buffer is not None
+                return memoryview(self._buffer).toreadonly(), None
+            view = memoryview(self._mapping)
+            if self._fd is None:
+                return view, None
+            fd = os.dup(self._fd)
+            return view, BlobFile(fd, f"/proc/self/fd/{fd}", by_name=False)
 
     def close(self) -> None:
-        """Free the blob: its mapping (left to go with the last session that still reads it) and
-        the memfd's descriptor (onnxruntime's own mapping of it keeps the pages it needs)."""
-        self._closed = True
-        if self._mapping is not None and not self._mapping.closed:
-            try:
-                self._mapping.close()
-            except BufferError:  # a session still reads it: unmapped when the session goes
-                pass
-        if self._fd is not None:
-            self._closer()
-            self._fd = None
+        """Let the blob go: what no session uses is freed now (its mapping, once no load or session
+        holds a view of it; the memfd once onnxruntime's own mappings of it are gone)."""
+        with self._lock:
+            self._closed = True
+            mapping, self._mapping, self._buffer = self._mapping, None, None
+            if mapping is not None and not mapping.closed:
+                try:
+                    mapping.close()
+                except BufferError:  # a session still reads it: unmapped when the session goes
+                    pass
+            if self._fd is not None:
+                self._closer()
+                self._fd = None
 
     def __len__(self) -> int:
         return self.size
@@ -218,3 +254,15 @@ class MemoryBlob:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sealed_against_writes(fd: int) -> bool:
+    try:
+        import fcntl
+
+        wanted = 0
+        for name in _SEALS:
+            wanted |= getattr(fcntl, name)
+        return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & wanted == wanted
+    except (ImportError, AttributeError, OSError):
+        return False

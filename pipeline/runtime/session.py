@@ -119,16 +119,11 @@ def session_from_blob(
     report = progress or no_progress
     extra = (ep_libraries, devices)
     report("decompress", 0.0)
-    memory = data if isinstance(data, MemoryBlob) else None
-    checked = check_blob(
-        memory.data if memory else data, max_model_size=max_model_size, threads=threads, check_raw=False
-    )
-    if memory is not None:  # checked when it was sealed (CRC-32s too): it cannot have changed since
-        session = _session(
-            checked, providers, session_options, low_memory, report, load_path, memory.model_file(), *extra
+    if isinstance(data, MemoryBlob):
+        return _memory_session(
+            data, providers, session_options, max_model_size, threads, low_memory, report, load_path, extra
         )
-        session._onnx_cooker_keep.append(memory)  # type: ignore[attr-defined]
-        return session
+    checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=False)
     # The CRC-32s of raw content catch damage, not attacks (anyone can recompute them; hostile bytes
     # are refused by the layout checks above and by onnxruntime's own parsers): read them while
     # onnxruntime builds the session, which releases the GIL, instead of before it. 268 MB of
@@ -152,6 +147,33 @@ def session_from_blob(
         raise
     crc.result()  # damaged: the session goes, unreturned, and the caller gets ChecksumMismatchError
     return session
+
+
+def _memory_session(
+    memory: MemoryBlob,
+    providers: Sequence[ProviderSpec] | None,
+    session_options: onnxruntime.SessionOptions | None,
+    max_model_size: int,
+    threads: int | None,
+    low_memory: bool,
+    report: Progress,
+    load_path: str | None,
+    extra: tuple[Mapping[str, str | os.PathLike[str]] | None, DeviceSelection | None],
+) -> onnxruntime.InferenceSession:
+    """``session_from_blob`` of a ``MemoryBlob``: its memfd handed over as a blob file, through a
+    descriptor of this load's own; checked when it was sealed, so no byte again where the kernel
+    sealed it, else its raw content's CRC-32s again as from bytes."""
+    view, model_file = memory.borrow()
+    try:
+        checked = check_blob(view, max_model_size=max_model_size, threads=threads, check_raw=False)
+        if not memory.unchanging:
+            checked.check_raw(threads=threads)
+        return _session(
+            checked, providers, session_options, low_memory, report, load_path, model_file, *extra
+        )
+    finally:
+        if model_file is not None:
+            os.close(model_file.fd)  # onnxruntime opened (and mapped or read) the memfd itself
 
 
 def session_from_checked(
