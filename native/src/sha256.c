@@ -51,18 +51,19 @@ __attribute__((target("sha,sse4.1"))) static void blocks_sha_ni(uint32_t state[8
         OC_ROUNDS(w1, 1);
         OC_ROUNDS(w2, 2);
         OC_ROUNDS(w3, 3);
-        OC_NEXT(w0, w1, w2, w3); OC_ROUNDS(w0, 4);
-        OC_NEXT(w1, w2, w3, w0); OC_ROUNDS(w1, 5);
-        OC_NEXT(w2, w3, w0, w1); OC_ROUNDS(w2, 6);
-        OC_NEXT(w3, w0, w1, w2); OC_ROUNDS(w3, 7);
-        OC_NEXT(w0, w1, w2, w3); OC_ROUNDS(w0, 8);
-        OC_NEXT(w1, w2, w3, w0); OC_ROUNDS(w1, 9);
-        OC_NEXT(w2, w3, w0, w1); OC_ROUNDS(w2, 10);
-        OC_NEXT(w3, w0, w1, w2); OC_ROUNDS(w3, 11);
-        OC_NEXT(w0, w1, w2, w3); OC_ROUNDS(w0, 12);
-        OC_NEXT(w1, w2, w3, w0); OC_ROUNDS(w1, 13);
-        OC_NEXT(w2, w3, w0, w1); OC_ROUNDS(w2, 14);
-        OC_NEXT(w3, w0, w1, w2); OC_ROUNDS(w3, 15);
+#define OC_SIXTEEN(i) /* rounds 4i..4i+15, the next sixteen words first */                   \
+    OC_NEXT(w0, w1, w2, w3);                                                                 \
+    OC_ROUNDS(w0, i);                                                                        \
+    OC_NEXT(w1, w2, w3, w0);                                                                 \
+    OC_ROUNDS(w1, (i) + 1);                                                                  \
+    OC_NEXT(w2, w3, w0, w1);                                                                 \
+    OC_ROUNDS(w2, (i) + 2);                                                                  \
+    OC_NEXT(w3, w0, w1, w2);                                                                 \
+    OC_ROUNDS(w3, (i) + 3)
+        OC_SIXTEEN(4);
+        OC_SIXTEEN(8);
+        OC_SIXTEEN(12);
+#undef OC_SIXTEEN
 #undef OC_NEXT
 #undef OC_ROUNDS
         abef = _mm_add_epi32(abef, saved_abef);

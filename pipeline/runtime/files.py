@@ -74,9 +74,7 @@ def memfd_with(checked: CheckedBlob) -> int:
         os.ftruncate(fd, size)
         extent = checked.extent("graph")
         if extent is not None:
-            written = 0
-            while written < size:
-                written += os.pwrite(fd, extent[written : written + (1 << 30)], written)
+            pwrite_all(fd, extent, 0)
         elif size:
             mapping = mmap.mmap(fd, size)
             try:
@@ -91,6 +89,13 @@ def memfd_with(checked: CheckedBlob) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked: over 2 GB, always)."""
+    written = 0
+    while written < len(data):
+        written += os.pwrite(fd, data[written : written + (1 << 30)], offset + written)
 
 
 def _seal(fd: int) -> None:

@@ -30,7 +30,7 @@ from typing import BinaryIO
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, check_blob
 from .errors import BlobTooLargeError, BundleError, TruncatedBlobError
-from .files import _seal, has_memfd, map_file
+from .files import _seal, has_memfd, map_file, pwrite_all
 from .header import MAX_HEADER_SIZE
 from .loadpaths import BlobFile
 
@@ -144,9 +144,7 @@ class MemoryBlob:
             assert self._buffer is not None
             self._buffer[offset : offset + len(data)] = data
             return
-        written = 0
-        while written < len(data):
-            written += os.pwrite(self._fd, data[written:], offset + written)
+        pwrite_all(self._fd, data, offset)
 
     @classmethod
     def copy(
@@ -157,8 +155,7 @@ class MemoryBlob:
         source = memoryview(data).cast("B")
         blob = cls(len(source), max_model_size=max_model_size)
         try:
-            for start in range(0, len(source), CHUNK << 8):
-                blob._write(source[start : start + (CHUNK << 8)], start)
+            blob._write(source, 0)
         except BaseException:
             blob.close()
             raise
