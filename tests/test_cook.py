@@ -267,22 +267,6 @@ def test_model_failing_the_checker_is_refused(tmp_path: Path) -> None:
         cook(job_for(assets, "bad", shipped_settings("android"), tmp_path / "build"))
 
 
-def test_symbolic_dim_without_a_size_says_how_to_fix(tmp_path: Path) -> None:
-    model = relu_model(17)
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    assets = tmp_path / "assets"
-    save(model, assets, "dyn")
-    with pytest.raises(
-        VerifyError, match=r"symbolic dimension 'batch'.*verify_dims.*dyn\.cook\.yaml.*dyn\.inputs\.npz"
-    ):
-        cook(job_for(assets, "dyn", shipped_settings("ios"), tmp_path / "build"))
-    entry = cook(
-        job_for(assets, "dyn", shipped_settings("ios", verify_dims={"batch": 3}), tmp_path / "build")
-    )
-    assert entry["inputs"][0]["shape"] == ["batch", 3]
-
-
 def test_sample_inputs_with_wrong_keys_are_refused(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
     save(relu_model(17), assets, "relu")

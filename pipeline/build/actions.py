@@ -75,7 +75,8 @@ def _summary(entry: Mapping[str, Any]) -> str:
     verification = entry["verification"]
     if "outputs" in verification:
         worst = max((o["max_abs"] for o in verification["outputs"]), default=0.0)
-        checked = f"verified ({verification['inputs']} inputs), max abs error {worst:.2g}"
+        dims = "".join(f", {d}={n}" for d, n in verification.get("default_dims", {}).items())
+        checked = f"verified ({verification['inputs']} inputs{dims}), max abs error {worst:.2g}"
     else:
         checked = "NOT verified (verify: false)"
     size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"

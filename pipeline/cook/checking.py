@@ -26,11 +26,14 @@ from pipeline.cook.precision import accuracy as precision_accuracy
 from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead
 from pipeline.cook.verify import (
+    DEFAULT_DIM_SIZE,
     as_input_types,
+    default_dims_hint,
     load_inputs,
     reference_outputs,
     rounding_noise,
     synthesize_inputs,
+    unsized_dims,
     verify,
 )
 from pipeline.errors import ModelError, VerifyError
@@ -41,15 +44,30 @@ from pipeline.settings.precision_options import resolved as resolved_options
 from pipeline.steptimes import step
 
 
-def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str]:
+def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str, list[str]]:
+    """The verification inputs, where they come from (the .inputs.npz file's name, or
+    "synthesized"), and the symbolic dims synthesized at DEFAULT_DIM_SIZE for want of a size."""
     asset = job.asset
     if asset.inputs_path is not None:
         feeds = load_inputs(asset.inputs_path, model, read.data[asset.inputs_path])
-        return as_input_types(model, feeds), asset.inputs_path.name
-    settings_hint = str(asset.settings_path or asset.path.with_suffix(".cook.yaml"))
-    inputs_hint = str(asset.path.with_suffix(".inputs.npz"))
+        return as_input_types(model, feeds), asset.inputs_path.name, []
+    settings_hint, inputs_hint = _hints(job)
     dims = dict(job.settings.verify_dims)
-    return synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint), "synthesized"
+    feeds = synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint)
+    return feeds, "synthesized", unsized_dims(model, dims)
+
+
+def _hints(job: CookJob) -> tuple[str, str]:
+    """Where the model's settings file is (or would be), and where its sample inputs would be."""
+    settings = job.asset.settings_path or job.asset.path.with_suffix(".cook.yaml")
+    return str(settings), str(job.asset.path.with_suffix(".inputs.npz"))
+
+
+def _cannot_run(job: CookJob, what: str, exc: BaseException, defaulted: list[str]) -> ModelError:
+    """onnxruntime failed on the verification inputs; where some of their dims were guessed, say so."""
+    settings_hint, inputs_hint = _hints(job)
+    hint = f"; {default_dims_hint(defaulted, inputs_hint, settings_hint)}" if defaulted else ""
+    return ModelError(f"onnxruntime cannot run {what} on the verification inputs: {exc}{hint}")
 
 
 def verify_blob(
@@ -60,20 +78,19 @@ def verify_blob(
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
     with step("verify: the source's outputs"):
-        feeds, origin = feeds_for(job, model, read)
+        feeds, origin, defaulted = feeds_for(job, model, read)
         refuse_meaningless(feeds, origin)
         try:
             memo = reference_memo_dir(job.platform_dir.parent)
             reference = reference_outputs(model, feeds, job.platform_dir, memo)
         except Exception as exc:  # onnxruntime errors on the source itself
-            raise ModelError(
-                f"onnxruntime cannot run the source model on the verification inputs: {exc}"
-            ) from None
+            raise _cannot_run(job, "the source model", exc, defaulted) from None
         noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}
     with step("verify: the cooked blob, through the loader"):
         results = verify(blob, reference, feeds, settings, noise)
     report = {
         "inputs": origin,
+        **({"default_dims": dict.fromkeys(defaulted, DEFAULT_DIM_SIZE)} if defaulted else {}),
         "rtol": settings.rtol,
         "atol": settings.atol,
         "scale": settings.verify_scale,
@@ -138,7 +155,7 @@ def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) ->
             calibration = load_calibration(asset.calib_path, read.data[asset.calib_path])
             origin = asset.calib_path.name
         else:  # no real inputs: the verification inputs, and the manifest says so
-            feeds, inputs = feeds_for(job, model, read)
+            feeds, inputs, _ = feeds_for(job, model, read)
             calibration, origin = [feeds], f"the verification inputs ({inputs}); no {asset.name}.calib.npz"
     return convert_precision(
         model,
@@ -156,15 +173,13 @@ def accuracy_gate(
 ) -> dict[str, Any]:
     """The variant against the fp32 source on the verification inputs; fails the cook past the gate."""
     settings = job.settings
-    feeds, origin = feeds_for(job, source, read)
+    feeds, origin, defaulted = feeds_for(job, source, read)
     refuse_meaningless(feeds, origin)
     try:
         want = reference_outputs(source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
         got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
     except Exception as exc:  # onnxruntime errors on either model
-        raise ModelError(
-            f"onnxruntime cannot run the source or its {settings.precision} variant: {exc}"
-        ) from None
+        raise _cannot_run(job, f"the source or its {settings.precision} variant", exc, defaulted) from None
     rows = precision_accuracy(want, got)
     defaults = DEFAULT_GATES[settings.precision]
     limits = {

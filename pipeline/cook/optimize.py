@@ -15,6 +15,7 @@ import onnxruntime
 
 from pipeline.cook.facts import onnx_graphs
 from pipeline.cook.large import session_input, tensor_bytes
+from pipeline.cook.ortschema import fbs
 from pipeline.errors import ModelError
 from pipeline.runtime.constants import Arch, ModelFormat, OptimizationStyle
 from pipeline.settings.resolve import CookSettings
@@ -27,6 +28,12 @@ LEVELS = {
     "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+# The ORT format stores tensors of the element types its schema lists (onnxruntime 1.24-1.32: up to
+# FLOAT8E5M2FNUZ). onnxruntime writes a model with an INT4, UINT4 or FLOAT4E2M1 initializer in it
+# all the same, then refuses it at load ("Unsupported tensor data type '<unknown>'").
+ORT_TENSOR_TYPES = frozenset(
+    value for key, value in vars(fbs.TensorDataType.TensorDataType).items() if key.isupper() and value
+)
 
 
 def disabled_optimizers(settings: CookSettings) -> list[str]:
@@ -55,6 +62,16 @@ def optimize_large(
 ) -> onnx.ModelProto:
     """``optimize`` for an ONNX-format model over protobuf's 2 GB limit: the optimized model is saved
     with external data and returned as a proto holding its weights in memory."""
+    if settings.format == ModelFormat.ORT and (unstorable := _tensors_ort_cannot_hold(model)):
+        more = f" and {len(unstorable) - 5} more" if len(unstorable) > 5 else ""
+        raise ModelError(
+            f"the ORT format of onnxruntime {onnxruntime.__version__} cannot hold tensors of the type of "
+            f"{', '.join(unstorable[:5])}{more} (onnxruntime writes such a model but refuses to load it); "
+            "store 4-bit weights as onnxruntime's quantizer does by default (MatMulNBits, packed in "
+            "uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), or as int8, or leave this "
+            "platform out with `skip_platforms` in the model's .cook.yaml"
+            + ("" if settings.reduced_build else " (or cook the model as ONNX here: `format: onnx`)")
+        )
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
@@ -106,6 +123,27 @@ def _run(
         ) from None
 
 
+def _tensors_ort_cannot_hold(model: onnx.ModelProto) -> list[str]:
+    """'name (TYPE)' of each initializer or Constant value whose element type the ORT format lacks."""
+    nodes = [*model.graph.node, *(node for function in model.functions for node in function.node)]
+    graphs = [model.graph]
+    for node in nodes:  # subgraphs of function bodies too (onnx_graphs walks the main graph's)
+        graphs += [g for a in node.attribute for g in (a.g, *a.graphs) if a.type in _GRAPH_ATTRIBUTES]
+    tensors: list[onnx.TensorProto] = []
+    for graph in {id(g): g for root in graphs for g in onnx_graphs(root)}.values():
+        tensors += [*graph.initializer, *(sparse.values for sparse in graph.sparse_initializer)]
+        nodes += graph.node if graph is not model.graph else []
+    tensors += [a.t for n in nodes if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
+    return [
+        f"{t.name or '(a Constant)'} ({onnx.TensorProto.DataType.Name(t.data_type)})"
+        for t in tensors
+        if t.data_type not in ORT_TENSOR_TYPES
+    ]
+
+
+_GRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
 def _hint(message: str) -> str:
     """The fix for onnxruntime failures whose own message names none."""
     unknown = re.search(r"(\S+):(\S+)\(-?\d+\) is not a registered function/op", message)
@@ -135,6 +173,16 @@ def optimize(
     onnxruntime only writes optimized models to a file: a temp folder in ``work_dir`` (the build
     folder, where the next manifest write sweeps what a killed cook left) holds it meanwhile.
     """
+    if settings.format == ModelFormat.ORT and (unstorable := _tensors_ort_cannot_hold(model)):
+        more = f" and {len(unstorable) - 5} more" if len(unstorable) > 5 else ""
+        raise ModelError(
+            f"the ORT format of onnxruntime {onnxruntime.__version__} cannot hold tensors of the type of "
+            f"{', '.join(unstorable[:5])}{more} (onnxruntime writes such a model but refuses to load it); "
+            "store 4-bit weights as onnxruntime's quantizer does by default (MatMulNBits, packed in "
+            "uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), or as int8, or leave this "
+            "platform out with `skip_platforms` in the model's .cook.yaml"
+            + ("" if settings.reduced_build else " (or cook the model as ONNX here: `format: onnx`)")
+        )
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:

@@ -1,0 +1,189 @@
+"""Classes of third-party models a new user cooks first, with no .cook.yaml: a symbolic batch and
+sequence, string inputs, 4-bit weights. Each cooks with the defaults, or fails naming the fix that
+works (and the fix is then applied and cooks)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.build.actions import _summary
+from pipeline.build.run_job import cook
+from pipeline.errors import ModelError, VerifyError
+from pipeline.layout import blob_path
+from pipeline.runtime import session_from_blob
+from tests.models import RNG_SEED, model_of
+from tests.test_cook import job_for, save, shipped_settings
+
+CPU = ["CPUExecutionProvider"]
+
+
+def embedding_model() -> onnx.ModelProto:
+    """ids [batch, seq] int64 -> mean of their embeddings [batch, 8]: both dims symbolic, as exporters
+    leave a batch and a sequence length."""
+    table = np.random.default_rng(RNG_SEED).standard_normal((32, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["e"]),
+            helper.make_node("ReduceMean", ["e"], ["y"], axes=[1], keepdims=0),
+        ],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    return model_of(graph, opset=17)
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_symbolic_dims_without_a_size_are_verified_at_one(tmp_path: Path, platform: str) -> None:
+    assets = tmp_path / "assets"
+    save(embedding_model(), assets, "emb")
+    entry = cook(job_for(assets, "emb", shipped_settings(platform), tmp_path / "build"))
+    verification = entry["verification"]
+    assert verification["default_dims"] == {"batch": 1, "seq": 1}
+    assert all(output["ok"] for output in verification["outputs"])
+    assert "(synthesized inputs, batch=1, seq=1)" in _summary(entry)
+    # verify_dims still wins where given; the dims it gives are not defaulted
+    entry = cook(job_for(assets, "emb", shipped_settings(platform, verify_dims={"seq": 5}), tmp_path / "b2"))
+    assert entry["verification"]["default_dims"] == {"batch": 1}
+
+
+def symbolic_conv_model() -> onnx.ModelProto:
+    """x [1, 3, height, width] -> a 3x3 convolution without padding: 1x1 cannot run it."""
+    weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        "symbolic_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "out_height", "out_width"])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    return model_of(graph, opset=17)
+
+
+def test_dims_at_one_that_cannot_run_the_model_name_the_dims_and_the_fix(tmp_path: Path) -> None:
+    """A 3x3 convolution without padding cannot run on 1x1: the error says which dims were taken as
+    1, and verify_dims (the fix it names) then cooks the model."""
+    assets = tmp_path / "assets"
+    save(symbolic_conv_model(), assets, "conv")
+    with pytest.raises(
+        ModelError,
+        match=r"cannot run the source model on the verification inputs: .*height=1, width=1.*"
+        r"verify_dims.*conv\.cook\.yaml.*conv\.inputs\.npz",
+    ):
+        cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
+    dims = {"height": 8, "width": 8}
+    entry = cook(
+        job_for(assets, "conv", shipped_settings("windows-dml", verify_dims=dims), tmp_path / "build")
+    )
+    assert "default_dims" not in entry["verification"] and entry["verification"]["outputs"][0]["ok"]
+
+
+def label_encoder_model() -> onnx.ModelProto:
+    """words [4] string -> ids [4] int64 (ai.onnx.ml LabelEncoder), beside a float MatMul."""
+    weight = np.random.default_rng(RNG_SEED).standard_normal((8, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "LabelEncoder",
+                ["words"],
+                ["ids"],
+                domain="ai.onnx.ml",
+                keys_strings=["0", "1", "cat"],
+                values_int64s=[10, 11, 12],
+                default_int64=-1,
+            ),
+            helper.make_node("MatMul", ["x", "w"], ["y"]),
+        ],
+        "strings",
+        [
+            helper.make_tensor_value_info("words", TensorProto.STRING, [4]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+        ],
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [4]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8]),
+        ],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_string_inputs_are_synthesized(tmp_path: Path, platform: str) -> None:
+    assets = tmp_path / "assets"
+    save(label_encoder_model(), assets, "words")
+    settings = shipped_settings(platform)
+    entry = cook(job_for(assets, "words", settings, tmp_path / "build"))
+    assert entry["verification"]["inputs"] == "synthesized"
+    assert [o["name"] for o in entry["verification"]["outputs"] if o["ok"]] == ["ids", "y"]
+    # the words drawn hit the encoder's keys, so the comparison of ids says something
+    session = session_from_blob(
+        blob_path(tmp_path / "build" / platform, "words", settings.format).read_bytes()
+    )
+    words = np.array(["1", "cat", "dog", "0"], dtype=object)
+    ids = session.run(["ids"], {"words": words, "x": np.zeros((1, 8), np.float32)})[0]
+    assert ids.tolist() == [11, 12, -1, 10]
+
+
+def int4_weights_model() -> onnx.ModelProto:
+    """x [1, 64] @ DequantizeLinear(int4 weights [64, 64]): weight-only 4-bit quantization in QDQ form."""
+    rng = np.random.default_rng(RNG_SEED)
+    weights = helper.make_tensor("w4", TensorProto.INT4, [64, 64], vals=rng.integers(-8, 8, 64 * 64).tolist())
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["w4", "scale"], ["w"]),
+            helper.make_node("MatMul", ["x", "w"], ["y"]),
+        ],
+        "int4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [weights, numpy_helper.from_array(np.array(0.01, np.float32), "scale")],
+    )
+    return model_of(graph, opset=21, ir_version=10)
+
+
+@pytest.mark.parametrize("platform", ["android", "console"])
+def test_int4_initializers_are_refused_for_the_ort_format_before_anything_is_written(
+    tmp_path: Path, platform: str
+) -> None:
+    """onnxruntime writes an ORT-format model holding an INT4 initializer and then refuses to load it
+    ("Unsupported tensor data type"): the cook refuses it first, naming the tensor and the fixes."""
+    assets = tmp_path / "assets"
+    save(int4_weights_model(), assets, "q4")
+    with pytest.raises(
+        ModelError, match=r"ORT format .* cannot hold .*w4 \(INT4\).*MatMulNBits.*skip_platforms"
+    ):
+        cook(job_for(assets, "q4", shipped_settings(platform), tmp_path / "build"))
+    assert not list((tmp_path / "build").rglob("*.ocb"))
+
+
+def test_a_model_onnxruntime_itself_runs_at_lower_precision_gets_the_verify_scale_that_passes(
+    tmp_path: Path,
+) -> None:
+    """onnxruntime's default optimizations turn DequantizeLinear(int4) + MatMul into MatMulNBits,
+    which rounds the activations to int8: the source itself moves by about 0.5% at the default level.
+    That is above what the noise rule lets the source's noise excuse, so the cook refuses; its message
+    says onnxruntime computes the source so too and gives a verify_scale, which then cooks."""
+    assets = tmp_path / "assets"
+    save(int4_weights_model(), assets, "q4")
+    with pytest.raises(VerifyError, match=r"onnxruntime's own default optimizations move") as failure:
+        cook(job_for(assets, "q4", shipped_settings("windows-dml"), tmp_path / "build"))
+    suggested = re.search(r"`verify_scale: ([0-9.e-]+)`", str(failure.value))
+    assert suggested, failure.value
+    scale = float(suggested.group(1))
+    assert 1e-3 < scale <= 0.1
+    entry = cook(
+        job_for(assets, "q4", shipped_settings("windows-dml", verify_scale=scale), tmp_path / "build")
+    )
+    assert entry["verification"]["outputs"][0]["ok"]
