@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ from runtime_helpers import (
     write_bundle,
 )
 
-from pipeline.runtime import SessionCreateError, load_info, open_bundle
+from pipeline.runtime import SessionCreateError, load_info, open_bundle, pager
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model, large_matmul_model, matmul_stack_model
 
@@ -244,3 +246,35 @@ def test_the_loaders_own_mapping_is_let_go_while_an_onnx_blob_is_built_in_place(
     # the same allocations (measured 1.65x): at least half the weights less.
     assert off["peak"] > 2.0 * size
     assert on["peak"] < off["peak"] - 0.5 * size
+
+
+def test_a_files_lock_serializes_its_loads_and_is_dropped_with_the_last(tmp_path: Path) -> None:
+    """Loads of one file wait for each other (a pager claims the one new mapping of its file); the
+    table keeps no entry once no load holds or waits for it (a game loads many memfds)."""
+    path = tmp_path / "blob"
+    with open(path, "wb") as file:
+        file.truncate(pager.PAGER_MIN)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        entered = threading.Event()
+
+        def second_load() -> None:
+            lock = pager.file_lock(fd)
+            assert lock is not None
+            with lock:
+                entered.set()
+
+        lock = pager.file_lock(fd)
+        assert lock is not None
+        with lock:
+            other = threading.Thread(target=second_load)
+            other.start()
+            assert not entered.wait(0.3)  # waits while the first load holds the file's lock
+            assert len(pager._LOCKS) == 1
+        other.join(10)
+        assert entered.is_set() and pager._LOCKS == {}
+        with open(tmp_path / "small", "wb") as small:
+            small.truncate(pager.PAGER_MIN - 1)
+            assert pager.file_lock(small.fileno()) is None
+    finally:
+        os.close(fd)

@@ -21,11 +21,13 @@ Linux only (``/proc/self/maps`` and ``madvise``); elsewhere ``start`` returns No
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
 # From this size of blob file the pager runs: below it the thread and its scans cost more than the
 # pages weigh (the native loader's threshold; docs/native.md).
@@ -76,11 +78,22 @@ def _onnxruntimes(found: list[tuple[int, int, str, int]], size: int) -> list[tup
     return [(a, b) for a, b, perms, offset in found if perms == "rw-p" and offset == 0 and b - a >= size]
 
 
-_LOCKS: dict[tuple[int, int], threading.Lock] = {}
+class _FileLock:
+    """One file's lock, and how many loads hold or wait for it: the entry leaves ``_LOCKS`` with the
+    last of them (a game that loads many memfds or re-cooked blobs keeps no lock per file)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
+_LOCKS: dict[tuple[int, int], _FileLock] = {}
 _LOCKS_LOCK = threading.Lock()
 
 
-def file_lock(fd: int) -> threading.Lock | None:
+def file_lock(fd: int) -> contextlib.AbstractContextManager[None] | None:
     """The lock that loads of the file open as ``fd`` hold while onnxruntime maps it, where a pager
     may run (files from ``PAGER_MIN``, on Linux): a pager claims the one mapping of the file that
     appears during its load, so no other load of that file may map it meanwhile (see ``Pager``)."""
@@ -92,8 +105,22 @@ def file_lock(fd: int) -> threading.Lock | None:
         return None
     if st.st_size < PAGER_MIN:
         return None
+    return _holding((st.st_dev, st.st_ino))
+
+
+@contextlib.contextmanager
+def _holding(key: tuple[int, int]) -> Iterator[None]:
     with _LOCKS_LOCK:
-        return _LOCKS.setdefault((st.st_dev, st.st_ino), threading.Lock())
+        entry = _LOCKS.setdefault(key, _FileLock())
+        entry.users += 1
+    try:
+        with entry.lock:
+            yield
+    finally:
+        with _LOCKS_LOCK:
+            entry.users -= 1
+            if not entry.users:
+                del _LOCKS[key]
 
 
 class Pager:
