@@ -1147,3 +1147,65 @@ def test_migraphx_and_tensorrt_rtx_go_by_the_short_names_onnxruntime_knows(
             )
         else:
             assert f"{short} execution provider is not supported in this build" in message, message
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_oc_run_feeds_and_writes_string_tensors(native: Path, version: str, tmp_path: Path) -> None:
+    """Text models (a word -> id encoder, strings passed through) through oc-run, ONNX and ORT format:
+    numpy's '<U' files in, UTF-8 to onnxruntime and back, '<U' files out, non-ASCII and empty words
+    included; a string that is not Unicode is refused naming the input."""
+    from onnx import TensorProto, helper
+    from runtime_helpers import make_blob, to_ort_format
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "LabelEncoder",
+                ["words"],
+                ["ids"],
+                domain="ai.onnx.ml",
+                keys_strings=["cat", "h\u00e9", ""],
+                values_int64s=[1, 2, 3],
+                default_int64=-1,
+            ),
+            helper.make_node("Identity", ["words"], ["echo"]),
+        ],
+        "text",
+        [helper.make_tensor_value_info("words", TensorProto.STRING, [2, 3])],
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3]),
+            helper.make_tensor_value_info("echo", TensorProto.STRING, [2, 3]),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    model.ir_version = 8
+    source = model.SerializeToString()
+    folder = write_bundle(
+        tmp_path / "bundle",
+        {
+            "text_onnx": ("onnx", make_blob(source, "onnx", name="text_onnx")),
+            "text_ort": ("ort", make_blob(to_ort_format(source, tmp_path), "ort", name="text_ort")),
+        },
+    )
+    words = np.array([["cat", "h\u00e9", "\U0001f600 dog"], ["", "\u4e2d\u6587", "cat"]])
+    np.save(tmp_path / "words.npy", words)
+    for name in ("text_onnx", "text_ort"):
+        out = tmp_path / name
+        run_native(
+            [native / "oc-run", "--bundle", folder, "--model", name, "--ort", ort_library(version)]
+            + ["--in", tmp_path / "words.npy", "--out", out]
+        )
+        assert np.load(out / "ids.npy").tolist() == [[1, 2, -1], [3, -1, 1]], name
+        echo = np.load(out / "echo.npy")
+        assert echo.dtype.kind == "U" and echo.tolist() == words.tolist(), (name, echo)
+    (tmp_path / "surrogate.npy").write_bytes(
+        (tmp_path / "words.npy").read_bytes().replace("c".encode("utf-32-le"), b"\x00\xd8\x00\x00", 1)
+    )
+    refused = run_native(
+        [native / "oc-run", "--bundle", folder, "--model", "text_onnx", "--ort", ort_library(version)]
+        + ["--in", tmp_path / "surrogate.npy"],
+        check=False,
+    )
+    assert refused.returncode == 1 and "not a Unicode character" in refused.stderr, refused.stderr

@@ -294,6 +294,38 @@ static void test_hand_made(void) {
     REFUSE("{'descr': '<b1', 'fortran_order': False, 'shape': (2, 2), }\n", data, 4, "bool element 3");
     data[3] = 0;
 
+    /* strings: the width, then each code point (UCS-4, little-endian) */
+    REFUSE("{'descr': '<U0', 'fortran_order': False, 'shape': (), }\n", data, 0, "width must be 1 to");
+    REFUSE("{'descr': '<U01', 'fortran_order': False, 'shape': (), }\n", data, 4, "width must be 1 to");
+    REFUSE("{'descr': '<U1048577', 'fortran_order': False, 'shape': (0,), }\n", data, 0, "width must be 1 to");
+    REFUSE("{'descr': '<U2x', 'fortran_order': False, 'shape': (), }\n", data, 8, "width must be 1 to");
+    REFUSE("{'descr': '<U2', 'fortran_order': False, 'shape': (1099511627776,), }\n", data, 64, "truncated");
+    {
+        static const unsigned char surrogate[8] = {'a', 0, 0, 0, 0x00, 0xD8, 0, 0};
+        static const unsigned char past[8] = {0x00, 0x00, 0x11, 0x00, 0, 0, 0, 0};
+        static const unsigned char inner_nul[12] = {'a', 0, 0, 0, 0, 0, 0, 0, 'b', 0, 0, 0};
+        static const unsigned char padded[16] = {'a', 0, 0, 0, 0, 0, 0, 0, 'b', 0, 0, 0, 'c', 0, 0, 0};
+        REFUSE("{'descr': '<U2', 'fortran_order': False, 'shape': (), }\n", surrogate, 8, "0xd800 at code point 1");
+        REFUSE("{'descr': '<U2', 'fortran_order': False, 'shape': (), }\n", past, 8, "0x110000 at code point 0");
+        REFUSE("{'descr': '<U3', 'fortran_order': False, 'shape': (), }\n", inner_nul, 12, "NUL before code point 2");
+        /* 'a' padded with a NUL, then 'bc': two elements of width 2 */
+        path_in(path, sizeof path, "strings.npy");
+        make_npy(path, 1, 0, "{'descr': '<U2', 'fortran_order': False, 'shape': (2,), }\n", padded, 16);
+        CHECK(npy_read(path, &a, msg, sizeof msg) == 0 && a.elem_type == NPY_ONNX_STRING && a.item_size == 8,
+              "strings: %s", msg);
+        if (a.data) {
+            char *buffer = NULL;
+            const char **strings = NULL;
+            size_t count = 0;
+            CHECK(npy_strings_utf8(&a, &buffer, &strings, &count, msg, sizeof msg) == 0 && count == 2 &&
+                      strcmp(strings[0], "a") == 0 && strcmp(strings[1], "bc") == 0,
+                  "strings as UTF-8: %s", msg);
+            free(buffer);
+            free((void *)strings);
+        }
+        npy_free(&a);
+    }
+
     /* bad arguments */
     CHECK(npy_read(NULL, &a, msg, sizeof msg) != 0, "NULL path accepted");
     CHECK(npy_read(path, NULL, msg, sizeof msg) != 0, "NULL output accepted");
@@ -323,6 +355,25 @@ static void test_write_errors(void) {
     shape[1] = INT64_MAX;
     CHECK(npy_write(path, NPY_ONNX_FLOAT, shape, 2, f, 4, msg, sizeof msg) != 0 && strstr(msg, "overflow"), "overflow: %s", msg);
     shape[0] = 1;
+    {
+        static const char *const bad[] = {"\xC0\x80", "\xED\xA0\x80", "ok\xE2\x82", "\xF4\x90\x80\x80", "\x80",
+                                          "\xF8\x88\x80\x80\x80"};
+        const char *one[1];
+        size_t length[1];
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            one[0] = bad[i];
+            length[0] = strlen(bad[i]);
+            CHECK(npy_write_strings(path, shape, 1, one, length, 1, msg, sizeof msg) != 0 &&
+                      strstr(msg, "element 0 is not valid UTF-8"),
+                  "bad UTF-8 %lu: %s", (unsigned long)i, msg);
+        }
+        one[0] = "ab";
+        length[0] = 2;
+        shape[0] = 2;
+        CHECK(npy_write_strings(path, shape, 1, one, length, 1, msg, sizeof msg) != 0 && strstr(msg, "need"),
+              "count != shape: %s", msg);
+        shape[0] = 1;
+    }
     path_in(path, sizeof path, "no/such/dir/x.npy");
     CHECK(npy_write(path, NPY_ONNX_FLOAT, shape, 1, f, 4, msg, sizeof msg) != 0 && strstr(msg, "cannot create") &&
               strstr(msg, path) == msg,
@@ -381,7 +432,11 @@ static const char *gen_py =
     "refuse('bigendian', np.ones(3, '>f4'), 'big-endian')\n"
     "refuse('bigendian_i8', np.ones((2, 2), '>i8'), 'big-endian')\n"
     "refuse('complex', np.ones(3, np.complex64), 'unsupported dtype')\n"
-    "refuse('unicode', np.array(['ab', 'c']), 'unsupported dtype')\n"
+    "put('unicode', np.array([['ab', 'c', ''], ['h\\u00e9llo', '\\U0001f600x', 'z']]), 8)\n"
+    "put('unicode_0d', np.array('\\u4e2d\\u6587'), 8)\n"
+    "put('unicode_empty', np.zeros((2, 0), 'U3'), 8)\n"
+    "put('unicode_v2', np.array(['abc', 'de']), 8, (2, 0))\n"
+    "refuse('unicode_bigendian', np.array(['ab'], '>U2'), 'big-endian')\n"
     "refuse('bytes', np.array([b'ab', b'c']), 'unsupported dtype')\n"
     "refuse('object', np.array([1, 'a'], dtype=object), 'unsupported dtype')\n"
     "refuse('datetime', np.array(['2020-01-01'], 'datetime64[s]'), 'unsupported dtype')\n"
@@ -458,8 +513,11 @@ static void flip_sweep(const char *name) {
             bytes[pos] = values[v];
             write_file(tpath, bytes, len);
             if (npy_read(tpath, &a, msg, sizeof msg) == 0) {
-                size_t n = npy_elem_size(a.elem_type), i;
+                size_t n = a.item_size, i;
                 accepted++;
+                CHECK(a.elem_type == NPY_ONNX_STRING ? n % 4 == 0 && n > 0 : n == npy_elem_size(a.elem_type),
+                      "flip %lu=%02x: item size %lu of type %d", (unsigned long)pos, values[v], (unsigned long)n,
+                      a.elem_type);
                 for (i = 0; i < a.ndim; i++) n *= (size_t)a.shape[i];
                 CHECK(n == a.nbytes && a.data != NULL, "flip %lu=%02x: inconsistent array", (unsigned long)pos, values[v]);
                 npy_free(&a);
@@ -504,7 +562,7 @@ static void test_numpy_files(void) {
         count++;
     }
     fclose(f);
-    CHECK(count >= 12 * 6 + 6, "only %d numpy files", count);
+    CHECK(count >= 12 * 6 + 6 + 4, "only %d numpy files", count);
     printf("numpy-written files read: %d\n", count);
 
     path_in(path, sizeof path, "refused.txt");
@@ -530,8 +588,10 @@ static void test_numpy_files(void) {
     truncation_sweep("bool_v2");
     truncation_sweep("int16_v3");
     truncation_sweep("uint8_0d");
+    truncation_sweep("unicode");
     flip_sweep("float32");
     flip_sweep("int64_v2");
+    flip_sweep("unicode");
 }
 
 /* ---- files npy_write writes --------------------------------------------------------------- */
@@ -599,6 +659,47 @@ static void write_case(const char *name, int et, const int64_t *shape, size_t nd
     npy_free(&a);
 }
 
+/* Strings npy_write_strings writes, as numpy loads them (strings_py) and as npy_read reads them. */
+static const char *strings_py =
+    "import os, sys\n"
+    "import numpy as np\n"
+    "d = sys.argv[1]\n"
+    "want = open(os.path.join(d, 'ws.txt'), encoding='utf-8').read().split('\\n')[:-1]\n"
+    "a = np.load(os.path.join(d, 'ws.npy'), allow_pickle=False)\n"
+    "ok = a.shape == (2, 3) and a.dtype == np.dtype('<U5') and a.ravel().tolist() == want\n"
+    "e = np.load(os.path.join(d, 'ws_empty.npy'), allow_pickle=False)\n"
+    "ok = ok and e.shape == (0, 4) and e.dtype == np.dtype('<U1')\n"
+    "print('numpy loaded the strings npy_write_strings wrote:', 'same' if ok else (a, want))\n"
+    "sys.exit(0 if ok else 1)\n";
+
+static void test_write_strings(void) {
+    /* "héllo" is 5 code points (6 bytes); the emoji one code point (4 bytes) */
+    static const char *const text[] = {"h\xC3\xA9llo", "", "\xF0\x9F\x98\x80x", "a", "bc", "\xE4\xB8\xAD"};
+    size_t lengths[6], i, count = 0;
+    int64_t shape[2] = {2, 3}, empty[2] = {0, 4};
+    char path[512], msg[512], *buffer = NULL;
+    const char **strings = NULL;
+    npy_array a;
+    FILE *f;
+    for (i = 0; i < 6; i++) lengths[i] = strlen(text[i]);
+    path_in(path, sizeof path, "ws.npy");
+    CHECK(npy_write_strings(path, shape, 2, text, lengths, 6, msg, sizeof msg) == 0, "write strings: %s", msg);
+    CHECK(npy_read(path, &a, msg, sizeof msg) == 0 && a.item_size == 20 && a.ndim == 2, "read back: %s", msg);
+    CHECK(npy_strings_utf8(&a, &buffer, &strings, &count, msg, sizeof msg) == 0 && count == 6, "as UTF-8: %s", msg);
+    for (i = 0; strings && i < count; i++) CHECK(strcmp(strings[i], text[i]) == 0, "string %lu differs", (unsigned long)i);
+    free(buffer);
+    free((void *)strings);
+    npy_free(&a);
+    path_in(path, sizeof path, "ws_empty.npy");
+    CHECK(npy_write_strings(path, empty, 2, NULL, NULL, 0, msg, sizeof msg) == 0, "write no strings: %s", msg);
+    path_in(path, sizeof path, "ws.txt");
+    f = fopen(path, "w");
+    if (f) {
+        for (i = 0; i < 6; i++) fprintf(f, "%s\n", text[i]);
+        fclose(f);
+    }
+}
+
 static void test_write(void) {
     static const int types[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13};
     unsigned char buf[512];
@@ -647,6 +748,7 @@ static void test_write(void) {
     write_case("w_odd-name.x", NPY_ONNX_INT32, shape, 2, buf, 40);
     fclose(wman);
     wman = NULL;
+    test_write_strings();
 }
 
 static void remove_dir(void) {
@@ -687,6 +789,7 @@ int main(int argc, char **argv) {
         test_numpy_files();
         test_write();
         CHECK(run_python(python, "check.py", check_py) == 0, "numpy refused or disagreed with npy_write's files");
+        CHECK(run_python(python, "strings.py", strings_py) == 0, "numpy disagreed with npy_write_strings");
     }
     if (!getenv("NPY_TEST_KEEP")) remove_dir();
     else printf("files kept in %s\n", dir);

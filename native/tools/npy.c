@@ -50,7 +50,7 @@ size_t npy_elem_size(int elem_type) {
 
 const char *npy_elem_name(int elem_type) {
     const npy_type *t = type_of(elem_type);
-    return t ? t->name : NULL;
+    return t ? t->name : elem_type == NPY_ONNX_STRING ? "str" : NULL;
 }
 
 static int fail(char *msg, size_t msg_size, const char *path, const char *format, ...)
@@ -117,7 +117,20 @@ static int parse_string(parser *ps, char *out, size_t out_size, const char *what
     return 0;
 }
 
-static int parse_descr(parser *ps, int *elem_type) {
+/* '<U<n>' (numpy's str_ of n code points), n in 1..NPY_MAX_STRING_CHARS without a leading zero:
+ * the item size in bytes, or 0 when d is not such a dtype. */
+static size_t string_item_size(const char *d) {
+    size_t n = 0;
+    const char *p = d + 2;
+    if ((d[0] != '<' && d[0] != '|') || d[1] != 'U' || *p < '1' || *p > '9') return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        n = n * 10 + (size_t)(*p - '0');
+        if (n > NPY_MAX_STRING_CHARS) return 0;
+    }
+    return *p == '\0' ? 4 * n : 0;
+}
+
+static int parse_descr(parser *ps, npy_array *a) {
     char d[32];
     size_t i;
     skip_ws(ps);
@@ -132,7 +145,12 @@ static int parse_descr(parser *ps, int *elem_type) {
         if (t->size == 1 && d[0] == '<' && strcmp(d + 1, t->descr + 1) == 0) break;
     }
     if (i < NPY_TYPE_COUNT) {
-        *elem_type = npy_types[i].elem_type;
+        a->elem_type = npy_types[i].elem_type;
+        a->item_size = npy_types[i].size;
+        return 0;
+    }
+    if ((a->item_size = string_item_size(d)) != 0) {
+        a->elem_type = NPY_ONNX_STRING;
         return 0;
     }
     if (d[0] == '>' && d[1] != '\0')
@@ -140,8 +158,11 @@ static int parse_descr(parser *ps, int *elem_type) {
                     "dtype '%s' is big-endian; only little-endian data is supported "
                     "(save arr.astype(arr.dtype.newbyteorder('<')))",
                     d);
+    if ((d[0] == '<' || d[0] == '|') && d[1] == 'U')
+        return fail(ps->msg, ps->msg_size, ps->path, "string dtype '%s': the width must be 1 to %d code points", d,
+                    NPY_MAX_STRING_CHARS);
     return fail(ps->msg, ps->msg_size, ps->path,
-                "unsupported dtype '%s' (supported: <f4 <f8 <f2 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1)", d);
+                "unsupported dtype '%s' (supported: <f4 <f8 <f2 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1 <U<n>)", d);
 }
 
 static int parse_bool_word(parser *ps, int *value) {
@@ -231,7 +252,7 @@ static int parse_header(const char *text, size_t len, const char *path, npy_arra
         if (expect(&ps, ':', "after a key")) return 1;
         if (strcmp(key, "descr") == 0) {
             if (have_descr++) return fail(msg, msg_size, path, "bad header: 'descr' appears twice");
-            if (parse_descr(&ps, &out->elem_type)) return 1;
+            if (parse_descr(&ps, out)) return 1;
         } else if (strcmp(key, "fortran_order") == 0) {
             if (have_order++) return fail(msg, msg_size, path, "bad header: 'fortran_order' appears twice");
             if (parse_bool_word(&ps, &fortran)) return 1;
@@ -264,7 +285,7 @@ static int parse_header(const char *text, size_t len, const char *path, npy_arra
 /* Element count * item size, refusing any overflow (also of the product of the non-zero dims, so
  * that whoever multiplies the shape later cannot overflow either). */
 static int data_size(const npy_array *a, const char *path, size_t *nbytes, char *msg, size_t msg_size) {
-    size_t item = npy_elem_size(a->elem_type), i;
+    size_t item = a->elem_type == NPY_ONNX_STRING ? a->item_size : npy_elem_size(a->elem_type), i;
     uint64_t limit = (uint64_t)INT64_MAX < (uint64_t)SIZE_MAX ? (uint64_t)INT64_MAX : (uint64_t)SIZE_MAX;
     uint64_t product = 1;
     int zero = 0;
@@ -289,6 +310,129 @@ static void describe_shape(const npy_array *a, char *buf, size_t size) {
     for (i = 0; i < a->ndim && n < size; i++)
         n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)a->shape[i]);
     if (n < size) snprintf(buf + n, size - n, a->ndim == 1 ? ",)" : ")");
+}
+
+/* ---- strings --------------------------------------------------------------------------- */
+
+static uint32_t load_u32le(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int scalar_value(uint32_t c) { return c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF); }
+
+/* Every element of `width` UCS-4 code units: Unicode scalar values, NUL only as trailing padding. */
+static int check_strings(const unsigned char *data, size_t nbytes, size_t width, const char *path, char *msg,
+                         size_t msg_size) {
+    size_t count = nbytes / (4 * width), e, k;
+    for (e = 0; e < count; e++) {
+        const unsigned char *p = data + e * 4 * width;
+        int ended = 0;
+        for (k = 0; k < width; k++) {
+            uint32_t c = load_u32le(p + 4 * k);
+            if (!scalar_value(c))
+                return fail(msg, msg_size, path, "string element %lu holds 0x%lx at code point %lu, not a Unicode "
+                            "character", (unsigned long)e, (unsigned long)c, (unsigned long)k);
+            if (c == 0) ended = 1;
+            else if (ended)
+                return fail(msg, msg_size, path, "string element %lu holds a NUL before code point %lu (onnxruntime "
+                            "takes strings up to their first NUL)", (unsigned long)e, (unsigned long)k);
+        }
+    }
+    return 0;
+}
+
+static size_t utf8_put(uint32_t c, char *out) {
+    if (c < 0x80) {
+        out[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (char)(0xC0 | c >> 6);
+        out[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (char)(0xE0 | c >> 12);
+        out[1] = (char)(0x80 | (c >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | c >> 18);
+    out[1] = (char)(0x80 | (c >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (c >> 6 & 0x3F));
+    out[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+int npy_strings_utf8(const npy_array *a, char **buffer, const char ***strings, size_t *count, char *msg,
+                     size_t msg_size) {
+    size_t width, n, e, k, used = 0, cap;
+    const unsigned char *data;
+    char *buf;
+    const char **ptrs;
+    if (msg && msg_size) msg[0] = '\0';
+    if (!buffer || !strings || !count) return fail(msg, msg_size, "(strings)", "no output given");
+    *buffer = NULL;
+    *strings = NULL;
+    *count = 0;
+    if (!a || a->elem_type != NPY_ONNX_STRING || a->item_size < 4 || a->item_size % 4 || a->nbytes % a->item_size)
+        return fail(msg, msg_size, "(strings)", "not a string array");
+    width = a->item_size / 4;
+    n = a->nbytes / a->item_size;
+    data = (const unsigned char *)a->data;
+    if (n && !data) return fail(msg, msg_size, "(strings)", "no data");
+    /* at most 4 UTF-8 bytes per code point, plus a NUL per element: a->nbytes + n (no overflow:
+     * nbytes is allocated memory, n <= nbytes / 4) */
+    cap = a->nbytes + n + 1;
+    buf = (char *)malloc(cap);
+    ptrs = (const char **)malloc((n ? n : 1) * sizeof *ptrs);
+    if (!buf || !ptrs) {
+        free(buf);
+        free((void *)ptrs);
+        return fail(msg, msg_size, "(strings)", "out of memory for %lu strings", (unsigned long)n);
+    }
+    for (e = 0; e < n; e++) {
+        const unsigned char *p = data + e * a->item_size;
+        ptrs[e] = buf + used;
+        for (k = 0; k < width; k++) {
+            uint32_t c = load_u32le(p + 4 * k);
+            if (c == 0) break;
+            if (!scalar_value(c)) {
+                free(buf);
+                free((void *)ptrs);
+                return fail(msg, msg_size, "(strings)", "string element %lu is not Unicode", (unsigned long)e);
+            }
+            used += utf8_put(c, buf + used);
+        }
+        buf[used++] = '\0';
+    }
+    *buffer = buf;
+    *strings = ptrs;
+    *count = n;
+    return 0;
+}
+
+/* The next code point of the UTF-8 text s[*i..len), strictly (no overlong forms, surrogates or
+ * values past U+10FFFF); -1 on malformed text. */
+static long utf8_next(const unsigned char *s, size_t len, size_t *i) {
+    uint32_t c = s[*i], min;
+    size_t extra, k;
+    if (c < 0x80) {
+        (*i)++;
+        return (long)c;
+    }
+    if ((c & 0xE0) == 0xC0) extra = 1, c &= 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) extra = 2, c &= 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) extra = 3, c &= 0x07, min = 0x10000;
+    else return -1;
+    if (len - *i <= extra) return -1;
+    for (k = 1; k <= extra; k++) {
+        if ((s[*i + k] & 0xC0) != 0x80) return -1;
+        c = c << 6 | (s[*i + k] & 0x3F);
+    }
+    if (c < min || !scalar_value(c)) return -1;
+    *i += extra + 1;
+    return (long)c;
 }
 
 int npy_read(const char *path, npy_array *out, char *msg, size_t msg_size) {
@@ -410,6 +554,8 @@ int npy_read(const char *path, npy_array *out, char *msg, size_t msg_size) {
             }
         }
     }
+    if (a.elem_type == NPY_ONNX_STRING && check_strings(data, nbytes, a.item_size / 4, path, msg, msg_size))
+        goto done;
     a.data = data;
     a.nbytes = nbytes;
     data = NULL;
@@ -422,23 +568,16 @@ done:
     return rc;
 }
 
-int npy_write(const char *path, int elem_type, const int64_t *shape, size_t ndim, const void *data,
-              size_t nbytes, char *msg, size_t msg_size) {
-    const npy_type *t = type_of(elem_type);
-    char dict[160 + NPY_MAX_DIMS * 24];
-    unsigned char prefix[12];
-    size_t dict_len, prefix_len, total, pad, i, expected;
+/* Check the shape against nbytes of data of items of item_size bytes (elem_type's, or a string's). */
+static int check_write(const char *path, int elem_type, size_t item_size, const int64_t *shape, size_t ndim,
+                       const void *data, size_t nbytes, char *msg, size_t msg_size) {
+    size_t i, expected;
     npy_array a;
-    FILE *f;
-    int ok;
-
-    if (msg && msg_size) msg[0] = '\0';
-    if (!path) return fail(msg, msg_size, path, "no path given");
-    if (!t) return fail(msg, msg_size, path, "ONNX element type %d cannot be written to .npy", elem_type);
     if (ndim > NPY_MAX_DIMS) return fail(msg, msg_size, path, "%lu dimensions (at most %d)", (unsigned long)ndim, NPY_MAX_DIMS);
     if (ndim > 0 && !shape) return fail(msg, msg_size, path, "no shape given");
     memset(&a, 0, sizeof a);
     a.elem_type = elem_type;
+    a.item_size = item_size;
     a.ndim = ndim;
     for (i = 0; i < ndim; i++) a.shape[i] = shape[i];
     if (data_size(&a, path, &expected, msg, msg_size)) return 1;
@@ -446,8 +585,73 @@ int npy_write(const char *path, int elem_type, const int64_t *shape, size_t ndim
         return fail(msg, msg_size, path, "%lu bytes of data given, the shape and type need %lu", (unsigned long)nbytes,
                     (unsigned long)expected);
     if (nbytes > 0 && !data) return fail(msg, msg_size, path, "no data given");
+    return 0;
+}
 
-    dict_len = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", t->descr);
+static int write_npy(const char *path, const char *descr, const int64_t *shape, size_t ndim, const void *data,
+                     size_t nbytes, char *msg, size_t msg_size);
+
+int npy_write(const char *path, int elem_type, const int64_t *shape, size_t ndim, const void *data,
+              size_t nbytes, char *msg, size_t msg_size) {
+    const npy_type *t = type_of(elem_type);
+    if (msg && msg_size) msg[0] = '\0';
+    if (!path) return fail(msg, msg_size, path, "no path given");
+    if (!t) return fail(msg, msg_size, path, "ONNX element type %d cannot be written to .npy", elem_type);
+    if (check_write(path, elem_type, t->size, shape, ndim, data, nbytes, msg, msg_size)) return 1;
+    return write_npy(path, t->descr, shape, ndim, data, nbytes, msg, msg_size);
+}
+
+int npy_write_strings(const char *path, const int64_t *shape, size_t ndim, const char *const *strings,
+                      const size_t *lengths, size_t count, char *msg, size_t msg_size) {
+    size_t width = 1, e, i, n, k;
+    unsigned char *data;
+    char descr[32];
+    int rc;
+    if (msg && msg_size) msg[0] = '\0';
+    if (!path) return fail(msg, msg_size, path, "no path given");
+    if (count && (!strings || !lengths)) return fail(msg, msg_size, path, "no strings given");
+    for (e = 0; e < count; e++) { /* the width: the most code points of any string */
+        if (lengths[e] && !strings[e]) return fail(msg, msg_size, path, "string %lu has no text", (unsigned long)e);
+        for (i = 0, n = 0; i < lengths[e]; n++)
+            if (utf8_next((const unsigned char *)strings[e], lengths[e], &i) < 0)
+                return fail(msg, msg_size, path, "string element %lu is not valid UTF-8 (at byte %lu)",
+                            (unsigned long)e, (unsigned long)i);
+        if (n > width) width = n;
+    }
+    if (width > NPY_MAX_STRING_CHARS)
+        return fail(msg, msg_size, path, "a string of %lu code points is over the %d .npy strings may hold here",
+                    (unsigned long)width, NPY_MAX_STRING_CHARS);
+    if (count > ((size_t)-1) / (4 * width)) return fail(msg, msg_size, path, "the strings are too large");
+    if (check_write(path, NPY_ONNX_STRING, 4 * width, shape, ndim, count ? "" : NULL, count * 4 * width, msg,
+                    msg_size))
+        return 1;
+    data = (unsigned char *)calloc(count ? count * 4 * width : 1, 1);
+    if (!data) return fail(msg, msg_size, path, "out of memory for %lu strings", (unsigned long)count);
+    for (e = 0; e < count; e++) {
+        unsigned char *p = data + e * 4 * width;
+        for (i = 0, k = 0; i < lengths[e]; k++) {
+            uint32_t c = (uint32_t)utf8_next((const unsigned char *)strings[e], lengths[e], &i);
+            p[4 * k] = (unsigned char)(c & 0xff);
+            p[4 * k + 1] = (unsigned char)(c >> 8 & 0xff);
+            p[4 * k + 2] = (unsigned char)(c >> 16 & 0xff);
+            p[4 * k + 3] = (unsigned char)(c >> 24);
+        }
+    }
+    snprintf(descr, sizeof descr, "<U%lu", (unsigned long)width);
+    rc = write_npy(path, descr, shape, ndim, data, count * 4 * width, msg, msg_size);
+    free(data);
+    return rc;
+}
+
+static int write_npy(const char *path, const char *descr, const int64_t *shape, size_t ndim, const void *data,
+                     size_t nbytes, char *msg, size_t msg_size) {
+    char dict[160 + NPY_MAX_DIMS * 24];
+    unsigned char prefix[12];
+    size_t dict_len, prefix_len, total, pad, i;
+    FILE *f;
+    int ok;
+
+    dict_len = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (i = 0; i < ndim; i++)
         dict_len += (size_t)snprintf(dict + dict_len, sizeof dict - dict_len, "%s%lld", i ? ", " : "",
                                      (long long)shape[i]);

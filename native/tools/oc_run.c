@@ -479,7 +479,51 @@ typedef struct out_desc {
     int64_t shape[NPY_MAX_DIMS];
     size_t nbytes;
     void *data;
+    /* strings: `count` of them, text[offsets[i]..offsets[i] + lengths[i]) (malloc'd here) */
+    size_t count;
+    char *text;
+    const char **strings;
+    size_t *lengths;
 } out_desc;
+
+static void free_desc(out_desc *d) {
+    free(d->text);
+    free((void *)d->strings);
+    free(d->lengths);
+    d->text = NULL;
+    d->strings = NULL;
+    d->lengths = NULL;
+}
+
+/* A string output's content: onnxruntime's bytes one after another, offsets[i] where string i
+ * starts (GetStringTensorContent). */
+static int read_strings(const OrtApi *api, OrtValue *value, const char *context, out_desc *d) {
+    size_t total = 0, i, *offsets = NULL;
+    int rc = 1;
+    ORT_CHECK(api, api->GetStringTensorDataLength(value, &total), context);
+    d->text = (char *)malloc(total ? total : 1);
+    offsets = (size_t *)malloc((d->count ? d->count : 1) * sizeof *offsets);
+    d->strings = (const char **)malloc((d->count ? d->count : 1) * sizeof *d->strings);
+    d->lengths = (size_t *)malloc((d->count ? d->count : 1) * sizeof *d->lengths);
+    if (!d->text || !offsets || !d->strings || !d->lengths) {
+        fail("out of memory for a string output");
+        goto done;
+    }
+    if (d->count) ORT_CHECK(api, api->GetStringTensorContent(value, d->text, total, offsets, d->count), context);
+    for (i = 0; i < d->count; i++) {
+        size_t end = i + 1 < d->count ? offsets[i + 1] : total;
+        if (offsets[i] > end || end > total) {
+            fail("onnxruntime gave string offsets outside its content");
+            goto done;
+        }
+        d->strings[i] = d->text + offsets[i];
+        d->lengths[i] = end - offsets[i];
+    }
+    rc = 0;
+done:
+    free(offsets);
+    return rc;
+}
 
 static int describe_output(const OrtApi *api, OrtValue *value, const char *name, out_desc *d) {
     OrtTensorTypeAndShapeInfo *info = NULL;
@@ -499,7 +543,7 @@ static int describe_output(const OrtApi *api, OrtValue *value, const char *name,
     }
     ORT_CHECK(api, api->GetTensorTypeAndShape(value, &info), context);
     ORT_CHECK(api, api->GetTensorElementType(info, &et), context);
-    item = npy_elem_size((int)et);
+    item = et == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING ? 1 : npy_elem_size((int)et);
     if (item == 0) {
         fail("output '%s' has element type %s, which oc-run cannot write to .npy", name, elem_type_name((int)et));
         goto done;
@@ -517,11 +561,38 @@ static int describe_output(const OrtApi *api, OrtValue *value, const char *name,
     }
     d->elem_type = (int)et;
     d->ndim = ndim;
-    d->nbytes = count * item;
-    if (d->nbytes) ORT_CHECK(api, api->GetTensorMutableData(value, &d->data), context);
+    if (et == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
+        d->count = count;
+        if (read_strings(api, value, context, d)) goto done;
+    } else {
+        d->nbytes = count * item;
+        if (d->nbytes) ORT_CHECK(api, api->GetTensorMutableData(value, &d->data), context);
+    }
     rc = 0;
 done:
     if (info) api->ReleaseTensorTypeAndShapeInfo(info);
+    return rc;
+}
+
+/* A string tensor for onnxruntime from a '<U<n>' array: onnxruntime owns its copy of the UTF-8. */
+static int string_input(const OrtApi *api, OrtAllocator *alloc, const npy_array *arr, const char *name,
+                        const char *file, const char *context, OrtValue **value) {
+    char *buffer = NULL, msg[1024];
+    const char **strings = NULL;
+    size_t count = 0;
+    int rc = 1;
+    if (npy_strings_utf8(arr, &buffer, &strings, &count, msg, sizeof msg)) {
+        fail("input '%s' (file %s): %s", name, file, msg);
+        return 1;
+    }
+    ORT_CHECK(api,
+              api->CreateTensorAsOrtValue(alloc, arr->shape, arr->ndim, ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING, value),
+              context);
+    if (count) ORT_CHECK(api, api->FillStringTensor(*value, strings, count), context);
+    rc = 0;
+done:
+    free(buffer);
+    free((void *)strings);
     return rc;
 }
 
@@ -581,6 +652,10 @@ static int run_model(ctx *c, OrtSession *session) {
         }
         if (check_input(api, session, i, in_names[i], a->ins[i], &arrays[i])) goto done;
         snprintf(context, sizeof context, "input '%s' (file %s): onnxruntime refused the tensor", in_names[i], a->ins[i]);
+        if (arrays[i].elem_type == NPY_ONNX_STRING) {
+            if (string_input(api, alloc, &arrays[i], in_names[i], a->ins[i], context, &in_values[i])) goto done;
+            continue;
+        }
         ORT_CHECK(api,
                   api->CreateTensorWithDataAsOrtValue(mem, arrays[i].data, arrays[i].nbytes, arrays[i].shape,
                                                       arrays[i].ndim,
@@ -616,8 +691,12 @@ static int run_model(ctx *c, OrtSession *session) {
         char shape[512];
         shape_text(shape, sizeof shape, descs[i].shape, descs[i].ndim, NULL);
         if (a->out) {
-            if (npy_write(paths[i], descs[i].elem_type, descs[i].shape, descs[i].ndim, descs[i].data, descs[i].nbytes,
-                          msg, sizeof msg)) {
+            int bad = descs[i].elem_type == NPY_ONNX_STRING
+                          ? npy_write_strings(paths[i], descs[i].shape, descs[i].ndim, descs[i].strings,
+                                              descs[i].lengths, descs[i].count, msg, sizeof msg)
+                          : npy_write(paths[i], descs[i].elem_type, descs[i].shape, descs[i].ndim, descs[i].data,
+                                      descs[i].nbytes, msg, sizeof msg);
+            if (bad) {
                 fail("output '%s': %s", out_names[i], msg);
                 goto done;
             }
@@ -652,6 +731,8 @@ done:
             }
     if (paths)
         for (i = 0; i < n_out; i++) free(paths[i]);
+    if (descs)
+        for (i = 0; i < n_out; i++) free_desc(&descs[i]);
     free(paths);
     free(descs);
     free(out_values);
