@@ -74,8 +74,8 @@ def test_dims_at_one_that_cannot_run_the_model_name_the_dims_and_the_fix(tmp_pat
     save(symbolic_conv_model(), assets, "conv")
     with pytest.raises(
         ModelError,
-        match=r"cannot run the source model on the verification inputs: .*height=1, width=1.*"
-        r"verify_dims.*conv\.cook\.yaml.*conv\.inputs\.npz",
+        match=r"cannot run the source model on the verification inputs \(synthesized\): .*height=1, width=1.*"
+        r"conv\.inputs\.npz.*verify_dims.*conv\.cook\.yaml",
     ):
         cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     dims = {"height": 8, "width": 8}
@@ -83,6 +83,35 @@ def test_dims_at_one_that_cannot_run_the_model_name_the_dims_and_the_fix(tmp_pat
         job_for(assets, "conv", shipped_settings("windows-dml", verify_dims=dims), tmp_path / "build")
     )
     assert "default_dims" not in entry["verification"] and entry["verification"]["outputs"][0]["ok"]
+
+
+def token_types_model(types: int, dims: list) -> onnx.ModelProto:
+    """BERT's token-type embedding: ids [dims] int64 index a table of ``types`` rows (two in BERT)."""
+    table = np.random.default_rng(RNG_SEED).standard_normal((types, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "token_type_ids"], ["y"])],
+        "token_types",
+        [helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*dims, 8])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    return model_of(graph, opset=17)
+
+
+def test_integer_inputs_index_a_table_of_two_rows(tmp_path: Path) -> None:
+    """Synthesized integers are 0 and 1: BERT's token types (two) take them, and a table of one row
+    fails naming what the cook synthesized and the sample inputs that fix it (dims were all given)."""
+    assets = tmp_path / "assets"
+    save(token_types_model(2, ["batch", "sequence"]), assets, "bert_types")
+    entry = cook(job_for(assets, "bert_types", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["outputs"][0]["ok"]
+    save(token_types_model(1, [1, 16]), assets, "one_row")
+    with pytest.raises(ModelError) as failure:
+        cook(job_for(assets, "one_row", shipped_settings("windows-dml"), tmp_path / "build"))
+    message = str(failure.value)
+    pattern = r"\(synthesized\): .*out of .*bounds.*integers 0 and 1.*one_row\.inputs\.npz"
+    assert re.search(pattern, message), message
+    assert "verify_dims" not in message and "[E:onnxruntime" not in message
 
 
 def label_encoder_model() -> onnx.ModelProto:

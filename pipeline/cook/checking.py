@@ -28,11 +28,11 @@ from pipeline.cook.source import SourceRead
 from pipeline.cook.verify import (
     DEFAULT_DIM_SIZE,
     as_input_types,
-    default_dims_hint,
     load_inputs,
     reference_outputs,
     rounding_noise,
     synthesize_inputs,
+    synthesized_hint,
     unsized_dims,
     verify,
 )
@@ -63,11 +63,11 @@ def _hints(job: CookJob) -> tuple[str, str]:
     return str(settings), str(job.asset.path.with_suffix(".inputs.npz"))
 
 
-def _cannot_run(job: CookJob, what: str, exc: BaseException, defaulted: list[str]) -> ModelError:
-    """onnxruntime failed on the verification inputs; where some of their dims were guessed, say so."""
+def _cannot_run(job: CookJob, what: str, exc: BaseException, origin: str, defaulted: list[str]) -> ModelError:
+    """onnxruntime failed on the verification inputs; where the cook made them up, say how, and the fix."""
     settings_hint, inputs_hint = _hints(job)
-    hint = f"; {default_dims_hint(defaulted, inputs_hint, settings_hint)}" if defaulted else ""
-    return ModelError(f"onnxruntime cannot run {what} on the verification inputs: {exc}{hint}")
+    hint = f"; {synthesized_hint(defaulted, inputs_hint, settings_hint)}" if origin == "synthesized" else ""
+    return ModelError(f"onnxruntime cannot run {what} on the verification inputs ({origin}): {exc}{hint}")
 
 
 def verify_blob(
@@ -84,7 +84,7 @@ def verify_blob(
             memo = reference_memo_dir(job.platform_dir.parent)
             reference = reference_outputs(model, feeds, job.platform_dir, memo)
         except Exception as exc:  # onnxruntime errors on the source itself
-            raise _cannot_run(job, "the source model", exc, defaulted) from None
+            raise _cannot_run(job, "the source model", exc, origin, defaulted) from None
         noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}
     with step("verify: the cooked blob, through the loader"):
         results = verify(blob, reference, feeds, settings, noise)
@@ -179,7 +179,8 @@ def accuracy_gate(
         want = reference_outputs(source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
         got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
     except Exception as exc:  # onnxruntime errors on either model
-        raise _cannot_run(job, f"the source or its {settings.precision} variant", exc, defaulted) from None
+        what = f"the source or its {settings.precision} variant"
+        raise _cannot_run(job, what, exc, origin, defaulted) from None
     rows = precision_accuracy(want, got)
     defaults = DEFAULT_GATES[settings.precision]
     limits = {

@@ -66,12 +66,16 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
     return unsized
 
 
-def default_dims_hint(unsized: list[str], where: str, settings_path: str) -> str:
-    """What to do when inputs with ``unsized`` dims at DEFAULT_DIM_SIZE cannot run the model."""
-    named = ", ".join(f"{d}={DEFAULT_DIM_SIZE}" for d in unsized)
+def synthesized_hint(unsized: list[str], where: str, settings_path: str) -> str:
+    """What to do when the source cannot run on synthesized inputs: what they were, and the fixes."""
+    dims = ", ".join(f"{d}={DEFAULT_DIM_SIZE}" for d in unsized)
     return (
-        f"the verification inputs were synthesized with symbolic dimension(s) {named} (no size in "
-        f"verify_dims); if the model needs other sizes, {_fix_hint(where, settings_path)}"
+        "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
+        "0 and 1, booleans, short strings"
+        + (f"; symbolic dimension(s) {dims}, which verify_dims does not size" if dims else "")
+        + f"); if the model needs other values, ship sample inputs as {where} (numpy.savez, keys = input "
+        "names)"
+        + (f", or other sizes, add `verify_dims: {{<dim>: <size>}}` to {settings_path}" if dims else "")
     )
 
 
@@ -113,12 +117,13 @@ def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -
         # which onnxruntime refuses ("Unable to handle object of type <class 'numpy.bool'>")
         return np.asarray(rng.random(shape) < 0.5)
     if np.issubdtype(dtype, np.integer):
-        # Small non-negative values stay valid as indices, counts and lengths in most models.
-        return rng.integers(0, 4, size=shape).astype(dtype)
+        # 0 and 1: valid indices into any table of two rows or more (BERT's token types are two),
+        # mask values, counts and lengths.
+        return rng.integers(0, 2, size=shape).astype(dtype)
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     if dtype == np.object_:  # tensor(string): short words, as onnxruntime takes them (objects of str)
-        return rng.integers(0, 4, size=shape).astype(np.str_).astype(object)
+        return rng.integers(0, 2, size=shape).astype(np.str_).astype(object)
     raise VerifyError(f"cannot synthesize inputs of type {dtype}; ship sample inputs as an .inputs.npz file")
 
 
@@ -229,6 +234,7 @@ def reference_outputs(
     inputs) run the source once, not once per platform. Models over 2 GiB are not remembered.
     """
     options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # a failure comes back as the exception the cook reports, once
     if not optimized:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     with session_input(model, work_dir) as source:
