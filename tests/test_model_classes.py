@@ -54,9 +54,10 @@ def test_symbolic_dims_without_a_size_are_verified_at_one(tmp_path: Path, platfo
     assert entry["verification"]["default_dims"] == {"batch": 1}
 
 
-def symbolic_conv_model() -> onnx.ModelProto:
-    """x [1, 3, height, width] -> a 3x3 convolution without padding: 1x1 cannot run it."""
-    weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, 3, 3)).astype(np.float32)
+def symbolic_conv_model(kernel: int) -> onnx.ModelProto:
+    """x [1, 3, height, width] -> a ``kernel`` x ``kernel`` convolution without padding: inputs
+    smaller than the kernel cannot run it."""
+    weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, kernel, kernel)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"])],
         "symbolic_conv",
@@ -67,21 +68,29 @@ def symbolic_conv_model() -> onnx.ModelProto:
     return model_of(graph, opset=17)
 
 
-def test_dims_at_one_that_cannot_run_the_model_name_the_dims_and_the_fix(tmp_path: Path) -> None:
-    """A 3x3 convolution without padding cannot run on 1x1: the error says which dims were taken as
-    1, and verify_dims (the fix it names) then cooks the model."""
+def test_a_conv_net_over_free_height_and_width_is_verified_at_the_second_size(tmp_path: Path) -> None:
+    """A 3x3 convolution cannot run on 1x1: the free dims are then tried at 32, and the cook says so."""
     assets = tmp_path / "assets"
-    save(symbolic_conv_model(), assets, "conv")
+    save(symbolic_conv_model(3), assets, "conv")
+    entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"height": 32, "width": 32}
+    assert entry["verification"]["outputs"][0]["ok"]
+    assert "(synthesized inputs, height=32, width=32)" in _summary(entry)
+
+
+def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
+    """A 33x33 convolution runs on neither 1x1 nor 32x32: the error names the dims, both sizes and the
+    fixes, and verify_dims (one of them) then cooks the model."""
+    assets = tmp_path / "assets"
+    save(symbolic_conv_model(33), assets, "conv")
     with pytest.raises(
         ModelError,
-        match=r"cannot run the source model on the verification inputs \(synthesized\): .*height=1, width=1.*"
-        r"conv\.inputs\.npz.*verify_dims.*conv\.cook\.yaml",
+        match=r"cannot run the source model on the verification inputs \(synthesized\): .*height, width, "
+        r"which verify_dims does not size, at 1, then 32.*conv\.inputs\.npz.*verify_dims.*conv\.cook\.yaml",
     ):
         cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
-    dims = {"height": 8, "width": 8}
-    entry = cook(
-        job_for(assets, "conv", shipped_settings("windows-dml", verify_dims=dims), tmp_path / "build")
-    )
+    settings = shipped_settings("windows-dml", verify_dims={"height": 40, "width": 40})
+    entry = cook(job_for(assets, "conv", settings, tmp_path / "build"))
     assert "default_dims" not in entry["verification"] and entry["verification"]["outputs"][0]["ok"]
 
 

@@ -27,6 +27,7 @@ from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead
 from pipeline.cook.verify import (
     DEFAULT_DIM_SIZE,
+    RETRY_DIM_SIZE,
     as_input_types,
     load_inputs,
     reference_outputs,
@@ -44,17 +45,37 @@ from pipeline.settings.precision_options import resolved as resolved_options
 from pipeline.steptimes import step
 
 
-def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str, list[str]]:
+def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str, dict[str, int]]:
     """The verification inputs, where they come from (the .inputs.npz file's name, or
-    "synthesized"), and the symbolic dims synthesized at DEFAULT_DIM_SIZE for want of a size."""
+    "synthesized"), and the sizes given to symbolic dims that verify_dims does not size."""
     asset = job.asset
     if asset.inputs_path is not None:
         feeds = load_inputs(asset.inputs_path, model, read.data[asset.inputs_path])
-        return as_input_types(model, feeds), asset.inputs_path.name, []
+        return as_input_types(model, feeds), asset.inputs_path.name, {}
     settings_hint, inputs_hint = _hints(job)
     dims = dict(job.settings.verify_dims)
+    unsized = unsized_dims(model, dims)
     feeds = synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint)
-    return feeds, "synthesized", unsized_dims(model, dims)
+    if unsized and not _source_runs(job, model, feeds):
+        # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
+        # RETRY_DIM_SIZE (all of them: which are spatial is not known). The runs are remembered, so
+        # the verification's own run of the source is not a second one.
+        wider = dims | dict.fromkeys(unsized, RETRY_DIM_SIZE)
+        try:
+            retry = synthesize_inputs(model, wider, settings_hint=settings_hint, inputs_hint=inputs_hint)
+        except VerifyError:  # too large to synthesize: the failure at 1 is reported
+            retry = None
+        if retry is not None and _source_runs(job, model, retry):
+            return retry, "synthesized", dict.fromkeys(unsized, RETRY_DIM_SIZE)
+    return feeds, "synthesized", dict.fromkeys(unsized, DEFAULT_DIM_SIZE)
+
+
+def _source_runs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> bool:
+    try:
+        reference_outputs(model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
+    except Exception:  # onnxruntime's errors on the source; the caller reports them
+        return False
+    return True
 
 
 def _hints(job: CookJob) -> tuple[str, str]:
@@ -63,7 +84,9 @@ def _hints(job: CookJob) -> tuple[str, str]:
     return str(settings), str(job.asset.path.with_suffix(".inputs.npz"))
 
 
-def _cannot_run(job: CookJob, what: str, exc: BaseException, origin: str, defaulted: list[str]) -> ModelError:
+def _cannot_run(
+    job: CookJob, what: str, exc: BaseException, origin: str, defaulted: Mapping[str, int]
+) -> ModelError:
     """onnxruntime failed on the verification inputs; where the cook made them up, say how, and the fix."""
     settings_hint, inputs_hint = _hints(job)
     hint = f"; {synthesized_hint(defaulted, inputs_hint, settings_hint)}" if origin == "synthesized" else ""
@@ -90,7 +113,7 @@ def verify_blob(
         results = verify(blob, reference, feeds, settings, noise)
     report = {
         "inputs": origin,
-        **({"default_dims": dict.fromkeys(defaulted, DEFAULT_DIM_SIZE)} if defaulted else {}),
+        **({"default_dims": defaulted} if defaulted else {}),
         "rtol": settings.rtol,
         "atol": settings.atol,
         "scale": settings.verify_scale,

@@ -40,6 +40,8 @@ MAX_SYNTHESIZED_BYTES = 1 << 30
 # The size of a symbolic dimension verify_dims does not give (as onnxruntime's perf test and
 # Polygraphy take free dimensions): a batch, a sequence or a count of one runs nearly every model.
 DEFAULT_DIM_SIZE = 1
+# ... and where the source cannot run with them at 1 (a conv net over a free height and width), this.
+RETRY_DIM_SIZE = 32
 CPU_ONLY = ["CPUExecutionProvider"]
 # The cooker loads the blob it just wrote whatever its size (games keep the loader's 2 GiB guard).
 TRUSTED_SIZE = 1 << 62
@@ -66,13 +68,14 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
     return unsized
 
 
-def synthesized_hint(unsized: list[str], where: str, settings_path: str) -> str:
+def synthesized_hint(unsized: Mapping[str, int], where: str, settings_path: str) -> str:
     """What to do when the source cannot run on synthesized inputs: what they were, and the fixes."""
-    dims = ", ".join(f"{d}={DEFAULT_DIM_SIZE}" for d in unsized)
+    dims = ", ".join(unsized)
+    tried = f"{DEFAULT_DIM_SIZE}, then {RETRY_DIM_SIZE}"
     return (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
         "0 and 1, booleans, short strings"
-        + (f"; symbolic dimension(s) {dims}, which verify_dims does not size" if dims else "")
+        + (f"; symbolic dimension(s) {dims}, which verify_dims does not size, at {tried}" if dims else "")
         + f"); if the model needs other values, ship sample inputs as {where} (numpy.savez, keys = input "
         "names)"
         + (f", or other sizes, add `verify_dims: {{<dim>: <size>}}` to {settings_path}" if dims else "")

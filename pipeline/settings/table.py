@@ -220,7 +220,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("verify", BOOL, True, "compare cooked outputs with the source's"),
     Setting("verify_dims", DIM_SIZES, {},
             "sizes for symbolic dims when synthesizing verification inputs, e.g. `{batch: 2}`; "
-            "a dim not given is 1",
+            "a dim not given is 1 (32 where the source cannot run at 1)",
             check=check_dim_sizes),
     Setting("fixed_dims", DIM_SIZES, {},
             "symbolic dims fixed in the cooked model, e.g. `{batch: 1}` (NNAPI/CoreML take far more of a "
