@@ -24,6 +24,43 @@ def model_of(graph: onnx.GraphProto, *, opset: int = 17, ir_version: int = 8) ->
     return model
 
 
+def word_ids_model(
+    keys: list[str], shape: list[int], *, echo: bool = False, matmul: bool = False
+) -> onnx.ModelProto:
+    """words [shape] string -> ids int64 (ai.onnx.ml LabelEncoder: the keys to 10, 11, ..., other
+    words to -1); with ``echo`` the words again as an output "echo", with ``matmul`` a float
+    x [1, 8] @ W -> y beside them."""
+    nodes = [
+        helper.make_node(
+            "LabelEncoder",
+            ["words"],
+            ["ids"],
+            domain="ai.onnx.ml",
+            keys_strings=keys,
+            values_int64s=list(range(10, 10 + len(keys))),
+            default_int64=-1,
+        )
+    ]
+    inputs = [helper.make_tensor_value_info("words", TensorProto.STRING, shape)]
+    outputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, shape)]
+    initializers = []
+    if echo:
+        nodes.append(helper.make_node("Identity", ["words"], ["echo"]))
+        outputs.append(helper.make_tensor_value_info("echo", TensorProto.STRING, shape))
+    if matmul:
+        weight = np.random.default_rng(RNG_SEED).standard_normal((8, 8)).astype(np.float32)
+        nodes.append(helper.make_node("MatMul", ["x", "w"], ["y"]))
+        inputs.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]))
+        outputs.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8]))
+        initializers.append(numpy_helper.from_array(weight, "w"))
+    graph = helper.make_graph(nodes, "words", inputs, outputs, initializers)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    model.ir_version = 8
+    return model
+
+
 def dense_model(
     inputs: int,
     outputs: int,

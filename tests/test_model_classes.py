@@ -17,7 +17,7 @@ from pipeline.build.run_job import cook
 from pipeline.errors import ModelError, VerifyError
 from pipeline.layout import blob_path
 from pipeline.runtime import session_from_blob
-from tests.models import RNG_SEED, model_of
+from tests.models import RNG_SEED, model_of, word_ids_model
 from tests.test_cook import job_for, save, shipped_settings
 
 CPU = ["CPUExecutionProvider"]
@@ -123,44 +123,10 @@ def test_integer_inputs_index_a_table_of_two_rows(tmp_path: Path) -> None:
     assert "verify_dims" not in message and "[E:onnxruntime" not in message
 
 
-def label_encoder_model() -> onnx.ModelProto:
-    """words [4] string -> ids [4] int64 (ai.onnx.ml LabelEncoder), beside a float MatMul."""
-    weight = np.random.default_rng(RNG_SEED).standard_normal((8, 8)).astype(np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node(
-                "LabelEncoder",
-                ["words"],
-                ["ids"],
-                domain="ai.onnx.ml",
-                keys_strings=["0", "1", "cat"],
-                values_int64s=[10, 11, 12],
-                default_int64=-1,
-            ),
-            helper.make_node("MatMul", ["x", "w"], ["y"]),
-        ],
-        "strings",
-        [
-            helper.make_tensor_value_info("words", TensorProto.STRING, [4]),
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
-        ],
-        [
-            helper.make_tensor_value_info("ids", TensorProto.INT64, [4]),
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8]),
-        ],
-        [numpy_helper.from_array(weight, "w")],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
-    )
-    model.ir_version = 8
-    return model
-
-
 @pytest.mark.parametrize("platform", ["android", "windows-dml"])
 def test_string_inputs_are_synthesized(tmp_path: Path, platform: str) -> None:
     assets = tmp_path / "assets"
-    save(label_encoder_model(), assets, "words")
+    save(word_ids_model(["0", "1", "cat"], [4], matmul=True), assets, "words")
     settings = shipped_settings(platform)
     entry = cook(job_for(assets, "words", settings, tmp_path / "build"))
     assert entry["verification"]["inputs"] == "synthesized"

@@ -1154,33 +1154,11 @@ def test_oc_run_feeds_and_writes_string_tensors(native: Path, version: str, tmp_
     """Text models (a word -> id encoder, strings passed through) through oc-run, ONNX and ORT format:
     numpy's '<U' files in, UTF-8 to onnxruntime and back, '<U' files out, non-ASCII and empty words
     included; a string that is not Unicode is refused naming the input."""
-    from onnx import TensorProto, helper
     from runtime_helpers import make_blob, to_ort_format
 
-    graph = helper.make_graph(
-        [
-            helper.make_node(
-                "LabelEncoder",
-                ["words"],
-                ["ids"],
-                domain="ai.onnx.ml",
-                keys_strings=["cat", "h\u00e9", ""],
-                values_int64s=[1, 2, 3],
-                default_int64=-1,
-            ),
-            helper.make_node("Identity", ["words"], ["echo"]),
-        ],
-        "text",
-        [helper.make_tensor_value_info("words", TensorProto.STRING, [2, 3])],
-        [
-            helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3]),
-            helper.make_tensor_value_info("echo", TensorProto.STRING, [2, 3]),
-        ],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
-    )
-    model.ir_version = 8
+    from tests.models import word_ids_model
+
+    model = word_ids_model(["cat", "h\u00e9", ""], [2, 3], echo=True)
     source = model.SerializeToString()
     folder = write_bundle(
         tmp_path / "bundle",
@@ -1197,7 +1175,7 @@ def test_oc_run_feeds_and_writes_string_tensors(native: Path, version: str, tmp_
             [native / "oc-run", "--bundle", folder, "--model", name, "--ort", ort_library(version)]
             + ["--in", tmp_path / "words.npy", "--out", out]
         )
-        assert np.load(out / "ids.npy").tolist() == [[1, 2, -1], [3, -1, 1]], name
+        assert np.load(out / "ids.npy").tolist() == [[10, 11, -1], [12, -1, 10]], name
         echo = np.load(out / "echo.npy")
         assert echo.dtype.kind == "U" and echo.tolist() == words.tolist(), (name, echo)
     (tmp_path / "surrogate.npy").write_bytes(

@@ -62,16 +62,6 @@ def optimize_large(
 ) -> onnx.ModelProto:
     """``optimize`` for an ONNX-format model over protobuf's 2 GB limit: the optimized model is saved
     with external data and returned as a proto holding its weights in memory."""
-    if settings.format == ModelFormat.ORT and (unstorable := _tensors_ort_cannot_hold(model)):
-        more = f" and {len(unstorable) - 5} more" if len(unstorable) > 5 else ""
-        raise ModelError(
-            f"the ORT format of onnxruntime {onnxruntime.__version__} cannot hold tensors of the type of "
-            f"{', '.join(unstorable[:5])}{more} (onnxruntime writes such a model but refuses to load it); "
-            "store 4-bit weights as onnxruntime's quantizer does by default (MatMulNBits, packed in "
-            "uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), or as int8, or leave this "
-            "platform out with `skip_platforms` in the model's .cook.yaml"
-            + ("" if settings.reduced_build else " (or cook the model as ONNX here: `format: onnx`)")
-        )
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
@@ -123,25 +113,39 @@ def _run(
         ) from None
 
 
+def _refuse_unstorable(model: onnx.ModelProto, settings: CookSettings) -> None:
+    unstorable = _tensors_ort_cannot_hold(model)
+    if not unstorable:
+        return
+    more = f" and {len(unstorable) - 5} more" if len(unstorable) > 5 else ""
+    raise ModelError(
+        f"the ORT format of onnxruntime {onnxruntime.__version__} cannot hold tensors of the type of "
+        f"{', '.join(unstorable[:5])}{more} (onnxruntime writes such a model but refuses to load it); "
+        "store 4-bit weights as onnxruntime's quantizer does by default (MatMulNBits, packed in "
+        "uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), or as int8, or leave this "
+        "platform out with `skip_platforms` in the model's .cook.yaml"
+        + ("" if settings.reduced_build else " (or cook the model as ONNX here: `format: onnx`)")
+    )
+
+
 def _tensors_ort_cannot_hold(model: onnx.ModelProto) -> list[str]:
-    """'name (TYPE)' of each initializer or Constant value whose element type the ORT format lacks."""
-    nodes = [*model.graph.node, *(node for function in model.functions for node in function.node)]
-    graphs = [model.graph]
-    for node in nodes:  # subgraphs of function bodies too (onnx_graphs walks the main graph's)
-        graphs += [g for a in node.attribute for g in (a.g, *a.graphs) if a.type in _GRAPH_ATTRIBUTES]
-    tensors: list[onnx.TensorProto] = []
-    for graph in {id(g): g for root in graphs for g in onnx_graphs(root)}.values():
-        tensors += [*graph.initializer, *(sparse.values for sparse in graph.sparse_initializer)]
-        nodes += graph.node if graph is not model.graph else []
+    """'name (TYPE)' of each initializer or Constant value whose element type the ORT format lacks,
+    in the main graph, its subgraphs, and the bodies of local functions (and their subgraphs)."""
+    graphs = list(onnx_graphs(model.graph))
+    for node in (node for function in model.functions for node in function.node):
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                graphs += onnx_graphs(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                graphs += (g for subgraph in attribute.graphs for g in onnx_graphs(subgraph))
+    nodes = [*(n for g in graphs for n in g.node), *(n for f in model.functions for n in f.node)]
+    tensors = [t for g in graphs for t in (*g.initializer, *(s.values for s in g.sparse_initializer))]
     tensors += [a.t for n in nodes if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
     return [
         f"{t.name or '(a Constant)'} ({onnx.TensorProto.DataType.Name(t.data_type)})"
         for t in tensors
         if t.data_type not in ORT_TENSOR_TYPES
     ]
-
-
-_GRAPH_ATTRIBUTES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def _hint(message: str) -> str:
@@ -173,16 +177,8 @@ def optimize(
     onnxruntime only writes optimized models to a file: a temp folder in ``work_dir`` (the build
     folder, where the next manifest write sweeps what a killed cook left) holds it meanwhile.
     """
-    if settings.format == ModelFormat.ORT and (unstorable := _tensors_ort_cannot_hold(model)):
-        more = f" and {len(unstorable) - 5} more" if len(unstorable) > 5 else ""
-        raise ModelError(
-            f"the ORT format of onnxruntime {onnxruntime.__version__} cannot hold tensors of the type of "
-            f"{', '.join(unstorable[:5])}{more} (onnxruntime writes such a model but refuses to load it); "
-            "store 4-bit weights as onnxruntime's quantizer does by default (MatMulNBits, packed in "
-            "uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), or as int8, or leave this "
-            "platform out with `skip_platforms` in the model's .cook.yaml"
-            + ("" if settings.reduced_build else " (or cook the model as ONNX here: `format: onnx`)")
-        )
+    if settings.format == ModelFormat.ORT:
+        _refuse_unstorable(model, settings)
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
