@@ -58,8 +58,9 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[d
     feeds = synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint)
     if unsized and not _source_runs(job, model, feeds):
         # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
-        # RETRY_DIM_SIZE (all of them: which are spatial is not known). The runs are remembered, so
-        # the verification's own run of the source is not a second one.
+        # RETRY_DIM_SIZE (all of them: which are spatial is not known). A run that passes is
+        # remembered (models under 2 GiB with numeric outputs), so the verification's own run is
+        # not a second one; other models with free dims run twice.
         wider = dims | dict.fromkeys(unsized, RETRY_DIM_SIZE)
         try:
             retry = synthesize_inputs(model, wider, settings_hint=settings_hint, inputs_hint=inputs_hint)
