@@ -124,3 +124,26 @@ def test_the_sources_own_rounding_noise_raises_the_bound_up_to_its_cap() -> None
     far = want + rng.standard_normal(want.shape) * 5e-3  # rel_l2 5e-3: over the cap whatever the noise
     (beyond,) = compare({"y": want}, {"y": far}, 0.0, 0.0, scale=1e-5, noise={"y": (1.0, 1.0)})
     assert not beyond.ok
+
+
+def test_a_failure_onnxruntime_itself_explains_names_the_verify_scale_that_passes_it() -> None:
+    """The source moves 0.45% under onnxruntime's default optimizations (beyond the noise cap) and the
+    blob as much: the message names a verify_scale, and compare passes the blob with it. An output
+    that is zero in the source (relative errors infinite) gets no suggestion and no crash."""
+    from pipeline.cook.verify import failure_message
+
+    rng = np.random.default_rng(3)
+    want = rng.standard_normal(256).astype(np.float32)
+    got = want + 0.0045 * np.linalg.norm(want) / 16 * rng.standard_normal(256).astype(np.float32)
+    noise = {"y": (0.0045, 0.02)}
+    failed = compare({"y": want}, {"y": got}, 1e-4, 1e-5, scale=1e-5, noise=noise)
+    assert not failed[0].ok
+    message = failure_message(failed, 1e-4, 1e-5, 0.0, 1e-5)
+    scale = float(message.split("`verify_scale: ")[1].split("`")[0])
+    assert "onnxruntime's own default optimizations move" in message and 0.0045 < scale <= 0.01
+    assert compare({"y": want}, {"y": got}, 1e-4, 1e-5, scale=scale, noise=noise)[0].ok
+    zero = np.zeros(8, np.float32)
+    inf = float("inf")
+    failed = compare({"z": zero}, {"z": zero + 10}, 1e-4, 1e-5, scale=1e-5, noise={"z": (inf, inf)})
+    message = failure_message(failed, 1e-4, 1e-5, 0.0, 1e-5)
+    assert "`verify_scale:" not in message and "raise `verify_scale`" in message

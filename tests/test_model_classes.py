@@ -54,15 +54,15 @@ def test_symbolic_dims_without_a_size_are_verified_at_one(tmp_path: Path, platfo
     assert entry["verification"]["default_dims"] == {"batch": 1}
 
 
-def symbolic_conv_model(kernel: int) -> onnx.ModelProto:
-    """x [1, 3, height, width] -> a ``kernel`` x ``kernel`` convolution without padding: inputs
-    smaller than the kernel cannot run it."""
+def symbolic_conv_model(kernel: int, dims: tuple = ("height", "width")) -> onnx.ModelProto:
+    """x [1, 3, *dims] -> a ``kernel`` x ``kernel`` convolution without padding: inputs smaller than
+    the kernel cannot run it (``dims``: names, or None for dims without a name)."""
     weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, kernel, kernel)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"])],
         "symbolic_conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "out_height", "out_width"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *dims])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None, None])],
         [numpy_helper.from_array(weight, "w")],
     )
     return model_of(graph, opset=17)
@@ -76,6 +76,19 @@ def test_a_conv_net_over_free_height_and_width_is_verified_at_the_second_size(tm
     assert entry["verification"]["default_dims"] == {"height": 32, "width": 32}
     assert entry["verification"]["outputs"][0]["ok"]
     assert "(synthesized inputs, height=32, width=32)" in _summary(entry)
+
+
+def test_dims_without_a_name_are_tried_at_the_second_size_too(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    save(symbolic_conv_model(3, (None, None)), assets, "conv")
+    entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"?": 32} and entry["verification"]["outputs"][0]["ok"]
+    save(symbolic_conv_model(33, (None, None)), assets, "big")
+    with pytest.raises(ModelError) as failure:
+        cook(job_for(assets, "big", shipped_settings("windows-dml"), tmp_path / "build"))
+    message = str(failure.value)
+    assert "dimension(s) ?, which verify_dims does not size, at 1, then 32" in message, message
+    assert "big.inputs.npz" in message and "verify_dims: {" not in message  # it cannot name them
 
 
 def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
@@ -158,11 +171,12 @@ def int4_weights_model() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("platform", ["android", "console"])
-def test_int4_initializers_are_refused_for_the_ort_format_before_anything_is_written(
+def test_int4_initializers_are_refused_for_the_ort_format_and_nothing_is_left(
     tmp_path: Path, platform: str
 ) -> None:
     """onnxruntime writes an ORT-format model holding an INT4 initializer and then refuses to load it
-    ("Unsupported tensor data type"): the cook refuses it first, naming the tensor and the fixes."""
+    ("Unsupported tensor data type"): the cook refuses it before verifying, naming the tensor and the
+    fixes, and leaves no file."""
     assets = tmp_path / "assets"
     save(int4_weights_model(), assets, "q4")
     with pytest.raises(
@@ -170,6 +184,41 @@ def test_int4_initializers_are_refused_for_the_ort_format_before_anything_is_wri
     ):
         cook(job_for(assets, "q4", shipped_settings(platform), tmp_path / "build"))
     assert not list((tmp_path / "build").rglob("*.ocb"))
+
+
+def blockwise_int4_model() -> onnx.ModelProto:
+    """x [1, 64] @ DequantizeLinear(int4 [64, 64], block-wise scales [2, 64], axis 0, blocks of 32):
+    4-bit weights as onnxruntime fuses them into MatMulNBits above the basic level."""
+    rng = np.random.default_rng(RNG_SEED)
+    weights = helper.make_tensor("w4", TensorProto.INT4, [64, 64], vals=rng.integers(-8, 8, 64 * 64).tolist())
+    scales = numpy_helper.from_array((rng.random((2, 64)) * 0.02).astype(np.float32), "scales")
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["w4", "scales"], ["w"], axis=0, block_size=32),
+            helper.make_node("MatMul", ["x", "w"], ["y"]),
+        ],
+        "int4_blocks",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [weights, scales],
+    )
+    return model_of(graph, opset=21, ir_version=10)
+
+
+def test_int4_weights_a_fusion_takes_away_cook_for_the_ort_format(tmp_path: Path) -> None:
+    """The refusal looks at the model onnxruntime wrote: at `extended` the block-wise int4 weights go
+    into MatMulNBits, and the ORT blob cooks, verifies (at onnxruntime's precision) and loads."""
+    assets = tmp_path / "assets"
+    save(blockwise_int4_model(), assets, "q4")
+    cpu_only = {"execution_providers": ["CPUExecutionProvider"], "verify_scale": 0.01}
+    with pytest.raises(ModelError, match=r"w4 \(INT4\).*optimization_level extended or all"):
+        cook(job_for(assets, "q4", shipped_settings("console", **cpu_only), tmp_path / "basic"))
+    settings = shipped_settings("console", optimization_level="extended", **cpu_only)
+    entry = cook(job_for(assets, "q4", settings, tmp_path / "build"))
+    assert entry["verification"]["outputs"][0]["ok"]
+    blob = blob_path(tmp_path / "build" / "console", "q4", "ort").read_bytes()
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    assert session_from_blob(blob, providers=CPU).run(None, {"x": x})[0].shape == (1, 64)
 
 
 def test_a_model_onnxruntime_itself_runs_at_lower_precision_gets_the_verify_scale_that_passes(

@@ -367,6 +367,11 @@ static void test_write_errors(void) {
                       strstr(msg, "element 0 is not valid UTF-8"),
                   "bad UTF-8 %lu: %s", (unsigned long)i, msg);
         }
+        one[0] = "a\0b";
+        length[0] = 3;
+        CHECK(npy_write_strings(path, shape, 1, one, length, 1, msg, sizeof msg) != 0 &&
+                  strstr(msg, "element 0 holds a NUL (at byte 1)"),
+              "NUL inside: %s", msg);
         one[0] = "ab";
         length[0] = 2;
         shape[0] = 2;

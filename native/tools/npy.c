@@ -612,10 +612,16 @@ int npy_write_strings(const char *path, const int64_t *shape, size_t ndim, const
     if (count && (!strings || !lengths)) return fail(msg, msg_size, path, "no strings given");
     for (e = 0; e < count; e++) { /* the width: the most code points of any string */
         if (lengths[e] && !strings[e]) return fail(msg, msg_size, path, "string %lu has no text", (unsigned long)e);
-        for (i = 0, n = 0; i < lengths[e]; n++)
-            if (utf8_next((const unsigned char *)strings[e], lengths[e], &i) < 0)
+        for (i = 0, n = 0; i < lengths[e]; n++) {
+            size_t at_byte = i;
+            long c = utf8_next((const unsigned char *)strings[e], lengths[e], &i);
+            if (c < 0)
                 return fail(msg, msg_size, path, "string element %lu is not valid UTF-8 (at byte %lu)",
-                            (unsigned long)e, (unsigned long)i);
+                            (unsigned long)e, (unsigned long)at_byte);
+            if (c == 0) /* numpy drops trailing NULs, and npy_read refuses inner ones */
+                return fail(msg, msg_size, path, "string element %lu holds a NUL (at byte %lu), which .npy "
+                            "strings cannot keep", (unsigned long)e, (unsigned long)at_byte);
+        }
         if (n > width) width = n;
     }
     if (width > NPY_MAX_STRING_CHARS)

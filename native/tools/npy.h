@@ -79,8 +79,9 @@ int npy_strings_utf8(const npy_array *a, char **buffer, const char ***strings, s
 
 /* Write `count` UTF-8 strings (strings[i] of lengths[i] bytes, no NUL needed) of the given shape
  * (its element count must be `count`) as numpy's '<U<n>', n the most code points of any (at
- * least 1). Malformed UTF-8 (overlong forms, surrogates, past U+10FFFF, cut sequences) is refused
- * naming the element. Returns 0 on success. */
+ * least 1). Malformed UTF-8 (overlong forms, surrogates, past U+10FFFF, cut sequences) and NUL
+ * (which numpy would drop at the end, and npy_read refuses inside) are refused naming the element.
+ * Returns 0 on success. */
 int npy_write_strings(const char *path, const int64_t *shape, size_t ndim, const char *const *strings,
                       const size_t *lengths, size_t count, char *msg, size_t msg_size);
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,30 +45,46 @@ from pipeline.settings.precision_options import resolved as resolved_options
 from pipeline.steptimes import step
 
 
-def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[dict, str, dict[str, int]]:
-    """The verification inputs, where they come from (the .inputs.npz file's name, or
-    "synthesized"), and the sizes given to symbolic dims that verify_dims does not size."""
+@dataclass(frozen=True)
+class VerifyInputs:
+    """The verification inputs and where they come from."""
+
+    feeds: dict[str, Any]
+    origin: str  # the .inputs.npz file's name, or "synthesized"
+    # symbolic dims verify_dims does not size ("?" for a dim without a name) -> the size given them
+    free_dims: dict[str, int] = field(default_factory=dict)
+    tried: tuple[int, ...] = ()  # the sizes the source was run with them at, in order
+
+
+def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyInputs:
+    """The verification inputs: the sample inputs shipped beside the model, else synthesized."""
     asset = job.asset
     if asset.inputs_path is not None:
         feeds = load_inputs(asset.inputs_path, model, read.data[asset.inputs_path])
-        return as_input_types(model, feeds), asset.inputs_path.name, {}
+        return VerifyInputs(as_input_types(model, feeds), asset.inputs_path.name)
     settings_hint, inputs_hint = _hints(job)
     dims = dict(job.settings.verify_dims)
     unsized = unsized_dims(model, dims)
     feeds = synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint)
-    if unsized and not _source_runs(job, model, feeds):
+    if not unsized:
+        return VerifyInputs(feeds, "synthesized")
+    size, tried = DEFAULT_DIM_SIZE, (DEFAULT_DIM_SIZE,)
+    if not _source_runs(job, model, feeds):
         # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
         # RETRY_DIM_SIZE (all of them: which are spatial is not known). A run that passes is
         # remembered (models under 2 GiB with numeric outputs), so the verification's own run is
         # not a second one; other models with free dims run twice.
-        wider = dims | dict.fromkeys(unsized, RETRY_DIM_SIZE)
         try:
-            retry = synthesize_inputs(model, wider, settings_hint=settings_hint, inputs_hint=inputs_hint)
+            wider = synthesize_inputs(
+                model, dims, free=RETRY_DIM_SIZE, settings_hint=settings_hint, inputs_hint=inputs_hint
+            )
         except VerifyError:  # too large to synthesize: the failure at 1 is reported
-            retry = None
-        if retry is not None and _source_runs(job, model, retry):
-            return retry, "synthesized", dict.fromkeys(unsized, RETRY_DIM_SIZE)
-    return feeds, "synthesized", dict.fromkeys(unsized, DEFAULT_DIM_SIZE)
+            wider = None
+        if wider is not None:
+            tried += (RETRY_DIM_SIZE,)
+            if _source_runs(job, model, wider):
+                feeds, size = wider, RETRY_DIM_SIZE
+    return VerifyInputs(feeds, "synthesized", dict.fromkeys(unsized, size), tried)
 
 
 def _source_runs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> bool:
@@ -85,13 +101,15 @@ def _hints(job: CookJob) -> tuple[str, str]:
     return str(settings), str(job.asset.path.with_suffix(".inputs.npz"))
 
 
-def _cannot_run(
-    job: CookJob, what: str, exc: BaseException, origin: str, defaulted: Mapping[str, int]
-) -> ModelError:
+def _cannot_run(job: CookJob, what: str, exc: BaseException, inputs: VerifyInputs) -> ModelError:
     """onnxruntime failed on the verification inputs; where the cook made them up, say how, and the fix."""
     settings_hint, inputs_hint = _hints(job)
-    hint = f"; {synthesized_hint(defaulted, inputs_hint, settings_hint)}" if origin == "synthesized" else ""
-    return ModelError(f"onnxruntime cannot run {what} on the verification inputs ({origin}): {exc}{hint}")
+    hint = ""
+    if inputs.origin == "synthesized":
+        hint = f"; {synthesized_hint(list(inputs.free_dims), inputs.tried, inputs_hint, settings_hint)}"
+    return ModelError(
+        f"onnxruntime cannot run {what} on the verification inputs ({inputs.origin}): {exc}{hint}"
+    )
 
 
 def verify_blob(
@@ -102,19 +120,20 @@ def verify_blob(
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
     with step("verify: the source's outputs"):
-        feeds, origin, defaulted = feeds_for(job, model, read)
+        inputs = feeds_for(job, model, read)
+        feeds, origin = inputs.feeds, inputs.origin
         refuse_meaningless(feeds, origin)
         try:
             memo = reference_memo_dir(job.platform_dir.parent)
             reference = reference_outputs(model, feeds, job.platform_dir, memo)
         except Exception as exc:  # onnxruntime errors on the source itself
-            raise _cannot_run(job, "the source model", exc, origin, defaulted) from None
+            raise _cannot_run(job, "the source model", exc, inputs) from None
         noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}
     with step("verify: the cooked blob, through the loader"):
         results = verify(blob, reference, feeds, settings, noise)
     report = {
         "inputs": origin,
-        **({"default_dims": defaulted} if defaulted else {}),
+        **({"default_dims": inputs.free_dims} if inputs.free_dims else {}),
         "rtol": settings.rtol,
         "atol": settings.atol,
         "scale": settings.verify_scale,
@@ -179,8 +198,9 @@ def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) ->
             calibration = load_calibration(asset.calib_path, read.data[asset.calib_path])
             origin = asset.calib_path.name
         else:  # no real inputs: the verification inputs, and the manifest says so
-            feeds, inputs, _ = feeds_for(job, model, read)
-            calibration, origin = [feeds], f"the verification inputs ({inputs}); no {asset.name}.calib.npz"
+            inputs = feeds_for(job, model, read)
+            calibration = [inputs.feeds]
+            origin = f"the verification inputs ({inputs.origin}); no {asset.name}.calib.npz"
     return convert_precision(
         model,
         settings.precision,
@@ -197,14 +217,15 @@ def accuracy_gate(
 ) -> dict[str, Any]:
     """The variant against the fp32 source on the verification inputs; fails the cook past the gate."""
     settings = job.settings
-    feeds, origin, defaulted = feeds_for(job, source, read)
+    inputs = feeds_for(job, source, read)
+    feeds, origin = inputs.feeds, inputs.origin
     refuse_meaningless(feeds, origin)
     try:
         want = reference_outputs(source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
         got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
     except Exception as exc:  # onnxruntime errors on either model
         what = f"the source or its {settings.precision} variant"
-        raise _cannot_run(job, what, exc, origin, defaulted) from None
+        raise _cannot_run(job, what, exc, inputs) from None
     rows = precision_accuracy(want, got)
     defaults = DEFAULT_GATES[settings.precision]
     limits = {

@@ -183,16 +183,16 @@ def _fbs_tensor_bytes(tensor: fbs.Tensor.Tensor) -> int:
     return 0
 
 
-def _fbs_graphs(graph: fbs.Graph.Graph) -> Iterator[fbs.Graph.Graph]:
+def fbs_graphs(graph: fbs.Graph.Graph) -> Iterator[fbs.Graph.Graph]:
     yield graph
     for n in range(graph.NodesLength()):
         node = graph.Nodes(n)
         for a in range(node.AttributesLength()):
             attribute = node.Attributes(a)
             if attribute.G() is not None:
-                yield from _fbs_graphs(attribute.G())
+                yield from fbs_graphs(attribute.G())
             for g in range(attribute.GraphsLength()):
-                yield from _fbs_graphs(attribute.Graphs(g))
+                yield from fbs_graphs(attribute.Graphs(g))
 
 
 def _nodes(graph: fbs.Graph.Graph) -> Iterator[fbs.Node.Node]:
@@ -246,7 +246,7 @@ def ort_facts(data: bytes) -> ModelFacts:
     session = fbs.InferenceSession.InferenceSession.GetRootAs(data, 0)
     model = session.Model()
     graph = model.Graph()
-    graphs = list(_fbs_graphs(graph))
+    graphs = list(fbs_graphs(graph))
     initializers = {graph.Initializers(i).Name().decode() for i in range(graph.InitializersLength())}
     inputs = _fbs_names(graph.InputsLength(), graph.Inputs)
     opsets = (model.OpsetImport(i) for i in range(model.OpsetImportLength()))

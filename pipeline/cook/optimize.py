@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 import onnxruntime
 
-from pipeline.cook.facts import onnx_graphs
+from pipeline.cook.facts import fbs_graphs, onnx_graphs
 from pipeline.cook.large import session_input, tensor_bytes
 from pipeline.cook.ortschema import fbs
 from pipeline.errors import ModelError
@@ -113,39 +113,35 @@ def _run(
         ) from None
 
 
-def _refuse_unstorable(model: onnx.ModelProto, settings: CookSettings) -> None:
-    unstorable = _tensors_ort_cannot_hold(model)
-    if not unstorable:
+def _refuse_unstorable(data: bytes, settings: CookSettings) -> None:
+    """Refuse an ORT-format model holding tensors of an element type its schema lacks (INT4 where
+    no fusion took the weights into MatMulNBits): onnxruntime wrote it, but cannot load it."""
+    graph = fbs.InferenceSession.InferenceSession.GetRootAs(data, 0).Model().Graph()
+    found = []
+    for g in fbs_graphs(graph):
+        tensors = [g.Initializers(i) for i in range(g.InitializersLength())]
+        tensors += [g.SparseInitializers(i).Values() for i in range(g.SparseInitializersLength())]
+        found += [t for t in tensors if t.DataType() not in ORT_TENSOR_TYPES]
+    if not found:
         return
-    more = f" and {len(unstorable) - 5} more" if len(unstorable) > 5 else ""
+    names = [f"{t.Name().decode(errors='replace')} ({_type_name(t.DataType())})" for t in found]
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
     raise ModelError(
         f"the ORT format of onnxruntime {onnxruntime.__version__} cannot hold tensors of the type of "
-        f"{', '.join(unstorable[:5])}{more} (onnxruntime writes such a model but refuses to load it); "
-        "store 4-bit weights as onnxruntime's quantizer does by default (MatMulNBits, packed in "
-        "uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), or as int8, or leave this "
-        "platform out with `skip_platforms` in the model's .cook.yaml"
+        f"{', '.join(names[:5])}{more} (onnxruntime writes such a model but refuses to load it); at "
+        "optimization_level extended or all onnxruntime fuses 4-bit DequantizeLinear + MatMul into "
+        "MatMulNBits where the graph allows; else store 4-bit weights as onnxruntime's quantizer does "
+        "by default (MatMulNBits, packed in uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), "
+        "or as int8, or leave this platform out with `skip_platforms` in the model's .cook.yaml"
         + ("" if settings.reduced_build else " (or cook the model as ONNX here: `format: onnx`)")
     )
 
 
-def _tensors_ort_cannot_hold(model: onnx.ModelProto) -> list[str]:
-    """'name (TYPE)' of each initializer or Constant value whose element type the ORT format lacks,
-    in the main graph, its subgraphs, and the bodies of local functions (and their subgraphs)."""
-    graphs = list(onnx_graphs(model.graph))
-    for node in (node for function in model.functions for node in function.node):
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                graphs += onnx_graphs(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                graphs += (g for subgraph in attribute.graphs for g in onnx_graphs(subgraph))
-    nodes = [*(n for g in graphs for n in g.node), *(n for f in model.functions for n in f.node)]
-    tensors = [t for g in graphs for t in (*g.initializer, *(s.values for s in g.sparse_initializer))]
-    tensors += [a.t for n in nodes if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
-    return [
-        f"{t.name or '(a Constant)'} ({onnx.TensorProto.DataType.Name(t.data_type)})"
-        for t in tensors
-        if t.data_type not in ORT_TENSOR_TYPES
-    ]
+def _type_name(data_type: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(data_type)
+    except ValueError:
+        return f"type {data_type}"
 
 
 def _hint(message: str) -> str:
@@ -177,15 +173,16 @@ def optimize(
     onnxruntime only writes optimized models to a file: a temp folder in ``work_dir`` (the build
     folder, where the next manifest write sweeps what a killed cook left) holds it meanwhile.
     """
-    if settings.format == ModelFormat.ORT:
-        _refuse_unstorable(model, settings)
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
         output = Path(tmp) / f"model.{settings.format}"
         _run(model, settings, session_options(settings, output, saved), work_dir, also_disabled)
         data = output.read_bytes()
-    return data if settings.format == ModelFormat.ORT else tidy_onnx(data)
+    if settings.format == ModelFormat.ORT:
+        _refuse_unstorable(data, settings)
+        return data
+    return tidy_onnx(data)
 
 
 def tidy_onnx(data: bytes) -> bytes:

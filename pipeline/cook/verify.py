@@ -42,6 +42,7 @@ MAX_SYNTHESIZED_BYTES = 1 << 30
 DEFAULT_DIM_SIZE = 1
 # ... and where the source cannot run with them at 1 (a conv net over a free height and width), this.
 RETRY_DIM_SIZE = 32
+UNNAMED = "?"  # a dimension with neither a size nor a name (verify_dims cannot name it)
 CPU_ONLY = ["CPUExecutionProvider"]
 # The cooker loads the blob it just wrote whatever its size (games keep the loader's 2 GiB guard).
 TRUSTED_SIZE = 1 << 62
@@ -55,38 +56,47 @@ def _fix_hint(where: str, settings_path: str) -> str:
 
 def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
     """The symbolic dimensions of the model's inputs that ``dims`` gives no size, in input order
-    (``"?"`` for a dimension with neither a size nor a name)."""
+    (UNNAMED for any dimension with neither a size nor a name)."""
     unsized: list[str] = []
     for value in feed_inputs(model.graph):
         if not value.type.HasField("tensor_type"):
             continue
         for dim in value.type.tensor_type.shape.dim:
             if not dim.HasField("dim_value") and dim.dim_param not in dims:
-                label = dim.dim_param or "?"
+                label = dim.dim_param or UNNAMED
                 if label not in unsized:
                     unsized.append(label)
     return unsized
 
 
-def synthesized_hint(unsized: Mapping[str, int], where: str, settings_path: str) -> str:
-    """What to do when the source cannot run on synthesized inputs: what they were, and the fixes."""
-    dims = ", ".join(unsized)
-    tried = f"{DEFAULT_DIM_SIZE}, then {RETRY_DIM_SIZE}"
-    return (
+def synthesized_hint(free: list[str], tried: tuple[int, ...], where: str, settings_path: str) -> str:
+    """What to do when the source cannot run on synthesized inputs: what they were (the dims in
+    ``free`` given each size in ``tried``), and the fixes."""
+    named = [d for d in free if d != UNNAMED]
+    sizes = ", then ".join(map(str, tried))
+    text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
         "0 and 1, booleans, short strings"
-        + (f"; symbolic dimension(s) {dims}, which verify_dims does not size, at {tried}" if dims else "")
-        + f"); if the model needs other values, ship sample inputs as {where} (numpy.savez, keys = input "
-        "names)"
-        + (f", or other sizes, add `verify_dims: {{<dim>: <size>}}` to {settings_path}" if dims else "")
     )
+    if free:
+        text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
+    text += f"); if the model needs other values, ship sample inputs as {where} (numpy.savez"
+    text += ", keys = input names)"
+    if named:
+        text += f", or other sizes, add `verify_dims: {{{named[0]}: <size>}}` to {settings_path}"
+    return text
 
 
 def synthesize_inputs(
-    model: onnx.ModelProto, dims: Mapping[str, int], *, settings_hint: str, inputs_hint: str
+    model: onnx.ModelProto,
+    dims: Mapping[str, int],
+    *,
+    free: int = DEFAULT_DIM_SIZE,
+    settings_hint: str,
+    inputs_hint: str,
 ) -> dict[str, np.ndarray]:
     """Seeded inputs that match the model's input signature; symbolic dims come from ``dims``, else
-    are DEFAULT_DIM_SIZE (one size per name, so inputs that share a dimension agree)."""
+    are ``free`` (one size per name, so inputs that share a dimension agree; unnamed ones too)."""
     rng = np.random.default_rng(SEED)
     feeds = {}
     for value in feed_inputs(model.graph):
@@ -101,7 +111,7 @@ def synthesize_inputs(
             if dim.HasField("dim_value"):
                 shape.append(dim.dim_value)
             else:
-                shape.append(dims.get(dim.dim_param, DEFAULT_DIM_SIZE) if dim.dim_param else DEFAULT_DIM_SIZE)
+                shape.append(dims.get(dim.dim_param, free) if dim.dim_param else free)
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
         size = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn as float64 first
         if size > MAX_SYNTHESIZED_BYTES:
@@ -322,6 +332,8 @@ def _own_precision(failed: list[OutputDifference], scale: float) -> str:
     ):
         return ""
     needed = max(max(r.rel_l2, r.of_range / OF_RANGE_FACTOR) for r in failed)
+    if not 0 < needed < 1:  # an all-zero output, or an error as large as the output: no scale helps
+        return ""
     exponent = math.floor(math.log10(needed))
     suggested = round(
         math.ceil(needed / 10**exponent) * 10**exponent, 12 - exponent
