@@ -50,10 +50,6 @@ TRUSTED_SIZE = 1 << 62
 REFERENCE_RECIPE = 1
 
 
-def _fix_hint(where: str, settings_path: str) -> str:
-    return f"add `verify_dims: {{<dim>: <size>}}` to {settings_path} or ship sample inputs as {where}"
-
-
 def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
     """The symbolic dimensions of the model's inputs that ``dims`` gives no size, in input order
     (UNNAMED for any dimension with neither a size nor a name)."""
