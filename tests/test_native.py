@@ -151,6 +151,118 @@ def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bund
     assert "OC_ERR_UNKNOWN_MODEL" in done.stdout
 
 
+def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
+    native: Path, bundles: Path, tmp_path: Path
+) -> None:
+    """An engine's own build (native/tests/consumer) takes libonnx_cooker each usual way, and the
+    program it links opens every model of a bundle and creates its session: add_subdirectory of a
+    static library (the library alone: no tools, tests or -Werror of ours), find_package of an
+    installed shared and an installed static library, and pkg-config of both, after moving the
+    installed prefix (relocatable)."""
+    ort_include = next((NATIVE_OUT / "_deps").glob("onnxruntime-*/include"))
+    library = ort_library("1.32.0")
+
+    def cmake(*args: object) -> None:
+        for step in (["cmake", *args], None):
+            if step is None:
+                break
+            done = subprocess.run([str(a) for a in step], capture_output=True, text=True, check=False)
+            assert done.returncode == 0, f"{step}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+    def build(source: Path, tree: Path, *options: str) -> None:
+        cmake("-S", source, "-B", tree, "-DCMAKE_BUILD_TYPE=Release", *options)
+        cmake("--build", tree, "--parallel", "2")
+
+    def models_of(consumer: Path, platform: str) -> list[list[str]]:
+        lines = run_native([consumer, bundles / platform, library]).stdout.splitlines()
+        return [line.split(" ") for line in lines]
+
+    def expected(platform: str) -> list[list[str]]:
+        bundle = open_bundle(bundles / platform)
+        return [
+            [name, str(len(bundle.info(name)["inputs"])), str(len(bundle.info(name)["outputs"]))]
+            for name in sorted(bundle.names)
+        ]
+
+    consumer_src = REPO / "native" / "tests" / "consumer"
+    made: dict[str, Path] = {}
+
+    # add_subdirectory, static
+    sub = tmp_path / "subdirectory"
+    build(
+        consumer_src,
+        sub,
+        "-DOC_CONSUME=subdirectory",
+        f"-DOC_NATIVE_DIR={REPO / 'native'}",
+        f"-DORT_INCLUDE_DIR={ort_include}",
+        "-DBUILD_SHARED_LIBS=OFF",
+    )
+    built = {path.name for path in (sub / "onnx_cooker").iterdir()}
+    assert "libonnx_cooker.a" in built and not built & {"oc-run", "oc-probe", "test_npy", "test_in_place"}
+    made["subdirectory"] = sub / "consumer"
+
+    # installed (shared and static), the prefix then moved: find_package and pkg-config
+    for shared in ("ON", "OFF"):
+        tree = tmp_path / f"library-{shared}"
+        build(
+            REPO / "native",
+            tree,
+            f"-DORT_INCLUDE_DIR={ort_include}",
+            f"-DBUILD_SHARED_LIBS={shared}",
+            "-DOC_BUILD_TESTS=OFF",
+        )
+        cmake("--install", tree, "--prefix", tmp_path / "staging" / shared)
+        prefix = tmp_path / f"prefix-{shared}"
+        (tmp_path / "staging" / shared).rename(prefix)
+        build(
+            consumer_src,
+            tmp_path / f"package-{shared}",
+            "-DOC_CONSUME=package",
+            f"-DCMAKE_PREFIX_PATH={prefix}",
+        )
+        made[f"find_package {shared}"] = tmp_path / f"package-{shared}" / "consumer"
+        flags = subprocess.run(
+            ["pkg-config", "--cflags", "--libs", *(["--static"] if shared == "OFF" else []), "onnx_cooker"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PKG_CONFIG_PATH": str(prefix / "lib" / "pkgconfig")},
+        ).stdout.split()
+        made[f"pkg-config {shared}"] = tmp_path / f"pkg-config-{shared}"
+        cmake_free = [
+            "gcc",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            consumer_src / "consumer.c",
+            "-o",
+            made[f"pkg-config {shared}"],
+            *flags,
+            f"-Wl,-rpath,{prefix / 'lib'}",
+        ]
+        done = subprocess.run([str(a) for a in cmake_free], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        # the installed oc-run finds the moved library next to it
+        run_native([prefix / "bin" / "oc-run", "--help"])
+
+    for how, consumer in made.items():
+        for platform in ("android", "windows-dml") if how == "subdirectory" else ("android",):
+            got = models_of(consumer, platform)
+            assert [line[:3] for line in got] == expected(platform), how
+            # 1.32: ORT bytes in place, ONNX weights as in-memory file buffers (in place)
+            paths = {"android": {"ort-in-place"}, "windows-dml": {"onnx-inline", "onnx-file-buffers"}}
+            assert {line[3] for line in got} <= paths[platform], (how, got)
+            big = "onnx-file-buffers" if platform == "windows-dml" else "ort-in-place"
+            assert ["big_weights", "1", "1", big] in got, (how, got)
+    assert (
+        subprocess.run(
+            ["ldd", str(made["find_package OFF"])], capture_output=True, text=True, check=True
+        ).stdout.count("onnx_cooker")
+        == 0
+    )  # static: linked in
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles: Path, platform: str) -> None:
     lines = [
