@@ -92,14 +92,15 @@ def test_dims_without_a_name_are_tried_at_the_second_size_too(tmp_path: Path) ->
 
 
 def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
-    """A 33x33 convolution runs on neither 1x1 nor 32x32: the error names the dims, both sizes and the
-    fixes, and verify_dims (one of them) then cooks the model."""
+    """A 33x33 convolution runs on neither 1x1 nor 32x32 (nor 1 or 2 each): the error names the dims,
+    the sizes tried and the fixes, and verify_dims (one of them) then cooks the model."""
     assets = tmp_path / "assets"
     save(symbolic_conv_model(33), assets, "conv")
     with pytest.raises(
         ModelError,
         match=r"cannot run the source model on the verification inputs \(synthesized\): .*height, width, "
-        r"which verify_dims does not size, at 1, then 32.*conv\.inputs\.npz.*verify_dims.*conv\.cook\.yaml",
+        r"which verify_dims does not size, at 1, then 32, then each at 1 or 2 \(3 combinations\)"
+        r".*conv\.inputs\.npz.*verify_dims.*conv\.cook\.yaml",
     ):
         cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     settings = shipped_settings("windows-dml", verify_dims={"height": 40, "width": 40})
@@ -240,3 +241,110 @@ def test_a_model_onnxruntime_itself_runs_at_lower_precision_gets_the_verify_scal
         job_for(assets, "q4", shipped_settings("windows-dml", verify_scale=scale), tmp_path / "build")
     )
     assert entry["verification"]["outputs"][0]["ok"]
+
+
+def kv_cache_model(mask_dim: str = "total") -> onnx.ModelProto:
+    """A decoder step with a KV cache: ids [batch, seq], mask [batch, ``mask_dim``], past [batch,
+    past, 4]; the new tokens' embeddings join the past along the sequence and the mask rides beside
+    them (Concat: no broadcast), so the mask's length must be past + seq, as in every KV-cache
+    decoder. ``mask_dim`` may be an expression of the others (``past + seq``), as exporters name it."""
+    table = np.random.default_rng(RNG_SEED).standard_normal((16, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["new"]),
+            helper.make_node("Concat", ["past", "new"], ["present"], axis=1),
+            helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["mask_f", "axis2"], ["mask_3d"]),
+            helper.make_node("Concat", ["present", "mask_3d"], ["y"], axis=2),
+        ],
+        "kv_step",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", mask_dim]),
+            helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past", 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None, 5])],
+        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([2], np.int64), "axis2")],
+    )
+    return model_of(graph, opset=17)
+
+
+def test_dims_bound_to_each_other_are_found_at_one_or_two(tmp_path: Path) -> None:
+    """A KV-cache decoder runs with neither every free dim at 1 nor at 32 (total = past + seq):
+    each is then tried at 1 or 2, fewest 2s first, and the cook says which sizes it verified at."""
+    assets = tmp_path / "assets"
+    save(kv_cache_model(), assets, "decoder")
+    entry = cook(job_for(assets, "decoder", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"batch": 1, "seq": 1, "total": 2, "past": 1}
+    assert entry["verification"]["outputs"][0]["ok"]
+    assert "(synthesized inputs, batch=1, past=1, seq=1, total=2)" in _summary(entry)
+
+
+def test_a_dim_named_by_an_expression_is_computed_from_the_others(tmp_path: Path) -> None:
+    """``past + seq`` is not a free dim: it is sized from past and seq, first try."""
+    assets = tmp_path / "assets"
+    save(kv_cache_model("past + seq"), assets, "decoder")
+    entry = cook(job_for(assets, "decoder", shipped_settings("android"), tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"batch": 1, "seq": 1, "past": 1}
+    assert entry["verification"]["outputs"][0]["ok"]
+    settings = shipped_settings("android", verify_dims={"past": 3})
+    entry = cook(job_for(assets, "decoder", settings, tmp_path / "b2"))
+    assert (
+        entry["verification"]["default_dims"] == {"batch": 1, "seq": 1}
+        and entry["verification"]["outputs"][0]["ok"]
+    )
+
+
+def test_dim_expressions_as_exporters_write_them() -> None:
+    from pipeline.cook.dims import bound_sizes, dim_size, expression_names, unsized_dims
+
+    assert expression_names("past_sequence_length + 1") == ["past_sequence_length"]
+    assert expression_names("past_sequence_length + sequence_length") == [
+        "past_sequence_length",
+        "sequence_length",
+    ]
+    assert expression_names("floor(s0/2) + Max(s1, 3)") == ["s0", "s1"]
+    for plain in ("batch", "batch size", "unk__12", "2", "s0.size()", "__import__('os')", ""):
+        assert expression_names(plain) is None, plain
+    assert dim_size("past + 1", {}, 1) == 2
+    assert dim_size("past + 1", {"past": 7}, 1) == 8
+    assert dim_size("past + 1", {"past + 1": 3}, 1) == 3  # verify_dims may size the expression itself
+    assert dim_size("2*s0 - s1", {}, {"s0": 3, "s1": 2}) == 4
+    assert dim_size("floor(s0/2)", {}, 5) == 2 and dim_size("s0 - 4", {}, 1) == 0
+    model = kv_cache_model("past + seq + 1")
+    assert unsized_dims(model, {}) == ["batch", "seq", "past"]
+    assert unsized_dims(model, {"past + seq + 1": 4}) == ["batch", "seq", "past"]
+    sizes = list(bound_sizes(["a", "b", "c"]))
+    assert sizes[0] == {"a": 2, "b": 1, "c": 1} and sizes[-1] == {"a": 2, "b": 2, "c": 2} and len(sizes) == 7
+    assert len(list(bound_sizes([f"d{i}" for i in range(8)]))) == 16 and not list(bound_sizes(["a"]))
+
+
+def random_sample_model() -> onnx.ModelProto:
+    """mu [1, 8] -> mu + RandomNormalLike(mu), unseeded (a VAE's sampling step): its outputs change
+    with every run unless onnxruntime's own seed is set."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("RandomNormalLike", ["mu"], ["eps"]),
+            helper.make_node("Add", ["mu", "eps"], ["z"]),
+        ],
+        "sample",
+        [helper.make_tensor_value_info("mu", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8])],
+    )
+    return model_of(graph, opset=17)
+
+
+@pytest.mark.slow
+def test_a_model_with_random_operators_verifies_in_every_target_version(tmp_path: Path) -> None:
+    """Unseeded random operators draw from onnxruntime's seed: the cook sets it in every process that
+    compares outputs, so the cook and the runtime check in another onnxruntime (another process)
+    compare equal draws, and the in-place proof does not take run-to-run changes for in place."""
+    from tests.test_target_check import OLD_RUNTIME, check_for, run_check
+
+    save(random_sample_model(), tmp_path / "assets", "vae")
+    entry = cook(job_for(tmp_path / "assets", "vae", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["outputs"][0]["max_abs"] == 0.0
+    platform_dir = tmp_path / "build" / "windows-dml"
+    report = run_check(check_for(platform_dir, ["vae"], OLD_RUNTIME, Path("platforms/windows-dml.yaml")))
+    assert report["models"]["vae"]["ok"], report["models"]["vae"]
+    assert report["models"]["vae"]["outputs"][0]["max_abs"] == 0.0

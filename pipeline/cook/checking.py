@@ -11,8 +11,11 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime
 
+from pipeline.cook.dims import DEFAULT_DIM_SIZE, RETRY_DIM_SIZE, bound_sizes, combinations_count, unsized_dims
 from pipeline.cook.job import CookJob
+from pipeline.cook.large import session_input
 from pipeline.cook.precision import (
     DEFAULT_GATES,
     INT8_STATIC,
@@ -26,15 +29,14 @@ from pipeline.cook.precision import accuracy as precision_accuracy
 from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead
 from pipeline.cook.verify import (
-    DEFAULT_DIM_SIZE,
-    RETRY_DIM_SIZE,
+    CPU_ONLY,
+    RANDOM_SEED,
     as_input_types,
     load_inputs,
     reference_outputs,
     rounding_noise,
     synthesize_inputs,
     synthesized_hint,
-    unsized_dims,
     verify,
 )
 from pipeline.errors import ModelError, VerifyError
@@ -54,6 +56,7 @@ class VerifyInputs:
     # symbolic dims verify_dims does not size ("?" for a dim without a name) -> the size given them
     free_dims: dict[str, int] = field(default_factory=dict)
     tried: tuple[int, ...] = ()  # the sizes the source was run with them at, in order
+    bound: int = 0  # then how many combinations of 1 and 2 (dims bound to each other)
 
 
 def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyInputs:
@@ -68,7 +71,7 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
     feeds = synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint)
     if not unsized:
         return VerifyInputs(feeds, "synthesized")
-    size, tried = DEFAULT_DIM_SIZE, (DEFAULT_DIM_SIZE,)
+    sizes, tried, bound = dict.fromkeys(unsized, DEFAULT_DIM_SIZE), (DEFAULT_DIM_SIZE,), 0
     if not _source_runs(job, model, feeds):
         # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
         # RETRY_DIM_SIZE (all of them: which are spatial is not known). A run that passes is
@@ -83,8 +86,39 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
         if wider is not None:
             tried += (RETRY_DIM_SIZE,)
             if _source_runs(job, model, wider):
-                feeds, size = wider, RETRY_DIM_SIZE
-    return VerifyInputs(feeds, "synthesized", dict.fromkeys(unsized, size), tried)
+                return VerifyInputs(wider, "synthesized", dict.fromkeys(unsized, RETRY_DIM_SIZE), tried)
+        # Dims bound to each other (a KV cache's total = past + new): each at 1 or 2
+        bound = combinations_count(unsized)
+        found = _first_runnable(job, model, dims, unsized)
+        if found is not None:
+            feeds, sizes = found
+    return VerifyInputs(feeds, "synthesized", sizes, tried, bound)
+
+
+def _first_runnable(
+    job: CookJob, model: onnx.ModelProto, dims: Mapping[str, int], unsized: list[str]
+) -> tuple[dict[str, Any], dict[str, int]] | None:
+    """The first of ``bound_sizes`` the source runs with, and its inputs (one session for all)."""
+    settings_hint, inputs_hint = _hints(job)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with session_input(model, job.platform_dir) as source:
+        try:
+            onnxruntime.set_seed(RANDOM_SEED)
+            session = onnxruntime.InferenceSession(source, options, providers=CPU_ONLY)
+        except Exception:  # the failure at 1 is reported
+            return None
+        for sizes in bound_sizes(unsized):
+            feeds = synthesize_inputs(
+                model, dims, free=sizes, settings_hint=settings_hint, inputs_hint=inputs_hint
+            )
+            try:
+                session.run(None, feeds)
+            except Exception:  # onnxruntime's errors on these sizes: the next ones
+                continue
+            return feeds, sizes
+    return None
 
 
 def _source_runs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> bool:
@@ -106,7 +140,8 @@ def _cannot_run(job: CookJob, what: str, exc: BaseException, inputs: VerifyInput
     settings_hint, inputs_hint = _hints(job)
     hint = ""
     if inputs.origin == "synthesized":
-        hint = f"; {synthesized_hint(list(inputs.free_dims), inputs.tried, inputs_hint, settings_hint)}"
+        free = list(inputs.free_dims)
+        hint = f"; {synthesized_hint(free, inputs.tried, inputs_hint, settings_hint, inputs.bound)}"
     return ModelError(
         f"onnxruntime cannot run {what} on the verification inputs ({inputs.origin}): {exc}{hint}"
     )

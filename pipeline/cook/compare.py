@@ -20,6 +20,10 @@ NOISE_FACTOR = 4.0
 # The noise raises a bound at most this many times ``scale``: a source that rounds more than that
 # (1e-3 of the output with the default scale: an fp16 model, say) needs explicit tolerances.
 NOISE_CAP = 100.0
+# onnxruntime's seed for random operators without a `seed` attribute (RandomNormalLike, ...), set in
+# every process that runs a model to compare (onnxruntime.set_seed): a fresh session's first run then
+# draws the same values in the source's and the cooked model's sessions, in every onnxruntime version.
+RANDOM_SEED = 20250101
 
 
 @dataclass(frozen=True, kw_only=True)

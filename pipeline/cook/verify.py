@@ -22,10 +22,12 @@ from pipeline.cook.compare import (
     NOISE_CAP,
     NOISE_FACTOR,
     OF_RANGE_FACTOR,
+    RANDOM_SEED,
     OutputDifference,
     compare,
     scale_figures,
 )
+from pipeline.cook.dims import DEFAULT_DIM_SIZE, UNNAMED, dim_size
 from pipeline.cook.facts import feed_inputs
 from pipeline.cook.large import session_input
 from pipeline.cook.precision import VERIFY_ATOL_OF_RANGE
@@ -37,39 +39,21 @@ from pipeline.settings.resolve import CookSettings
 SEED = 20240531
 # Synthesized verification inputs are sized by verify_dims; past this, ask for sample inputs instead.
 MAX_SYNTHESIZED_BYTES = 1 << 30
-# The size of a symbolic dimension verify_dims does not give (as onnxruntime's perf test and
-# Polygraphy take free dimensions): a batch, a sequence or a count of one runs nearly every model.
-DEFAULT_DIM_SIZE = 1
-# ... and where the source cannot run with them at 1 (a conv net over a free height and width), this.
-RETRY_DIM_SIZE = 32
-UNNAMED = "?"  # a dimension with neither a size nor a name (verify_dims cannot name it)
 CPU_ONLY = ["CPUExecutionProvider"]
 # The cooker loads the blob it just wrote whatever its size (games keep the loader's 2 GiB guard).
 TRUSTED_SIZE = 1 << 62
 # Bump when what reference_outputs computes changes: remembered references are then recomputed.
-REFERENCE_RECIPE = 1
+REFERENCE_RECIPE = 2  # 2: random operators seeded (RANDOM_SEED)
 
 
-def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
-    """The symbolic dimensions of the model's inputs that ``dims`` gives no size, in input order
-    (UNNAMED for any dimension with neither a size nor a name)."""
-    unsized: list[str] = []
-    for value in feed_inputs(model.graph):
-        if not value.type.HasField("tensor_type"):
-            continue
-        for dim in value.type.tensor_type.shape.dim:
-            if not dim.HasField("dim_value") and dim.dim_param not in dims:
-                label = dim.dim_param or UNNAMED
-                if label not in unsized:
-                    unsized.append(label)
-    return unsized
-
-
-def synthesized_hint(free: list[str], tried: tuple[int, ...], where: str, settings_path: str) -> str:
+def synthesized_hint(
+    free: list[str], tried: tuple[int, ...], where: str, settings_path: str, bound: int = 0
+) -> str:
     """What to do when the source cannot run on synthesized inputs: what they were (the dims in
-    ``free`` given each size in ``tried``), and the fixes."""
+    ``free`` given each size in ``tried``, then ``bound`` combinations of 1 and 2), and the fixes."""
     named = [d for d in free if d != UNNAMED]
     sizes = ", then ".join(map(str, tried))
+    sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
         "0 and 1, booleans, short strings"
@@ -87,12 +71,13 @@ def synthesize_inputs(
     model: onnx.ModelProto,
     dims: Mapping[str, int],
     *,
-    free: int = DEFAULT_DIM_SIZE,
+    free: int | Mapping[str, int] = DEFAULT_DIM_SIZE,
     settings_hint: str,
     inputs_hint: str,
 ) -> dict[str, np.ndarray]:
     """Seeded inputs that match the model's input signature; symbolic dims come from ``dims``, else
-    are ``free`` (one size per name, so inputs that share a dimension agree; unnamed ones too)."""
+    are ``free`` (one size per name, so inputs that share a dimension agree; unnamed ones too; a size
+    per name where a mapping), or computed where their name is an expression (``dims.dim_size``)."""
     rng = np.random.default_rng(SEED)
     feeds = {}
     for value in feed_inputs(model.graph):
@@ -107,7 +92,7 @@ def synthesize_inputs(
             if dim.HasField("dim_value"):
                 shape.append(dim.dim_value)
             else:
-                shape.append(dims.get(dim.dim_param, free) if dim.dim_param else free)
+                shape.append(dim_size(dim.dim_param, dims, free))
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
         size = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn as float64 first
         if size > MAX_SYNTHESIZED_BYTES:
@@ -254,6 +239,7 @@ def reference_outputs(
         )
         if key is not None and (known := _remembered(memo_dir / f"{key}.npz")) is not None:
             return known
+        onnxruntime.set_seed(RANDOM_SEED)
         session = onnxruntime.InferenceSession(source, options, providers=CPU_ONLY)
         names = [output.name for output in session.get_outputs()]
         outputs = dict(zip(names, session.run(names, dict(feeds)), strict=True))
@@ -377,6 +363,7 @@ def verify(
     """Run the cooked blob through the runtime loader on the CPU and compare every output (``noise``:
     each output's rounding noise, ``rounding_noise``)."""
     try:
+        onnxruntime.set_seed(RANDOM_SEED)
         session = session_from_blob(blob, providers=CPU_ONLY, max_model_size=TRUSTED_SIZE)
         names = [output.name for output in session.get_outputs()]
         actual = dict(zip(names, session.run(names, dict(feeds)), strict=True))

@@ -1,0 +1,130 @@
+"""The symbolic dimensions of a model's inputs, when the cook synthesizes verification inputs.
+
+A dimension that ``verify_dims`` does not size is *free*: it is 1, as onnxruntime's perf test and
+Polygraphy take free dimensions, then RETRY_DIM_SIZE where the source cannot run at 1 (a conv net
+over a free height and width). Dimensions bound to each other (a decoder with a KV cache, whose
+attention mask spans the past and the new tokens: ``total = past + seq``) run with none of those:
+then each free dimension is tried at 1 or 2 (``bound_sizes``). A dimension whose name is an
+expression of others (``past_sequence_length + 1``, as exporters write derived dimensions) is not
+free: it is computed from them.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator, Mapping
+
+import onnx
+
+from pipeline.cook.facts import feed_inputs
+
+DEFAULT_DIM_SIZE = 1
+RETRY_DIM_SIZE = 32
+UNNAMED = "?"  # a dimension with neither a size nor a name (verify_dims cannot name it)
+# Sizes of free dimensions bound to each other: each 1 or 2, at most this many combinations
+BOUND_SIZES = (1, 2)
+MAX_BOUND_TRIES = 16
+
+_OPERATORS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b if b else 0,
+    ast.Div: lambda a, b: a // b if b else 0,  # sizes are integers (sympy's floor(s0/2))
+    ast.Mod: lambda a, b: a % b if b else 0,
+}
+_FUNCTIONS = {"floor": lambda a: a, "ceil": lambda a: a, "max": max, "min": min, "Max": max, "Min": min}
+
+
+def expression_names(param: str) -> list[str] | None:
+    """The dimension names an expression such as ``past_sequence_length + 1`` is made of, in order;
+    None for a plain name (or anything that is not such an expression)."""
+    try:
+        tree = ast.parse(param.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    if isinstance(tree, ast.Name) or not _allowed(tree):
+        return None
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id not in _FUNCTIONS]
+    names = [node.id for node in sorted(found, key=lambda node: node.col_offset)]  # in written order
+    return list(dict.fromkeys(names)) or None
+
+
+def _allowed(node: ast.AST) -> bool:
+    if isinstance(node, ast.BinOp):
+        return type(node.op) in _OPERATORS and _allowed(node.left) and _allowed(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, ast.USub) and _allowed(node.operand)
+    if isinstance(node, ast.Call):
+        return (
+            isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCTIONS
+            and not node.keywords
+            and all(_allowed(arg) for arg in node.args)
+        )
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Constant) and type(node.value) is int)
+
+
+def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int:
+    if isinstance(node, ast.BinOp):
+        return _OPERATORS[type(node.op)](_evaluate(node.left, sizes), _evaluate(node.right, sizes))
+    if isinstance(node, ast.UnaryOp):
+        return -_evaluate(node.operand, sizes)
+    if isinstance(node, ast.Call):
+        return _FUNCTIONS[node.func.id](*(_evaluate(arg, sizes) for arg in node.args))  # type: ignore[attr-defined]
+    if isinstance(node, ast.Name):
+        return sizes[node.id]
+    return node.value  # type: ignore[attr-defined]
+
+
+def dim_size(param: str, dims: Mapping[str, int], free: int | Mapping[str, int]) -> int:
+    """The size a symbolic dimension gets: ``dims`` (verify_dims) first, then an expression's value
+    over the sizes of its names, else ``free`` (one size for every free dimension, or per name)."""
+
+    def free_size(name: str) -> int:
+        return free if isinstance(free, int) else free.get(name, DEFAULT_DIM_SIZE)
+
+    if param in dims:
+        return dims[param]
+    names = expression_names(param) if param else None
+    if names is None:
+        return free_size(param or UNNAMED)
+    sizes = {name: dims[name] if name in dims else free_size(name) for name in names}
+    return max(_evaluate(ast.parse(param.strip(), mode="eval").body, sizes), 0)
+
+
+def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
+    """The free dimensions of the model's inputs, in input order: names ``dims`` does not size (the
+    names inside an expression, not the expression), UNNAMED for any dimension with neither."""
+    unsized: list[str] = []
+    for value in feed_inputs(model.graph):
+        if not value.type.HasField("tensor_type"):
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") or dim.dim_param in dims:
+                continue
+            names = expression_names(dim.dim_param) if dim.dim_param else None
+            for label in names if names is not None else [dim.dim_param or UNNAMED]:
+                if label not in dims and label not in unsized:
+                    unsized.append(label)
+    return unsized
+
+
+def bound_sizes(free: list[str]) -> Iterator[dict[str, int]]:
+    """Sizes for free dimensions bound to each other: each 1 or 2, fewest 2s first, all at 1 left
+    out (tried before); at most MAX_BOUND_TRIES, none for a single dimension."""
+    if len(free) < 2:
+        return
+    tries = 0
+    for count in range(1, len(free) + 1):
+        for wide in itertools.combinations(free, count):
+            if tries == MAX_BOUND_TRIES:
+                return
+            tries += 1
+            yield {name: BOUND_SIZES[1] if name in wide else BOUND_SIZES[0] for name in free}
+
+
+def combinations_count(free: list[str]) -> int:
+    """How many combinations bound_sizes tries for ``free``."""
+    return 0 if len(free) < 2 else min(MAX_BOUND_TRIES, 2 ** len(free) - 1)
