@@ -403,6 +403,36 @@ def test_missing_manifest(tmp_path: Path) -> None:
         open_bundle(tmp_path / "nowhere")
 
 
+def test_paths_that_are_not_a_bundle_folder_name_the_one_to_open(bundle_dir: Path) -> None:
+    """A blob file, or the build folder above the platforms' bundles, given where a bundle folder
+    or its bytes belong: the error names what to pass instead."""
+    blob = bundle_dir / "upscaler.ort.ocb"
+    with pytest.raises(ManifestError, match=r"upscaler\.ort\.ocb is a blob, not a bundle: open its folder"):
+        open_bundle(blob)
+    (bundle_dir.parent / "ios").mkdir()  # a platform folder without a bundle yet is not offered
+    with pytest.raises(
+        ManifestError, match=r"holds the bundles of android: open one, e\.g\. open_bundle\('.*android'\)"
+    ):
+        open_bundle(bundle_dir.parent)
+    for path in (blob, str(blob)):
+        with pytest.raises(TypeError, match=r"takes a blob's bytes, not a path .*open_bundle\(folder\)"):
+            session_from_blob(path)  # type: ignore[arg-type]
+
+
+def test_an_ep_this_onnxruntime_package_lacks_is_named_as_missing(models: dict[str, bytes]) -> None:
+    missing = next(
+        ep
+        for ep in ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+        if ep not in onnxruntime.get_available_providers()
+    )
+    with pytest.raises(
+        SessionCreateError,
+        match=rf"{missing} is not in this onnxruntime package \(onnxruntime "
+        rf"{re.escape(onnxruntime.__version__)} offers .*CPUExecutionProvider\); install",
+    ):
+        session_from_blob(make_blob(models["onnx"], "onnx"), providers=[missing, CPU_EP])
+
+
 def test_manifest_that_is_not_json(bundle_dir: Path) -> None:
     (bundle_dir / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match=r"manifest\.json is not valid JSON .*re-run `doit cook`"):

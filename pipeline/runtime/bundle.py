@@ -267,6 +267,25 @@ class Bundle:
         return f"bundle {self.root} ({self.platform})"
 
 
+def _open_hint(given: Path) -> str:
+    """How to open a bundle, for a path that is not one: a blob file, the build folder above them."""
+    if given.name.endswith(".ocb"):
+        return (
+            f"{given.name} is a blob, not a bundle: open its folder (open_bundle({str(given.parent)!r})), "
+            "or pass the blob's bytes to session_from_blob"
+        )
+    try:
+        platforms = sorted(d.name for d in given.iterdir() if (d / MANIFEST_NAME).is_file())
+    except OSError:
+        platforms = []
+    if platforms:
+        return (
+            f"{given} holds the bundles of {', '.join(platforms)}: open one, e.g. "
+            f"open_bundle({str(given / platforms[0])!r})"
+        )
+    return "point open_bundle at a folder written by `doit cook` (build/<platform>/)"
+
+
 def open_bundle(
     path: str | Path,
     *,
@@ -297,8 +316,7 @@ def open_bundle(
             raw = stream.read(min(size, MAX_MANIFEST_SIZE) + 1)
     except (OSError, ValueError) as exc:  # ValueError: a path with NUL or a lone surrogate
         raise ManifestError(
-            f"cannot read {manifest_path}: {getattr(exc, 'strerror', None) or exc}; point open_bundle at a "
-            "folder written by `doit cook` (build/<platform>/)"
+            f"cannot read {manifest_path}: {getattr(exc, 'strerror', None) or exc}; {_open_hint(Path(path))}"
         ) from None
     if len(raw) > MAX_MANIFEST_SIZE:
         raise ManifestError(f"{manifest_path} is larger than {MAX_MANIFEST_SIZE >> 20} MiB; not a manifest")
@@ -307,7 +325,8 @@ def open_bundle(
     try:
         manifest = json.loads(raw.decode("utf-8-sig"))  # UTF-8 (a BOM allowed), as the C loader reads it
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); re-run `doit cook`") from None
+        fix = _open_hint(manifest_path) if manifest_path.name != MANIFEST_NAME else "re-run `doit cook`"
+        raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); {fix}") from None
     _check_manifest(manifest, manifest_path)
     bundle = Bundle(
         root, manifest, hashlib.sha256(raw).hexdigest(), signed=public_keys is not None, map_blobs=map_blobs

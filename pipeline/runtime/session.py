@@ -105,7 +105,7 @@ def session_from_blob(
     slower; it is off by default (bench/results.md). ``progress(stage, fraction)``, if given, is
     called as each stage starts (0.0) and ends (1.0): ``"decompress"`` (checks and decompression),
     then ``"session"`` (onnxruntime builds the session), for a loading screen. Raises only
-    ``BundleError`` subclasses.
+    ``BundleError`` subclasses (and ``TypeError`` for a path given instead of the bytes).
 
     Plugin EPs (onnxruntime >= 1.22, Windows ML): ``ep_libraries`` (registration name -> library
     path) are registered once per process (``register_ep_libraries``); ``devices`` picks EP devices,
@@ -116,6 +116,11 @@ def session_from_blob(
     runs on the devices it offers, else the classic list above (always on older onnxruntime). The
     CPU EP takes the nodes the chosen EPs leave (``devices.plan_session``).
     """
+    if isinstance(data, (str, os.PathLike)):  # a programming error, not a damaged blob
+        raise TypeError(
+            f"session_from_blob takes a blob's bytes, not a path ({str(data)!r}): open its bundle folder "
+            "(open_bundle(folder).session(name), which maps the blob file) or read the file's bytes"
+        )
     report = progress or no_progress
     extra = (ep_libraries, devices)
     report("decompress", 0.0)
@@ -299,6 +304,13 @@ def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -
     used = tuple(session.get_providers())
     if plan.providers is not None:
         dropped = [ep for ep in plan.names if ep not in used]
+        if missing := [ep for ep in dropped if ep not in onnxruntime.get_available_providers()]:
+            raise SessionCreateError(
+                f"model {name!r}: {', '.join(missing)} is not in this onnxruntime package (onnxruntime "
+                f"{onnxruntime.__version__} offers {', '.join(onnxruntime.get_available_providers())}); "
+                "install a package built with it (onnxruntime-gpu: CUDA, TensorRT), or pass providers "
+                "it offers"
+            )
         if dropped:
             raise SessionCreateError(
                 f"model {name!r}: onnxruntime {onnxruntime.__version__} dropped {', '.join(dropped)} while "
