@@ -263,6 +263,14 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
     )  # static: linked in
 
 
+def test_a_blob_file_given_for_its_bundle_folder_is_named_as_one(native: Path, bundles: Path) -> None:
+    """As the Python loader's open_bundle: the error says it is a blob and what to open instead."""
+    blob = bundles / "android" / open_bundle(bundles / "android").info("big_weights")["file"]
+    line = json.loads(run_native([native / "oc-probe", "bundle", blob], check=False).stdout.splitlines()[0])
+    assert line["status"] == "OC_ERR_MANIFEST"
+    assert "is a blob, not a bundle folder: open the folder that holds it" in line["message"], line
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles: Path, platform: str) -> None:
     lines = [

@@ -340,8 +340,12 @@ oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, 
         if (status == OC_ERR_IO && err != NULL) {
             char why[OC_MESSAGE_SIZE];
             memcpy(why, err->message, sizeof why);
-            oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.900s); cook the platform with `doit cook` first",
-                    why);
+            if (n >= 4 && strcmp(dir + n - 4, ".ocb") == 0) /* a blob file given for its folder */
+                oc_fail(err, OC_ERR_MANIFEST, "%.600s is a blob, not a bundle folder: open the folder that holds it "
+                        "(its manifest.json), or pass the blob's bytes to oc_blob_open_memory", dir);
+            else
+                oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.900s); cook the platform with `doit cook` first",
+                        why);
         }
         oc_free(&alloc, path);
         return status == OC_ERR_IO ? OC_ERR_MANIFEST : status;
