@@ -69,6 +69,20 @@ def test_platform_whose_globs_select_nothing_is_an_error(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_platform_every_model_skips_is_named_as_skipped_not_as_wrong_globs(tmp_path: Path) -> None:
+    project = small_project(tmp_path / "p")
+    for name in ("net", "mlp"):
+        (project / "assets" / f"{name}.cook.yaml").write_text("skip_platforms: [android]\n")
+    run = doit(project, "cook")
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "platform 'android' gets none of the 2 model(s)" in output
+    assert "mlp, net skip it (`skip_platforms` in their .cook.yaml)" in output
+    assert "fix its globs" not in output and TRACEBACK not in output
+    assert not (project / "build" / "android").exists()
+
+
+@pytest.mark.slow
 def test_intended_empty_bundle_is_written_with_allow_empty(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")
     profile = project / "platforms" / "android.yaml"

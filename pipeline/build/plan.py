@@ -8,7 +8,7 @@ Runs at task-loading time for every doit command: standard library and yaml only
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +105,17 @@ def _platform_jobs(
 
 
 def _refuse_empty(
-    plans: list[tuple[Platform, list[CookJob]]], assets: Path, found: int, failing: Collection[str] = ()
+    plans: list[tuple[Platform, list[CookJob]]],
+    assets: Path,
+    found: int,
+    failing: Collection[str] = (),
+    skipping: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """A platform with no model to cook is almost always a wrong assets folder or a failed checkout:
     cooking it would replace a good bundle with an empty one. Refused, before anything is written,
     unless its file says ``allow_empty: true``. A platform in ``failing`` has models that cannot be
-    cooked: their tasks fail and say why."""
+    cooked: their tasks fail and say why. ``skipping``: per platform, the models whose own settings
+    skip it (``skip_platforms``): named, since then the globs are not what is wrong."""
     empty = [
         platform
         for platform, jobs in plans
@@ -120,8 +125,7 @@ def _refuse_empty(
         return
     if found:
         problems = [
-            f"{platform.path}: platform {platform.name!r} selects none of the {found} model(s) in {assets} "
-            f"(include {list(platform.include)}, exclude {list(platform.exclude)}); fix its globs"
+            _empty_reason(platform, assets, found, (skipping or {}).get(platform.name, ()))
             for platform in empty
         ]
     else:
@@ -135,6 +139,19 @@ def _refuse_empty(
         "empty"
     )
     raise ProfileError(problems)
+
+
+def _empty_reason(platform: Platform, assets: Path, found: int, skipping: Sequence[str]) -> str:
+    selected = [name for name in skipping if platform.selects(name)]
+    if not selected:
+        return (
+            f"{platform.path}: platform {platform.name!r} selects none of the {found} model(s) in {assets} "
+            f"(include {list(platform.include)}, exclude {list(platform.exclude)}); fix its globs"
+        )
+    return (
+        f"{platform.path}: platform {platform.name!r} gets none of the {found} model(s) in {assets}: "
+        f"{', '.join(selected)} skip it (`skip_platforms` in their .cook.yaml), and its globs select no other"
+    )
 
 
 def _shard_share(

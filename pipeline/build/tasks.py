@@ -57,7 +57,7 @@ from pipeline.layout import (
 )
 from pipeline.runtime.constants import MANIFEST_NAME, SIGNATURE_NAME
 from pipeline.settings.assets import UnusableModel, survey
-from pipeline.settings.resolve import Platform, load_platforms
+from pipeline.settings.resolve import Platform, is_skipped, load_platforms
 
 
 def _digest(text: str) -> str:
@@ -81,7 +81,12 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         plans = _plans(platforms, assets, model_settings, where.build, env)
         failing = {p.name: [model for model in unusable if p.selects(model.name)] for p in platforms}
         found_count = len(found.models) + len(found.unusable)
-        _refuse_empty(plans, where.assets, found_count, [name for name, bad in failing.items() if bad])
+        skipping = {
+            p.name: [a.name for a in assets if is_skipped(model_settings[a.name], p.name)] for p in platforms
+        }
+        _refuse_empty(
+            plans, where.assets, found_count, [name for name, bad in failing.items() if bad], skipping
+        )
         key_digest = _key_digest(where.signing_key)
         cache, shard = config_from_env(env), shard_from_env(env)
         if shard is not None:

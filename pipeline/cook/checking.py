@@ -57,6 +57,8 @@ class VerifyInputs:
     free_dims: dict[str, int] = field(default_factory=dict)
     tried: tuple[int, ...] = ()  # the sizes the source was run with them at, in order
     bound: int = 0  # then how many combinations of 1 and 2 (dims bound to each other)
+    # the source's outputs on ``feeds`` where finding them ran it (not run again to verify)
+    outputs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyInputs:
@@ -72,26 +74,27 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
     if not unsized:
         return VerifyInputs(feeds, "synthesized")
     sizes, tried, bound = dict.fromkeys(unsized, DEFAULT_DIM_SIZE), (DEFAULT_DIM_SIZE,), 0
-    if not _source_runs(job, model, feeds):
-        # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
-        # RETRY_DIM_SIZE (all of them: which are spatial is not known). A run that passes is
-        # remembered (models under 2 GiB with numeric outputs), so the verification's own run is
-        # not a second one; other models with free dims run twice.
-        try:
-            wider = synthesize_inputs(
-                model, dims, free=RETRY_DIM_SIZE, settings_hint=settings_hint, inputs_hint=inputs_hint
-            )
-        except VerifyError:  # too large to synthesize: the failure at 1 is reported
-            wider = None
-        if wider is not None:
-            tried += (RETRY_DIM_SIZE,)
-            if _source_runs(job, model, wider):
-                return VerifyInputs(wider, "synthesized", dict.fromkeys(unsized, RETRY_DIM_SIZE), tried)
-        # Dims bound to each other (a KV cache's total = past + new): each at 1 or 2
-        bound = combinations_count(unsized)
-        found = _first_runnable(job, model, dims, unsized)
-        if found is not None:
-            feeds, sizes = found
+    if (outputs := _source_outputs(job, model, feeds)) is not None:
+        return VerifyInputs(feeds, "synthesized", sizes, tried, outputs=outputs)
+    # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
+    # RETRY_DIM_SIZE (all of them: which are spatial is not known). The outputs of a run that
+    # passes are the verification's reference: the source is not run again for them.
+    try:
+        wider = synthesize_inputs(
+            model, dims, free=RETRY_DIM_SIZE, settings_hint=settings_hint, inputs_hint=inputs_hint
+        )
+    except VerifyError:  # too large to synthesize: the failure at 1 is reported
+        wider = None
+    if wider is not None:
+        tried += (RETRY_DIM_SIZE,)
+        if (outputs := _source_outputs(job, model, wider)) is not None:
+            retried = dict.fromkeys(unsized, RETRY_DIM_SIZE)
+            return VerifyInputs(wider, "synthesized", retried, tried, outputs=outputs)
+    # Dims bound to each other (a KV cache's total = past + new): each at 1 or 2
+    bound = combinations_count(unsized)
+    found = _first_runnable(job, model, dims, unsized)
+    if found is not None:
+        feeds, sizes = found
     return VerifyInputs(feeds, "synthesized", sizes, tried, bound)
 
 
@@ -121,12 +124,12 @@ def _first_runnable(
     return None
 
 
-def _source_runs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> bool:
+def _source_outputs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The source's outputs on ``feeds``; None where onnxruntime cannot run it on them."""
     try:
-        reference_outputs(model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
+        return reference_outputs(model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
     except Exception:  # onnxruntime's errors on the source; the caller reports them
-        return False
-    return True
+        return None
 
 
 def _hints(job: CookJob) -> tuple[str, str]:
@@ -160,7 +163,9 @@ def verify_blob(
         refuse_meaningless(feeds, origin)
         try:
             memo = reference_memo_dir(job.platform_dir.parent)
-            reference = reference_outputs(model, feeds, job.platform_dir, memo)
+            reference = inputs.outputs
+            if reference is None:
+                reference = reference_outputs(model, feeds, job.platform_dir, memo)
         except Exception as exc:  # onnxruntime errors on the source itself
             raise _cannot_run(job, "the source model", exc, inputs) from None
         noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}

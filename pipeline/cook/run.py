@@ -76,6 +76,7 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
     sources_digests = sources.digests
     with step("load, check and normalize"):
         model = load_source(asset, read)
+        read.release([asset.path, *asset.external_data])  # parsed: the bytes are not needed again
         fix_shapes(model, job.settings)
     source_model, precision = model, {"precision": job.settings.precision}
     if job.settings.precision != FP32:
@@ -135,7 +136,7 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
         .relative_to(job.platform_dir)
         .as_posix(),
         "source_size": sum(
-            len(read.data[path])
+            read.size(path)
             for path in asset.source_files
             if path not in (asset.inputs_path, asset.calib_path)
         ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,16 @@ class SourceRead:
 
     def sha256(self, path: Path) -> str:
         return str(self.stamps[str(path)][3])
+
+    def size(self, path: Path) -> int:
+        return int(self.stamps[str(path)][0])
+
+    def release(self, paths: Iterable[Path]) -> None:
+        """Let go of the bytes of ``paths`` (the model's files, once parsed: a 2 GB model's bytes
+        would otherwise stay in memory for the whole cook); their stamps stay."""
+        assert isinstance(self.data, dict)
+        for path in paths:
+            self.data.pop(path, None)
 
 
 def read_sources(asset: AssetModel, known: Mapping[str, list[Any]] | None = None) -> SourceRead:
@@ -171,6 +181,11 @@ def _check(model: onnx.ModelProto, asset: AssetModel) -> None:
         onnx.checker.check_model(str(asset.path) if is_large(model) else model)
     except onnx.checker.ValidationError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "hard links" in first_line:  # onnx's guard against hardlink attacks, on large models' data
+            raise ModelError(
+                f"the ONNX checker refuses the model's external data: {first_line}; make the data file a "
+                "copy of its own (one link: `cp` it, rather than a hard link from a cache or a checkout)"
+            ) from None
         raise ModelError(
             f"the model fails the ONNX checker: {first_line}; fix the model at its source (exporter) "
             "before cooking"

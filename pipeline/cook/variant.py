@@ -149,6 +149,8 @@ def cook_variant(
             ep_session_options=options["ep_session_options"],
             **({"device_policy": settings.ep_device_policy} if settings.ep_device_policy != "none" else {}),
         )
+    # In the blob now: a model over 2 GB held three times over during verification is 7 GB more
+    proto = graph = weights = None  # type: ignore[assignment]
     try:
         verification, verify_data = verify_blob(job, reference, blob, read)
     except VerifyError as exc:
