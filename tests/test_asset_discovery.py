@@ -131,6 +131,15 @@ def test_an_unusable_model_name_is_set_aside_by_survey_and_refused_by_discover(t
         discover(assets)
 
 
+def test_a_non_ascii_model_name_is_refused_naming_ascii(tmp_path: Path) -> None:
+    """é is a letter: the message must say which letters (a user reads 'letters' and sees one)."""
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    shutil.copyfile(REPO / "assets" / "mnist.onnx", assets / "d\u00e9tecteur.onnx")
+    (unusable,) = survey(assets).unusable
+    assert "rename it to ASCII letters, digits" in unusable.problem
+
+
 @pytest.mark.parametrize(("value", "strict"), [("", False), ("0", False), ("1", True), ("true", True)])
 def test_cook_strict_values(value: str, strict: bool) -> None:
     assert strict_from_env({"COOK_STRICT": value}) is strict

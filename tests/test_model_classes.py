@@ -4,11 +4,14 @@ works (and the fix is then applied and cooks)."""
 
 from __future__ import annotations
 
+import gc
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -152,6 +155,84 @@ def test_string_inputs_are_synthesized(tmp_path: Path, platform: str) -> None:
     words = np.array(["1", "cat", "dog", "0"], dtype=object)
     ids = session.run(["ids"], {"words": words, "x": np.zeros((1, 8), np.float32)})[0]
     assert ids.tolist() == [11, 12, -1, 10]
+
+
+def sparse_weights_model() -> onnx.ModelProto:
+    """x [4, 64] @ W [64, 32], W held as a sparse initializer (values and flat indices, 90% zeros)."""
+    rng = np.random.default_rng(RNG_SEED)
+    dense = rng.standard_normal((64, 32)).astype(np.float32)
+    dense[rng.random(dense.shape) < 0.9] = 0
+    where = np.flatnonzero(dense).astype(np.int64)
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(dense.flat[where], "w"), numpy_helper.from_array(where, "w_indices"), [64, 32]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "sparse",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+        sparse_initializer=[sparse],
+    )
+    return model_of(graph, opset=17)
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_sparse_initializers_cook_and_load(
+    tmp_path: Path, platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sparse initializer is a weight like any other (the cook crashed reading its name), and the
+    usability check's failing shape inference on it leaves no noise in the cook's output."""
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    assets = tmp_path / "assets"
+    model = sparse_weights_model()
+    save(model, assets, "sparse")
+    settings = shipped_settings(platform)
+    entry = cook(job_for(assets, "sparse", settings, tmp_path / "build"))
+    gc.collect()
+    assert entry["verification"]["outputs"][0]["ok"] and unraisable == []
+    session = session_from_blob(
+        blob_path(tmp_path / "build" / platform, "sparse", settings.format).read_bytes()
+    )
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    source = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], source.run(None, {"x": x})[0], rtol=1e-5)
+
+
+def bfloat16_io_model() -> onnx.ModelProto:
+    """x bfloat16 [2, 16] -> float32 MatMul -> y bfloat16: a model that keeps bf16 at its edges."""
+    weight = np.random.default_rng(RNG_SEED).standard_normal((16, 16)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["xf", "w"], ["yf"]),
+            helper.make_node("Cast", ["yf"], ["y"], to=TensorProto.BFLOAT16),
+        ],
+        "bf16",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 16])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    return model_of(graph, opset=17)
+
+
+def test_bfloat16_inputs_fail_verification_naming_the_setting_that_cooks_them(tmp_path: Path) -> None:
+    """onnxruntime's Python API takes no bfloat16 arrays and .npz cannot hold them: the failure must
+    not send the user to ship an .npz, but to `verify: false`, which then cooks a blob that runs."""
+    assets = tmp_path / "assets"
+    save(bfloat16_io_model(), assets, "bf16")
+    with pytest.raises(VerifyError) as failure:
+        cook(job_for(assets, "bf16", shipped_settings("windows-dml"), tmp_path / "build"))
+    message = str(failure.value)
+    assert "bfloat16 inputs" in message and "`verify: false`" in message
+    assert "ship sample inputs" not in message
+    settings = shipped_settings("windows-dml", verify=False)
+    cook(job_for(assets, "bf16", settings, tmp_path / "build"))
+    session = session_from_blob(blob_path(tmp_path / "build" / "windows-dml", "bf16", "onnx").read_bytes())
+    bits = np.zeros((2, 16), np.uint16)  # bfloat16 zeros, fed as an OrtValue
+    value = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, TensorProto.BFLOAT16)
+    (out,) = session.run_with_ort_values(["y"], {"x": value})
+    assert out.data_type() == "tensor(bfloat16)" and out.shape() == [2, 16]
 
 
 def int4_weights_model() -> onnx.ModelProto:

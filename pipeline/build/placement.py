@@ -188,6 +188,7 @@ def measure(
         "coverage": round(counts.get(preferred, 0) / total, 4) if total else 1.0,
         "cpu_ops": cpu_ops,
         "method": method,
+        "format": model_format,
         "preferred": preferred,
         "measured_with": measured_with,
     }

@@ -35,7 +35,8 @@ def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list
             failures.append(
                 f"{name}: {share} run on {ep}, under min_ep_coverage {need:g} (left to the CPU: {ops}; "
                 f"{placement['measured_with']}). Try a lower `optimization_level` (fused CPU-only ops "
-                "stay on the CPU), `format: onnx`, a model without those operators, or a lower "
+                f"stay on the CPU), {'' if placement.get('format') == 'onnx' else '`format: onnx`, '}a model "
+                "without those operators, or a lower "
                 f"`min_ep_coverage` for this model (its .cook.yaml; the platform's: {check.profile})"
             )
     return failures, notes

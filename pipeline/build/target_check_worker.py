@@ -167,8 +167,7 @@ def placement_of(
         failed = {"measured": False, "reason": "the session failed", "preferred": preferred}
         return {**failed, "measured_with": measured_with}, (
             f"{preferred} ({measured_with}) could not create a session: {exc}. Nothing was retried on the "
-            "CPU; try `optimization_level: basic` or `format: onnx` for this model, or take the EP out of "
-            "`execution_providers`"
+            f"CPU; {_session_hint(blob, header.model_format)}"
         )
     except Exception as exc:  # noqa: BLE001  onnxruntime's run errors
         failed = {"measured": False, "reason": "the model failed to run", "preferred": preferred}
@@ -177,6 +176,28 @@ def placement_of(
             "measured_with": measured_with,
         }, f"fails to run on {preferred} ({measured_with}): {exc}"
     return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
+
+
+def _session_hint(blob: bytes, model_format: str) -> str:
+    """What to try when the preferred EP cannot create a session: a graph input that is also a graph
+    output (OpenVINO: "Duplicate definition of name") is named, since only the exporter can fix it."""
+    try:
+        cpu = session_from_blob(blob, providers=CPU_ONLY)
+        inputs = {value.name for value in cpu.get_inputs()}
+        passed = [value.name for value in cpu.get_outputs() if value.name in inputs]
+    except Exception:  # noqa: BLE001  the generic advice then
+        passed = []
+    if passed:
+        return (
+            f"graph output(s) {', '.join(map(repr, passed))} are also graph inputs, which some EPs refuse: "
+            "export the model with an Identity node before each such output (an output name of its own), "
+            "or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
+        )
+    return (
+        "try `optimization_level: basic` or `format: onnx`"
+        if model_format == "ort"
+        else "try `optimization_level: basic`"
+    ) + " for this model, or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
 
 
 def load_paths(

@@ -221,7 +221,7 @@ def sort_nodes(graph: onnx.GraphProto) -> bool:
     are common.
     """
     available = {value.name for value in graph.input} | {tensor.name for tensor in graph.initializer}
-    available |= {tensor.name for tensor in graph.sparse_initializer} | {""}
+    available |= {tensor.values.name for tensor in graph.sparse_initializer} | {""}
     nodes = list(graph.node)
     reads = [_reads(node) for node in nodes]
     if _in_order(nodes, reads, set(available)):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx.shape_inference
 from onnxruntime.tools import onnx_model_utils
 from onnxruntime.tools.mobile_helpers import usability_checker
 
@@ -79,7 +80,7 @@ def _usability(model: onnx.ModelProto, checks: dict[str, str], work_dir: Path | 
         onnx.save_model(model, source)
         # As the checker's own analyze_model: basic optimizations first, as the cook applies them.
         onnx_model_utils.optimize_model(source, optimized)
-        shaped = onnx_model_utils.ModelProtoWithShapeInfo(optimized).model_with_shape_info
+        shaped = _with_shapes(optimized, Path(tmp) / "model.shaped.onnx")
     dynamic_inputs, _ = usability_checker.check_shapes(shaped.graph, _QUIET)
     report = {}
     for ep, check_name in checks.items():
@@ -91,3 +92,16 @@ def _usability(model: onnx.ModelProto, checks: dict[str, str], work_dir: Path | 
         )
         report[ep] = result
     return report
+
+
+def _with_shapes(path: Path, scratch: Path) -> onnx.ModelProto:
+    """onnxruntime's ``ModelProtoWithShapeInfo`` without its ``__del__``, which prints an ignored
+    AttributeError into the cook's output whenever strict shape inference fails (a sparse
+    initializer): the same strict inference, and the same fallback through a file for models over
+    2 GB (where ``infer_shapes`` returns an empty graph)."""
+    model = onnx.load(str(path))
+    shaped = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    if len(model.graph.node) > 0 and len(shaped.graph.node) == 0:
+        onnx.shape_inference.infer_shapes_path(str(path), str(scratch), strict_mode=True)
+        shaped = onnx.load(str(scratch))
+    return shaped

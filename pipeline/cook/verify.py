@@ -118,6 +118,12 @@ def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -
         return rng.standard_normal(shape).astype(dtype)
     if dtype == np.object_:  # tensor(string): short words, as onnxruntime takes them (objects of str)
         return rng.integers(0, 2, size=shape).astype(np.str_).astype(object)
+    if dtype.kind == "V":  # ml_dtypes' bfloat16, float8, int4: no numpy type onnxruntime's Python API takes
+        raise VerifyError(
+            f"cannot verify a model with {dtype} inputs: onnxruntime's Python API takes no {dtype} arrays "
+            "(and .npz files cannot hold them); set `verify: false` in its .cook.yaml, or give the model "
+            "float16/float32 inputs (a Cast inside it)"
+        )
     raise VerifyError(f"cannot synthesize inputs of type {dtype}; ship sample inputs as an .inputs.npz file")
 
 

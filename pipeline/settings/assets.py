@@ -50,7 +50,8 @@ def model_name(assets_dir: Path, path: Path) -> str:
     if not parts or not all(_NAME_PART.match(part) for part in parts):
         raise ModelError(
             f"{path}: model name {relative.as_posix()!r} cannot be used for output files; rename it to "
-            "letters, digits, '_', '-', '.', '+' (not starting with '.' or '-')"
+            "ASCII letters, digits, '_', '-', '.', '+' (not starting with '.' or '-'): names go into "
+            "file names, manifests and engines' asset paths on every platform"
         )
     longest = max(parts, key=len)
     if len(longest) > MAX_NAME_PART:
