@@ -235,6 +235,58 @@ def test_bfloat16_inputs_fail_verification_naming_the_setting_that_cooks_them(tm
     assert out.data_type() == "tensor(bfloat16)" and out.shape() == [2, 16]
 
 
+def optional_input_model() -> onnx.ModelProto:
+    """y = x + opt where the optional tensor ``opt`` is given, else x (OptionalHasElement -> If)."""
+    then = helper.make_graph(
+        [helper.make_node("OptionalGetElement", ["opt"], ["v"]), helper.make_node("Add", ["v", "x"], ["o"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])],
+    )
+    otherwise = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["o2"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("o2", TensorProto.FLOAT, [4])],
+    )
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["n"]))
+    graph = helper.make_graph(
+        [
+            helper.make_node("OptionalHasElement", ["opt"], ["has"]),
+            helper.make_node("If", ["has"], ["y"], then_branch=then, else_branch=otherwise),
+        ],
+        "optional",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), helper.make_value_info("opt", optional)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    return model_of(graph, opset=18)
+
+
+def test_an_optional_tensor_input_is_synthesized_as_its_tensor(tmp_path: Path) -> None:
+    """onnxruntime takes a plain array for an optional(tensor) input: the cook synthesizes one (its
+    free dim sized as any other), so the branch that uses it is the one verified."""
+    assets = tmp_path / "assets"
+    save(optional_input_model(), assets, "opt")
+    entry = cook(job_for(assets, "opt", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["outputs"][0]["ok"] and entry["verification"]["default_dims"] == {"n": 1}
+
+
+def test_a_sequence_input_names_verify_false(tmp_path: Path) -> None:
+    sequence = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    graph = helper.make_graph(
+        [helper.make_node("SequenceLength", ["xs"], ["n"])],
+        "seq",
+        [helper.make_value_info("xs", sequence)],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+    )
+    assets = tmp_path / "assets"
+    save(model_of(graph, opset=17), assets, "seq")
+    with pytest.raises(VerifyError, match=r"input 'xs' is a sequence, not a tensor.*`verify: false`"):
+        cook(job_for(assets, "seq", shipped_settings("windows-dml"), tmp_path / "build"))
+    entry = cook(job_for(assets, "seq", shipped_settings("windows-dml", verify=False), tmp_path / "build"))
+    assert entry["format"] == "onnx"
+
+
 def int4_weights_model() -> onnx.ModelProto:
     """x [1, 64] @ DequantizeLinear(int4 weights [64, 64]): weight-only 4-bit quantization in QDQ form."""
     rng = np.random.default_rng(RNG_SEED)

@@ -324,8 +324,20 @@ def test_model_over_the_proto_limit_for_ort_names_its_size_and_the_settings_to_c
     message = str(excinfo.value)
     assert str(assets / "net.onnx") in message and "'android'" in message
     assert "bytes of weights, over the 2 GB limit of the ORT format" in message
-    assert "`format: onnx`" in message and "net.cook.yaml" in message and "skip_platforms" in message
+    # android's reduced onnxruntime loads ORT format only: `format: onnx` there is a settings error
+    assert "`format: onnx`" not in message and "reduced onnxruntime build" in message
+    assert "net.cook.yaml" in message and "skip_platforms" in message
     assert not (tmp_path / "build" / "android" / "net.ort.zst").exists()
+    # without a reduced build, ONNX in the fixed style at basic (runtime style needs ORT; above basic
+    # onnxruntime adds CPU-only ops NNAPI cannot run), which then cooks
+    with pytest.raises(ModelError) as excinfo:
+        cook(job_for(assets, "net", shipped_settings("android", reduced_build=False), tmp_path / "build"))
+    message = str(excinfo.value)
+    fix = "set `format: onnx`, `optimization_style: fixed` and `optimization_level: basic` in the `platforms:"
+    assert fix + " {android: {...}}`" in message
+    fixed = {"format": "onnx", "optimization_style": "fixed", "optimization_level": "basic"}
+    fixed = shipped_settings("android", reduced_build=False, **fixed)
+    assert cook(job_for(assets, "net", fixed, tmp_path / "build"))["format"] == "onnx"
 
 
 def test_model_over_the_proto_limit_with_inline_weights_is_refused(tmp_path: Path, small_limit: int) -> None:

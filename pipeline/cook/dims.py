@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 
 import onnx
 
-from pipeline.cook.facts import feed_inputs
+from pipeline.cook.facts import feed_inputs, input_tensor_type
 
 DEFAULT_DIM_SIZE = 1
 RETRY_DIM_SIZE = 32
@@ -99,9 +99,10 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
     names inside an expression, not the expression), UNNAMED for any dimension with neither."""
     unsized: list[str] = []
     for value in feed_inputs(model.graph):
-        if not value.type.HasField("tensor_type"):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is None:
             continue
-        for dim in value.type.tensor_type.shape.dim:
+        for dim in tensor_type.shape.dim:
             if dim.HasField("dim_value") or dim.dim_param in dims:
                 continue
             names = expression_names(dim.dim_param) if dim.dim_param else None

@@ -65,6 +65,17 @@ def feed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     return [value for value in graph.input if value.name not in initializers]
 
 
+def input_tensor_type(value: onnx.ValueInfoProto) -> onnx.TypeProto.Tensor | None:
+    """The tensor type a caller feeds to ``value``: its own, or the element's of an optional tensor
+    (onnxruntime takes a plain array for ``optional(tensor(...))``); None for sequences and maps."""
+    kind = value.type.WhichOneof("value")
+    if kind == "tensor_type":
+        return value.type.tensor_type
+    if kind == "optional_type" and value.type.optional_type.elem_type.HasField("tensor_type"):
+        return value.type.optional_type.elem_type.tensor_type
+    return None
+
+
 def default_opset(model: onnx.ModelProto) -> int:
     """The model's default-domain opset import (0: none)."""
     return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 0)

@@ -12,7 +12,7 @@ from pipeline.cook.facts import ModelFacts, Weight
 from pipeline.errors import GuardError
 from pipeline.runtime.compat import ORT_FORMAT_MIN_RUNTIME, format_version, min_runtime_for, parse_version
 from pipeline.runtime.constants import TWO_GIB, Arch, ModelFormat, Precision
-from pipeline.settings.resolve import CookSettings
+from pipeline.settings.resolve import CookSettings, onnx_instead
 
 ORT_FORMAT_LIMIT = TWO_GIB  # flatbuffers cannot address more
 NCHWC_DOMAIN = "com.microsoft.nchwc"
@@ -148,8 +148,8 @@ def check_runtime_version(
     if target < reads_format:
         problems.append(
             f"the cooked model is ORT format v{ort_format_version}, which onnxruntime "
-            f"{format_version(reads_format)} and newer read, and {runtime} is older; use `format: onnx` for "
-            f"this platform or raise runtime_version to {format_version(reads_format)} or newer"
+            f"{format_version(reads_format)} and newer read, and {runtime} is older; raise runtime_version "
+            f"to {format_version(reads_format)} or newer if the target ships it, or {onnx_instead(settings)}"
         )
     if not problems and target < needed:
         problems.append(f"the cooked model needs onnxruntime {format_version(needed)} or newer")

@@ -18,7 +18,7 @@ from pipeline.cook.large import session_input, tensor_bytes
 from pipeline.cook.ortschema import fbs
 from pipeline.errors import ModelError
 from pipeline.runtime.constants import Arch, ModelFormat, OptimizationStyle
-from pipeline.settings.resolve import CookSettings
+from pipeline.settings.resolve import CookSettings, onnx_instead
 
 # Never a GPU EP: with DirectML registered, partitioning steals initializers and the saved file has
 # no weights (docs/design.md, "Cooking with the CPU EP only").
@@ -105,8 +105,7 @@ def _run(
             ) from None
         hint = _hint(str(exc))
         if settings.format == ModelFormat.ORT and "do not support type" in str(exc):
-            hint = "; the ORT format cannot store optional-typed values: set `format: onnx` in its "
-            hint += ".cook.yaml"
+            hint = f"; the ORT format cannot store optional-typed values: {onnx_instead(settings)}"
         raise ModelError(
             f"onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
             f"(into {output.parent}): {exc}{hint}"
@@ -133,7 +132,7 @@ def _refuse_unstorable(data: bytes, settings: CookSettings) -> None:
         "MatMulNBits where the graph allows; else store 4-bit weights as onnxruntime's quantizer does "
         "by default (MatMulNBits, packed in uint8: `onnxruntime.quantization.matmul_nbits_quantizer`), "
         "or as int8, or leave this platform out with `skip_platforms` in the model's .cook.yaml"
-        + ("" if settings.reduced_build else " (or cook the model as ONNX here: `format: onnx`)")
+        + ("" if settings.reduced_build else f" (or cook it as ONNX here: {onnx_instead(settings)})")
     )
 
 

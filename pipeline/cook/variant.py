@@ -21,7 +21,7 @@ from pipeline.errors import CookError, ModelError, VerifyError
 from pipeline.runtime.compat import ort_format_version
 from pipeline.runtime.constants import ModelFormat, OptimizationStyle
 from pipeline.runtime.writer import Weights, encode_blob
-from pipeline.settings.resolve import CookSettings, ep_domains
+from pipeline.settings.resolve import CookSettings, ep_domains, onnx_instead
 from pipeline.steptimes import step
 
 
@@ -49,6 +49,7 @@ STYLE_FALLBACKS: tuple[dict[str, str], ...] = (
     {"optimization_style": "fixed", "optimization_level": "basic"},
 )
 LOAD_FAILURE = "the runtime loader cannot load the cooked blob"
+COOK_YAML = ".cook.yaml"
 
 
 def cook_with_style_fallback(
@@ -207,14 +208,14 @@ def _optimize_large(job: CookJob, model: onnx.ModelProto) -> onnx.ModelProto:
     """Optimize a model over protobuf's 2 GB limit: only as ONNX, with its weights external."""
     settings, size = job.settings, tensor_bytes(model)
     section = (
-        f"`platforms: {{{settings.platform}: {{...}}}}` section of {job.asset.path.with_suffix('.cook.yaml')}"
+        f"`platforms: {{{settings.platform}: {{...}}}}` section of {job.asset.path.with_suffix(COOK_YAML)}"
     )
     if settings.format == ModelFormat.ORT:
+        cook_yaml = str(job.asset.path.with_suffix(COOK_YAML))
         raise ModelError(
             f"the model holds {size:,} bytes of weights, over the 2 GB limit of the ORT format "
             "(a flatbuffer, which cannot refer to weights outside it when loaded from memory); cook it as "
-            f"ONNX with external weights: set `format: onnx` and `optimization_style: fixed` for it in the "
-            f"{section}, or list this platform in its `skip_platforms`"
+            f"ONNX with external weights: {onnx_instead(settings, cook_yaml)}"
         )
     if settings.weights == "inline":
         raise ModelError(

@@ -28,7 +28,7 @@ from pipeline.cook.compare import (
     scale_figures,
 )
 from pipeline.cook.dims import DEFAULT_DIM_SIZE, UNNAMED, dim_size
-from pipeline.cook.facts import feed_inputs
+from pipeline.cook.facts import feed_inputs, input_tensor_type
 from pipeline.cook.large import session_input
 from pipeline.cook.precision import VERIFY_ATOL_OF_RANGE
 from pipeline.errors import VerifyError
@@ -81,11 +81,13 @@ def synthesize_inputs(
     rng = np.random.default_rng(SEED)
     feeds = {}
     for value in feed_inputs(model.graph):
-        tensor_type = value.type.tensor_type
-        if not value.type.HasField("tensor_type"):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is None:  # a sequence or a map: .npz holds arrays only
+            kind = value.type.WhichOneof("value") or "untyped"
             raise VerifyError(
-                f"input {value.name!r} is not a tensor; ship sample inputs as {inputs_hint} "
-                "(keys = input names)"
+                f"input {value.name!r} is a {kind.removesuffix('_type')}, not a tensor: the cooker can "
+                "neither synthesize one nor read one from .inputs.npz (arrays only); set `verify: false` "
+                "in its .cook.yaml to cook it unverified"
             )
         shape = []
         for dim in tensor_type.shape.dim:
@@ -169,9 +171,9 @@ def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -
 def _check_input(path: Path, value: onnx.ValueInfoProto, array: np.ndarray) -> None:
     """Refuse a sample input whose type or shape the model does not take, naming it and the file
     (onnxruntime's own message names neither)."""
-    if not value.type.HasField("tensor_type"):
-        return  # sequences, maps, optionals: onnxruntime checks those
-    tensor = value.type.tensor_type
+    tensor = input_tensor_type(value)
+    if tensor is None:
+        return  # sequences, maps: onnxruntime checks those
     if tensor.elem_type == onnx.TensorProto.STRING:
         expected_kind = array.dtype.kind in "UOS"
         wanted = "strings"

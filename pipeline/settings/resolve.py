@@ -42,6 +42,7 @@ __all__ = [
     "ep_domains",
     "ep_usability_check",
     "is_skipped",
+    "onnx_instead",
     "load_model_settings",
     "load_platforms",
     "resolve",
@@ -181,6 +182,25 @@ def resolve(
     if problems:
         raise ProfileError(problems)
     return CookSettings(platform=platform.name, **frozen_values(COOK_SETTINGS, values))
+
+
+def onnx_instead(settings: Any, cook_yaml: str = "the model's .cook.yaml") -> str:
+    """How to cook one model as ONNX on an ORT-format platform, as a settings check accepts it (the
+    format for this platform only, with the fixed style a runtime-style platform needs), or, where
+    the platform's reduced onnxruntime loads ORT format only, how to leave the platform out."""
+    platform = settings.platform
+    if settings.reduced_build:
+        return (
+            f"platform {platform!r} ships a reduced onnxruntime build, which loads ORT format only: list "
+            f"it in `skip_platforms` in {cook_yaml}"
+        )
+    # the runtime style applies basic and saves the rest for ORT format to replay: ONNX gets basic
+    runtime = settings.optimization_style == OptimizationStyle.RUNTIME
+    style = ", `optimization_style: fixed` and `optimization_level: basic`" if runtime else ""
+    return (
+        f"set `format: onnx`{style} in the `platforms: {{{platform}: {{...}}}}` section of {cook_yaml}, "
+        f"or list {platform!r} in its `skip_platforms`"
+    )
 
 
 def is_skipped(model_settings: Mapping[str, Any], platform_name: str) -> bool:
