@@ -1307,3 +1307,64 @@ def test_oc_run_feeds_and_writes_string_tensors(native: Path, version: str, tmp_
         check=False,
     )
     assert refused.returncode == 1 and "not a Unicode character" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_oc_run_feeds_an_optional_tensor_input_as_its_tensor(
+    native: Path, version: str, tmp_path: Path
+) -> None:
+    """An optional(tensor) input takes a plain tensor in onnxruntime's C API as in its Python API:
+    oc-run feeds it (it refused 'the model wants an optional'), and the branch using it runs."""
+    from runtime_helpers import make_blob
+
+    from tests.test_model_classes import optional_input_model
+
+    source = optional_input_model().SerializeToString()
+    folder = write_bundle(tmp_path / "bundle", {"opt": ("onnx", make_blob(source, "onnx", name="opt"))})
+    x, opt = np.arange(4, dtype=np.float32), np.full(4, 10, np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "opt.npy", opt)
+    run_native(
+        [native / "oc-run", "--bundle", folder, "--model", "opt", "--ort", ort_library(version)]
+        + ["--in", tmp_path / "x.npy", "--in", tmp_path / "opt.npy", "--out", tmp_path / "out"]
+    )
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), x + opt)
+    np.save(tmp_path / "wrong.npy", opt.astype(np.int64))
+    refused = run_native(
+        [native / "oc-run", "--bundle", folder, "--model", "opt", "--ort", ort_library(version)]
+        + ["--in", tmp_path / "x.npy", "--in", tmp_path / "wrong.npy"],
+        check=False,
+    )
+    assert refused.returncode == 1 and "the file holds int64, the model wants float32" in refused.stderr
+
+
+def test_oc_run_output_files_stay_in_out_whatever_the_output_names(native: Path, tmp_path: Path) -> None:
+    """TensorFlow-style names (`:0`, `/`), a name walking up folders and Windows-reserved characters
+    each become one file inside --out."""
+    from onnx import TensorProto, helper
+    from runtime_helpers import make_blob
+
+    from tests.models import model_of
+
+    names = ["StatefulPartitionedCall:0", "../up/y", 'a?b*c"<d>|e']
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], [names[0]])]
+        + [helper.make_node("Identity", [names[0]], [name]) for name in names[1:]],
+        "names",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [3]) for name in names],
+    )
+    source = model_of(graph).SerializeToString()
+    folder = write_bundle(tmp_path / "bundle", {"names": ("onnx", make_blob(source, "onnx", name="names"))})
+    x = np.array([-1, 0, 2], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "deep" / "out"
+    run_native(
+        [native / "oc-run", "--bundle", folder, "--model", "names", "--ort", ort_library(VERSIONS[-1])]
+        + ["--in", tmp_path / "x.npy", "--out", out]
+    )
+    files = sorted(path.name for path in out.iterdir())
+    assert files == [".._up_y.npy", "StatefulPartitionedCall_0.npy", "a_b_c__d__e.npy"]
+    assert not (tmp_path / "deep" / "up").exists()
+    for name in files:
+        np.testing.assert_array_equal(np.load(out / name), np.maximum(x, 0))

@@ -9,7 +9,8 @@
  *
  * --in: one .npy file per model input, in the model's input order; each is checked against the
  *   input's element type, rank and fixed dimensions. --out: the folder (created) that receives
- *   one "<output name>.npy" per output ('/', '\', ':' and control characters in the name become '_').
+ *   one "<output name>.npy" per output ('/', '\', ':', '*', '?', '"', '<', '>', '|' and control
+ *   characters in the name become '_').
  *   Without --in and --out the session is only created.
  * --time N: create N fresh sessions (with --bundle, opening and closing the blob each time; the
  *   bundle is opened once, untimed) and print one JSON line:
@@ -267,7 +268,8 @@ static int make_dirs(const char *path) {
     return rc;
 }
 
-/* "<out>/<name with / \ : and control characters replaced by _>.npy" (malloc'd), or NULL. */
+/* "<out>/<name with / \ : * ? " < > | and control characters replaced by _>.npy" (malloc'd), or NULL:
+ * names stay inside <out> and are valid file names on Windows too. */
 static char *output_path(const char *out, const char *name) {
     size_t lo = strlen(out), ln = strlen(name), i;
     char *p;
@@ -279,7 +281,7 @@ static char *output_path(const char *out, const char *name) {
     p[lo] = '/';
     for (i = 0; i < ln; i++) {
         unsigned char c = (unsigned char)name[i];
-        p[lo + 1 + i] = (c == '/' || c == '\\' || c == ':' || c < 0x20 || c == 0x7f) ? '_' : (char)c;
+        p[lo + 1 + i] = (c < 0x20 || c == 0x7f || strchr("/\\:*?\"<>|", c)) ? '_' : (char)c;
     }
     memcpy(p + lo + 1 + ln, ".npy", 5);
     return p;
@@ -413,7 +415,8 @@ done:
 /* Check input `index` (named `name`) of the session against the array read from `file`. */
 static int check_input(const OrtApi *api, OrtSession *session, size_t index, const char *name, const char *file,
                        const npy_array *arr) {
-    OrtTypeInfo *ti = NULL;
+    OrtTypeInfo *ti = NULL, *contained = NULL; /* both released here */
+    const OrtOptionalTypeInfo *oti = NULL;      /* owned by ti */
     const OrtTensorTypeAndShapeInfo *tsi = NULL;
     enum ONNXType kind = ONNX_TYPE_UNKNOWN;
     ONNXTensorElementDataType et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
@@ -426,11 +429,22 @@ static int check_input(const OrtApi *api, OrtSession *session, size_t index, con
     snprintf(context, sizeof context, "input '%s' (file %s): onnxruntime could not describe the input", name, file);
     ORT_CHECK(api, api->SessionGetInputTypeInfo(session, index, &ti), context);
     ORT_CHECK(api, api->GetOnnxTypeFromTypeInfo(ti, &kind), context);
+    if (kind == ONNX_TYPE_OPTIONAL) {
+        /* An optional tensor is fed as its tensor (present), as onnxruntime's Python API does. */
+        ORT_CHECK(api, api->CastTypeInfoToOptionalTypeInfo(ti, &oti), context);
+        if (oti) ORT_CHECK(api, api->GetOptionalContainedTypeInfo(oti, &contained), context);
+        if (contained) ORT_CHECK(api, api->GetOnnxTypeFromTypeInfo(contained, &kind), context);
+        if (kind != ONNX_TYPE_TENSOR) {
+            fail("input '%s' (file %s): the model wants an optional of %s; oc-run feeds tensors only", name, file,
+                 onnx_type_name(kind));
+            goto done;
+        }
+    }
     if (kind != ONNX_TYPE_TENSOR) {
         fail("input '%s' (file %s): the model wants %s; oc-run feeds tensors only", name, file, onnx_type_name(kind));
         goto done;
     }
-    ORT_CHECK(api, api->CastTypeInfoToTensorInfo(ti, &tsi), context);
+    ORT_CHECK(api, api->CastTypeInfoToTensorInfo(contained ? contained : ti, &tsi), context);
     if (!tsi) {
         fail("input '%s' (file %s): onnxruntime gives no tensor type", name, file);
         goto done;
@@ -468,6 +482,7 @@ static int check_input(const OrtApi *api, OrtSession *session, size_t index, con
 done:
     free(dims);
     free(sym);
+    if (contained) api->ReleaseTypeInfo(contained);
     if (ti) api->ReleaseTypeInfo(ti);
     return rc;
 }
