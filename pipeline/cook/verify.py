@@ -63,7 +63,13 @@ def synthesized_hint(
     text += f"); if the model needs other values, ship sample inputs as {where} (numpy.savez"
     text += ", keys = input names)"
     if named:
-        text += f", or other sizes, add `verify_dims: {{{named[0]}: <size>}}` to {settings_path}"
+        # every free dim, with the size a traced export bakes into Reshape constants in mind: a
+        # model exported by tracing at (2, 10) often runs at those sizes only
+        sized = ", ".join(f"{name}: <size>" for name in named)
+        text += (
+            f", or other sizes, add `verify_dims: {{{sized}}}` to {settings_path} (a model exported by "
+            "tracing often runs only at the sizes it was traced with)"
+        )
     return text
 
 
