@@ -348,3 +348,37 @@ def test_doit_cooks_the_examples_and_the_repaired_models_into_every_manifest(pro
         assert version in manifest["models"]["todays_onnx"]["verified_on"], platform
     assert "warning: todays_onnx cooked with opset 25: onnxruntime 1.24.4 loads" in run.stdout
     assert "warning: todays_onnx cooked with ir_version 13: onnxruntime 1.28.0 loads" in run.stdout
+
+
+def gemm_opset6_model() -> onnx.ModelProto:
+    """Gemm with the `broadcast` attribute of opset 6, IR 3, weights listed as inputs: the oldest
+    model zoo files. onnxruntime has no kernel left for Gemm-6."""
+    rng = np.random.default_rng(6)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], broadcast=1, transB=1)],
+        "gemm6",
+        [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+            for name, shape in (("x", [1, 8]), ("w", [4, 8]), ("b", [4]))
+        ],  # fmt: skip
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        weights,
+    )
+    return model_of(graph, opset=6, ir_version=3)
+
+
+def test_a_model_older_than_onnxruntimes_opsets_names_the_conversion_that_cooks_it(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    path = save(gemm_opset6_model(), assets, "gemm6")
+    with pytest.raises(ModelError) as failure:
+        cook(job_for(assets, "gemm6", shipped_settings("windows-dml"), tmp_path / "build"))
+    message = str(failure.value)
+    assert "imports default-domain opset 6, and onnxruntime supports opset 7 and newer" in message
+    command = message.split('`python -c "')[1].split('"`')[0].replace("MODEL.onnx", str(path))
+    exec(command)  # the user's one line, as given
+    entry = cook(job_for(assets, "gemm6", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["outputs"][0]["ok"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 import onnxruntime
 
-from pipeline.cook.facts import fbs_graphs, onnx_graphs
+from pipeline.cook.facts import default_opset, fbs_graphs, onnx_graphs
 from pipeline.cook.large import session_input, tensor_bytes
 from pipeline.cook.ortschema import fbs
 from pipeline.errors import ModelError
@@ -103,7 +103,7 @@ def _run(
                 f"cannot save the optimized model into {output.parent}: No space left on device "
                 f"({free:,} bytes free); free disk space and run `doit cook` again"
             ) from None
-        hint = _hint(str(exc))
+        hint = _hint(str(exc), default_opset(model))
         if settings.format == ModelFormat.ORT and "do not support type" in str(exc):
             hint = f"; the ORT format cannot store optional-typed values: {onnx_instead(settings)}"
         raise ModelError(
@@ -143,8 +143,20 @@ def _type_name(data_type: int) -> str:
         return f"type {data_type}"
 
 
-def _hint(message: str) -> str:
+# onnxruntime supports default-domain opsets from 7 (older models run only where a legacy kernel is left)
+OLDEST_SUPPORTED_OPSET = 7
+
+
+def _hint(message: str, opset: int) -> str:
     """The fix for onnxruntime failures whose own message names none."""
+    if 0 < opset < OLDEST_SUPPORTED_OPSET and "Could not find an implementation" in message:
+        return (
+            f"; the model imports default-domain opset {opset}, and onnxruntime supports opset "
+            f"{OLDEST_SUPPORTED_OPSET} and newer: convert it once with onnx's version converter and cook "
+            'the result (verified against the converted model): `python -c "import onnx, '
+            f"onnx.version_converter as v; onnx.save(v.convert_version(onnx.load('MODEL.onnx'), "
+            f"{OLDEST_SUPPORTED_OPSET}), 'MODEL.onnx')\"`"
+        )
     unknown = re.search(r"(\S+):(\S+)\(-?\d+\) is not a registered function/op", message)
     if unknown:
         domain, op = unknown.groups()
