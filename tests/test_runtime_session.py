@@ -410,10 +410,17 @@ def test_paths_that_are_not_a_bundle_folder_name_the_one_to_open(bundle_dir: Pat
     with pytest.raises(ManifestError, match=r"upscaler\.ort\.ocb is a blob, not a bundle: open its folder"):
         open_bundle(blob)
     (bundle_dir.parent / "ios").mkdir()  # a platform folder without a bundle yet is not offered
+    (bundle_dir.parent / ".stamps").mkdir()  # nor the cook's own hidden folders, manifest or not
+    (bundle_dir.parent / ".stamps" / "manifest.json").write_text("{}")
     with pytest.raises(
         ManifestError, match=r"holds the bundles of android: open one, e\.g\. open_bundle\('.*android'\)"
     ):
         open_bundle(bundle_dir.parent)
+    # a bundle whose manifest.json is there but cannot be read (a pipe, a folder) is a bundle to cook
+    (bundle_dir.parent / "broken" / "manifest.json").mkdir(parents=True)
+    with pytest.raises(ManifestError) as failure:
+        open_bundle(bundle_dir.parent / "broken")
+    assert "re-run `doit cook`" in str(failure.value) and "holds the bundles" not in str(failure.value)
     for path in (blob, str(blob)):
         with pytest.raises(TypeError, match=r"takes a blob's bytes, not a path .*open_bundle\(folder\)"):
             session_from_blob(path)  # type: ignore[arg-type]

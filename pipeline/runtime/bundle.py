@@ -274,8 +274,12 @@ def _open_hint(given: Path) -> str:
             f"{given.name} is a blob, not a bundle: open its folder (open_bundle({str(given.parent)!r})), "
             "or pass the blob's bytes to session_from_blob"
         )
-    try:
-        platforms = sorted(d.name for d in given.iterdir() if (d / MANIFEST_NAME).is_file())
+    if os.path.lexists(given / MANIFEST_NAME):  # a bundle whose manifest cannot be read
+        return "re-run `doit cook` to rebuild the bundle"
+    try:  # the build folder: its platforms (not the cook's own hidden folders, such as .stamps)
+        platforms = sorted(
+            d.name for d in given.iterdir() if not d.name.startswith(".") and (d / MANIFEST_NAME).is_file()
+        )
     except OSError:
         platforms = []
     if platforms:
