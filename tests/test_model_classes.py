@@ -57,15 +57,17 @@ def test_symbolic_dims_without_a_size_are_verified_at_one(tmp_path: Path, platfo
     assert entry["verification"]["default_dims"] == {"batch": 1}
 
 
-def symbolic_conv_model(kernel: int, dims: tuple = ("height", "width")) -> onnx.ModelProto:
-    """x [1, 3, *dims] -> a ``kernel`` x ``kernel`` convolution without padding: inputs smaller than
-    the kernel cannot run it (``dims``: names, or None for dims without a name)."""
+def symbolic_conv_model(
+    kernel: int, dims: tuple = ("height", "width"), batch: int | str = 1
+) -> onnx.ModelProto:
+    """x [batch, 3, *dims] -> a ``kernel`` x ``kernel`` convolution without padding: inputs smaller
+    than the kernel cannot run it (``dims``: names, or None for dims without a name)."""
     weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, kernel, kernel)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"])],
         "symbolic_conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *dims])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None, None])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, *dims])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, None, None])],
         [numpy_helper.from_array(weight, "w")],
     )
     return model_of(graph, opset=17)
@@ -86,28 +88,39 @@ def test_dims_without_a_name_are_tried_at_the_second_size_too(tmp_path: Path) ->
     save(symbolic_conv_model(3, (None, None)), assets, "conv")
     entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"?": 32} and entry["verification"]["outputs"][0]["ok"]
-    save(symbolic_conv_model(33, (None, None)), assets, "big")
+    save(symbolic_conv_model(225, (None, None)), assets, "big")
     with pytest.raises(ModelError) as failure:
         cook(job_for(assets, "big", shipped_settings("windows-dml"), tmp_path / "build"))
     message = str(failure.value)
-    assert "dimension(s) ?, which verify_dims does not size, at 1, then 32" in message, message
+    assert "dimension(s) ?, which verify_dims does not size, at 1, then 32, then 224" in message, message
     assert "big.inputs.npz" in message and "verify_dims: {" not in message  # it cannot name them
 
 
-def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
-    """A 33x33 convolution runs on neither 1x1 nor 32x32 (nor 1 or 2 each): the error names the dims,
-    the sizes tried and the fixes, and verify_dims (one of them) then cooks the model."""
+def test_a_deep_conv_net_is_verified_at_224_with_its_batch_at_one(tmp_path: Path) -> None:
+    """A 33x33 convolution (a net that downsamples 32x32 to nothing) runs on neither 1 nor 32: the
+    free dims are then tried at 224, but for the batch, which stays 1."""
     assets = tmp_path / "assets"
-    save(symbolic_conv_model(33), assets, "conv")
+    save(symbolic_conv_model(33, batch="batch"), assets, "deep")
+    entry = cook(job_for(assets, "deep", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"batch": 1, "height": 224, "width": 224}
+    assert entry["verification"]["outputs"][0]["ok"]
+
+
+def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
+    """A 225x225 convolution runs on neither 1x1, 32x32 nor 224x224 (nor 1 or 2 each): the error
+    names the dims, the sizes tried and the fixes, and verify_dims then cooks the model."""
+    assets = tmp_path / "assets"
+    save(symbolic_conv_model(225), assets, "conv")
     with pytest.raises(
         ModelError,
         match=r"cannot run the source model on the verification inputs \(synthesized\): .*height, width, "
-        r"which verify_dims does not size, at 1, then 32, then each at 1 or 2 \(3 combinations\)"
+        r"which verify_dims does not size, at 1, then 32, then 224 \(a leading batch at 1\), then each at "
+        r"1 or 2 \(3 combinations\)"
         r".*conv\.inputs\.npz.*`verify_dims: \{height: <size>, width: <size>\}` to .*conv\.cook\.yaml"
         r" \(a model exported by tracing often runs only at the sizes it was traced with\)",
     ):
         cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
-    settings = shipped_settings("windows-dml", verify_dims={"height": 40, "width": 40})
+    settings = shipped_settings("windows-dml", verify_dims={"height": 230, "width": 230})
     entry = cook(job_for(assets, "conv", settings, tmp_path / "build"))
     assert "default_dims" not in entry["verification"] and entry["verification"]["outputs"][0]["ok"]
 

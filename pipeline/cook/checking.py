@@ -13,7 +13,15 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from pipeline.cook.dims import DEFAULT_DIM_SIZE, RETRY_DIM_SIZE, bound_sizes, combinations_count, unsized_dims
+from pipeline.cook.dims import (
+    DEFAULT_DIM_SIZE,
+    RETRY_DIM_SIZE,
+    WIDE_DIM_SIZE,
+    bound_sizes,
+    combinations_count,
+    unsized_dims,
+    wide_sizes,
+)
 from pipeline.cook.job import CookJob
 from pipeline.cook.large import session_input
 from pipeline.cook.precision import (
@@ -77,18 +85,21 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
     if (outputs := _source_outputs(job, model, feeds)) is not None:
         return VerifyInputs(feeds, "synthesized", sizes, tried, outputs=outputs)
     # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
-    # RETRY_DIM_SIZE (all of them: which are spatial is not known). The outputs of a run that
-    # passes are the verification's reference: the source is not run again for them.
-    try:
-        wider = synthesize_inputs(
-            model, dims, free=RETRY_DIM_SIZE, settings_hint=settings_hint, inputs_hint=inputs_hint
-        )
-    except VerifyError:  # too large to synthesize: the failure at 1 is reported
-        wider = None
-    if wider is not None:
-        tried += (RETRY_DIM_SIZE,)
+    # RETRY_DIM_SIZE (all of them: which are spatial is not known), then at WIDE_DIM_SIZE but for a
+    # leading batch (a deep conv net downsamples 32 to nothing). The outputs of a run that passes
+    # are the verification's reference: the source is not run again for them.
+    for size, retried in (
+        (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
+        (WIDE_DIM_SIZE, wide_sizes(model, unsized)),
+    ):
+        try:
+            wider = synthesize_inputs(
+                model, dims, free=retried, settings_hint=settings_hint, inputs_hint=inputs_hint
+            )
+        except VerifyError:  # too large to synthesize: the failure at 1 is reported
+            break
+        tried += (size,)
         if (outputs := _source_outputs(job, model, wider)) is not None:
-            retried = dict.fromkeys(unsized, RETRY_DIM_SIZE)
             return VerifyInputs(wider, "synthesized", retried, tried, outputs=outputs)
     # Dims bound to each other (a KV cache's total = past + new): each at 1 or 2
     bound = combinations_count(unsized)

@@ -2,7 +2,8 @@
 
 A dimension that ``verify_dims`` does not size is *free*: it is 1, as onnxruntime's perf test and
 Polygraphy take free dimensions, then RETRY_DIM_SIZE where the source cannot run at 1 (a conv net
-over a free height and width). Dimensions bound to each other (a decoder with a KV cache, whose
+over a free height and width), then WIDE_DIM_SIZE with a leading batch at 1 (a deep conv net that
+downsamples 32 to nothing). Dimensions bound to each other (a decoder with a KV cache, whose
 attention mask spans the past and the new tokens: ``total = past + seq``) run with none of those:
 then each free dimension is tried at 1 or 2 (``bound_sizes``). A dimension whose name is an
 expression of others (``past_sequence_length + 1``, as exporters write derived dimensions) is not
@@ -21,6 +22,9 @@ from pipeline.cook.facts import feed_inputs, input_tensor_type
 
 DEFAULT_DIM_SIZE = 1
 RETRY_DIM_SIZE = 32
+# Last size tried for free dims, where 32 does not run either: an image model's own (ImageNet's 224;
+# a deep conv net downsamples 32 to nothing), with a leading batch dimension left at 1
+WIDE_DIM_SIZE = 224
 UNNAMED = "?"  # a dimension with neither a size nor a name (verify_dims cannot name it)
 # Sizes of free dimensions bound to each other: each 1 or 2, at most this many combinations
 BOUND_SIZES = (1, 2)
@@ -110,6 +114,23 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
                 if label not in dims and label not in unsized:
                     unsized.append(label)
     return unsized
+
+
+def wide_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int]:
+    """WIDE_DIM_SIZE for each of ``unsized``, but 1 for a batch: a free dimension that is only ever
+    the first axis of inputs of rank 2 or more (224 images of 224x224 would be 134 MB of input and a
+    long run, to learn nothing more)."""
+    axes: dict[str, set[tuple[int, bool]]] = {}
+    for value in feed_inputs(model.graph):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is None:
+            continue
+        rank = len(tensor_type.shape.dim)
+        for axis, dim in enumerate(tensor_type.shape.dim):
+            names = expression_names(dim.dim_param) if dim.dim_param else None
+            for label in names if names is not None else [dim.dim_param or UNNAMED]:
+                axes.setdefault(label, set()).add((axis, rank >= 2 and names is None))
+    return {name: DEFAULT_DIM_SIZE if axes.get(name) == {(0, True)} else WIDE_DIM_SIZE for name in unsized}
 
 
 def bound_sizes(free: list[str]) -> Iterator[dict[str, int]]:

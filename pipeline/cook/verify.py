@@ -27,7 +27,7 @@ from pipeline.cook.compare import (
     compare,
     scale_figures,
 )
-from pipeline.cook.dims import DEFAULT_DIM_SIZE, UNNAMED, dim_size
+from pipeline.cook.dims import DEFAULT_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, dim_size
 from pipeline.cook.facts import feed_inputs, input_tensor_type
 from pipeline.cook.large import session_input
 from pipeline.cook.precision import VERIFY_ATOL_OF_RANGE
@@ -52,7 +52,9 @@ def synthesized_hint(
     """What to do when the source cannot run on synthesized inputs: what they were (the dims in
     ``free`` given each size in ``tried``, then ``bound`` combinations of 1 and 2), and the fixes."""
     named = [d for d in free if d != UNNAMED]
-    sizes = ", then ".join(map(str, tried))
+    sizes = ", then ".join(
+        f"{size} (a leading batch at 1)" if size == WIDE_DIM_SIZE else str(size) for size in tried
+    )
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "

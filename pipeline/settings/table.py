@@ -220,8 +220,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("verify", BOOL, True, "compare cooked outputs with the source's"),
     Setting("verify_dims", DIM_SIZES, {},
             "sizes for symbolic dims when synthesizing verification inputs, e.g. `{batch: 2}`; "
-            "a dim not given is 1 (32 where the source cannot run at 1; 1 or 2 each where dims are bound, "
-            "as a KV cache's); a dim named by an expression (`past + 1`) is computed",
+            "a dim not given is 1 (32, then 224 with a leading batch at 1, where the source cannot run at 1; "
+            "1 or 2 each where dims are bound, as a KV cache's); a dim named by an expression (`past + 1`) "
+            "is computed",
             check=check_dim_sizes),
     Setting("fixed_dims", DIM_SIZES, {},
             "symbolic dims fixed in the cooked model, e.g. `{batch: 1}` (NNAPI/CoreML take far more of a "
