@@ -16,11 +16,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.build.placement_check import coverage_failures, placement_lines
+from pipeline.build.run_job import cook
 from pipeline.build.target_check import RuntimeCheckError, run_check
 from pipeline.cook.job import RuntimeCheck
 from pipeline.layout import entry_path, runtime_check_path
 from tests.models import conv_bn_relu_model, model_of
 from tests.runtime_helpers import CPU, RUNTIMES_CACHE, make_blob, to_ort_format
+from tests.test_cook import job_for, shipped_settings
 
 REPO = Path(__file__).resolve().parents[1]
 OPENVINO_VERSION = "1.24.1"  # platforms/linux-openvino.yaml
@@ -300,3 +302,40 @@ def test_one_line_per_preferred_ep(openvino_report: tuple[RuntimeCheck, dict]) -
     assert (
         lines[1] == "target: placement on DmlExecutionProvider not measured (DirectML runs only on Windows)"
     )
+
+
+@pytest.mark.slow
+def test_an_ep_that_fails_at_run_time_fails_the_check_naming_the_way_out(tmp_path: Path) -> None:
+    """A Swin transformer (transformers, seeded, exported by torch's TorchScript exporter) cooked for
+    linux-openvino (verified on the CPU): OpenVINO compiles it, then fails to run it on the
+    verification inputs ("Output names mismatch"). The check fails, naming the EP and what to change."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(
+        image_size=32,
+        patch_size=4,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=4,
+        num_labels=5,
+    )
+    swin = transformers.SwinForImageClassification(config).eval()
+    source = tmp_path / "assets" / "swin.onnx"
+    source.parent.mkdir()
+    with torch.no_grad():
+        torch.onnx.export(
+            swin, (torch.randn(1, 3, 32, 32),), str(source), dynamo=False, input_names=["pixel_values"],
+            dynamic_axes={"pixel_values": {0: "batch"}}, opset_version=17,
+        )  # fmt: skip
+    settings = shipped_settings("linux-openvino")
+    cook(job_for(source.parent, "swin", settings, tmp_path / "cooked"))  # verified on the CPU
+    platform_dir = tmp_path / "cooked" / "linux-openvino"  # the blob, its entry, its verification data
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["swin"], "onnxruntime-openvino", OPENVINO_VERSION))
+    message = str(failure.value)
+    assert "swin: fails to run on OpenVINOExecutionProvider (onnxruntime-openvino 1.24.1)" in message
+    assert "the CPU EP runs this blob" in message and "`execution_providers` without it" in message
+    assert "skip_platforms" in message

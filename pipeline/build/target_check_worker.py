@@ -174,7 +174,12 @@ def placement_of(
         return {
             **failed,
             "measured_with": measured_with,
-        }, f"fails to run on {preferred} ({measured_with}): {exc}"
+        }, (
+            f"fails to run on {preferred} ({measured_with}): {exc}; the CPU EP runs this blob (the cook "
+            f"verified it there), so {preferred} cannot run this model: give the model "
+            "`execution_providers` without it (its .cook.yaml, `platforms:` section for this platform), or "
+            "list this platform in its `skip_platforms`"
+        )
     return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
 
 
