@@ -131,6 +131,21 @@ def test_an_unusable_model_name_is_set_aside_by_survey_and_refused_by_discover(t
         discover(assets)
 
 
+def test_model_names_that_differ_only_in_case_are_both_refused(tmp_path: Path) -> None:
+    """`Mnist` and `mnist` (or `Vision/a` and `vision/a`) are one file on Windows and macOS and one
+    name to a player: both are set aside naming the other, and the rest of the assets still cook."""
+    assets = tmp_path / "assets"
+    for relative in ("Mnist.onnx", "mnist.onnx", "Vision/a.onnx", "vision/a.onnx", "vision/b.onnx"):
+        (assets / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / "assets" / "mnist.onnx", assets / relative)
+    found = survey(assets)
+    assert [model.name for model in found.models] == ["vision/b"]
+    problems = {model.name: model.problem for model in found.unusable}
+    assert sorted(problems) == ["Mnist", "Vision/a", "mnist", "vision/a"]
+    assert "model name 'mnist' differs only in case from 'Mnist'" in problems["mnist"]
+    assert "rename one of them" in problems["Vision/a"]
+
+
 def test_a_non_ascii_model_name_is_refused_naming_ascii(tmp_path: Path) -> None:
     """é is a letter: the message must say which letters (a user reads 'letters' and sees one)."""
     assets = tmp_path / "assets"

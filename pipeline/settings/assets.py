@@ -120,8 +120,32 @@ def survey(assets_dir: Path) -> Survey:
             shown = path.relative_to(assets_dir).with_suffix("").as_posix()
             name = shown.encode("unicode_escape").decode("ascii")  # a task name: one printable line
             unusable.append(UnusableModel(name=name, path=path, problem=str(exc)))
+    models, clashing = _case_clashes(models)
+    unusable += clashing
     strays = _strays(assets_dir, files, [m.path for m in models], [u.path for u in unusable])
     return Survey(models=tuple(models), unusable=tuple(unusable), strays=strays)
+
+
+def _case_clashes(models: list[AssetModel]) -> tuple[list[AssetModel], list[UnusableModel]]:
+    """Models whose names differ only in case (``Mnist`` and ``mnist``, ``Vision/a`` and ``vision/a``)
+    are one file on Windows and macOS and in case-insensitive pak files, and one name to a player of a
+    game: each is refused, naming the other."""
+    by_folded: dict[str, list[AssetModel]] = {}
+    for model in models:
+        by_folded.setdefault(model.name.casefold(), []).append(model)
+    kept, refused = [], []
+    for model in models:
+        others = [m.name for m in by_folded[model.name.casefold()] if m is not model]
+        if not others:
+            kept.append(model)
+            continue
+        problem = (
+            f"{model.path}: model name {model.name!r} differs only in case from "
+            f"{', '.join(map(repr, others))}: one file on Windows, macOS and case-insensitive archives; "
+            "rename one of them"
+        )
+        refused.append(UnusableModel(name=model.name, path=model.path, problem=problem))
+    return kept, refused
 
 
 def _asset(assets_dir: Path, path: Path) -> AssetModel:
