@@ -138,6 +138,8 @@ def test_model_names_that_differ_only_in_case_are_both_refused(tmp_path: Path) -
     for relative in ("Mnist.onnx", "mnist.onnx", "Vision/a.onnx", "vision/a.onnx", "vision/b.onnx"):
         (assets / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / "assets" / "mnist.onnx", assets / relative)
+    if len(list(assets.rglob("*.onnx"))) < 5:
+        pytest.skip("this file system ignores case: such assets cannot exist here (CI runs on Linux)")
     found = survey(assets)
     assert [model.name for model in found.models] == ["vision/b"]
     problems = {model.name: model.problem for model in found.unusable}

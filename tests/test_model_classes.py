@@ -495,3 +495,14 @@ def test_a_model_with_random_operators_verifies_in_every_target_version(tmp_path
     report = run_check(check_for(platform_dir, ["vae"], OLD_RUNTIME, Path("platforms/windows-dml.yaml")))
     assert report["models"]["vae"]["ok"], report["models"]["vae"]
     assert report["models"]["vae"]["outputs"][0]["max_abs"] == 0.0
+
+
+def test_an_optional_float16_input_gets_its_float32_sample_cast() -> None:
+    """An fp16 variant's optional(tensor(float16)) input takes the fp32 source's sample cast, as a
+    plain float16 input does (onnxruntime refuses float32 there)."""
+    from pipeline.cook.verify import as_input_types
+
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT16, [2]))
+    graph = helper.make_graph([], "g", [helper.make_value_info("opt", optional)], [])
+    cast = as_input_types(model_of(graph), {"opt": np.ones(2, np.float32)})
+    assert cast["opt"].dtype == np.float16

@@ -182,6 +182,15 @@ def test_min_ep_coverage_fails_under_and_passes_over(openvino_report: tuple[Runt
                          min_coverage=(("scaler_ort", 0.99),))  # fmt: skip
     (ort_failure,), _ = coverage_failures(report, ort_check)
     assert ort_failure.startswith("scaler_ort: ") and "`format: onnx`" in ort_failure
+    # ...unless the platform's onnxruntime is a reduced build, which loads ORT format only
+    entry = entry_path(check.platform_dir, "scaler_ort")
+    kept = entry.read_text()
+    try:
+        entry.write_text(json.dumps({**json.loads(kept), "settings": {"reduced_build": True}}))
+        (ort_failure,), _ = coverage_failures(report, ort_check)
+    finally:
+        entry.write_text(kept)  # the module's report is shared
+    assert "`format: onnx`" not in ort_failure and "reduced onnxruntime build" in ort_failure
 
 
 def test_an_ep_that_fails_to_create_fails_the_check(tmp_path: Path) -> None:

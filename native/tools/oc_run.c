@@ -436,7 +436,7 @@ static int check_input(const OrtApi *api, OrtSession *session, size_t index, con
         if (contained) ORT_CHECK(api, api->GetOnnxTypeFromTypeInfo(contained, &kind), context);
         if (kind != ONNX_TYPE_TENSOR) {
             fail("input '%s' (file %s): the model wants an optional of %s; oc-run feeds tensors only", name, file,
-                 onnx_type_name(kind));
+                 contained ? onnx_type_name(kind) : "an unknown type");
             goto done;
         }
     }

@@ -4,12 +4,15 @@ placements recorded in the manifest."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipeline.build.target_check import read_result
 from pipeline.cook.job import RuntimeCheck
+from pipeline.layout import entry_path
+from pipeline.settings.advice import onnx_instead
 
 
 def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list[str], list[str]]:
@@ -32,14 +35,27 @@ def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list
             ops = ", ".join(placement.get("cpu_ops", [])) or "none named"
             nodes = placement.get("nodes", {})
             share = f"{nodes.get(ep, 0)}/{sum(nodes.values())} of its nodes ({placement['coverage']:.1%})"
+            as_onnx = "" if placement.get("format") == "onnx" else f"as ONNX ({_as_onnx(check, name)}), "
             failures.append(
                 f"{name}: {share} run on {ep}, under min_ep_coverage {need:g} (left to the CPU: {ops}; "
                 f"{placement['measured_with']}). Try a lower `optimization_level` (fused CPU-only ops "
-                f"stay on the CPU), {'' if placement.get('format') == 'onnx' else '`format: onnx`, '}a model "
-                "without those operators, or a lower "
+                f"stay on the CPU), {as_onnx}a model without those operators, or a lower "
                 f"`min_ep_coverage` for this model (its .cook.yaml; the platform's: {check.profile})"
             )
     return failures, notes
+
+
+def _as_onnx(check: RuntimeCheck, name: str) -> str:
+    """``advice.onnx_instead`` for this model's settings as its manifest entry records them."""
+    try:
+        settings = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        settings = {}
+    return onnx_instead(
+        check.platform,
+        reduced_build=bool(settings.get("reduced_build")),
+        runtime_style=settings.get("optimization_style") == "runtime",
+    )
 
 
 def placement_lines(check: RuntimeCheck, report: dict[str, Any]) -> list[str]:

@@ -52,6 +52,8 @@ WORKER_FILES = (
     "build/__init__.py",
     "build/target_check_worker.py",
     "build/placement.py",
+    "settings/__init__.py",
+    "settings/advice.py",
 )
 WORKER_START = "import sys; sys.path.insert(0, sys.argv.pop(1)); "
 WORKER_START += "from pipeline.build.target_check_worker import main; sys.exit(main(sys.argv[1:]))"

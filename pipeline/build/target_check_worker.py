@@ -41,6 +41,7 @@ from pipeline.runtime import session_from_blob as _session_from_blob
 from pipeline.runtime.blob import check_blob as _check_blob
 from pipeline.runtime.loadpaths import BlobFile, LoadPath
 from pipeline.runtime.session import load_info, session_from_checked
+from pipeline.settings.advice import onnx_instead
 
 # The cooker loads the blobs it wrote whatever their size: a model over the loader's 2 GiB default is
 # checked as a game that raised max_model_size for it loads it.
@@ -56,6 +57,7 @@ FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_
 
 def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> dict[str, Any]:
     entry = json.loads(entry_path(platform_dir, name).read_text(encoding="utf-8"))
+    settings = entry.get("settings") or {}  # the model's resolved settings, for the advice given
     blob_path = platform_dir / entry["file"]
     blob = blob_path.read_bytes()
     try:
@@ -64,7 +66,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         return {"ok": False, "error": f"cannot load: {exc}"}
     data_path = verify_data_path(platform_dir, name)
     if not data_path.is_file():
-        return _placed_only(blob, None, package, "loaded only (verify is off for this model)")
+        return _placed_only(blob, None, package, "loaded only (verify is off for this model)", settings)
     try:
         with np.load(data_path, allow_pickle=False) as data:
             feeds = {k.removeprefix("input/"): data[k] for k in data.files if k.startswith("input/")}
@@ -103,7 +105,9 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
     try:
         if names is None:
             session.run(None, feeds)
-            return _placed_only(blob, feeds, package, "ran (its outputs have no .npz form to compare)")
+            return _placed_only(
+                blob, feeds, package, "ran (its outputs have no .npz form to compare)", settings
+            )
         error, results = problem(session)
     except Exception as exc:  # onnxruntime's run errors
         return {"ok": False, "error": f"fails to run: {exc}"}
@@ -113,7 +117,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         if paths["file"]["error"]
         else None
     )
-    placement, placement_error = placement_of(blob, feeds, problem, package)
+    placement, placement_error = placement_of(blob, feeds, problem, package, settings)
     return {
         "ok": (error or placement_error) is None,
         "error": error or placement_error,
@@ -124,9 +128,11 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
     }
 
 
-def _placed_only(blob: bytes, feeds: Mapping[str, Any] | None, package: str, outputs: str) -> dict[str, Any]:
+def _placed_only(
+    blob: bytes, feeds: Mapping[str, Any] | None, package: str, outputs: str, settings: Mapping[str, Any]
+) -> dict[str, Any]:
     """The report of a model whose outputs are not compared: where it runs decides."""
-    placement, error = placement_of(blob, feeds, None, package)
+    placement, error = placement_of(blob, feeds, None, package, settings)
     placed = {"placement": placement} if placement is not None else {}
     return {"ok": error is None, "error": error, "outputs": outputs, **placed, "on_ep": error is not None}
 
@@ -136,6 +142,7 @@ def placement_of(
     feeds: Mapping[str, Any] | None,
     problem: Callable[[onnxruntime.InferenceSession], tuple[str | None, list[Any]]] | None,
     package: str,
+    settings: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """Where the blob's nodes run when a game loads it with its preferred EPs in this onnxruntime
     package, and the error that fails the check: the EP fails to create a session (never replaced
@@ -167,7 +174,7 @@ def placement_of(
         failed = {"measured": False, "reason": "the session failed", "preferred": preferred}
         return {**failed, "measured_with": measured_with}, (
             f"{preferred} ({measured_with}) could not create a session: {exc}. Nothing was retried on the "
-            f"CPU; {_session_hint(blob, header.model_format)}"
+            f"CPU; {_session_hint(blob, header, settings or {})}"
         )
     except Exception as exc:  # noqa: BLE001  onnxruntime's run errors
         failed = {"measured": False, "reason": "the model failed to run", "preferred": preferred}
@@ -175,15 +182,16 @@ def placement_of(
             **failed,
             "measured_with": measured_with,
         }, (
-            f"fails to run on {preferred} ({measured_with}): {exc}; the CPU EP runs this blob (the cook "
-            f"verified it there), so {preferred} cannot run this model: give the model "
+            f"fails to run on {preferred} ({measured_with}): {exc}; "
+            + ("the CPU EP runs this blob (the cook verified it there), so " if feeds is not None else "")
+            + f"{preferred} cannot run this model: give the model "
             "`execution_providers` without it (its .cook.yaml, `platforms:` section for this platform), or "
             "list this platform in its `skip_platforms`"
         )
     return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
 
 
-def _session_hint(blob: bytes, model_format: str) -> str:
+def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any]) -> str:
     """What to try when the preferred EP cannot create a session: a graph input that is also a graph
     output (OpenVINO: "Duplicate definition of name") is named, since only the exporter can fix it."""
     try:
@@ -198,11 +206,15 @@ def _session_hint(blob: bytes, model_format: str) -> str:
             "export the model with an Identity node before each such output (an output name of its own), "
             "or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
         )
-    return (
-        "try `optimization_level: basic` or `format: onnx`"
-        if model_format == "ort"
-        else "try `optimization_level: basic`"
-    ) + " for this model, or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
+    advice = "try `optimization_level: basic` for this model"
+    if header.model_format == "ort":
+        as_onnx = onnx_instead(
+            header.platform,
+            reduced_build=bool(settings.get("reduced_build")),
+            runtime_style=settings.get("optimization_style") == "runtime",
+        )
+        advice += f"; or, as ONNX: {as_onnx}"
+    return advice + "; or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
 
 
 def load_paths(

@@ -92,12 +92,14 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
         (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
         (WIDE_DIM_SIZE, wide_sizes(model, unsized)),
     ):
+        if retried == sizes:  # only a batch is free: 224 would be the run at 1 again
+            continue
         try:
             wider = synthesize_inputs(
                 model, dims, free=retried, settings_hint=settings_hint, inputs_hint=inputs_hint
             )
-        except VerifyError:  # too large to synthesize: the failure at 1 is reported
-            break
+        except VerifyError:  # too large to synthesize (224 with the batch at 1 may not be)
+            continue
         tried += (size,)
         if (outputs := _source_outputs(job, model, wider)) is not None:
             return VerifyInputs(wider, "synthesized", retried, tried, outputs=outputs)
@@ -272,7 +274,11 @@ def accuracy_gate(
     feeds, origin = inputs.feeds, inputs.origin
     refuse_meaningless(feeds, origin)
     try:
-        want = reference_outputs(source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
+        want = inputs.outputs
+        if want is None:
+            want = reference_outputs(
+                source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent)
+            )
         got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
     except Exception as exc:  # onnxruntime errors on either model
         what = f"the source or its {settings.precision} variant"

@@ -127,10 +127,19 @@ def wide_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int]:
             continue
         rank = len(tensor_type.shape.dim)
         for axis, dim in enumerate(tensor_type.shape.dim):
+            if dim.HasField("dim_value"):
+                continue
             names = expression_names(dim.dim_param) if dim.dim_param else None
             for label in names if names is not None else [dim.dim_param or UNNAMED]:
                 axes.setdefault(label, set()).add((axis, rank >= 2 and names is None))
-    return {name: DEFAULT_DIM_SIZE if axes.get(name) == {(0, True)} else WIDE_DIM_SIZE for name in unsized}
+    # Dims without a name share one size (verify_dims cannot tell them apart): where one of them is
+    # a leading batch, they all stay 1
+    batch = {
+        name
+        for name, where in axes.items()
+        if where == {(0, True)} or (name == UNNAMED and (0, True) in where)
+    }
+    return {name: DEFAULT_DIM_SIZE if name in batch else WIDE_DIM_SIZE for name in unsized}
 
 
 def bound_sizes(free: list[str]) -> Iterator[dict[str, int]]:

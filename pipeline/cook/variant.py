@@ -214,8 +214,9 @@ def _optimize_large(job: CookJob, model: onnx.ModelProto) -> onnx.ModelProto:
         cook_yaml = str(job.asset.path.with_suffix(COOK_YAML))
         raise ModelError(
             f"the model holds {size:,} bytes of weights, over the 2 GB limit of the ORT format "
-            "(a flatbuffer, which cannot refer to weights outside it when loaded from memory); cook it as "
-            f"ONNX with external weights: {onnx_instead(settings, cook_yaml)}"
+            "(a flatbuffer, which cannot refer to weights outside it when loaded from memory)"
+            + ("" if settings.reduced_build else "; cook it as ONNX with external weights")
+            + f": {onnx_instead(settings, cook_yaml)}"
         )
     if settings.weights == "inline":
         raise ModelError(

@@ -46,6 +46,16 @@ TRUSTED_SIZE = 1 << 62
 REFERENCE_RECIPE = 2  # 2: random operators seeded (RANDOM_SEED)
 
 
+# What an input that is not a tensor is, in a message
+_KINDS = {
+    "sequence_type": "sequence",
+    "map_type": "map",
+    "optional_type": "optional of a non-tensor",
+    "sparse_tensor_type": "sparse tensor",
+    "opaque_type": "opaque value",
+}
+
+
 def synthesized_hint(
     free: list[str], tried: tuple[int, ...], where: str, settings_path: str, bound: int = 0
 ) -> str:
@@ -91,9 +101,9 @@ def synthesize_inputs(
     for value in feed_inputs(model.graph):
         tensor_type = input_tensor_type(value)
         if tensor_type is None:  # a sequence or a map: .npz holds arrays only
-            kind = value.type.WhichOneof("value") or "untyped"
+            kind = _KINDS.get(value.type.WhichOneof("value") or "", "value of no type")
             raise VerifyError(
-                f"input {value.name!r} is a {kind.removesuffix('_type')}, not a tensor: the cooker can "
+                f"input {value.name!r} is a {kind}, not a tensor: the cooker can "
                 "neither synthesize one nor read one from .inputs.npz (arrays only); set `verify: false` "
                 "in its .cook.yaml to cook it unverified"
             )
@@ -217,7 +227,11 @@ def as_input_types(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> d
     """``feeds`` with float32 arrays cast to float16 where ``model`` takes float16: the fp32
     source's inputs for an fp16 variant that ships fp16 inputs (``keep_io_types: false``). Any other
     mismatch is left for onnxruntime to refuse."""
-    declared = {value.name: value.type.tensor_type.elem_type for value in feed_inputs(model.graph)}
+    declared = {
+        value.name: tensor.elem_type
+        for value in feed_inputs(model.graph)
+        if (tensor := input_tensor_type(value)) is not None
+    }
     return {
         name: value.astype(np.float16)
         if declared.get(name) == onnx.TensorProto.FLOAT16

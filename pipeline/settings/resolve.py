@@ -23,6 +23,7 @@ from typing import Any
 
 from pipeline.errors import ProfileError
 from pipeline.runtime.constants import ModelFormat, OptimizationStyle
+from pipeline.settings import advice
 from pipeline.settings.eprules import check_ep_option_names, ep_domains, ep_formats, ep_usability_check
 from pipeline.settings.files import (
     ENV_PREFIX,
@@ -185,21 +186,12 @@ def resolve(
 
 
 def onnx_instead(settings: Any, cook_yaml: str = "the model's .cook.yaml") -> str:
-    """How to cook one model as ONNX on an ORT-format platform, as a settings check accepts it (the
-    format for this platform only, with the fixed style a runtime-style platform needs), or, where
-    the platform's reduced onnxruntime loads ORT format only, how to leave the platform out."""
-    platform = settings.platform
-    if settings.reduced_build:
-        return (
-            f"platform {platform!r} ships a reduced onnxruntime build, which loads ORT format only: list "
-            f"it in `skip_platforms` in {cook_yaml}"
-        )
-    # the runtime style applies basic and saves the rest for ORT format to replay: ONNX gets basic
-    runtime = settings.optimization_style == OptimizationStyle.RUNTIME
-    style = ", `optimization_style: fixed` and `optimization_level: basic`" if runtime else ""
-    return (
-        f"set `format: onnx`{style} in the `platforms: {{{platform}: {{...}}}}` section of {cook_yaml}, "
-        f"or list {platform!r} in its `skip_platforms`"
+    """``advice.onnx_instead`` for resolved settings."""
+    return advice.onnx_instead(
+        settings.platform,
+        reduced_build=settings.reduced_build,
+        runtime_style=settings.optimization_style == OptimizationStyle.RUNTIME,
+        cook_yaml=cook_yaml,
     )
 
 

@@ -1,0 +1,26 @@
+"""Advice the cook and its runtime check give in messages, where it depends on a platform's settings.
+
+Standard library only: the runtime check's worker imports it inside each target onnxruntime's own
+environment (no yaml there).
+"""
+
+from __future__ import annotations
+
+
+def onnx_instead(
+    platform: str, *, reduced_build: bool, runtime_style: bool, cook_yaml: str = "the model's .cook.yaml"
+) -> str:
+    """How to cook one model as ONNX on an ORT-format platform, as the settings check accepts it (the
+    format for this platform only; the fixed style at `basic` where the platform's style is runtime,
+    which applies basic and saves the rest for ORT format to replay), or, where the platform's
+    reduced onnxruntime loads ORT format only, how to leave the platform out."""
+    if reduced_build:
+        return (
+            f"platform {platform!r} ships a reduced onnxruntime build, which loads ORT format only: list "
+            f"it in `skip_platforms` in {cook_yaml}"
+        )
+    style = ", `optimization_style: fixed` and `optimization_level: basic`" if runtime_style else ""
+    return (
+        f"set `format: onnx`{style} in the `platforms: {{{platform}: {{...}}}}` section of {cook_yaml}, "
+        f"or list {platform!r} in its `skip_platforms`"
+    )
