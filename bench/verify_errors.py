@@ -39,8 +39,9 @@ from onnx import numpy_helper
 
 from pipeline.build.run_job import cook
 from pipeline.cook.compare import NOISE_CAP, NOISE_FACTOR, OF_RANGE_FACTOR, compare
+from pipeline.cook.inputs import load_inputs, synthesize_inputs
 from pipeline.cook.job import CookJob
-from pipeline.cook.verify import load_inputs, rounding_noise, synthesize_inputs
+from pipeline.cook.verify import rounding_noise
 from pipeline.errors import CookError
 from pipeline.settings.assets import discover
 from pipeline.settings.resolve import load_model_settings, load_platforms, resolve

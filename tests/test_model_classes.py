@@ -500,7 +500,7 @@ def test_a_model_with_random_operators_verifies_in_every_target_version(tmp_path
 def test_an_optional_float16_input_gets_its_float32_sample_cast() -> None:
     """An fp16 variant's optional(tensor(float16)) input takes the fp32 source's sample cast, as a
     plain float16 input does (onnxruntime refuses float32 there)."""
-    from pipeline.cook.verify import as_input_types
+    from pipeline.cook.inputs import as_input_types
 
     optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT16, [2]))
     graph = helper.make_graph([], "g", [helper.make_value_info("opt", optional)], [])

@@ -13,7 +13,8 @@ from runtime_helpers import make_blob
 
 from bench.standard import STANDARD, export
 from pipeline.build.run_job import cook
-from pipeline.cook.verify import load_inputs, reference_outputs, verify
+from pipeline.cook.inputs import load_inputs
+from pipeline.cook.verify import reference_outputs, verify
 from pipeline.errors import VerifyError
 from pipeline.settings.table import DEFAULT_VERIFY_SCALE
 from tests.models import conv_bn_relu_model, mlp_model, transformer_block_model

@@ -22,6 +22,7 @@ from pipeline.cook.dims import (
     unsized_dims,
     wide_sizes,
 )
+from pipeline.cook.inputs import as_input_types, load_inputs, synthesize_inputs, synthesized_hint
 from pipeline.cook.job import CookJob
 from pipeline.cook.large import session_input
 from pipeline.cook.precision import (
@@ -36,17 +37,7 @@ from pipeline.cook.precision import (
 from pipeline.cook.precision import accuracy as precision_accuracy
 from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead
-from pipeline.cook.verify import (
-    CPU_ONLY,
-    RANDOM_SEED,
-    as_input_types,
-    load_inputs,
-    reference_outputs,
-    rounding_noise,
-    synthesize_inputs,
-    synthesized_hint,
-    verify,
-)
+from pipeline.cook.verify import CPU_ONLY, RANDOM_SEED, reference_outputs, rounding_noise, verify
 from pipeline.errors import ModelError, VerifyError
 from pipeline.layout import (
     reference_memo_dir,

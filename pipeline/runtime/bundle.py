@@ -274,14 +274,10 @@ def _open_hint(given: Path) -> str:
             f"{given.name} is a blob, not a bundle: open its folder (open_bundle({str(given.parent)!r})), "
             "or pass the blob's bytes to session_from_blob"
         )
-    try:
-        manifest_there = os.path.lexists(given / MANIFEST_NAME)
-    except ValueError:  # NUL or a lone surrogate in the path
-        manifest_there = False
-    if manifest_there:  # a bundle whose manifest cannot be read
-        if os.access(given / MANIFEST_NAME, os.R_OK) or not (given / MANIFEST_NAME).is_file():
-            return "re-run `doit cook` to rebuild the bundle"
-        return "let the game's user read it (its permissions), or re-run `doit cook`"
+    manifest = given / MANIFEST_NAME
+    if os.path.lexists(manifest):  # a bundle whose manifest cannot be read (False for a NUL path)
+        unreadable = manifest.is_file() and not os.access(manifest, os.R_OK)
+        return f"{'let the game read it (its permissions), or ' if unreadable else ''}re-run `doit cook`"
     try:  # the build folder: its platforms (not the cook's own hidden folders, such as .stamps)
         platforms = sorted(
             d.name for d in given.iterdir() if not d.name.startswith(".") and (d / MANIFEST_NAME).is_file()

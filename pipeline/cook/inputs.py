@@ -1,0 +1,216 @@
+"""Verification inputs (step 6 of a cook): the sample inputs shipped as ``<model>.inputs.npz``, or
+inputs synthesized from the model's input signature, and the fixes to name when neither runs it."""
+
+from __future__ import annotations
+
+import io
+import math
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from pipeline.cook.dims import DEFAULT_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, dim_size
+from pipeline.cook.facts import feed_inputs, input_tensor_type
+from pipeline.errors import VerifyError
+
+SEED = 20240531
+# Synthesized verification inputs are sized by verify_dims; past this, ask for sample inputs instead.
+MAX_SYNTHESIZED_BYTES = 1 << 30
+
+# What an input that is not a tensor is, in a message
+_KINDS = {
+    "sequence_type": "sequence",
+    "map_type": "map",
+    "optional_type": "optional of a non-tensor",
+    "sparse_tensor_type": "sparse tensor",
+    "opaque_type": "opaque value",
+}
+
+
+def synthesized_hint(
+    free: list[str], tried: tuple[int, ...], where: str, settings_path: str, bound: int = 0
+) -> str:
+    """What to do when the source cannot run on synthesized inputs: what they were (the dims in
+    ``free`` given each size in ``tried``, then ``bound`` combinations of 1 and 2), and the fixes."""
+    named = [d for d in free if d != UNNAMED]
+    sizes = ", then ".join(
+        f"{size} (a leading batch at 1)" if size == WIDE_DIM_SIZE else str(size) for size in tried
+    )
+    sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
+    text = (
+        "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
+        "0 and 1, booleans, short strings"
+    )
+    if free:
+        text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
+    text += f"); if the model needs other values, ship sample inputs as {where} (numpy.savez"
+    text += ", keys = input names)"
+    if named:
+        # every free dim, with the size a traced export bakes into Reshape constants in mind: a
+        # model exported by tracing at (2, 10) often runs at those sizes only
+        sized = ", ".join(f"{name}: <size>" for name in named)
+        text += (
+            f", or other sizes, add `verify_dims: {{{sized}}}` to {settings_path} (a model exported by "
+            "tracing often runs only at the sizes it was traced with)"
+        )
+    return text
+
+
+def synthesize_inputs(
+    model: onnx.ModelProto,
+    dims: Mapping[str, int],
+    *,
+    free: int | Mapping[str, int] = DEFAULT_DIM_SIZE,
+    settings_hint: str,
+    inputs_hint: str,
+) -> dict[str, np.ndarray]:
+    """Seeded inputs that match the model's input signature; symbolic dims come from ``dims``, else
+    are ``free`` (one size per name, so inputs that share a dimension agree; unnamed ones too; a size
+    per name where a mapping), or computed where their name is an expression (``dims.dim_size``)."""
+    rng = np.random.default_rng(SEED)
+    feeds = {}
+    for value in feed_inputs(model.graph):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is None:  # a sequence or a map: .npz holds arrays only
+            kind = _KINDS.get(value.type.WhichOneof("value") or "", "value of no type")
+            raise VerifyError(
+                f"input {value.name!r} is a {kind}, not a tensor: the cooker can "
+                "neither synthesize one nor read one from .inputs.npz (arrays only); set `verify: false` "
+                "in its .cook.yaml to cook it unverified"
+            )
+        shape = []
+        for dim in tensor_type.shape.dim:
+            if dim.HasField("dim_value"):
+                shape.append(dim.dim_value)
+            else:
+                shape.append(dim_size(dim.dim_param, dims, free))
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+        size = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn as float64 first
+        if size > MAX_SYNTHESIZED_BYTES:
+            raise VerifyError(
+                f"input {value.name!r} of shape {shape} would take {size:,} bytes to synthesize (limit "
+                f"{MAX_SYNTHESIZED_BYTES:,}); lower verify_dims in {settings_hint} or ship sample inputs as "
+                f"{inputs_hint}"
+            )
+        feeds[value.name] = _random(rng, dtype, tuple(shape))
+    return feeds
+
+
+def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if dtype == np.bool_:
+        # an array even for a scalar input (shape ()): a comparison of 0-d arrays gives a numpy.bool,
+        # which onnxruntime refuses ("Unable to handle object of type <class 'numpy.bool'>")
+        return np.asarray(rng.random(shape) < 0.5)
+    if np.issubdtype(dtype, np.integer):
+        # 0 and 1: valid indices into any table of two rows or more (BERT's token types are two),
+        # mask values, counts and lengths.
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == np.object_:  # tensor(string): short words, as onnxruntime takes them (objects of str)
+        return rng.integers(0, 2, size=shape).astype(np.str_).astype(object)
+    if dtype.kind == "V":  # ml_dtypes' bfloat16, float8, int4: no numpy type onnxruntime's Python API takes
+        raise VerifyError(
+            f"cannot verify a model with {dtype} inputs: onnxruntime's Python API takes no {dtype} arrays "
+            "(and .npz files cannot hold them); set `verify: false` in its .cook.yaml, or give the model "
+            "float16/float32 inputs (a Cast inside it)"
+        )
+    raise VerifyError(f"cannot synthesize inputs of type {dtype}; ship sample inputs as an .inputs.npz file")
+
+
+def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -> dict[str, np.ndarray]:
+    """Sample inputs from ``<model>.inputs.npz`` (or its bytes already read, ``data``); keys must be
+    exactly the model's input names."""
+    expected = {value.name for value in feed_inputs(model.graph)}
+    source = io.BytesIO(data) if data is not None else path
+    zipped = zipfile.is_zipfile(source)
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    if not zipped:
+        raise VerifyError(
+            f"{path}: not a .npz archive (numpy.savez writes a zip of .npy arrays); write the sample inputs "
+            "with numpy.savez(path, **{input_name: array})"
+        )
+    try:
+        with np.load(source, allow_pickle=False) as archive:
+            feeds = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
+    raw = sorted(name for name, value in feeds.items() if value.dtype.kind == "V")
+    if raw:
+        raise VerifyError(
+            f"{path}: input(s) {raw} are stored as raw bytes: arrays of an ml_dtypes type (float8, "
+            "bfloat16, int4) lose their type in .npz, and onnxruntime's Python API cannot take them as "
+            "inputs anyway; the cooker cannot verify this model on them: set `verify: false` in its "
+            ".cook.yaml, or give the model float16/float32 inputs"
+        )
+    missing, extra = sorted(expected - set(feeds)), sorted(set(feeds) - expected)
+    if missing or extra:
+        raise VerifyError(
+            f"{path}: keys must be the model's input names {sorted(expected)}; "
+            + (f"missing {missing}" if missing else "")
+            + ("; " if missing and extra else "")
+            + (f"unknown {extra}" if extra else "")
+        )
+    for value in feed_inputs(model.graph):
+        _check_input(path, value, feeds[value.name])
+    return feeds
+
+
+def _check_input(path: Path, value: onnx.ValueInfoProto, array: np.ndarray) -> None:
+    """Refuse a sample input whose type or shape the model does not take, naming it and the file
+    (onnxruntime's own message names neither)."""
+    tensor = input_tensor_type(value)
+    if tensor is None:
+        return  # sequences, maps: onnxruntime checks those
+    if tensor.elem_type == onnx.TensorProto.STRING:
+        expected_kind = array.dtype.kind in "UOS"
+        wanted = "strings"
+    else:
+        try:
+            wanted_dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        except (KeyError, TypeError, ValueError):
+            return  # a type numpy has no dtype for: nothing to compare
+        # float32 samples for a float16 input: an fp16 variant of an fp32 source (as_input_types)
+        expected_kind = array.dtype == wanted_dtype or (
+            wanted_dtype == np.float16 and array.dtype == np.float32
+        )
+        wanted = str(wanted_dtype)
+    if not expected_kind:
+        raise VerifyError(
+            f"{path}: input {value.name!r} is {array.dtype} but the model takes {wanted}; save it as "
+            f"{wanted} (e.g. numpy.savez(path, **{{{value.name!r}: array.astype({wanted!r})}}))"
+        )
+    if not tensor.HasField("shape"):
+        return
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    shown = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+    if array.ndim != len(dims) or any(
+        d is not None and d != n for d, n in zip(dims, array.shape, strict=False)
+    ):
+        raise VerifyError(
+            f"{path}: input {value.name!r} has shape {list(array.shape)} but the model takes {shown} "
+            "(? is any size); save an array of that shape"
+        )
+
+
+def as_input_types(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` with float32 arrays cast to float16 where ``model`` takes float16: the fp32
+    source's inputs for an fp16 variant that ships fp16 inputs (``keep_io_types: false``). Any other
+    mismatch is left for onnxruntime to refuse."""
+    declared = {
+        value.name: tensor.elem_type
+        for value in feed_inputs(model.graph)
+        if (tensor := input_tensor_type(value)) is not None
+    }
+    return {
+        name: value.astype(np.float16)
+        if declared.get(name) == onnx.TensorProto.FLOAT16
+        and isinstance(value, np.ndarray)
+        and value.dtype == np.float32
+        else value
+        for name, value in feeds.items()
+    }
