@@ -271,6 +271,31 @@ def test_a_blob_file_given_for_its_bundle_folder_is_named_as_one(native: Path, b
     assert "is a blob, not a bundle folder: open the folder that holds it" in line["message"], line
 
 
+def build_root(folder: Path) -> Path:
+    """A build folder: platform folders with a manifest (zeta, beta), one without (alpha) and the
+    cook's hidden one with a manifest of its own (.stamps), which is not a bundle."""
+    for name, manifest in ((".stamps", True), ("alpha", False), ("zeta", True), ("beta", True)):
+        (folder / name).mkdir(parents=True)
+        if manifest:
+            (folder / name / "manifest.json").write_text("{}")
+    return folder
+
+
+def test_a_build_folder_given_for_a_bundle_names_a_platform_to_open(native: Path, tmp_path: Path) -> None:
+    """As the Python loader's open_bundle: the build folder above the bundles names one to open."""
+    root = build_root(tmp_path / "build")
+    line = json.loads(run_native([native / "oc-probe", "bundle", root], check=False).stdout.splitlines()[0])
+    assert line["status"] == "OC_ERR_MANIFEST"
+    assert (
+        f"{root} holds the bundles of its platforms, not one bundle: open one, e.g. {root}/beta"
+        in line["message"]
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    line = json.loads(run_native([native / "oc-probe", "bundle", empty], check=False).stdout.splitlines()[0])
+    assert "no readable manifest.json" in line["message"] and "holds the bundles" not in line["message"]
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles: Path, platform: str) -> None:
     lines = [

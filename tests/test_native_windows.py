@@ -340,6 +340,21 @@ def test_damaged_and_hostile_bundles_get_the_linux_verdicts(
     assert not differ, "\n".join(map(str, differ))
 
 
+def test_a_build_folder_given_for_a_bundle_names_a_platform_under_wine(
+    windows: Path, wine: Wine, tmp_path: Path
+) -> None:
+    """FindFirstFileW's side of the build-folder hint: the same platform as on Linux."""
+    from tests.test_native import build_root
+
+    root = build_root(tmp_path / "build")
+    (line,) = [
+        json.loads(x) for x in wine.run(windows / "oc-probe.exe", ["bundle", win(root)]).stdout.splitlines()
+    ]
+    assert line["status"] == "OC_ERR_MANIFEST"
+    assert "holds the bundles of its platforms, not one bundle: open one, e.g. " in line["message"]
+    assert line["message"].endswith("/beta"), line
+
+
 def test_damaged_blobs_get_the_linux_verdicts(
     native: Path,
     windows: Path,

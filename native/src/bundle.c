@@ -338,11 +338,14 @@ oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, 
     status = oc_read_file(path, &alloc, MAX_MANIFEST, &text, &size, err);
     if (status != OC_OK) {
         if (status == OC_ERR_IO && err != NULL) {
-            char why[OC_MESSAGE_SIZE];
+            char why[OC_MESSAGE_SIZE], first[256];
             memcpy(why, err->message, sizeof why);
             if (n >= 4 && strcmp(dir + n - 4, ".ocb") == 0) /* a blob file given for its folder */
                 oc_fail(err, OC_ERR_MANIFEST, "%.600s is a blob, not a bundle folder: open the folder that holds it "
                         "(its manifest.json), or pass the blob's bytes to oc_blob_open_memory", dir);
+            else if (oc_first_bundle_below(dir, first, sizeof first))
+                oc_fail(err, OC_ERR_MANIFEST, "%.600s holds the bundles of its platforms, not one bundle: open one, e.g. "
+                        "%.600s/%s", dir, dir, first);
             else
                 oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.900s); cook the platform with `doit cook` first",
                         why);

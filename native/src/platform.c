@@ -196,7 +196,56 @@ void oc_lock(void) { AcquireSRWLockExclusive(&global_lock); }
 void oc_unlock(void) { ReleaseSRWLockExclusive(&global_lock); }
 int oc_has_null_file(void) { return 0; } /* no /dev/null: the shared-initializer path is POSIX's */
 
+/* Whether dir/name/manifest.json is a file (not a folder), by its attributes. */
+static int holds_manifest(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + sizeof "/" "/manifest.json";
+    char *path = malloc(n);
+    wchar_t *wide;
+    DWORD attributes;
+    if (path == NULL) return 0;
+    snprintf(path, n, "%s/%s/manifest.json", dir, name);
+    wide = oc_wide_path(path);
+    free(path);
+    if (wide == NULL) return 0;
+    attributes = GetFileAttributesW(wide);
+    free(wide);
+    return attributes != INVALID_FILE_ATTRIBUTES && !(attributes & FILE_ATTRIBUTE_DIRECTORY);
+}
+
+int oc_first_bundle_below(const char *dir, char *name, size_t cap) {
+    size_t n = strlen(dir) + sizeof "/*";
+    char *pattern = malloc(n);
+    wchar_t *wide;
+    WIN32_FIND_DATAW found;
+    HANDLE search;
+    int any = 0;
+    if (pattern == NULL || cap == 0) {
+        free(pattern);
+        return 0;
+    }
+    snprintf(pattern, n, "%s/*", dir);
+    wide = oc_wide_path(pattern);
+    free(pattern);
+    if (wide == NULL) return 0;
+    search = FindFirstFileW(wide, &found);
+    free(wide);
+    if (search == INVALID_HANDLE_VALUE) return 0;
+    do {
+        char *entry;
+        if (!(found.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) || found.cFileName[0] == L'.') continue;
+        entry = utf8_of(found.cFileName);
+        if (entry != NULL && strlen(entry) < cap && (!any || strcmp(entry, name) < 0) && holds_manifest(dir, entry)) {
+            memcpy(name, entry, strlen(entry) + 1);
+            any = 1;
+        }
+        free(entry);
+    } while (FindNextFileW(search, &found));
+    FindClose(search);
+    return any;
+}
+
 #else
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -366,6 +415,35 @@ void oc_unlock(void) { pthread_mutex_unlock(&global_lock); }
 int oc_has_null_file(void) {
     struct stat st;
     return stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+int oc_first_bundle_below(const char *dir, char *name, size_t cap) {
+    DIR *folder = opendir(dir);
+    struct dirent *entry;
+    int any = 0;
+    if (folder == NULL || cap == 0) {
+        if (folder != NULL) closedir(folder);
+        return 0;
+    }
+    while ((entry = readdir(folder)) != NULL) {
+        struct stat st;
+        size_t n = strlen(dir) + strlen(entry->d_name) + sizeof "/" "/manifest.json";
+        char *path;
+        int holds;
+        if (entry->d_name[0] == '.' || strlen(entry->d_name) >= cap || (any && strcmp(entry->d_name, name) >= 0))
+            continue;
+        path = malloc(n);
+        if (path == NULL) break;
+        snprintf(path, n, "%s/%s/manifest.json", dir, entry->d_name);
+        holds = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        free(path);
+        if (holds) {
+            memcpy(name, entry->d_name, strlen(entry->d_name) + 1);
+            any = 1;
+        }
+    }
+    closedir(folder);
+    return any;
 }
 #endif
 
