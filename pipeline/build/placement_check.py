@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.build.target_check import read_result
 from pipeline.cook.job import RuntimeCheck
 from pipeline.layout import entry_path
-from pipeline.settings.advice import onnx_instead
+from pipeline.settings.advice import onnx_instead_for
 
 
 def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list[str], list[str]]:
@@ -51,11 +51,7 @@ def _as_onnx(check: RuntimeCheck, name: str) -> str:
         settings = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))["settings"]
     except (OSError, ValueError, KeyError, TypeError):
         settings = {}
-    return onnx_instead(
-        check.platform,
-        reduced_build=bool(settings.get("reduced_build")),
-        runtime_style=settings.get("optimization_style") == "runtime",
-    )
+    return onnx_instead_for(check.platform, settings)
 
 
 def placement_lines(check: RuntimeCheck, report: dict[str, Any]) -> list[str]:

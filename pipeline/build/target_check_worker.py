@@ -41,7 +41,7 @@ from pipeline.runtime import session_from_blob as _session_from_blob
 from pipeline.runtime.blob import check_blob as _check_blob
 from pipeline.runtime.loadpaths import BlobFile, LoadPath
 from pipeline.runtime.session import load_info, session_from_checked
-from pipeline.settings.advice import onnx_instead
+from pipeline.settings.advice import onnx_instead_for
 
 # The cooker loads the blobs it wrote whatever their size: a model over the loader's 2 GiB default is
 # checked as a game that raised max_model_size for it loads it.
@@ -208,12 +208,7 @@ def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any]) -> str:
         )
     advice = "try `optimization_level: basic` for this model"
     if header.model_format == "ort":
-        as_onnx = onnx_instead(
-            header.platform,
-            reduced_build=bool(settings.get("reduced_build")),
-            runtime_style=settings.get("optimization_style") == "runtime",
-        )
-        advice += f"; or, as ONNX: {as_onnx}"
+        advice += f"; or, as ONNX: {onnx_instead_for(header.platform, settings)}"
     return advice + "; or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
 
 

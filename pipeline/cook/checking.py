@@ -136,6 +136,16 @@ def _source_outputs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, An
         return None
 
 
+def _source_reference(job: CookJob, model: onnx.ModelProto, inputs: VerifyInputs) -> dict[str, Any]:
+    """The source's outputs on ``inputs.feeds``: those found with them, else a run (raises onnxruntime's
+    errors)."""
+    if inputs.outputs is not None:
+        return inputs.outputs
+    return reference_outputs(
+        model, inputs.feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent)
+    )
+
+
 def _hints(job: CookJob) -> tuple[str, str]:
     """Where the model's settings file is (or would be), and where its sample inputs would be."""
     settings = job.asset.settings_path or job.asset.path.with_suffix(".cook.yaml")
@@ -166,10 +176,7 @@ def verify_blob(
         feeds, origin = inputs.feeds, inputs.origin
         refuse_meaningless(feeds, origin)
         try:
-            memo = reference_memo_dir(job.platform_dir.parent)
-            reference = inputs.outputs
-            if reference is None:
-                reference = reference_outputs(model, feeds, job.platform_dir, memo)
+            reference = _source_reference(job, model, inputs)
         except Exception as exc:  # onnxruntime errors on the source itself
             raise _cannot_run(job, "the source model", exc, inputs) from None
         noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}
@@ -265,11 +272,7 @@ def accuracy_gate(
     feeds, origin = inputs.feeds, inputs.origin
     refuse_meaningless(feeds, origin)
     try:
-        want = inputs.outputs
-        if want is None:
-            want = reference_outputs(
-                source, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent)
-            )
+        want = _source_reference(job, source, inputs)
         got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
     except Exception as exc:  # onnxruntime errors on either model
         what = f"the source or its {settings.precision} variant"

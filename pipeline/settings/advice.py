@@ -6,6 +6,9 @@ environment (no yaml there).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 def onnx_instead(
     platform: str, *, reduced_build: bool, runtime_style: bool, cook_yaml: str = "the model's .cook.yaml"
@@ -23,4 +26,16 @@ def onnx_instead(
     return (
         f"set `format: onnx`{style} in the `platforms: {{{platform}: {{...}}}}` section of {cook_yaml}, "
         f"or list {platform!r} in its `skip_platforms`"
+    )
+
+
+def onnx_instead_for(
+    platform: str, settings: Mapping[str, Any], cook_yaml: str = "the model's .cook.yaml"
+) -> str:
+    """``onnx_instead`` for a model's settings as its manifest entry records them (plain values)."""
+    return onnx_instead(
+        platform,
+        reduced_build=bool(settings.get("reduced_build")),
+        runtime_style=settings.get("optimization_style") == "runtime",
+        cook_yaml=cook_yaml,
     )
