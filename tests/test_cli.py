@@ -198,6 +198,39 @@ def test_a_wheel_in_a_fresh_venv_cooks_a_studio_tree_from_its_root_and_from_a_su
     assert (tmp_path / "new" / "platforms" / "windows-dml.yaml").is_file()
 
 
+def test_a_studio_dodo_py_takes_the_project_file_as_onnx_cooker_does(tmp_path: Path) -> None:
+    """docs/cooking.md's dodo.py for a studio's own doit build: the tasks come from the project file's
+    folders (not <root>/assets), with COOK_* overriding it; no project file: one line, no traceback."""
+    root = _tree(tmp_path / "game", pyproject=False)
+    snippet = (REPO / "docs" / "cooking.md").read_text(encoding="utf-8").split("```python\n")[1]
+    (root / "dodo.py").write_text(snippet.split("```")[0])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COOK_")}
+    env["PYTHONPATH"] = str(REPO)
+
+    def doit_list(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "doit", "list", "--all"],
+            cwd=root,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    listed = doit_list()
+    assert listed.returncode == 0, listed.stderr
+    assert "cook:android:characters/face" in listed.stdout
+    assert (root / "out" / "cooked").is_dir() and not (root / "build").exists()  # the file's build folder
+    (tmp_path / "other").mkdir()
+    shutil.copy2(REPO / "assets" / "squeezenet.onnx", tmp_path / "other" / "tree.onnx")
+    overridden = doit_list(COOK_ASSETS_DIR=str(tmp_path / "other"))
+    assert "cook:android:tree" in overridden.stdout and "characters/face" not in overridden.stdout
+    (root / "cook.toml").unlink()
+    missing = doit_list()
+    assert missing.returncode != 0
+    assert "no cook.toml" in missing.stderr and "Traceback" not in missing.stderr
+
+
 def test_help_lists_commands_variables_and_doit_options() -> None:
     def run(*args: str) -> str:
         done = subprocess.run(

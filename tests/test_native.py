@@ -158,7 +158,8 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
     program it links opens every model of a bundle and creates its session: add_subdirectory of a
     static library (the library alone: no tools, tests or -Werror of ours), find_package of an
     installed shared and an installed static library, and pkg-config of both, after moving the
-    installed prefix (relocatable)."""
+    installed prefix (relocatable); and the README's C++ (oc::Session) through the first two, with
+    onnxruntime's header from the library's target in the source tree, the engine's when installed."""
     ort_include = next((NATIVE_OUT / "_deps").glob("onnxruntime-*/include"))
     library = ort_library("1.32.0")
 
@@ -200,6 +201,7 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
     built = {path.name for path in (sub / "onnx_cooker").iterdir()}
     assert "libonnx_cooker.a" in built and not built & {"oc-run", "oc-probe", "test_npy", "test_in_place"}
     made["subdirectory"] = sub / "consumer"
+    made_cxx = {"subdirectory": sub / "consumer_cxx"}  # the README's C++: ORT's header came with the target
 
     # installed (shared and static), the prefix then moved: find_package and pkg-config
     for shared in ("ON", "OFF"):
@@ -219,8 +221,10 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
             tmp_path / f"package-{shared}",
             "-DOC_CONSUME=package",
             f"-DCMAKE_PREFIX_PATH={prefix}",
+            f"-DORT_INCLUDE_DIR={ort_include}",  # the engine's own onnxruntime, for oc::Session
         )
         made[f"find_package {shared}"] = tmp_path / f"package-{shared}" / "consumer"
+        made_cxx[f"find_package {shared}"] = tmp_path / f"package-{shared}" / "consumer_cxx"
         flags = subprocess.run(
             ["pkg-config", "--cflags", "--libs", *(["--static"] if shared == "OFF" else []), "onnx_cooker"],
             capture_output=True,
@@ -255,6 +259,11 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
             assert {line[3] for line in got} <= paths[platform], (how, got)
             big = "onnx-file-buffers" if platform == "windows-dml" else "ort-in-place"
             assert ["big_weights", "1", "1", big] in got, (how, got)
+    for how, consumer in made_cxx.items():  # the README's C++ snippet, oc::Session included
+        lines = run_native([consumer, bundles / "android", library]).stdout.splitlines()
+        names = sorted(open_bundle(bundles / "android").names)
+        assert sorted(line.split(" ")[0] for line in lines) == names, how
+        assert "big_weights ort-in-place" in lines, (how, lines)
     assert (
         subprocess.run(
             ["ldd", str(made["find_package OFF"])], capture_output=True, text=True, check=True

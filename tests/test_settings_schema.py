@@ -151,3 +151,12 @@ def test_frozen_classes_get_their_fields_from_the_table() -> None:
     platform_fields = [field.name for field in dataclasses.fields(Platform)]
     assert platform_fields == ["name", "path", *(setting.name for setting in PLATFORM_SETTINGS), "settings"]
     assert CookSettings.__module__ == Platform.__module__ == "pipeline.settings.resolve"
+
+
+def test_the_shipped_platforms_table_lists_every_shipped_platform() -> None:
+    """docs/settings.md's first table is the newcomer's list of targets: one row per platforms/*.yaml."""
+    text = SETTINGS_DOC_PATH.read_text(encoding="utf-8")
+    table = text[text.index("| platform | format |") :].split("\n\n")[0]
+    listed = sorted(line.split("`")[1] for line in table.splitlines()[2:])
+    platforms = SETTINGS_DOC_PATH.parent.parent / "platforms"
+    assert listed == sorted(path.stem for path in platforms.glob("*.yaml"))

@@ -203,6 +203,16 @@ private:
     oc_load_path path_ = OC_LOAD_ONNX_INLINE;
     std::string explanation_;
 };
+#else
+// Without onnxruntime's C API header, using oc::Session fails to compile with this message.
+class Session {
+public:
+    template <typename... Args> explicit Session(Args &&...) {
+        static_assert(sizeof...(Args) == 0 && sizeof...(Args) != 0,
+                      "oc::Session needs onnxruntime's C API header: put the folder holding "
+                      "onnxruntime_c_api.h (the engine's onnxruntime) on the include path");
+    }
+};
 #endif // ORT_API_VERSION
 
 } // namespace oc

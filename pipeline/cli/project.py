@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.errors import CookError
 
@@ -124,3 +125,17 @@ def _project(path: Path, table: dict) -> Project:
             raise ProjectError(f"{where}: {key} must be a folder path (a string), not {value!r}")
         resolved[key] = (root / os.path.expanduser(value)).resolve()
     return Project(file=path.resolve(), root=root, folders=resolved)
+
+
+def project_tasks(folder: Path, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``DOIT_CONFIG`` and ``task_cook`` for a studio's own ``dodo.py`` in ``folder``: the project
+    whose file is there (``cook.toml``, or ``[tool.onnx-cooker]`` in ``pyproject.toml``), its folders
+    as ``onnx-cooker`` takes them, each overridden by its ``COOK_*`` variable (default: the
+    process's environment). A missing or bad project file ends doit with its message, no traceback."""
+    from pipeline.build.doitfile import cook_namespace  # the cook's modules: not for `onnx-cooker --help`
+
+    try:
+        project = load_project(folder)
+    except ProjectError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return cook_namespace(project.root, project.environment(os.environ if env is None else env, Path.cwd()))
