@@ -231,6 +231,23 @@ def test_a_studio_dodo_py_takes_the_project_file_as_onnx_cooker_does(tmp_path: P
     assert "no cook.toml" in missing.stderr and "Traceback" not in missing.stderr
 
 
+def test_a_task_pattern_matching_no_task_is_an_error_with_the_near_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """doit runs nothing for a pattern that matches no task and exits 0: a typo passed for a cook."""
+    root = _tree(tmp_path / "game", pyproject=False)
+    os.chdir(root)
+    try:
+        assert main(["cook", "cook:*:characters/fase"]) == 2
+        assert main(["cook", "cook:andriod:*"]) == 2
+    finally:
+        os.chdir(REPO)
+    err = capsys.readouterr().err
+    assert "no cook task matches 'cook:*:characters/fase'" in err
+    assert "did you mean 'cook:*:characters/face'?" in err and "did you mean 'cook:android:*'?" in err
+    assert not (root / "out" / "cooked" / "android").exists()  # nothing was cooked
+
+
 def test_help_lists_commands_variables_and_doit_options() -> None:
     def run(*args: str) -> str:
         done = subprocess.run(
@@ -248,6 +265,8 @@ def test_help_lists_commands_variables_and_doit_options() -> None:
     cook = run("cook", "--help")
     assert "COOK_CACHE" in cook and "COOK_SET_<KEY>" in cook  # the variables it reads
     assert "--continue" in cook and "--process" in cook  # doit's own options of `run`
+    assert "onnx-cooker cook [TASK" in cook and "onnx-cooker run" not in cook  # as it is typed here
+    assert "True in a cook]" in cook  # the cook's own default, not doit's
     assert "prune" in run("cache", "--help") and "--fail-if-grows" in run("diff", "--help")
     report = subprocess.run(
         [sys.executable, "-m", "pipeline.report", "--help"], capture_output=True, text=True, timeout=60

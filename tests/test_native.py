@@ -303,6 +303,14 @@ def test_a_build_folder_given_for_a_bundle_names_a_platform_to_open(native: Path
     empty.mkdir()
     line = json.loads(run_native([native / "oc-probe", "bundle", empty], check=False).stdout.splitlines()[0])
     assert "no readable manifest.json" in line["message"] and "holds the bundles" not in line["message"]
+    assert "did you mean" not in line["message"]  # nothing near "empty" beside it
+    # a mistyped platform folder: the bundle folder beside it with the nearest name (not .stamps)
+    for typo, meant in (("zet", "zeta"), ("bta/", "beta"), (".stamp", None), ("gamma", None)):
+        probe = run_native([native / "oc-probe", "bundle", f"{root}/{typo}"], check=False)
+        message = json.loads(probe.stdout.splitlines()[0])["message"]
+        assert (f"did you mean {root}/{meant}?" in message) if meant else ("did you mean" not in message), (
+            typo
+        )
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

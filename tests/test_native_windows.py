@@ -353,6 +353,11 @@ def test_a_build_folder_given_for_a_bundle_names_a_platform_under_wine(
     assert line["status"] == "OC_ERR_MANIFEST"
     assert "holds the bundles of its platforms, not one bundle: open one, e.g. " in line["message"]
     assert line["message"].endswith("/beta"), line
+    (line,) = [
+        json.loads(x)
+        for x in wine.run(windows / "oc-probe.exe", ["bundle", win(root / "zet")]).stdout.splitlines()
+    ]
+    assert line["message"].endswith("did you mean " + win(root / "zeta") + "?"), line  # a mistyped platform
 
 
 def test_damaged_blobs_get_the_linux_verdicts(

@@ -403,6 +403,24 @@ def test_missing_manifest(tmp_path: Path) -> None:
         open_bundle(tmp_path / "nowhere")
 
 
+def test_the_command_line_names_a_missing_path_and_the_bundle_meant(
+    bundle_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m pipeline.runtime inspect/unpack` of a path that is not there: one line saying so,
+    with the bundle folder beside it that a typo missed, not a bare errno."""
+    from pipeline.runtime.__main__ import main as runtime_main
+
+    assert runtime_main(["inspect", str(bundle_dir.parent / "andriod")]) == 1
+    assert runtime_main(["unpack", str(bundle_dir / "nope.ocb"), str(bundle_dir.parent / "out")]) == 1
+    first, second = capsys.readouterr().err.splitlines()
+    assert (
+        first == f"error: {bundle_dir.parent / 'andriod'}: no such file or folder; did you mean {bundle_dir}?"
+    )
+    assert second.endswith(
+        "nope.ocb: no such file or folder; give a blob (.ocb) or a bundle folder (build/<platform>)"
+    )
+
+
 def test_paths_that_are_not_a_bundle_folder_name_the_one_to_open(bundle_dir: Path) -> None:
     """A blob file, or the build folder above the platforms' bundles, given where a bundle folder
     or its bytes belong: the error names what to pass instead."""
@@ -416,11 +434,16 @@ def test_paths_that_are_not_a_bundle_folder_name_the_one_to_open(bundle_dir: Pat
         ManifestError, match=r"holds the bundles of android: open one, e\.g\. open_bundle\('.*android'\)"
     ):
         open_bundle(bundle_dir.parent)
+    with pytest.raises(ManifestError, match=r"did you mean open_bundle\('.*android'\)\?"):
+        open_bundle(bundle_dir.parent / "andriod")  # a mistyped platform folder beside a bundle
+    with pytest.raises(ManifestError) as failure:
+        open_bundle(bundle_dir.parent / "windows")
+    assert "did you mean" not in str(failure.value)  # nothing near
     # a bundle whose manifest.json is there but cannot be read (a pipe, a folder) is a bundle to cook
     (bundle_dir.parent / "broken" / "manifest.json").mkdir(parents=True)
     with pytest.raises(ManifestError) as failure:
         open_bundle(bundle_dir.parent / "broken")
-    assert "re-run `doit cook`" in str(failure.value) and "holds the bundles" not in str(failure.value)
+    assert "re-run `onnx-cooker cook`" in str(failure.value) and "holds the bundles" not in str(failure.value)
     for path in (blob, str(blob)):
         with pytest.raises(TypeError, match=r"takes a blob's bytes, not a path .*open_bundle\(folder\)"):
             session_from_blob(path)  # type: ignore[arg-type]
@@ -442,7 +465,7 @@ def test_an_ep_this_onnxruntime_package_lacks_is_named_as_missing(models: dict[s
 
 def test_manifest_that_is_not_json(bundle_dir: Path) -> None:
     (bundle_dir / "manifest.json").write_text("{not json")
-    with pytest.raises(ManifestError, match=r"manifest\.json is not valid JSON .*re-run `doit cook`"):
+    with pytest.raises(ManifestError, match=r"manifest\.json is not valid JSON .*re-run `onnx-cooker cook`"):
         open_bundle(bundle_dir)
 
 
@@ -469,7 +492,7 @@ def test_malformed_manifest(edit, message: str, bundle_dir: Path) -> None:
     manifest = manifest_of(bundle_dir)
     edit(manifest)
     write_manifest(bundle_dir, manifest)
-    with pytest.raises(ManifestError, match=rf"manifest\.json: {message}; re-run `doit cook`"):
+    with pytest.raises(ManifestError, match=rf"manifest\.json: {message}; re-run `onnx-cooker cook`"):
         open_bundle(bundle_dir)
 
 

@@ -71,7 +71,7 @@ static oc_status inside_folder(const oc_bundle *b, const model_entry *m, const c
         int inside = strncmp(real, root, n) == 0 && (real[n] == '/' || real[n] == '\\' || (n > 0 && root[n - 1] == '/'));
         if (!inside)
             status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' at %s is a link to %s, outside the bundle folder; "
-                             "re-run `doit cook` to rebuild the bundle", b->dir, m->name, path, real);
+                             "re-run `onnx-cooker cook` to rebuild the bundle", b->dir, m->name, path, real);
     }
     free(root);
     free(real);
@@ -111,7 +111,7 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
     *count = 0;
     if (list == NULL) return OC_OK;
     if (!cJSON_IsArray(list))
-        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `doit cook`", where_of(b), model);
+        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `onnx-cooker cook`", where_of(b), model);
     n = (size_t)cJSON_GetArraySize(list);
     *out = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **out);
     if (*out == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
@@ -121,7 +121,7 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
         (*out)[i].name = dup_string(b, oc_json_get(item, "name"));
         (*out)[i].type = dup_string(b, oc_json_get(item, "type"));
         if ((*out)[i].name == NULL || (*out)[i].type == NULL)
-            return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `doit cook`", where_of(b), model);
+            return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `onnx-cooker cook`", where_of(b), model);
         text = shape ? cJSON_PrintUnformatted(shape) : NULL;
         (*out)[i].shape = oc_arena_strndup(&b->arena, text ? text : "null", text ? strlen(text) : 4);
         free(text);
@@ -138,7 +138,7 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
     size_t n, i = 0;
     oc_status status = OC_OK;
     if (root == NULL || !cJSON_IsObject(root)) {
-        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json is not a JSON object; re-run `doit cook`", where_of(b));
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json is not a JSON object; re-run `onnx-cooker cook`", where_of(b));
         goto done;
     }
     version = oc_json_get(root, "manifest_version");
@@ -151,7 +151,7 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
     b->platform = dup_string(b, oc_json_get(root, "platform"));
     models = oc_json_get(root, "models");
     if (b->platform == NULL || !cJSON_IsObject(models)) {
-        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json needs 'platform' (string) and 'models' (object); re-run `doit cook`",
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json needs 'platform' (string) and 'models' (object); re-run `onnx-cooker cook`",
                          where_of(b));
         goto done;
     }
@@ -173,13 +173,13 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
             !count_of(oc_json_get(entry, "blob_size"), &m->blob_size)) {
             status = oc_fail(err, OC_ERR_MANIFEST,
                              "%s: manifest entry '%s' needs file, format, blob_sha256 (strings) and blob_size (int >= 0); "
-                             "re-run `doit cook`", where_of(b), entry->string ? entry->string : "?");
+                             "re-run `onnx-cooker cook`", where_of(b), entry->string ? entry->string : "?");
             goto done;
         }
         if (!safe_relative(m->file)) {
             status = oc_fail(err, OC_ERR_MANIFEST,
                              "%s: manifest entry '%s' names file '%s', which is not a relative path inside the bundle "
-                             "folder; re-run `doit cook`", where_of(b), m->name, m->file);
+                             "folder; re-run `onnx-cooker cook`", where_of(b), m->name, m->file);
             goto done;
         }
         status = parse_signature(b, oc_json_get(entry, "inputs"), &m->inputs, &m->input_count, err, m->name);
@@ -240,7 +240,7 @@ static oc_status open_manifest(const void *manifest, size_t size, const oc_reade
     oc_status status;
     if (manifest == NULL && size != 0) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_manifest: NULL manifest");
     if (size > MAX_MANIFEST)
-        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %zu bytes, over the limit of %u: not a manifest the cooker wrote; re-run `doit cook`",
+        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %zu bytes, over the limit of %u: not a manifest the cooker wrote; re-run `onnx-cooker cook`",
                        size, MAX_MANIFEST);
     if (options != NULL && options->public_key_count > 0) {
         if (options->public_keys == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open: public_keys is NULL");
@@ -302,11 +302,11 @@ static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
         status = oc_map_file(path, &data, &size, m->identity, err);
         if (status == OC_ERR_IO) /* as open_bundle: the manifest names a file the bundle lacks */
             status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing or unreadable; re-run "
-                             "`doit cook`", b->dir, m->name, m->file);
+                             "`onnx-cooker cook`", b->dir, m->name, m->file);
         if (status == OC_OK && (uint64_t)size != m->blob_size)
             status = oc_fail(err, OC_ERR_CHECKSUM,
                              "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
-                             "says %llu); the file was damaged or replaced: re-run `doit cook`", path, size,
+                             "says %llu); the file was damaged or replaced: re-run `onnx-cooker cook`", path, size,
                              (unsigned long long)m->blob_size);
         if (status == OC_OK) {
             oc_prefault(data, size);
@@ -319,6 +319,28 @@ static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
     }
     if (b->progress) b->progress(b->progress_user, "check", 1.0);
     return OC_OK;
+}
+
+/* A bundle folder beside `dir` whose name is near `dir`'s (a mistyped platform folder: build/windows-dm),
+ * as "<parent>/<name>" in `path` (`cap` bytes): 1, else 0. */
+static int near_bundle(const char *dir, char *path, size_t cap) {
+    char parent[512], name[256];
+    size_t n = strlen(dir), cut;
+    while (n > 1 && (dir[n - 1] == '/' || dir[n - 1] == '\\')) n--; /* build/windows-dm/ */
+    cut = n;
+    while (cut > 0 && dir[cut - 1] != '/' && dir[cut - 1] != '\\') cut--;
+    if (cut >= sizeof parent || n - cut >= sizeof name || n == cut) return 0;
+    memcpy(parent, dir, cut);
+    parent[cut] = '\0';
+    if (cut == 0) memcpy(parent, ".", 2);
+    memcpy(name, dir + cut, n - cut);
+    name[n - cut] = '\0';
+    {
+        char found[256];
+        if (!oc_first_bundle_below(parent, name, found, sizeof found) || strcmp(found, name) == 0) return 0;
+        if ((size_t)snprintf(path, cap, "%.*s%s", (int)cut, dir, found) >= cap) return 0;
+    }
+    return 1;
 }
 
 oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
@@ -338,16 +360,18 @@ oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, 
     status = oc_read_file(path, &alloc, MAX_MANIFEST, &text, &size, err);
     if (status != OC_OK) {
         if (status == OC_ERR_IO && err != NULL) {
-            char why[OC_MESSAGE_SIZE], first[256];
+            char why[OC_MESSAGE_SIZE], first[256], nearby[1024];
             memcpy(why, err->message, sizeof why);
             if (n >= 4 && strcmp(dir + n - 4, ".ocb") == 0) /* a blob file given for its folder */
                 oc_fail(err, OC_ERR_MANIFEST, "%.600s is a blob, not a bundle folder: open the folder that holds it "
                         "(its manifest.json), or pass the blob's bytes to oc_blob_open_memory", dir);
-            else if (oc_first_bundle_below(dir, first, sizeof first))
+            else if (oc_first_bundle_below(dir, NULL, first, sizeof first))
                 oc_fail(err, OC_ERR_MANIFEST, "%.600s holds the bundles of its platforms, not one bundle: open one, e.g. "
                         "%.600s/%s", dir, dir, first);
+            else if (near_bundle(dir, nearby, sizeof nearby))
+                oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.600s); did you mean %.600s?", why, nearby);
             else
-                oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.900s); cook the platform with `doit cook` first",
+                oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.900s); cook the platform with `onnx-cooker cook` first",
                         why);
         }
         oc_free(&alloc, path);
@@ -396,7 +420,7 @@ oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options
     size = reader->size(reader->user, "manifest.json");
     if (size < 0) return oc_fail(err, OC_ERR_MANIFEST, "bundle: the reader has no manifest.json; cook the platform first");
     if ((uint64_t)size > MAX_MANIFEST)
-        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %lld bytes, over the limit of %u: not a manifest the cooker wrote; re-run `doit cook`",
+        return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %lld bytes, over the limit of %u: not a manifest the cooker wrote; re-run `onnx-cooker cook`",
                        (long long)size, MAX_MANIFEST);
     text = oc_malloc(&alloc, (size_t)size + 1);
     if (text == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -495,7 +519,7 @@ static oc_status check_sha256(const model_entry *m, const char *path, const uint
     if (strcmp(text, m->blob_sha256) != 0)
         return oc_fail(err, OC_ERR_CHECKSUM,
                        "%s: blob does not match the sha256/size recorded in manifest.json; the file was damaged or "
-                       "replaced: re-run `doit cook`", path);
+                       "replaced: re-run `onnx-cooker cook`", path);
     return OC_OK;
 }
 
@@ -508,7 +532,7 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
     if ((uint64_t)size != m->blob_size)
         return oc_fail(err, OC_ERR_CHECKSUM,
                        "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest says "
-                       "%llu); the file was damaged or replaced: re-run `doit cook`", path, size,
+                       "%llu); the file was damaged or replaced: re-run `onnx-cooker cook`", path, size,
                        (unsigned long long)m->blob_size);
     if (b->progress) b->progress(b->progress_user, "check", 0.0);
     if ((b->verify || b->is_signed) && !trusted) { /* a signed bundle: on every load (skip_verify or not) */
@@ -547,7 +571,7 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
         *out = NULL;
         return oc_fail(err, OC_ERR_CHECKSUM,
                        "%s: blob is not the one manifest.json lists for '%s' (its %s differs); the file was replaced: "
-                       "re-run `doit cook`", path, m->name, which);
+                       "re-run `onnx-cooker cook`", path, m->name, which);
     }
     return OC_OK;
 }
@@ -576,17 +600,17 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
     if (m == NULL) return unknown_model(b, name, err);
     limit = b->max_model_size + (b->max_model_size >> 8) + MAX_HEADER_SIZE;
     if (m->blob_size > limit)
-        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' declares an oversized blob; raise max_model_size if the model is that large, else re-run `doit cook`",
+        return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' declares an oversized blob; raise max_model_size if the model is that large, else re-run `onnx-cooker cook`",
                        where_of(b), name);
     if (b->progress) b->progress(b->progress_user, "read", 0.0);
     if (b->has_reader) {
         int64_t got, have = b->reader.size(b->reader.user, m->file);
         if (have < 0)
             return oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing: the reader has no "
-                           "such file; re-run `doit cook`", where_of(b), name, m->file);
+                           "such file; re-run `onnx-cooker cook`", where_of(b), name, m->file);
         if ((uint64_t)have != m->blob_size)
             return oc_fail(err, OC_ERR_CHECKSUM, "%s: blob does not match the sha256/size recorded in manifest.json; the file "
-                           "was damaged or replaced: re-run `doit cook`", m->file);
+                           "was damaged or replaced: re-run `onnx-cooker cook`", m->file);
         data = oc_malloc(&b->alloc, (size_t)have);
         if (data == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory for blob %s (%lld bytes)", m->file, (long long)have);
         got = b->reader.read(b->reader.user, m->file, 0, data, (size_t)have);
@@ -629,7 +653,7 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
         status = oc_read_file(path, &b->alloc, m->blob_size, &data, &size, err); /* no more than listed */
         if (status == OC_ERR_TOO_LARGE)
             status = oc_fail(err, OC_ERR_CHECKSUM, "%s: blob does not match the sha256/size recorded in manifest.json; "
-                             "the file was damaged or replaced: re-run `doit cook`", path);
+                             "the file was damaged or replaced: re-run `onnx-cooker cook`", path);
         if (status == OC_OK) {
             if (b->progress) b->progress(b->progress_user, "read", 1.0);
             status = open_checked(b, m, path, data, size, NULL, 0, data, 0, out, err);
@@ -640,7 +664,7 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
         char why[OC_MESSAGE_SIZE] = "";
         if (err != NULL) memcpy(why, err->message, sizeof why);
         status = oc_fail(err, OC_ERR_MANIFEST, "%.900s: blob of '%s' (named by manifest.json) is missing or unreadable; re-run "
-                         "`doit cook`", why, name);
+                         "`onnx-cooker cook`", why, name);
     }
     oc_free(&b->alloc, path);
     return status;

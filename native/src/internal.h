@@ -165,9 +165,10 @@ int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]);
 /* The absolute, resolved form of `path` (malloc'd; free()), or NULL. */
 char *oc_real_path(const char *path);
 /* Whether a folder below `dir` (not a hidden one) holds a manifest.json file: a build folder given for
- * one of its bundles. Then 1, with the first such folder's name (in byte order) in `name` (`cap`
- * bytes); else 0. */
-int oc_first_bundle_below(const char *dir, char *name, size_t cap);
+ * one of its bundles. Then 1, with such a folder's name in `name` (`cap` bytes): with `nearby` NULL the
+ * first in byte order; else the one nearest to `nearby` (a mistyped platform folder: at most a third
+ * of its characters differ; ties in byte order), 0 when none is that nearby. */
+int oc_first_bundle_below(const char *dir, const char *nearby, char *name, size_t cap);
 #ifdef _WIN32
 #include <stddef.h>
 /* A UTF-8 path as UTF-16 for Windows' W functions (malloc'd; free()), or NULL when it is not

@@ -18,6 +18,39 @@ typedef struct oc_thread_arg {
     size_t worker;
 } oc_thread_arg;
 
+/* The edit distance between two names (insertions, deletions, substitutions), or SIZE_MAX when
+ * either is longer than the names it compares (folder names: short). */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t row[257], i, j, n = strlen(a), m = strlen(b);
+    if (n > 256 || m > 256) return (size_t)-1;
+    for (j = 0; j <= m; j++) row[j] = j;
+    for (i = 1; i <= n; i++) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (j = 1; j <= m; j++) {
+            size_t above = row[j], best = diagonal + (a[i - 1] != b[j - 1]);
+            if (above + 1 < best) best = above + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diagonal = above;
+            row[j] = best;
+        }
+    }
+    return row[m];
+}
+
+/* Whether the bundle folder `candidate` should replace the one chosen so far (`chosen`, if `any`):
+ * without `nearby`, the first in byte order; with it, the nearest (a third of the longer name at most). */
+static int better_bundle(const char *candidate, const char *nearby, const char *chosen, int any) {
+    size_t distance, longer;
+    if (nearby == NULL) return !any || strcmp(candidate, chosen) < 0;
+    distance = edit_distance(candidate, nearby);
+    longer = strlen(candidate) > strlen(nearby) ? strlen(candidate) : strlen(nearby);
+    if (distance == (size_t)-1 || distance * 3 > longer) return 0;
+    if (!any) return 1;
+    return distance < edit_distance(chosen, nearby) ||
+           (distance == edit_distance(chosen, nearby) && strcmp(candidate, chosen) < 0);
+}
+
 #ifdef _WIN32
 #define WIN32_LEAN_AND_MEAN
 #include <windows.h>
@@ -212,7 +245,7 @@ static int holds_manifest(const char *dir, const char *name) {
     return attributes != INVALID_FILE_ATTRIBUTES && !(attributes & FILE_ATTRIBUTE_DIRECTORY);
 }
 
-int oc_first_bundle_below(const char *dir, char *name, size_t cap) {
+int oc_first_bundle_below(const char *dir, const char *nearby, char *name, size_t cap) {
     size_t n = strlen(dir) + sizeof "/*";
     char *pattern = malloc(n);
     wchar_t *wide;
@@ -234,7 +267,7 @@ int oc_first_bundle_below(const char *dir, char *name, size_t cap) {
         char *entry;
         if (!(found.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) || found.cFileName[0] == L'.') continue;
         entry = utf8_of(found.cFileName);
-        if (entry != NULL && strlen(entry) < cap && (!any || strcmp(entry, name) < 0) && holds_manifest(dir, entry)) {
+        if (entry != NULL && strlen(entry) < cap && better_bundle(entry, nearby, name, any) && holds_manifest(dir, entry)) {
             memcpy(name, entry, strlen(entry) + 1);
             any = 1;
         }
@@ -417,7 +450,7 @@ int oc_has_null_file(void) {
     return stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode);
 }
 
-int oc_first_bundle_below(const char *dir, char *name, size_t cap) {
+int oc_first_bundle_below(const char *dir, const char *nearby, char *name, size_t cap) {
     DIR *folder = opendir(dir);
     struct dirent *entry;
     int any = 0;
@@ -430,7 +463,7 @@ int oc_first_bundle_below(const char *dir, char *name, size_t cap) {
         size_t n = strlen(dir) + strlen(entry->d_name) + sizeof "/" "/manifest.json";
         char *path;
         int holds;
-        if (entry->d_name[0] == '.' || strlen(entry->d_name) >= cap || (any && strcmp(entry->d_name, name) >= 0))
+        if (entry->d_name[0] == '.' || strlen(entry->d_name) >= cap || !better_bundle(entry->d_name, nearby, name, any))
             continue;
         path = malloc(n);
         if (path == NULL) break;

@@ -132,7 +132,7 @@ def run_manifest(
     except OSError as exc:
         return TaskFailed(
             f"{platform_dir}: cannot write the manifest: {exc.filename or ''} {exc.strerror or exc}; check "
-            "disk space and permissions, then run `doit cook` again"
+            "disk space and permissions, then run the cook again"
         )
     lines = [f"{path}: {len(names)} model(s)", *(f"{config}: reduced-build operators" for config in configs)]
     lines += usability_lines(platform, manifest["models"])

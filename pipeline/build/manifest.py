@@ -45,7 +45,7 @@ def write_manifest(
             models[name] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise CookError(
-                f"{path}: cannot read the cooked entry of {name!r} ({exc}); re-run `doit cook`"
+                f"{path}: cannot read the cooked entry of {name!r} ({exc}); re-run the cook"
             ) from None
         entry = models[name]
         cooked = {entry["cooked_with"]["onnxruntime"]} if "outputs" in entry["verification"] else set()

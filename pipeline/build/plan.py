@@ -131,8 +131,8 @@ def _refuse_empty(
     else:
         problems = [
             f"{assets} holds no .onnx model, so {', '.join(repr(p.name) for p in empty)} would ship empty "
-            "bundles; point COOK_ASSETS_DIR at the folder with your models (a relative path starts at the "
-            "folder of dodo.py)"
+            "bundles; put your models there, or name the folder that holds them: `assets` in cook.toml "
+            "(onnx-cooker), or COOK_ASSETS_DIR"
         ]
     problems.append(
         "nothing was cooked or written; set `allow_empty: true` in a platform file whose bundle should be "
@@ -161,7 +161,7 @@ def _shard_share(
     if cache is None or not cache.writes:
         raise CookError(
             f"COOK_SHARD={shard} cooks a share of the models into the shared cook cache, so it needs "
-            "COOK_CACHE (in readwrite mode, the default); then run `doit cook` without COOK_SHARD to "
+            "COOK_CACHE (in readwrite mode, the default); then cook without COOK_SHARD to "
             "assemble the bundles from the cache"
         )
     jobs = [job for _, platform_jobs in plans for job in platform_jobs]

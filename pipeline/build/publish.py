@@ -80,7 +80,7 @@ def _place(staged: Path, target: Path, sha256: str) -> bool:
             temp.unlink(missing_ok=True)
             raise CookError(
                 f"{staged}: its bytes no longer match its manifest entry (damaged since the cook); "
-                "run `doit cook` again to cook it anew"
+                "run the cook again to cook it anew"
             ) from None
         linked = False
     try:

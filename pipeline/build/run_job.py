@@ -41,7 +41,7 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
     except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
         raise CookError(
             f"cannot write {exc.filename or 'a file'} ({exc.strerror or exc}); free disk space or "
-            "fix permissions, then run `doit cook` again (the previous blob, if any, is untouched)",
+            "fix permissions, then run the cook again (the previous blob, if any, is untouched)",
             **context,
         ) from None
 

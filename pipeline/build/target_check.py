@@ -392,4 +392,4 @@ def read_result(result_path: Path) -> dict[str, Any]:
     try:
         return json.loads(result_path.read_text(encoding="utf-8"))
     except ValueError:
-        raise RuntimeCheckError(f"{result_path} is damaged; delete it and run `doit cook` again") from None
+        raise RuntimeCheckError(f"{result_path} is damaged; delete it and run the cook again") from None

@@ -132,7 +132,7 @@ def _failing_task(platform: Platform, model: UnusableModel) -> dict[str, Any]:
     every time it runs, and holds back the platform's manifest as a failed cook does."""
     return {
         "name": f"{platform.name}:{model.name}",
-        "doc": f"cook {model.name} for {platform.name}: fails until its file is fixed (doit cook says how)",
+        "doc": f"cook {model.name} for {platform.name}: fails until its file is fixed (a cook says how)",
         "actions": [(fail_unusable, [model.problem])],
         "verbosity": 2,
     }

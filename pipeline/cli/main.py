@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -220,14 +221,57 @@ def _doit(args: argparse.Namespace) -> int:
     os.environ.update(env)  # doit's worker processes (-n) inherit what the tasks were loaded with
     loader = ModuleTaskLoader(cook_namespace(project.root, env))
     if command == "run":
+        if unmatched := _unmatched_patterns(rest, env, project.root):
+            print(f"{PROG}: error: {unmatched}", file=sys.stderr)
+            return 2
         return DoitMain(loader, config_filenames=()).run([command, *rest])
     # doit catches a broken pipe itself and prints a traceback: its listings go through a buffer
     listing = io.StringIO()
     with contextlib.redirect_stdout(listing):
         code = DoitMain(loader, config_filenames=()).run([command, *rest])
-    sys.stdout.write(listing.getvalue())
+    text = listing.getvalue()
+    if args.help and args.command == "cook":  # doit's help of `run`, as this command runs it
+        text = re.sub(r"\S+ run \[TASK", f"{PROG} cook [TASK", text)  # doit names argv[0]
+        text = re.sub(r"(even after a failure \[default:\s+)False\]", r"\1True in a cook]", text)
+    sys.stdout.write(text)
     sys.stdout.flush()
     return code
+
+
+def _unmatched_patterns(words: list[str], env: dict[str, str], root: Path) -> str | None:
+    """Why a task pattern with ``*`` (``"cook:*:mnst"``) matches no cook task, else None: doit runs
+    nothing for it and exits 0, so a typo would pass for a cook. Names without ``*`` are doit's to
+    check ("Invalid parameter")."""
+    import difflib
+    import fnmatch
+
+    from pipeline.build.tasks import cook_tasks
+
+    patterns = [word for word in words if "*" in word and not word.startswith("-")]
+    if not patterns:
+        return None
+    try:  # the cook's own planning reports a project it cannot plan, with its fix
+        names = ["cook", *(f"cook:{task['name']}" for task in cook_tasks(env, root) if task.get("name"))]
+    except Exception:  # noqa: BLE001 - said again, properly, by the run that follows
+        return None
+    for pattern in patterns:
+        if not fnmatch.filter(names, pattern):
+            # each part without * replaced by the nearest name in that place (cook:*:mnst -> cook:*:mnist)
+            parts = pattern.split(":")
+            known = [
+                {name.split(":")[i] for name in names if name.count(":") == len(parts) - 1}
+                for i in range(len(parts))
+            ]
+            for i, part in enumerate(parts):
+                if "*" not in part and part not in known[i]:
+                    parts[i] = next(iter(difflib.get_close_matches(part, sorted(known[i]), n=1)), part)
+            near = ":".join(parts)
+            hint = f"; did you mean {near!r}?" if fnmatch.filter(names, near) else ""
+            return (
+                f"no cook task matches {pattern!r} (tasks are cook:<platform>:<model>; "
+                f"`{PROG} list --all` lists them){hint}"
+            )
+    return None
 
 
 def _parser_help(command: str) -> str:

@@ -15,6 +15,7 @@ from .constants import Precision
 from .errors import BundleError
 from .frames import Frame
 from .header import BlobHeader, read_header_from_file
+from .hints import near_bundle
 
 
 def inspect(path: Path) -> str:
@@ -177,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(inspect(args.path) if args.command == "inspect" else unpack(args.blob, args.folder))
+    except FileNotFoundError as exc:
+        given = args.path if args.command == "inspect" else args.blob
+        given = Path(exc.filename) if exc.filename else given
+        near = near_bundle(given)
+        fix = f"did you mean {near}?" if near else "give a blob (.ocb) or a bundle folder (build/<platform>)"
+        print(f"error: {given}: no such file or folder; {fix}", file=sys.stderr)
+        return 1
     except (BundleError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

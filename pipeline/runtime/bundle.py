@@ -20,6 +20,7 @@ from .devices import DeviceSelection, ProviderSpec
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .files import NOFOLLOW, file_identity, map_file, open_regular, sha256_of
 from .header import MAX_HEADER_SIZE
+from .hints import open_hint
 from .loadpaths import BlobFile
 from .pager import PAGER_MIN
 from .session import Progress, load_info, no_progress, session_from_checked
@@ -81,7 +82,7 @@ class Bundle:
         if len(data) != entry["blob_size"] or hashlib.sha256(data).hexdigest() != entry["blob_sha256"]:
             raise ChecksumMismatchError(
                 f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
-                "damaged or replaced: re-run `doit cook`"
+                "damaged or replaced: re-run `onnx-cooker cook`"
             )
 
     def verify_blob(self, name: str) -> None:
@@ -97,7 +98,7 @@ class Bundle:
         if size != entry["blob_size"] or digest.hexdigest() != entry["blob_sha256"]:
             raise ChecksumMismatchError(
                 f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
-                "damaged or replaced: re-run `doit cook`"
+                "damaged or replaced: re-run `onnx-cooker cook`"
             )
         # This very file (inode, size, change time) is now known to hold the manifest's bytes: a
         # session made from it needs no second pass over its raw content (see ``session``).
@@ -140,7 +141,7 @@ class Bundle:
             if len(data) != entry["blob_size"] or (self._signed and sha256_of(data) != entry["blob_sha256"]):
                 raise ChecksumMismatchError(
                     f"{path}: blob does not match the sha256/size recorded in {MANIFEST_NAME}; the file was "
-                    "damaged or replaced: re-run `doit cook`"
+                    "damaged or replaced: re-run `onnx-cooker cook`"
                 )
             report("check", 1.0)
             report("decompress", 0.0)
@@ -199,7 +200,7 @@ class Bundle:
             if key in entry and entry[key] != getattr(header, key):
                 raise ChecksumMismatchError(
                     f"{path}: blob is not the one {MANIFEST_NAME} lists for {name!r} (its {key} differs); "
-                    "the file was replaced: re-run `doit cook`"
+                    "the file was replaced: re-run `onnx-cooker cook`"
                 )
 
     def _open_blob(self, name: str, entry: Mapping[str, Any]) -> tuple[BinaryIO, int, Path]:
@@ -219,7 +220,7 @@ class Bundle:
             if not real.is_relative_to(self._real_root()):
                 raise ManifestError(
                     f"{self._where()}: blob of {name!r} at {path} is a link to {real}, outside the bundle "
-                    "folder; re-run `doit cook` to rebuild the bundle"
+                    "folder; re-run `onnx-cooker cook` to rebuild the bundle"
                 )
             stream, size = open_regular(path)
         except FileNotFoundError:
@@ -230,12 +231,12 @@ class Bundle:
                 ) from None
             raise ManifestError(
                 f"{self._where()}: cannot read blob of {name!r} at {path}: No such file or directory; "
-                "re-run `doit cook` to rebuild the bundle"
+                "re-run `onnx-cooker cook` to rebuild the bundle"
             ) from None
         except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
             raise ManifestError(
                 f"{self._where()}: cannot read blob of {name!r} at {path}: "
-                f"{getattr(exc, 'strerror', None) or exc}; re-run `doit cook` to rebuild the bundle"
+                f"{getattr(exc, 'strerror', None) or exc}; re-run `onnx-cooker cook` to rebuild the bundle"
             ) from None
         return stream, size, path
 
@@ -265,31 +266,6 @@ class Bundle:
 
     def _where(self) -> str:
         return f"bundle {self.root} ({self.platform})"
-
-
-def _open_hint(given: Path) -> str:
-    """How to open a bundle, for a path that is not one: a blob file, the build folder above them."""
-    if given.name.endswith(".ocb"):
-        return (
-            f"{given.name} is a blob, not a bundle: open its folder (open_bundle({str(given.parent)!r})), "
-            "or pass the blob's bytes to session_from_blob"
-        )
-    manifest = given / MANIFEST_NAME
-    if os.path.lexists(manifest):  # a bundle whose manifest cannot be read (False for a NUL path)
-        unreadable = manifest.is_file() and not os.access(manifest, os.R_OK)
-        return f"{'let the game read it (its permissions), or ' if unreadable else ''}re-run `doit cook`"
-    try:  # the build folder: its platforms (not the cook's own hidden folders, such as .stamps)
-        platforms = sorted(
-            d.name for d in given.iterdir() if not d.name.startswith(".") and (d / MANIFEST_NAME).is_file()
-        )
-    except (OSError, ValueError):  # ValueError: NUL or a lone surrogate in the path
-        platforms = []
-    if platforms:
-        return (
-            f"{given} holds the bundles of {', '.join(platforms)}: open one, e.g. "
-            f"open_bundle({str(given / platforms[0])!r})"
-        )
-    return "point open_bundle at a folder written by `doit cook` (build/<platform>/)"
 
 
 def open_bundle(
@@ -322,7 +298,7 @@ def open_bundle(
             raw = stream.read(min(size, MAX_MANIFEST_SIZE) + 1)
     except (OSError, ValueError) as exc:  # ValueError: a path with NUL or a lone surrogate
         raise ManifestError(
-            f"cannot read {manifest_path}: {getattr(exc, 'strerror', None) or exc}; {_open_hint(Path(path))}"
+            f"cannot read {manifest_path}: {getattr(exc, 'strerror', None) or exc}; {open_hint(Path(path))}"
         ) from None
     if len(raw) > MAX_MANIFEST_SIZE:
         raise ManifestError(f"{manifest_path} is larger than {MAX_MANIFEST_SIZE >> 20} MiB; not a manifest")
@@ -331,7 +307,7 @@ def open_bundle(
     try:
         manifest = json.loads(raw.decode("utf-8-sig"))  # UTF-8 (a BOM allowed), as the C loader reads it
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        fix = _open_hint(manifest_path) if manifest_path.name != MANIFEST_NAME else "re-run `doit cook`"
+        fix = open_hint(manifest_path) if manifest_path.name != MANIFEST_NAME else "re-run `onnx-cooker cook`"
         raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); {fix}") from None
     _check_manifest(manifest, manifest_path)
     bundle = Bundle(
@@ -375,7 +351,7 @@ def _read_signature(root: Path) -> bytes | None:
 
 def _check_manifest(manifest: Any, where: Path) -> None:
     def fail(problem: str) -> BundleError:
-        return ManifestError(f"{where}: {problem}; re-run `doit cook` to rewrite it")
+        return ManifestError(f"{where}: {problem}; re-run `onnx-cooker cook` to rewrite it")
 
     if not isinstance(manifest, dict):
         raise fail("the top level is not a JSON object")

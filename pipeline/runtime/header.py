@@ -150,11 +150,11 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
         if start == 0 and bytes(view[4:8]) == ORT_IDENTIFIER:
             raise NotABlobError(
                 "not an onnx-cooker blob: an ORT-format model without the cooker's trailer (a plain .ort "
-                "file, or a blob cut off at its end); pass an .ocb file written by `doit cook`"
+                "file, or a blob cut off at its end); pass an .ocb file written by `onnx-cooker cook`"
             )
         raise NotABlobError(
             "not an onnx-cooker blob: it does not start with the header frame "
-            "(pass an .ocb file written by `doit cook`, not a plain .onnx/.ort file)"
+            "(pass an .ocb file written by `onnx-cooker cook`, not a plain .onnx/.ort file)"
         )
     if size > MAX_HEADER_SIZE or size < _HEADER_PREFIX.size:
         raise CorruptBlobError(f"blob header declares {size} bytes; a valid header is 14 B to 16 MiB")
