@@ -86,3 +86,8 @@ def check_times_path(platform_dir: Path) -> Path:
 
 def manifest_stamps_path(platform_dir: Path) -> Path:
     return platform_dir / STAMPS_DIR / "manifest.json"
+
+
+# The line the runtime check's worker writes to stderr before each model it checks, so that the
+# cook can name the model a crash inside onnxruntime (no report at all) happened on.
+CHECKING_MODEL = "checking model "

@@ -8,11 +8,20 @@ lookup and records nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 _current: ContextVar[dict[str, float] | None] = ContextVar("cook_step_times", default=None)
+# Told each step's name as it starts (pipeline/build/isolate.py: a cook's child process tells its parent,
+# so that a crash can be placed); None: nobody.
+_announce: Callable[[str], None] | None = None
+
+
+def announce_to(listener: Callable[[str], None] | None) -> None:
+    """Have ``listener`` told the name of every step as it starts, in this process."""
+    global _announce
+    _announce = listener
 
 
 @contextmanager
@@ -27,6 +36,8 @@ def recording() -> Iterator[dict[str, float]]:
 
 @contextmanager
 def step(name: str) -> Iterator[None]:
+    if _announce is not None:
+        _announce(name)
     times = _current.get()
     start = time.perf_counter()
     try:

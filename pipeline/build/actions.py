@@ -38,18 +38,25 @@ from pipeline.runtime.constants import MANIFEST_NAME, SIGNATURE_NAME
 
 if TYPE_CHECKING:
     from pipeline.farm.cache import CookCache
+    from pipeline.isolate import Crash
 
 
 def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFailed | None:
+    """Cook one model for one platform, in a child process where the system can fork (a native
+    crash in onnxruntime then fails this task alone: pipeline/isolate.py)."""
     from pipeline.build.allocator import release_if_short
+    from pipeline.isolate import Crash, run_isolated
 
     try:
-        return _run_cook(job, cache_config)
+        failure = run_isolated(lambda: _run_cook(job, cache_config))
     finally:
         release_if_short()  # a worker gives back what it keeps when the machine runs short
+    if isinstance(failure, Crash):
+        return TaskFailed(crash_message(job, failure))
+    return None if failure is None else TaskFailed(failure)
 
 
-def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> TaskFailed | None:
+def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> str | None:
     from pipeline.build.run_job import cook  # imports onnx and onnxruntime only for a real cook
     from pipeline.farm.cache import CookCache
 
@@ -58,11 +65,42 @@ def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> TaskFailed | No
         entry = cook(job, cache)  # also records what it read and wrote (pipeline.build.stamps)
     except CookError as exc:
         notes = "".join(f"\n{note}" for note in cache.notes) if cache is not None else ""
-        return TaskFailed(str(exc) + notes)
+        return str(exc) + notes
     summary = _summary(entry) + (" (from the cook cache)" if cache is not None and cache.hit else "")
     lines = [summary, *(cache.notes if cache is not None else [])]
     sys.stdout.write("\n".join(lines) + "\n")  # one write: lines stay whole under `doit -n`
     return None
+
+
+def crash_message(job: CookJob, crash: Crash) -> str:
+    """What to do about a cook that a native library crashed (``crash``): by the step it died in."""
+    settings, name = job.settings, job.asset.name
+    where = f"{job.asset.path}: {settings.platform}: the cook of {name!r} crashed"
+    step = crash.step or "starting"
+    platform = settings.platform
+    level = f"`platforms: {{{platform}: {{optimization_level: basic}}}}` in {name}.cook.yaml"
+    load_level = (
+        f"`platforms: {{{platform}: {{ep_session_options: {{CPUExecutionProvider: "
+        f"{{graph_optimization_level: extended}}}}}}}}` in {name}.cook.yaml"
+    )
+    if step.startswith("verify: the cooked blob"):
+        cause = (
+            "while the cooked blob was loaded and run through the loader games ship, so a game loading it "
+            "would crash the same way: it is not shipped"
+        )
+        fix = load_level if settings.format == "onnx" else level
+        fixes = f"a lower level at load ({fix}; onnxruntime's optimizations at load are the likely cause)"
+    elif step.startswith("optimize"):
+        cause = f"while onnxruntime optimized it at `{settings.optimization_level}`"
+        fixes = f"a lower level for this model ({level})"
+    else:
+        cause = f"during {step!r}"
+        fixes = f"a lower optimization level for this model ({level}, or for an ONNX platform {load_level})"
+    return (
+        f"{where} ({crash.how}) {cause}. That is a crash inside onnxruntime (or another native library), "
+        f"not an error it could report; nothing was written for this model and the other models cooked on. "
+        f"Try {fixes}, or `skip_platforms: [{platform}]`; and report it to onnxruntime with the model."
+    )
 
 
 def fail_unusable(problem: str) -> TaskFailed:

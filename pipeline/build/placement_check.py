@@ -35,23 +35,32 @@ def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list
             ops = ", ".join(placement.get("cpu_ops", [])) or "none named"
             nodes = placement.get("nodes", {})
             share = f"{nodes.get(ep, 0)}/{sum(nodes.values())} of its nodes ({placement['coverage']:.1%})"
-            as_onnx = "" if placement.get("format") == "onnx" else f"as ONNX ({_as_onnx(check, name)}), "
+            settings = _settings(check, name)
+            as_onnx = (
+                ""
+                if placement.get("format") == "onnx"
+                else f"as ONNX ({onnx_instead_for(check.platform, settings)}), "
+            )
+            lower = (  # fused CPU-only ops stay on the CPU; none at basic (or with optimizations off)
+                ""
+                if settings.get("optimization_level") in ("basic", "disable")
+                else "a lower `optimization_level` (fused CPU-only ops stay on the CPU), "
+            )
             failures.append(
                 f"{name}: {share} run on {ep}, under min_ep_coverage {need:g} (left to the CPU: {ops}; "
-                f"{placement['measured_with']}). Try a lower `optimization_level` (fused CPU-only ops "
-                f"stay on the CPU), {as_onnx}a model without those operators, or a lower "
-                f"`min_ep_coverage` for this model (its .cook.yaml; the platform's: {check.profile})"
+                f"{placement['measured_with']}). Try {lower}{as_onnx}a model without those operators, or a "
+                f"lower `min_ep_coverage` for this model (its .cook.yaml; the platform's: {check.profile})"
             )
     return failures, notes
 
 
-def _as_onnx(check: RuntimeCheck, name: str) -> str:
-    """``advice.onnx_instead`` for this model's settings as its manifest entry records them."""
+def _settings(check: RuntimeCheck, name: str) -> dict[str, Any]:
+    """This model's settings as its manifest entry records them (none if it cannot be read)."""
     try:
         settings = json.loads(entry_path(check.platform_dir, name).read_text(encoding="utf-8"))["settings"]
     except (OSError, ValueError, KeyError, TypeError):
-        settings = {}
-    return onnx_instead_for(check.platform, settings)
+        return {}
+    return settings if isinstance(settings, dict) else {}
 
 
 def placement_lines(check: RuntimeCheck, report: dict[str, Any]) -> list[str]:

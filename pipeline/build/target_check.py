@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.build.check_messages import crashed_message, failed_message
 from pipeline.cook.job import RuntimeCheck
 from pipeline.cook.key import tool_versions
 from pipeline.errors import CookError
@@ -342,10 +343,7 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             raise RuntimeCheckError(f"{check.platform}: the runtime check timed out") from None
     if done.returncode != 0:
-        tail = " ".join(done.stderr.strip().splitlines()[-3:])
-        raise RuntimeCheckError(
-            f"{check.platform}: the runtime check in onnxruntime {check.runtime_version} crashed: {tail}"
-        )
+        raise RuntimeCheckError(crashed_message(check, done.returncode, done.stderr))
     report = json.loads(done.stdout.strip().splitlines()[-1])
     if parse_version(report["onnxruntime"]) != parse_version(check.runtime_version):
         raise RuntimeCheckError(
@@ -355,21 +353,7 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
         )
     failures = _failures(report, check)
     if failures:
-        on_ep = all(
-            report["models"].get(n, {}).get("on_ep")
-            for n in check.names
-            if n in report["models"] and not report["models"][n].get("ok")
-        )
-        hint = (
-            ""
-            if on_ep  # each says what to do about its EP
-            else f". Convert the source to an older opset or raise runtime_version in {check.profile} if the "
-            "target ships a newer onnxruntime"
-        )
-        raise RuntimeCheckError(
-            f"{check.platform}: {len(failures)} model(s) fail in onnxruntime {check.runtime_version}, the "
-            f"version the platform ships: {'; '.join(failures)}{hint}"
-        )
+        raise RuntimeCheckError(failed_message(check, report, failures))
     write_json(check.result_path, report)
     return report
 

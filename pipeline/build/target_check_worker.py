@@ -35,13 +35,13 @@ import onnxruntime
 
 from pipeline.build.placement import measure, not_measurable, preferred_ep
 from pipeline.cook.compare import RANDOM_SEED, compare
-from pipeline.layout import entry_path, verify_data_path
+from pipeline.layout import CHECKING_MODEL, entry_path, verify_data_path
 from pipeline.runtime import BundleError
 from pipeline.runtime import session_from_blob as _session_from_blob
 from pipeline.runtime.blob import check_blob as _check_blob
 from pipeline.runtime.loadpaths import BlobFile, LoadPath
 from pipeline.runtime.session import load_info, session_from_checked
-from pipeline.settings.advice import onnx_instead_for
+from pipeline.settings.advice import onnx_instead_for, tolerance_for
 
 # The cooker loads the blobs it wrote whatever their size: a model over the loader's 2 GiB default is
 # checked as a game that raised max_model_size for it loads it.
@@ -50,6 +50,7 @@ session_from_blob = functools.partial(_session_from_blob, max_model_size=TRUSTED
 check_blob = functools.partial(_check_blob, max_model_size=TRUSTED_SIZE)
 
 CPU_ONLY = ["CPUExecutionProvider"]
+
 # Paths whose in-place use rests on behaviour onnxruntime does not document: proven on every check.
 UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS})
 FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_in_place
@@ -58,11 +59,21 @@ FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_
 def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> dict[str, Any]:
     entry = json.loads(entry_path(platform_dir, name).read_text(encoding="utf-8"))
     settings = entry.get("settings") or {}  # the model's resolved settings, for the advice given
+    platform = settings.get("platform") or platform_dir.name
     blob_path = platform_dir / entry["file"]
     blob = blob_path.read_bytes()
     try:
         session = session_from_blob(blob, providers=CPU_ONLY)
     except BundleError as exc:
+        if "Unrecognized attribute" in str(exc) and entry.get("format") == "ort":
+            # the cook's onnxruntime writes its own (e.g. MatMulNBits' weight_prepacked from 1.32)
+            as_onnx = onnx_instead_for(platform, settings)
+            error = (
+                f"cannot load: {exc}; the cook's newer onnxruntime may have written that attribute into the "
+                f"ORT-format model: cook it as ONNX for this platform ({as_onnx}), or raise runtime_version "
+                "if the target ships a newer onnxruntime"
+            )
+            return {"ok": False, "error": error, "advised": True}
         return {"ok": False, "error": f"cannot load: {exc}"}
     data_path = verify_data_path(platform_dir, name)
     if not data_path.is_file():
@@ -100,7 +111,11 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         if not failed:
             return None, results
         details = ", ".join(f"{r.name}: max abs {r.max_abs:.3g}" for r in failed)
-        return f"outputs differ beyond rtol={rtol:g}, atol={atol:g} ({details})", results
+        accept = tolerance_for(platform, max(r.max_abs for r in failed), name)
+        return (
+            f"outputs differ beyond rtol={rtol:g}, atol={atol:g} ({details}); where a difference that size "
+            f"is acceptable, accept it: {accept}"
+        ), results
 
     try:
         if names is None:
@@ -118,10 +133,13 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         else None
     )
     placement, placement_error = placement_of(blob, feeds, problem, package, settings)
+    if error is not None and error.startswith("outputs differ"):  # not in the cook's onnxruntime
+        error += f" (onnxruntime {onnxruntime.__version__} computes it differently from the cook's)"
     return {
         "ok": (error or placement_error) is None,
         "error": error or placement_error,
-        "on_ep": error is None and placement_error is not None,  # the fix is in the message
+        # the fix is in the message: the EP's, or the tolerance for a difference in results
+        "advised": (error is None and placement_error is not None) or "accept it:" in (error or ""),
         "outputs": [r.__dict__ for r in results],
         "load_paths": paths,
         **({"placement": placement} if placement is not None else {}),
@@ -134,7 +152,7 @@ def _placed_only(
     """The report of a model whose outputs are not compared: where it runs decides."""
     placement, error = placement_of(blob, feeds, None, package, settings)
     placed = {"placement": placement} if placement is not None else {}
-    return {"ok": error is None, "error": error, "outputs": outputs, **placed, "on_ep": error is not None}
+    return {"ok": error is None, "error": error, "outputs": outputs, **placed, "advised": error is not None}
 
 
 def placement_of(
@@ -188,6 +206,8 @@ def placement_of(
             "`execution_providers` without it (its .cook.yaml, `platforms:` section for this platform), or "
             "list this platform in its `skip_platforms`"
         )
+    if error:
+        error += f"; or take {preferred} out of this model's `execution_providers`, or `skip_platforms`"
     return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
 
 
@@ -206,10 +226,12 @@ def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any]) -> str:
             "export the model with an Identity node before each such output (an output name of its own), "
             "or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
         )
-    advice = "try `optimization_level: basic` for this model"
+    level = settings.get("optimization_level")
+    basic = level in ("basic", "disable")  # no lower level to try (`disable` has nothing to lower)
+    advice = "" if basic else "try `optimization_level: basic` for this model; or "
     if header.model_format == "ort":
-        advice += f"; or, as ONNX: {onnx_instead_for(header.platform, settings)}"
-    return advice + "; or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
+        advice += f"as ONNX: {onnx_instead_for(header.platform, settings)}; or "
+    return advice + "take the EP out of `execution_providers` (or `skip_platforms` for this model)"
 
 
 def load_paths(
@@ -301,8 +323,11 @@ def main(argv: list[str]) -> int:
     report = {
         "onnxruntime": onnxruntime.__version__,
         "package": package,
-        "models": {n: check_model(platform_dir, n, package) for n in names},
+        "models": {},
     }
+    for name in names:  # the parent names the model a crash (no report at all) happened on
+        print(f"{CHECKING_MODEL}{name}", file=sys.stderr, flush=True)
+        report["models"][name] = check_model(platform_dir, name, package)
     sys.stdout.write(json.dumps(report) + "\n")
     return 0
 

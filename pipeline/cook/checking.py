@@ -39,6 +39,7 @@ from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead
 from pipeline.cook.verify import CPU_ONLY, RANDOM_SEED, reference_outputs, rounding_noise, verify
 from pipeline.errors import ModelError, VerifyError
+from pipeline.isolate import Crash, run_isolated
 from pipeline.layout import (
     reference_memo_dir,
 )
@@ -199,13 +200,18 @@ def _rounding_noise(
 ) -> dict[str, tuple[float, float]]:
     """How far onnxruntime's own default-level optimizations move the source's outputs on these
     inputs (pipeline.cook.verify.rounding_noise); none where that run fails (the fixed scale applies)."""
+
+    def run() -> dict[str, Any]:
+        memo = reference_memo_dir(job.platform_dir.parent)
+        return reference_outputs(model, feeds, job.platform_dir, memo, optimized=True)
+
     try:
-        optimized = reference_outputs(
-            model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent), optimized=True
-        )
+        # in a child process of its own: onnxruntime's default level crashes outright on some models
+        # (a segfault in a level-3 optimizer), which is as uninformative here as a refusal
+        optimized = run_isolated(run)
     except Exception:  # an optimizer onnxruntime applies at its default level fails on this model
         return {}
-    return rounding_noise(reference, optimized)
+    return {} if isinstance(optimized, Crash) else rounding_noise(reference, optimized)
 
 
 def refuse_meaningless(feeds: Mapping[str, Any], origin: str) -> None:

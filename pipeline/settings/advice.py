@@ -6,6 +6,7 @@ environment (no yaml there).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,3 +40,12 @@ def onnx_instead_for(
         runtime_style=settings.get("optimization_style") == "runtime",
         cook_yaml=cook_yaml,
     )
+
+
+def tolerance_for(platform: str, max_abs: float, name: str) -> str:
+    """The line of ``name``'s .cook.yaml that accepts differences up to ``max_abs`` on ``platform``:
+    an ``atol`` of twice it, rounded up to one significant digit."""
+    value = 2 * max_abs if max_abs > 0 else 1e-6
+    exponent = math.floor(math.log10(value))
+    rounded = math.ceil(value / 10**exponent) * 10**exponent
+    return f"`platforms: {{{platform}: {{atol: {float(f'{rounded:.1g}'):g}}}}}` in {name}.cook.yaml"

@@ -1,0 +1,50 @@
+"""What a failed runtime check says (pipeline/build/target_check.py): each model's failure with its fix
+as the worker gave it, the fix for failures that carry none, and a worker that crashed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.cook.job import RuntimeCheck
+from pipeline.layout import CHECKING_MODEL
+
+
+def failed_message(check: RuntimeCheck, report: dict[str, Any], failures: list[str]) -> str:
+    """The models that fail in the target's onnxruntime, each with its fix: the worker's (an EP's
+    advice, a tolerance for a difference in results), else what a missing operator or attribute
+    asks for."""
+    advised = all(
+        report["models"].get(n, {}).get("advised")
+        for n in check.names
+        if n in report["models"] and not report["models"][n].get("ok")
+    )
+    hint = (
+        ""
+        if advised  # each says what to do
+        else f". Where onnxruntime {check.runtime_version} lacks an operator version or attribute the "
+        f"model uses: convert the source to an older opset if one has it, raise runtime_version in "
+        f"{check.profile} if the target ships a newer onnxruntime, or list {check.platform!r} in the "
+        "model's `skip_platforms`"
+    )
+    return (
+        f"{check.platform}: {len(failures)} model(s) fail in onnxruntime {check.runtime_version}, the "
+        f"version the platform ships: {'; '.join(failures)}{hint}"
+    )
+
+
+def crashed_message(check: RuntimeCheck, returncode: int, stderr: str) -> str:
+    """The failure of a worker that died (a crash inside onnxruntime), naming the model it was on."""
+    lines = stderr.strip().splitlines()
+    started = [line.removeprefix(CHECKING_MODEL) for line in lines if line.startswith(CHECKING_MODEL)]
+    how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    if not started:
+        return (
+            f"{check.platform}: the runtime check in onnxruntime {check.runtime_version} crashed ({how}): "
+            + (" ".join(lines[-3:]))
+        )
+    return (
+        f"{check.platform}: onnxruntime {check.runtime_version} crashed ({how}) loading or running "
+        f"{started[-1]!r}, as a game shipping it would: list {check.platform!r} in that model's "
+        f"`skip_platforms`, raise runtime_version in {check.profile} if the target ships a newer "
+        "onnxruntime, or try another `optimization_level` for the model; and report it to onnxruntime"
+    )

@@ -1,0 +1,138 @@
+"""Work that may crash a native library, in a child process of its own where the system can fork
+(Linux, macOS): a crash in onnxruntime (a segfault, an abort) while it optimizes, runs or loads a
+model ends that model's cook with a failure naming the step it died in (pipeline/build/actions.py),
+instead of killing doit with every other model (and hanging ``doit -n``, whose worker never reports
+back). The child is a fork, so it costs a few milliseconds and no imports; it writes its files
+itself, and sends back the steps it starts and its result through a pipe. Only a process with no
+other Python thread forks (a fork copies no other thread, and a lock one holds would stay held in
+the child); otherwise, on Windows (no fork) and with ``COOK_ISOLATE=0`` (for a debugger) the work
+runs in the process itself.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, BinaryIO, TypeVar
+
+from pipeline import steptimes
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Crash:
+    """How the child ended without an outcome: the signal (``SIGSEGV``) or exit status, and the
+    last step it started (None: before the first)."""
+
+    how: str
+    step: str | None
+
+
+def can_isolate() -> bool:
+    """Whether ``run_isolated`` forks here: a system with fork, a process with one thread."""
+    if not hasattr(os, "fork") or os.environ.get("COOK_ISOLATE", "1").strip() == "0":
+        return False
+    # Python threads of this process's own (a CRC check beside a load) may hold its locks. The idle
+    # threads native libraries start at import (OpenBLAS through numpy, onnxruntime) wait holding
+    # none, and glibc's malloc is made safe across fork.
+    return threading.active_count() == 1
+
+
+def run_isolated(work: Callable[[], T]) -> T | Crash:
+    """``work()`` run in a forked child (where ``can_isolate``, else here): its result (pickled
+    back), or the ``Crash`` that ended the child first. An exception ``work`` raises is raised here
+    again: the same class where it can be rebuilt from its message, else a ``RuntimeError`` carrying
+    the child's traceback."""
+    if not can_isolate():
+        return work()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_fd)
+        _child(work, os.fdopen(write_fd, "wb"))
+    os.close(write_fd)
+    last_step: str | None = None
+    outcome: tuple[str, Any] | None = None
+    try:
+        with os.fdopen(read_fd, "rb") as pipe:
+            while True:
+                try:
+                    kind, value = pickle.load(pipe)
+                except (EOFError, pickle.UnpicklingError):  # the child is gone (a message cut short)
+                    break
+                if kind == "step":
+                    last_step = value
+                else:
+                    outcome = (kind, value)
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C (the child got it too), or anything else: no child left behind
+        _kill(pid)
+        raise
+    if outcome is not None and status == 0:
+        kind, value = outcome
+        if kind == "raised":
+            error, text = value
+            raise error if isinstance(error, BaseException) else RuntimeError(f"in a child process:\n{text}")
+        return value
+    return Crash(_how(status), last_step)
+
+
+def _child(work: Callable[[], Any], pipe: BinaryIO) -> None:
+    code = 0
+    try:
+        steptimes.announce_to(lambda name: _send(pipe, ("step", name)))
+        try:
+            message: tuple[str, Any] = ("done", work())
+        except BaseException as exc:  # noqa: BLE001 - sent to the parent, which raises it
+            message = ("raised", (_picklable(exc), traceback.format_exc()))
+        _send(pipe, message)
+        pipe.close()
+    except BaseException:  # noqa: BLE001 - the parent sees no outcome and reports the exit status
+        code = 70
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)  # not the parent's atexit handlers or doit's cleanup: they are the parent's
+
+
+def _picklable(exc: BaseException) -> BaseException | None:
+    """``exc`` if it survives pickling (a CookError with its message and context), else None."""
+    try:
+        return pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - any failure to pickle: the traceback text goes instead
+        return None
+
+
+def _send(pipe: BinaryIO, message: tuple[str, Any]) -> None:
+    pickle.dump(message, pipe)
+    pipe.flush()
+
+
+def _how(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"{name}, killed by the out-of-memory killer or by hand" if name == "SIGKILL" else name
+    return f"exit status {os.WEXITSTATUS(status)}"
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
