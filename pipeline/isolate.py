@@ -4,9 +4,9 @@ model ends that model's cook with a failure naming the step it died in (pipeline
 instead of killing doit with every other model (and hanging ``doit -n``, whose worker never reports
 back). The child is a fork, so it costs a few milliseconds and no imports; it writes its files
 itself, and sends back the steps it starts and its result through a pipe. Only a process with no
-other Python thread forks (a fork copies no other thread, and a lock one holds would stay held in
-the child); otherwise, on Windows (no fork) and with ``COOK_ISOLATE=0`` (for a debugger) the work
-runs in the process itself.
+other Python thread than a multiprocessing queue's feeder forks (a fork copies no other thread, and
+a lock one holds would stay held in the child); otherwise, on Windows (no fork) and with
+``COOK_ISOLATE=0`` (for a debugger) the work runs in the process itself.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
@@ -24,6 +25,7 @@ from typing import Any, BinaryIO, TypeVar
 from pipeline import steptimes
 
 T = TypeVar("T")
+QUEUE_FEEDER = "QueueFeederThread"  # multiprocessing.Queue's thread (the name it gives it)
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,12 @@ def can_isolate() -> bool:
     """Whether ``run_isolated`` forks here: a system with fork, a process with one thread."""
     if not hasattr(os, "fork") or os.environ.get("COOK_ISOLATE", "1").strip() == "0":
         return False
-    # Python threads of this process's own (a CRC check beside a load) may hold its locks. The idle
-    # threads native libraries start at import (OpenBLAS through numpy, onnxruntime) wait holding
-    # none, and glibc's malloc is made safe across fork.
-    return threading.active_count() == 1
+    # Python threads of this process's own (a CRC check beside a load) may hold its locks. Not the
+    # feeder thread of a multiprocessing queue (a `doit -n` worker's results): the child never
+    # touches the queue. The idle threads native libraries start at import (OpenBLAS through numpy,
+    # onnxruntime) wait holding none, and glibc's malloc is made safe across fork.
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    return all(t.name == QUEUE_FEEDER for t in others)
 
 
 def run_isolated(work: Callable[[], T]) -> T | Crash:
@@ -55,7 +59,9 @@ def run_isolated(work: Callable[[], T]) -> T | Crash:
     sys.stdout.flush()
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python 3.12+ warns of any other thread; can_isolate vetted them
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(read_fd)
         _child(work, os.fdopen(write_fd, "wb"))

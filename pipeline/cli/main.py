@@ -46,6 +46,7 @@ environment variables (each overrides the project file):
   COOK_SHARD=i/N        cook only this agent's share, into the cache
   COOK_SIGNING_KEY      sign every manifest with this Ed25519 key
   COOK_STRICT=1         fail instead of warning about ignored asset files
+  COOK_ISOLATE=0        cook in doit's own process, not a forked child per model (a debugger)
 """
 
 PROJECT_HELP = """\

@@ -1,0 +1,96 @@
+"""pipeline/isolate.py: work run in a forked child comes back (its result, its exception), and a child
+that a native crash ends comes back as a Crash naming the signal and the last step it started. Each
+case runs in a fresh interpreter: only a process with no other Python thread forks, and a pytest
+worker has its own threads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def in_fresh_python(code: str, **env: str) -> dict:
+    """Run ``code`` (which prints one JSON line last) in a new interpreter; that line."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+PRELUDE = """
+    import json, os, signal, threading, time
+    import numpy as np
+    from pipeline.isolate import Crash, can_isolate, run_isolated
+    from pipeline.steptimes import step
+"""
+
+
+def test_a_native_crash_comes_back_as_a_crash_naming_the_signal_and_the_step() -> None:
+    got = in_fresh_python(
+        PRELUDE
+        + """
+    def work():
+        with step("optimize"):
+            pass
+        with step("verify: the cooked blob"):
+            os.kill(os.getpid(), signal.SIGSEGV)  # what a segfault inside onnxruntime delivers
+    crash = run_isolated(work)
+    aborted = run_isolated(os.abort)
+    exited = run_isolated(lambda: os._exit(3))
+    print(json.dumps([can_isolate(), crash.how, crash.step, aborted.how, aborted.step, exited.how]))
+    """
+    )
+    assert got == [True, "SIGSEGV", "verify: the cooked blob", "SIGABRT", None, "exit status 3"]
+
+
+def test_results_and_exceptions_come_back_from_the_child() -> None:
+    got = in_fresh_python(
+        PRELUDE
+        + """
+    parent = os.getpid()
+    value = run_isolated(lambda: {"pid": os.getpid(), "array": np.arange(4)})
+    try:
+        run_isolated(lambda: int("not a number"))
+        raised = None
+    except ValueError as exc:
+        raised = str(exc)
+    print(json.dumps([value["pid"] != parent, value["array"].tolist(), raised]))
+    """
+    )
+    assert got == [True, [0, 1, 2, 3], "invalid literal for int() with base 10: 'not a number'"]
+
+
+def test_it_runs_in_the_process_with_another_python_thread_or_when_turned_off() -> None:
+    code = (
+        PRELUDE
+        + """
+    stop = threading.Event()
+    if os.environ.get("WITH_THREAD"):
+        threading.Thread(target=stop.wait).start()
+    if os.environ.get("WITH_QUEUE"):  # a `doit -n` worker's results queue starts a feeder thread
+        import multiprocessing
+        results = multiprocessing.Queue()
+        results.put("a task's result")
+        time.sleep(0.2)
+    here = run_isolated(os.getpid) == os.getpid()
+    stop.set()
+    print(json.dumps([can_isolate(), here]))
+    """
+    )
+    assert in_fresh_python(code, WITH_THREAD="1") == [False, True]  # a lock it holds would stay held
+    assert in_fresh_python(code, COOK_ISOLATE="0") == [False, True]
+    assert in_fresh_python(code) == [True, False]
+    assert in_fresh_python(code, WITH_QUEUE="1") == [True, False]  # its feeder holds no lock the child takes
