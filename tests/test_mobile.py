@@ -264,3 +264,17 @@ def test_applied_variants_are_not_kept_and_untyped_models_refuse_a_typed_config(
     }
     (written,) = opconfig.write_operator_configs(platform_dir, untyped)
     assert {op for _, op in config_operators(written)} == {"Cast", "Gemm", "Sigmoid"}  # MatMul+Add fused
+
+
+def test_a_usability_check_that_failed_says_why_in_the_summary() -> None:
+    """onnxruntime's checker fails on some valid models (every node output a graph output): the end of
+    the cook says so and why, not "takes 0/0 nodes in 0 partition(s): unknown"."""
+    from pipeline.build.actions import usability_lines
+    from pipeline.cook.usability import _unknown
+
+    failed = _unknown("ValueError: Run onnx.shape_inference first\nand more lines")
+    lines = usability_lines("android", {"m": {"usability": {"NnapiExecutionProvider": failed}}})
+    assert lines == [
+        "  android:m: NnapiExecutionProvider: not measured (onnxruntime's usability checker failed: "
+        "ValueError: Run onnx.shape_inference first)"
+    ]

@@ -270,20 +270,34 @@ static int make_dirs(const char *path) {
 
 /* "<out>/<name with / \ : * ? " < > | and control characters replaced by _>.npy" (malloc'd), or NULL:
  * names stay inside <out> and are valid file names on Windows too. */
+/* Output file names are cut to this many bytes (file systems allow 255), at a UTF-8 boundary, and end
+ * with '~' and 8 hex digits of the full name's FNV-1a hash, so that long names stay apart. */
+#define OUTPUT_NAME_MAX 200
+
 static char *output_path(const char *out, const char *name) {
-    size_t lo = strlen(out), ln = strlen(name), i;
+    size_t lo = strlen(out), ln = strlen(name), kept = ln, i;
     char *p;
     while (lo > 1 && out[lo - 1] == '/') lo--;
-    p = (char *)malloc(lo + 1 + ln + 5);
+    if (ln > OUTPUT_NAME_MAX) {
+        kept = OUTPUT_NAME_MAX;
+        while (kept > 0 && ((unsigned char)name[kept] & 0xC0) == 0x80) kept--; /* not inside a character */
+    }
+    p = (char *)malloc(lo + 1 + kept + 9 + 5);
     if (!p) return NULL;
     memcpy(p, out, lo);
     if (lo == 1 && out[0] == '/') lo = 0; /* --out / */
     p[lo] = '/';
-    for (i = 0; i < ln; i++) {
+    for (i = 0; i < kept; i++) {
         unsigned char c = (unsigned char)name[i];
         p[lo + 1 + i] = (c < 0x20 || c == 0x7f || strchr("/\\:*?\"<>|", c)) ? '_' : (char)c;
     }
-    memcpy(p + lo + 1 + ln, ".npy", 5);
+    if (kept < ln) {
+        uint32_t hash = 2166136261u;
+        for (i = 0; i < ln; i++) hash = (hash ^ (unsigned char)name[i]) * 16777619u;
+        snprintf(p + lo + 1 + kept, 10, "~%08x", (unsigned)hash);
+        kept += 9;
+    }
+    memcpy(p + lo + 1 + kept, ".npy", 5);
     return p;
 }
 

@@ -201,6 +201,11 @@ def usability_lines(platform: str, models: Mapping[str, Mapping[str, Any]]) -> l
     lines = []
     for name, entry in sorted(models.items()):
         for ep, report in entry.get("usability", {}).items():
+            if report.get("error"):  # not measured: say why, not "0/0 nodes"
+                lines.append(
+                    f"  {platform}:{name}: {ep}: not measured ({report['error'].splitlines()[0][:200]})"
+                )
+                continue
             share = f"{report['supported_nodes']}/{report['nodes']} nodes"
             line = f"  {platform}:{name}: {ep} takes {share} in {report['partitions']} partition(s): "
             line += report["verdict"]
