@@ -348,3 +348,89 @@ def test_an_ep_that_fails_at_run_time_fails_the_check_naming_the_way_out(tmp_pat
     assert "swin: fails to run on OpenVINOExecutionProvider (onnxruntime-openvino 1.24.1)" in message
     assert "the CPU EP runs this blob" in message and "`execution_providers` without it" in message
     assert "skip_platforms" in message
+
+
+def int4_source(assets: Path) -> Path:
+    """assets/int4.onnx: an MLP made int4 by onnxruntime's own quantizer (MatMulNBits, block 32)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
+        [numpy_helper.from_array((rng.standard_normal((128, 256)) * 0.1).astype(np.float32), "w1"),
+         numpy_helper.from_array((rng.standard_normal((256, 64)) * 0.1).astype(np.float32), "w2")],
+    )  # fmt: skip
+    quantizer = MatMulNBitsQuantizer(model_of(graph), block_size=32, is_symmetric=True, bits=4)
+    quantizer.process()
+    assets.mkdir(parents=True, exist_ok=True)
+    quantizer.model.save_model_to_file(str(assets / "int4.onnx"))
+    return assets / "int4.onnx"
+
+
+@pytest.mark.slow
+def test_an_ep_computing_within_a_tolerance_gets_the_atol_that_accepts_it(tmp_path: Path) -> None:
+    """An int4 model from onnxruntime's own quantizer (MatMulNBits), verified on the CPU: OpenVINO
+    computes it in lower precision, a few hundredths off. The check names the per-platform `atol` that
+    accepts that difference (not a fix for old runtimes), and with it the check passes."""
+    import dataclasses
+
+    source = int4_source(tmp_path / "assets")
+    settings = shipped_settings("linux-openvino")
+    cook(job_for(source.parent, "int4", settings, tmp_path / "cooked"))  # verified on the CPU
+    platform_dir = tmp_path / "cooked" / "linux-openvino"
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["int4"], "onnxruntime-openvino", OPENVINO_VERSION))
+    message = str(failure.value)
+    assert "int4: on OpenVINOExecutionProvider (onnxruntime-openvino 1.24.1): outputs differ" in message
+    assert "older opset" not in message and "skip_platforms" in message
+    atol = float(message.split("{linux-openvino: {atol: ")[1].split("}")[0])
+    assert "in int4.cook.yaml" in message and 0 < atol < 1
+    cook(job_for(source.parent, "int4", dataclasses.replace(settings, atol=atol), tmp_path / "cooked"))
+    assert run_check(check_of(platform_dir, ["int4"], "onnxruntime-openvino", OPENVINO_VERSION))["models"][
+        "int4"
+    ]["ok"]
+
+
+@pytest.mark.slow
+def test_an_attribute_the_cooks_onnxruntime_wrote_into_ort_names_the_onnx_way(tmp_path: Path) -> None:
+    """onnxruntime 1.32 writes MatMulNBits' `weight_prepacked` attribute into every ORT-format save,
+    and 1.24.4 refuses it ("Unrecognized attribute"): the check names cooking it as ONNX for that
+    platform (or a newer runtime), not an older opset, which cannot help."""
+    import dataclasses
+
+    source = int4_source(tmp_path / "assets")
+    settings = dataclasses.replace(shipped_settings("console"), runtime_version="1.24.4", reduced_build=False)
+    cook(job_for(source.parent, "int4", settings, tmp_path / "cooked"))
+    platform_dir = tmp_path / "cooked" / "console"
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["int4"], "onnxruntime", "1.24.4"))
+    message = str(failure.value)
+    assert "Unrecognized attribute: weight_prepacked" in message and "older opset" not in message
+    assert "set `format: onnx`" in message and "raise runtime_version" in message
+
+
+def test_a_difference_in_results_in_the_target_runtime_names_the_atol(tmp_path: Path) -> None:
+    """Where the target's onnxruntime computes a model differently from the cook's (an fp16 model off
+    by one ulp in 1.24): the check names the `atol` that accepts it, not an older opset. Here the cook's
+    stored outputs are moved by 0.003 to stand for the other onnxruntime's results."""
+    from pipeline.layout import verify_data_path
+
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    onnx.save(conv_bn_relu_model(), assets / "net.onnx")
+    cook(job_for(assets, "net", shipped_settings("android"), tmp_path / "cooked"))
+    platform_dir = tmp_path / "cooked" / "android"
+    data_path = verify_data_path(platform_dir, "net")
+    with np.load(data_path) as data:
+        arrays = {key: data[key] + (0.003 if key.startswith("output/") else 0) for key in data.files}
+    np.savez(data_path, **arrays)
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["net"], "onnxruntime", "1.32.0"))
+    message = str(failure.value)
+    assert "net: outputs differ beyond" in message and "older opset" not in message
+    assert "accept it: `platforms: {android: {atol: 0.007}}` in net.cook.yaml" in message
+    assert "onnxruntime 1.32.0 computes it differently from the cook's" in message

@@ -297,3 +297,22 @@ def test_a_model_that_crashes_onnxruntime_fails_alone_with_its_fix(tmp_path: Pat
     session = open_bundle(project / "build" / "windows-dml").session("crash")
     x = np.random.default_rng(1).standard_normal((2, 3, 64)).astype(np.float32)
     assert session.run(None, {"x": x})[0].shape == (3, 2, 192)
+
+
+def test_a_runtime_check_that_crashes_onnxruntime_names_the_model(tmp_path: Path) -> None:
+    """The runtime check's worker runs every model of a platform in one process of the target's
+    onnxruntime: a segfault there names the model it was on and what to do, not a stderr tail."""
+    from pipeline.build.target_check import RuntimeCheckError, run_check
+    from tests.runtime_helpers import make_blob
+    from tests.test_placement import check_of, platform_of
+
+    fine = make_blob(mlp_model().SerializeToString(), "onnx")
+    crashing = make_blob(onnxruntime_crashing_model().SerializeToString(), "onnx")  # loaded at ALL
+    platform_dir = platform_of(tmp_path, {"fine": fine, "crash": crashing})
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["fine", "crash"], "onnxruntime", "1.32.0"))
+    message = str(failure.value)
+    assert (
+        "onnxruntime 1.32.0 crashed (signal 11) loading or running 'crash', as a game shipping it" in message
+    )
+    assert "skip_platforms" in message and TRACEBACK not in message
