@@ -45,8 +45,10 @@ def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFaile
     """Cook one model for one platform, in a child process where the system can fork (a native
     crash in onnxruntime then fails this task alone: pipeline/isolate.py)."""
     from pipeline.build.allocator import release_if_short
-    from pipeline.isolate import Crash, run_isolated
+    from pipeline.isolate import Crash, can_isolate, run_isolated
 
+    if can_isolate():
+        _import_the_cook()
     try:
         failure = run_isolated(lambda: _run_cook(job, cache_config))
     finally:
@@ -54,6 +56,24 @@ def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFaile
     if isinstance(failure, Crash):
         return TaskFailed(crash_message(job, failure))
     return None if failure is None else TaskFailed(failure)
+
+
+def _import_the_cook() -> None:
+    """Import every module a cook may import, once per doit process, before the first fork: each
+    child inherits them instead of importing them again (onnx, onnxruntime, and torch where it is
+    installed, which onnxruntime.tools imports: 2.5 s a child). The idle threads onnxruntime starts
+    at import are safe to fork over (pipeline/isolate.py)."""
+    import importlib
+    import pkgutil
+
+    import pipeline.cook
+    import pipeline.runtime
+
+    for package in (pipeline.cook, pipeline.runtime):
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{package.__name__}.{module.name}")
+    importlib.import_module("pipeline.build.run_job")
 
 
 def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> str | None:
