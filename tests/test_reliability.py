@@ -40,9 +40,17 @@ def env(**extra: str) -> dict[str, str]:
     return {**base, "COOK_RUNTIMES_DIR": str(RUNTIMES_CACHE), **extra}
 
 
-def doit(project: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+def doit(
+    project: Path, *args: str, timeout: float | None = None, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m doit <args>`` in ``project``; ``timeout``: a run that would hang fails instead."""
     return subprocess.run(
-        [sys.executable, "-m", "doit", *args], cwd=project, env=env(**extra), capture_output=True, text=True
+        [sys.executable, "-m", "doit", *args],
+        cwd=project,
+        env=env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -92,14 +100,7 @@ def test_list_does_not_wait_for_a_running_cook_but_cook_does(tmp_path: Path) -> 
     try:
         assert holder.stdout.readline() == "held\n"
         for command in (["list", "--all"], ["info", "cook:android:net"], ["help", "cook:android:net"]):
-            run = subprocess.run(
-                [sys.executable, "-m", "doit", *command],
-                cwd=project,
-                env=env(),
-                capture_output=True,
-                text=True,
-                timeout=60,  # it would wait for ever if it took the lock
-            )
+            run = doit(project, *command, timeout=60)  # it would wait for ever if it took the lock
             assert "cook:android:net" in run.stdout + run.stderr, (command, run.stdout + run.stderr)
             assert "waiting" not in run.stderr and TRACEBACK not in run.stderr, (command, run.stderr)
         cook = subprocess.Popen(
@@ -273,14 +274,7 @@ def test_a_model_that_crashes_onnxruntime_fails_alone_with_its_fix(tmp_path: Pat
     shutil.copy2(REPO / "platforms" / "windows-dml.yaml", project / "platforms" / "windows-dml.yaml")
     onnx.save(onnxruntime_crashing_model(), project / "assets" / "crash.onnx")
     for args in (("cook",), ("-n", "2", "cook")):  # the second: the failed tasks again, in two workers
-        run = subprocess.run(
-            [sys.executable, "-m", "doit", *args],
-            cwd=project,
-            env=env(),
-            capture_output=True,
-            text=True,
-            timeout=900,  # a hang fails here
-        )
+        run = doit(project, *args, timeout=900)  # a hang fails here
         out = run.stdout + run.stderr
         assert run.returncode in (1, 2), out[-3000:]  # a task failure, not a signal (139 / -11)
         assert "windows-dml: the cook of 'crash' crashed (SIGSEGV) while the cooked blob was loaded" in out
