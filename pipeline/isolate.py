@@ -1,12 +1,14 @@
-"""Work that may crash a native library, in a child process of its own where the system can fork
-(Linux, macOS): a crash in onnxruntime (a segfault, an abort) while it optimizes, runs or loads a
-model ends that model's cook with a failure naming the step it died in (pipeline/build/actions.py),
-instead of killing doit with every other model (and hanging ``doit -n``, whose worker never reports
-back). The child is a fork, so it costs a few milliseconds and no imports; it writes its files
-itself, and sends back the steps it starts and its result through a pipe. Only a process with no
-other Python thread than a multiprocessing queue's feeder forks (a fork copies no other thread, and
-a lock one holds would stay held in the child); otherwise, on Windows (no fork) and with
-``COOK_ISOLATE=0`` (for a debugger) the work runs in the process itself.
+"""Work that may crash a native library, in a child process of its own on Linux: a crash in
+onnxruntime (a segfault, an abort) while it optimizes, runs or loads a model ends that model's
+cook with a failure naming the step it died in (pipeline/build/actions.py), instead of killing
+doit with every other model (and hanging ``doit -n``, whose worker never reports back).
+
+The child is a fork, so it costs a few milliseconds and no imports; it writes its files itself,
+and sends back the steps it starts and its result through a pipe. Only a process with no other
+Python thread than a multiprocessing queue's feeder forks (a fork copies no other thread, and a
+lock one holds would stay held in the child). Elsewhere the work runs in the process itself: on
+Windows (no fork), on macOS (a fork that does not exec may crash in the Objective-C runtime that
+onnxruntime's frameworks load) and with ``COOK_ISOLATE=0`` (for a debugger).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class Crash:
 
 def can_isolate() -> bool:
     """Whether ``run_isolated`` forks here: a system with fork, a process with one thread."""
-    if not hasattr(os, "fork") or os.environ.get("COOK_ISOLATE", "1").strip() == "0":
+    # Linux only: on macOS a fork that does not exec may crash in the Objective-C runtime that
+    # onnxruntime's frameworks (CoreML) load; Windows has no fork.
+    if not sys.platform.startswith("linux") or os.environ.get("COOK_ISOLATE", "1").strip() == "0":
         return False
     # Python threads of this process's own (a CRC check beside a load) may hold its locks. Not the
     # feeder thread of a multiprocessing queue (a `doit -n` worker's results): the child never
