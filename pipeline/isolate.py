@@ -63,9 +63,14 @@ def run_isolated(work: Callable[[], T]) -> T | Crash:
     sys.stdout.flush()
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
-    with warnings.catch_warnings():  # Python 3.12+ warns of any other thread; can_isolate vetted them
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    try:
+        with warnings.catch_warnings():  # Python 3.12+ warns of any other thread; can_isolate vetted them
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError:  # no memory or process left for a child: the work runs here, as unisolated
+        os.close(read_fd)
+        os.close(write_fd)
+        return work()
     if pid == 0:  # the child: never returns
         os.close(read_fd)
         _child(work, os.fdopen(write_fd, "wb"))
@@ -91,7 +96,10 @@ def run_isolated(work: Callable[[], T]) -> T | Crash:
         kind, value = outcome
         if kind == "raised":
             error, text = value
-            raise error if isinstance(error, BaseException) else RuntimeError(f"in a child process:\n{text}")
+            child = RuntimeError(f"in a child process:\n{text}")
+            if isinstance(error, BaseException):
+                raise error from child  # the traceback shown is the child's, where it was raised
+            raise child
         return value
     return Crash(_how(status), last_step)
 
@@ -99,6 +107,8 @@ def run_isolated(work: Callable[[], T]) -> T | Crash:
 def _child(work: Callable[[], Any], pipe: BinaryIO) -> None:
     code = 0
     try:
+        _die_with_parent()
+        _no_core_dump()  # a crash is reported; its core (a process holding a model) is not wanted
         steptimes.announce_to(lambda name: _send(pipe, ("step", name)))
         try:
             message: tuple[str, Any] = ("done", work())
@@ -122,6 +132,29 @@ def _picklable(exc: BaseException) -> BaseException | None:
         return pickle.loads(pickle.dumps(exc))
     except Exception:  # noqa: BLE001 - any failure to pickle: the traceback text goes instead
         return None
+
+
+def _die_with_parent() -> None:
+    """Linux: the child is killed when its parent goes (doit -n terminates its workers), instead of
+    cooking on with the build folder's lock held."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent went before the call above
+        os._exit(70)
+
+
+def _no_core_dump() -> None:
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def _send(pipe: BinaryIO, message: tuple[str, Any]) -> None:

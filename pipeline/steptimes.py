@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 _current: ContextVar[dict[str, float] | None] = ContextVar("cook_step_times", default=None)
-# Told each step's name as it starts (pipeline/build/isolate.py: a cook's child process tells its parent,
+# Told each step's name as it starts (pipeline/isolate.py: a cook's child process tells its parent,
 # so that a crash can be placed); None: nobody.
 _announce: Callable[[str], None] | None = None
 

@@ -12,7 +12,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
+# isolation forks on Linux only (pipeline/isolate.py: no fork on Windows, macOS's Objective-C runtime)
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cooks fork on Linux only")
 
 
 def in_fresh_python(code: str, **env: str) -> dict:

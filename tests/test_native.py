@@ -1389,7 +1389,7 @@ def test_oc_run_output_files_stay_in_out_whatever_the_output_names(native: Path,
 
     from tests.models import model_of
 
-    long_a, long_b = "é" * 150 + "a", "é" * 150 + "b"  # 301 bytes each, equal for their first 300
+    long_a, long_b = "a" + "é" * 150 + "a", "a" + "é" * 150 + "b"  # 302 bytes; the 200th is inside an é
     names = ["StatefulPartitionedCall:0", "../up/y", 'a?b*c"<d>|e', long_a, long_b]
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], [names[0]])]
@@ -1408,13 +1408,16 @@ def test_oc_run_output_files_stay_in_out_whatever_the_output_names(native: Path,
         + ["--in", tmp_path / "x.npy", "--out", out]
     )
     files = sorted(path.name for path in out.iterdir())
-    cut = [name for name in files if name.startswith("é")]
+    cut = [name for name in files if name.startswith("aé")]
     assert sorted(set(files) - set(cut)) == [
         ".._up_y.npy",
         "StatefulPartitionedCall_0.npy",
         "a_b_c__d__e.npy",
     ]
-    assert len(cut) == 2 and all(name.startswith("é" * 100 + "~") and len(name) == 100 + 13 for name in cut)
+    # cut at 199 bytes (not inside the é that the 200th byte is part of), then ~ and the hash
+    assert len(cut) == 2 and all(
+        name.startswith("a" + "é" * 99 + "~") and len(name) == 100 + 13 for name in cut
+    )
     assert not (tmp_path / "deep" / "up").exists()
     for name in files:
         np.testing.assert_array_equal(np.load(out / name), np.maximum(x, 0))

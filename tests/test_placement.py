@@ -399,7 +399,7 @@ def test_an_ep_computing_within_a_tolerance_gets_the_atol_that_accepts_it(tmp_pa
 def test_an_attribute_the_cooks_onnxruntime_wrote_into_ort_names_the_onnx_way(tmp_path: Path) -> None:
     """onnxruntime 1.32 writes MatMulNBits' `weight_prepacked` attribute into every ORT-format save,
     and 1.24.4 refuses it ("Unrecognized attribute"): the check names cooking it as ONNX for that
-    platform (or a newer runtime), not an older opset, which cannot help."""
+    platform (the attribute may also be the source's own, so the usual fixes follow)."""
     import dataclasses
 
     source = int4_source(tmp_path / "assets")
@@ -409,7 +409,8 @@ def test_an_attribute_the_cooks_onnxruntime_wrote_into_ort_names_the_onnx_way(tm
     with pytest.raises(RuntimeCheckError) as failure:
         run_check(check_of(platform_dir, ["int4"], "onnxruntime", "1.24.4"))
     message = str(failure.value)
-    assert "Unrecognized attribute: weight_prepacked" in message and "older opset" not in message
+    assert "Unrecognized attribute: weight_prepacked" in message
+    assert "the cook's newer onnxruntime may have written that attribute" in message
     assert "set `format: onnx`" in message and "raise runtime_version" in message
 
 
@@ -433,4 +434,4 @@ def test_a_difference_in_results_in_the_target_runtime_names_the_atol(tmp_path: 
     message = str(failure.value)
     assert "net: outputs differ beyond" in message and "older opset" not in message
     assert "accept it: `platforms: {android: {atol: 0.007}}` in net.cook.yaml" in message
-    assert "onnxruntime 1.32.0 computes it differently from the cook's" in message
+    assert "computes it differently" not in message  # the cook's onnxruntime is this one

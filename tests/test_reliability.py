@@ -265,6 +265,7 @@ def onnxruntime_crashing_model() -> onnx.ModelProto:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cooks fork on Linux only")
 def test_a_model_that_crashes_onnxruntime_fails_alone_with_its_fix(tmp_path: Path) -> None:
     """A segfault inside onnxruntime fails that model's cook (a forked child per cook), not doit with
     every other model, nor a `doit -n 2` whose worker died (it hung); the message names the step and a

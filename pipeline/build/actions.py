@@ -93,33 +93,43 @@ def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> str | None:
 
 
 def crash_message(job: CookJob, crash: Crash) -> str:
-    """What to do about a cook that a native library crashed (``crash``): by the step it died in."""
-    settings, name = job.settings, job.asset.name
-    where = f"{job.asset.path}: {settings.platform}: the cook of {name!r} crashed"
+    """What to do about a cook whose process died (``crash``), by how and in which step."""
+    settings, name, platform = job.settings, job.asset.name, job.settings.platform
+    where = f"{job.asset.path}: {platform}: the cook of {name!r}"
     step = crash.step or "starting"
-    platform = settings.platform
+    if crash.how.startswith("SIGKILL"):
+        return (
+            f"{where} was killed ({crash.how}) during {step!r}: most often the machine ran out of memory; "
+            "cook with fewer processes (`-n`) or on a machine with more memory"
+        )
+    if crash.how.startswith("exit status"):
+        return (
+            f"{where} ended with no result ({crash.how}) during {step!r}; cook with COOK_ISOLATE=0 to see why"
+        )
+    at_basic = settings.optimization_level == "basic"  # no lower level to try
     level = f"`platforms: {{{platform}: {{optimization_level: basic}}}}` in {name}.cook.yaml"
     load_level = (
         f"`platforms: {{{platform}: {{ep_session_options: {{CPUExecutionProvider: "
-        f"{{graph_optimization_level: extended}}}}}}}}` in {name}.cook.yaml"
+        f"{{graph_optimization_level: extended}}}}}}}}` in {name}.cook.yaml (onnxruntime's optimizations at "
+        "load are the likely cause)"
     )
     if step.startswith("verify: the cooked blob"):
         cause = (
             "while the cooked blob was loaded and run through the loader games ship, so a game loading it "
             "would crash the same way: it is not shipped"
         )
-        fix = load_level if settings.format == "onnx" else level
-        fixes = f"a lower level at load ({fix}; onnxruntime's optimizations at load are the likely cause)"
+        fixes = [load_level] if settings.format == "onnx" else [] if at_basic else [level]
     elif step.startswith("optimize"):
         cause = f"while onnxruntime optimized it at `{settings.optimization_level}`"
-        fixes = f"a lower level for this model ({level})"
+        fixes = [] if at_basic else [level]
     else:
         cause = f"during {step!r}"
-        fixes = f"a lower optimization level for this model ({level}, or for an ONNX platform {load_level})"
+        fixes = []
+    fixes.append(f"`skip_platforms: [{platform}]` in {name}.cook.yaml")
     return (
-        f"{where} ({crash.how}) {cause}. That is a crash inside onnxruntime (or another native library), "
-        f"not an error it could report; nothing was written for this model and the other models cooked on. "
-        f"Try {fixes}, or `skip_platforms: [{platform}]`; and report it to onnxruntime with the model."
+        f"{where} crashed ({crash.how}) {cause}. That is a crash inside onnxruntime (or another native "
+        "library), not an error it could report; no blob was written for this model and the other models "
+        f"cooked on. Try {', or '.join(fixes)}; and report it to onnxruntime with the model."
     )
 
 

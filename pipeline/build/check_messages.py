@@ -33,18 +33,19 @@ def failed_message(check: RuntimeCheck, report: dict[str, Any], failures: list[s
 
 
 def crashed_message(check: RuntimeCheck, returncode: int, stderr: str) -> str:
-    """The failure of a worker that died (a crash inside onnxruntime), naming the model it was on."""
+    """The failure of a worker that died: killed by a signal (a crash inside onnxruntime), naming the
+    model it was on; else its own error, with the last lines it wrote."""
     lines = stderr.strip().splitlines()
     started = [line.removeprefix(CHECKING_MODEL) for line in lines if line.startswith(CHECKING_MODEL)]
-    how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-    if not started:
-        return (
-            f"{check.platform}: the runtime check in onnxruntime {check.runtime_version} crashed ({how}): "
-            + (" ".join(lines[-3:]))
-        )
+    tail = " ".join([line for line in lines if not line.startswith(CHECKING_MODEL)][-3:])
+    if returncode >= 0 or not started:
+        how = f"signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+        where = f"the runtime check in onnxruntime {check.runtime_version}"
+        return f"{check.platform}: {where} failed ({how}): {tail}"
     return (
-        f"{check.platform}: onnxruntime {check.runtime_version} crashed ({how}) loading or running "
-        f"{started[-1]!r}, as a game shipping it would: list {check.platform!r} in that model's "
+        f"{check.platform}: onnxruntime {check.runtime_version} crashed (signal {-returncode}) loading or "
+        f"running {started[-1]!r}, as a game shipping it would: list {check.platform!r} in that model's "
         f"`skip_platforms`, raise runtime_version in {check.profile} if the target ships a newer "
         "onnxruntime, or try another `optimization_level` for the model; and report it to onnxruntime"
+        + (f" ({tail})" if tail else "")
     )

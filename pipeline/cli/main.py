@@ -251,8 +251,12 @@ def _unmatched_patterns(words: list[str], env: dict[str, str], root: Path) -> st
     patterns = [word for word in words if "*" in word and not word.startswith("-")]
     if not patterns:
         return None
-    try:  # the cook's own planning reports a project it cannot plan, with its fix
-        names = ["cook", *(f"cook:{task['name']}" for task in cook_tasks(env, root) if task.get("name"))]
+    try:  # the cook's own planning reports a project it cannot plan (and its warnings), in the run
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            tasks = list(cook_tasks(env, root))
+        names = {"cook", *(f"{t.get('basename', 'cook')}:{t['name']}" for t in tasks if t.get("name"))}
+        names |= {t["basename"] for t in tasks if t.get("basename")}
+        names = sorted(names)
     except Exception:  # noqa: BLE001 - said again, properly, by the run that follows
         return None
     for pattern in patterns:

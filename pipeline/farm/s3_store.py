@@ -121,6 +121,10 @@ def _s3_client() -> Any:
     return boto3.client("s3", config=config)
 
 
+if hasattr(os, "register_at_fork"):  # a forked cook (pipeline/isolate.py) opens its own connections
+    os.register_at_fork(after_in_child=_s3_client.cache_clear)
+
+
 def _s3_code(exc: Exception) -> str:
     response = getattr(exc, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))

@@ -42,10 +42,15 @@ def onnx_instead_for(
     )
 
 
-def tolerance_for(platform: str, max_abs: float, name: str) -> str:
-    """The line of ``name``'s .cook.yaml that accepts differences up to ``max_abs`` on ``platform``:
-    an ``atol`` of twice it, rounded up to one significant digit."""
-    value = 2 * max_abs if max_abs > 0 else 1e-6
+def tolerance_for(platform: str, max_abs: float, name: str) -> str | None:
+    """The line of ``name``'s .cook.yaml that accepts differences up to ``max_abs`` (the largest over
+    every output: an explicit atol turns the scale rule off for all of them) on ``platform``: an
+    ``atol`` of twice it, rounded up to one significant digit, written as YAML reads a float (with a
+    dot: PyYAML takes ``2e-05`` for text). None for a difference no atol accepts (inf, NaN)."""
+    if not math.isfinite(max_abs) or max_abs > 1e15:
+        return None
+    value = max(2 * max_abs, 1e-6)
     exponent = math.floor(math.log10(value))
-    rounded = math.ceil(value / 10**exponent) * 10**exponent
-    return f"`platforms: {{{platform}: {{atol: {float(f'{rounded:.1g}'):g}}}}}` in {name}.cook.yaml"
+    rounded = float(f"{math.ceil(value / 10**exponent) * 10**exponent:.1g}")
+    text = f"{rounded:g}" if 1e-4 <= rounded < 1e6 else f"{rounded:.1e}"
+    return f"`platforms: {{{platform}: {{atol: {text}}}}}` in {name}.cook.yaml"
