@@ -435,3 +435,19 @@ def test_a_difference_in_results_in_the_target_runtime_names_the_atol(tmp_path: 
     assert "net: outputs differ beyond" in message and "older opset" not in message
     assert "accept it: `platforms: {android: {atol: 0.007}}` in net.cook.yaml" in message
     assert "computes it differently" not in message  # the cook's onnxruntime is this one
+
+
+@pytest.mark.parametrize("max_abs", [3e-7, 1e-5, 4.88e-4, 0.0231, 0.5, 7.3, 1.2e6])
+def test_the_advised_atol_is_a_float_yaml_reads_and_accepts_the_difference(max_abs: float) -> None:
+    """What the advice prints is pasted into a .cook.yaml: PyYAML must read a number (it reads
+    `2e-05` as text), and that number must accept the difference it was made for."""
+    import yaml
+
+    from pipeline.settings.advice import tolerance_for
+
+    line = tolerance_for("ios", max_abs, "m")
+    assert line is not None and line.endswith(" in m.cook.yaml")
+    atol = yaml.safe_load(line.split("`")[1])["platforms"]["ios"]["atol"]
+    assert isinstance(atol, (int, float)) and not isinstance(atol, bool)
+    assert max_abs < atol <= max(20 * max_abs, 1e-6)
+    assert tolerance_for("ios", float("inf"), "m") is None and tolerance_for("ios", float("nan"), "m") is None
