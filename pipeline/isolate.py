@@ -40,7 +40,8 @@ class Crash:
 
 
 def can_isolate() -> bool:
-    """Whether ``run_isolated`` forks here: a system with fork, a process with one thread."""
+    """Whether ``run_isolated`` forks here: Linux, a process with no other Python thread than a
+    multiprocessing queue's feeder, and ``COOK_ISOLATE`` not 0."""
     # Linux only: on macOS a fork that does not exec may crash in the Objective-C runtime that
     # onnxruntime's frameworks (CoreML) load; Windows has no fork.
     if not sys.platform.startswith("linux") or os.environ.get("COOK_ISOLATE", "1").strip() == "0":

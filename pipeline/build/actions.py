@@ -9,6 +9,7 @@ module level; the cooking code (onnx, onnxruntime) is imported inside the action
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -35,6 +36,7 @@ from pipeline.layout import (
     reference_memo_dir,
 )
 from pipeline.runtime.constants import MANIFEST_NAME, SIGNATURE_NAME
+from pipeline.settings.advice import lower_level_helps
 
 if TYPE_CHECKING:
     from pipeline.farm.cache import CookCache
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
 
 
 def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFailed | None:
-    """Cook one model for one platform, in a child process where the system can fork (a native
-    crash in onnxruntime then fails this task alone: pipeline/isolate.py)."""
+    """Cook one model for one platform, in a forked child on Linux (a native crash in onnxruntime
+    then fails this task alone: pipeline/isolate.py)."""
     from pipeline.build.allocator import release_if_short
     from pipeline.isolate import Crash, can_isolate, run_isolated
 
@@ -58,6 +60,7 @@ def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFaile
     return None if failure is None else TaskFailed(failure)
 
 
+@functools.cache
 def _import_the_cook() -> None:
     """Import every module a cook may import, once per doit process, before the first fork: each
     child inherits them instead of importing them again (onnx, onnxruntime, and torch where it is
@@ -106,7 +109,7 @@ def crash_message(job: CookJob, crash: Crash) -> str:
         return (
             f"{where} ended with no result ({crash.how}) during {step!r}; cook with COOK_ISOLATE=0 to see why"
         )
-    at_basic = settings.optimization_level == "basic"  # no lower level to try
+    lower = lower_level_helps(settings.optimization_level)
     level = f"`platforms: {{{platform}: {{optimization_level: basic}}}}` in {name}.cook.yaml"
     load_level = (
         f"`platforms: {{{platform}: {{ep_session_options: {{CPUExecutionProvider: "
@@ -118,10 +121,10 @@ def crash_message(job: CookJob, crash: Crash) -> str:
             "while the cooked blob was loaded and run through the loader games ship, so a game loading it "
             "would crash the same way: it is not shipped"
         )
-        fixes = [load_level] if settings.format == "onnx" else [] if at_basic else [level]
+        fixes = [load_level] if settings.format == "onnx" else [level] if lower else []
     elif step.startswith("optimize"):
         cause = f"while onnxruntime optimized it at `{settings.optimization_level}`"
-        fixes = [] if at_basic else [level]
+        fixes = [level] if lower else []
     else:
         cause = f"during {step!r}"
         fixes = []

@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.build.target_check import read_result
 from pipeline.cook.job import RuntimeCheck
 from pipeline.layout import entry_path
-from pipeline.settings.advice import onnx_instead_for
+from pipeline.settings.advice import lower_level_helps, onnx_instead_for
 
 
 def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list[str], list[str]]:
@@ -41,10 +41,10 @@ def coverage_failures(report: dict[str, Any], check: RuntimeCheck) -> tuple[list
                 if placement.get("format") == "onnx"
                 else f"as ONNX ({onnx_instead_for(check.platform, settings)}), "
             )
-            lower = (  # fused CPU-only ops stay on the CPU; none at basic (or with optimizations off)
-                ""
-                if settings.get("optimization_level") in ("basic", "disable")
-                else "a lower `optimization_level` (fused CPU-only ops stay on the CPU), "
+            lower = (  # fused CPU-only ops stay on the CPU
+                "a lower `optimization_level` (fused CPU-only ops stay on the CPU), "
+                if lower_level_helps(settings.get("optimization_level"))
+                else ""
             )
             failures.append(
                 f"{name}: {share} run on {ep}, under min_ep_coverage {need:g} (left to the CPU: {ops}; "

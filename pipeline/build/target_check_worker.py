@@ -41,7 +41,7 @@ from pipeline.runtime import session_from_blob as _session_from_blob
 from pipeline.runtime.blob import check_blob as _check_blob
 from pipeline.runtime.loadpaths import BlobFile, LoadPath
 from pipeline.runtime.session import load_info, session_from_checked
-from pipeline.settings.advice import onnx_instead_for, tolerance_for
+from pipeline.settings.advice import lower_level_helps, onnx_instead_for, tolerance_for
 
 # The cooker loads the blobs it wrote whatever their size: a model over the loader's 2 GiB default is
 # checked as a game that raised max_model_size for it loads it.
@@ -50,7 +50,6 @@ session_from_blob = functools.partial(_session_from_blob, max_model_size=TRUSTED
 check_blob = functools.partial(_check_blob, max_model_size=TRUSTED_SIZE)
 
 CPU_ONLY = ["CPUExecutionProvider"]
-
 # Paths whose in-place use rests on behaviour onnxruntime does not document: proven on every check.
 UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS})
 FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_in_place
@@ -236,9 +235,8 @@ def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any]) -> str:
             "export the model with an Identity node before each such output (an output name of its own), "
             "or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
         )
-    level = settings.get("optimization_level")
-    basic = level in ("basic", "disable")  # no lower level to try (`disable` has nothing to lower)
-    advice = "" if basic else "try `optimization_level: basic` for this model; or "
+    lower = lower_level_helps(settings.get("optimization_level"))
+    advice = "try `optimization_level: basic` for this model; or " if lower else ""
     if header.model_format == "ort":
         advice += f"as ONNX: {onnx_instead_for(header.platform, settings)}; or "
     return advice + "take the EP out of `execution_providers` (or `skip_platforms` for this model)"

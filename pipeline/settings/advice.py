@@ -54,3 +54,10 @@ def tolerance_for(platform: str, max_abs: float, name: str) -> str | None:
     rounded = float(f"{math.ceil(value / 10**exponent) * 10**exponent:.1g}")
     text = f"{rounded:g}" if 1e-4 <= rounded < 1e6 else f"{rounded:.1e}"
     return f"`platforms: {{{platform}: {{atol: {text}}}}}` in {name}.cook.yaml"
+
+
+def lower_level_helps(level: str | None) -> bool:
+    """Whether `optimization_level: basic` is advice for a model cooked at ``level``: not at `basic`,
+    the lowest level a cook takes (`disable` would ship an unoptimized model); None (settings not
+    recorded): it may be."""
+    return level != "basic"
