@@ -10,6 +10,7 @@ import mmap
 import os
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -89,6 +90,30 @@ def memfd_with(checked: CheckedBlob) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def memfd_without(model: memoryview, holes: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """A sealed memfd of ``len(model)`` bytes holding ``model`` except the ``(offset, length)`` holes
+    (sorted, apart), which are never written: RAM is taken only for what is. Returns the descriptor
+    and the bytes the memfd holds now (``held``): if a mapping of it reads a hole, the kernel gives
+    the hole a page, and ``held`` grows."""
+    fd = os.memfd_create("onnx-cooker-model", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
+    try:
+        os.ftruncate(fd, len(model))
+        start = 0
+        for offset, length in [*holes, (len(model), 0)]:
+            pwrite_all(fd, model[start:offset], start)
+            start = offset + length
+        _seal(fd)
+        return fd, held(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def held(fd: int) -> int:
+    """The bytes of memory (or disk) the file open as ``fd`` takes."""
+    return os.fstat(fd).st_blocks * 512
 
 
 def pwrite_all(fd: int, data: memoryview, offset: int) -> None:

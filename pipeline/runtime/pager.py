@@ -1,4 +1,5 @@
-"""Let go of the pages onnxruntime's own mapping of a blob file holds while it builds a session.
+"""Let go of the pages onnxruntime's own mapping of a blob file holds while it builds a session
+(``create_session``).
 
 Where onnxruntime maps the blob file itself (``ort-mapped`` with the flatbuffer leading the file,
 ``onnx-mapped``), prepacking reads every MatMul/Conv weight through that mapping and writes a packed
@@ -27,7 +28,13 @@ import mmap
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import onnxruntime
+
+if TYPE_CHECKING:
+    from .devices import ProviderSpec
 
 # From this size of blob file the pager runs: below it the thread and its scans cost more than the
 # pages weigh (the native loader's threshold; docs/native.md).
@@ -226,3 +233,40 @@ class ExtentPager:
         """End the passes (``Bundle.session`` lets go of what the built session read afterwards)."""
         self._stop.set()
         self._thread.join()
+
+
+def create_session(
+    model: bytes | str,
+    options: onnxruntime.SessionOptions,
+    specs: Sequence[ProviderSpec] | None,
+    mapped_fd: int | None,
+    low_memory: bool,
+    own_pages: tuple[mmap.mmap, int, int] | None = None,
+) -> onnxruntime.InferenceSession:
+    """``InferenceSession``, never retried on other EPs behind the caller's back (onnxruntime's
+    Python wrapper would print "EP Error" and retry on the CPU: the seed's silent trap); where
+    onnxruntime maps ``mapped_fd``'s file for the session, or reads ``own_pages`` of the loader's own
+    mapping in place, those pages are let go while it is built (no prepacking: nothing to let go)."""
+    lock = file_lock(mapped_fd) if mapped_fd is not None else None
+    if lock is None:
+        paging = None if low_memory or own_pages is None else ExtentPager.start(*own_pages)
+        try:
+            return onnxruntime.InferenceSession(
+                model, sess_options=options, providers=specs, enable_fallback=0
+            )
+        finally:
+            if paging is not None:
+                paging.stop()
+    assert mapped_fd is not None
+    with lock:
+        pager = None if low_memory else Pager.start(mapped_fd)  # no prepacking: nothing to let go
+        built = False
+        try:
+            session = onnxruntime.InferenceSession(
+                model, sess_options=options, providers=specs, enable_fallback=0
+            )
+            built = True
+        finally:
+            if pager is not None:
+                pager.stop(built=built)  # while the session, and so its mapping, is alive
+    return session

@@ -12,7 +12,7 @@ import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .compat import format_version, parse_version
-from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
+from .devices import CPU, DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .frames import Background, whole_crcs
@@ -29,7 +29,7 @@ from .loadpaths import (
 )
 from .memblob import MemoryBlob
 from .options import session_options_for as session_options_for  # re-exported
-from .pager import ExtentPager, Pager, file_lock
+from .pager import create_session
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -214,11 +214,15 @@ def _session(
     check_runtime(header)
     path = _load_path(checked, load_path, model_file, low_memory)
     # a remembered refusal is why this load copies (onnx-mapped, from a bundle, never tried that door)
-    copies = load_path is None and path == LoadPath.ONNX_EXTERNAL_INITIALIZERS
+    copies = load_path is None and path in (LoadPath.ONNX_EXTERNAL_INITIALIZERS, LoadPath.ORT_MAPPED)
     refused = _REFUSED.get(_refusal_key(header)) if copies else None
     _register(ep_libraries or {}, header.name)
     plan = plan_for(header, providers, devices, session_options)
     names, specs = plan.names, plan.providers
+    if path == LoadPath.ORT_SHARED_INITIALIZERS and load_path is None and not _cpu_only(plan):
+        # another EP may read the graph's copy of the weights when the session first runs, not only
+        # while it is built (where a read is seen): proven for the CPU EP alone
+        path = LoadPath.ORT_MAPPED
     log.info(
         "%s: using %s; load path %s (%s)",
         header.name,
@@ -240,9 +244,11 @@ def _session(
             f"model {header.name!r}: onnxruntime {onnxruntime.__version__} refused its weights "
             f"({path.value}): {exc}"
         ) from None
+    path = prepared.path or path
     report("decompress", 1.0)  # checked (by the caller) and decoded (by prepare)
     report("session", 0.0)
     fallback = prepared.fallback if load_path is None else None
+    fallback_path = prepared.fallback_path
     cleanup = list(prepared.cleanup)
     try:
         try:
@@ -251,27 +257,34 @@ def _session(
                 options.log_severity_level = 4
             try:
                 own = prepared.own_pages
-                session = _create(prepared.model, options, specs, prepared.mapped_fd, low_memory, own)
+                session = create_session(prepared.model, options, specs, prepared.mapped_fd, low_memory, own)
             finally:
                 options.log_severity_level = severity
+            distrust = prepared.distrust() if prepared.distrust is not None else None
+            if distrust is not None:
+                del session
+                raise _Distrusted(distrust)
         except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
             if fallback is None:
                 raise
-            refused = f"{path.value} refused ({str(exc).splitlines()[0][:200]})"
+            what = "not used" if isinstance(exc, _Distrusted) else "refused"
+            refused = f"{path.value} {what} ({str(exc).splitlines()[0][:200]})"
             log.info(
                 "%s: onnxruntime %s: %s; loading along %s",
                 header.name,
                 onnxruntime.__version__,
                 refused,
-                LoadPath.ONNX_EXTERNAL_INITIALIZERS.value,
+                fallback_path.value,
             )
-            prepared, path = fallback(), LoadPath.ONNX_EXTERNAL_INITIALIZERS
+            prepared, path = fallback(), fallback_path
             cleanup += prepared.cleanup
             # Remembered only when onnxruntime refused the door itself (it could not read the null
             # file): another failure (an EP, memory) may not recur, and says nothing of the model.
-            if len(_REFUSED) < _MAX_REFUSED and f"{NULL_FOLDER}/{NULL_FILE}" in str(exc):
+            # So is a session that read the holes of ort-shared-initializers (it will again).
+            known = isinstance(exc, _Distrusted) or f"{NULL_FOLDER}/{NULL_FILE}" in str(exc)
+            if len(_REFUSED) < _MAX_REFUSED and known:
                 _REFUSED[_refusal_key(header)] = refused
-            session = _create(prepared.model, options, specs, None, low_memory)
+            session = create_session(prepared.model, options, specs, None, low_memory)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
         raise SessionCreateError(
             f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
@@ -295,6 +308,14 @@ def _session(
     info = LoadInfo(path, path.in_place, _used(plan, session, header.name), refused)
     session._onnx_cooker_load = info  # type: ignore[attr-defined]
     return session
+
+
+class _Distrusted(Exception):
+    """A session that was made, but may compute with bytes the loader never gave onnxruntime."""
+
+
+def _cpu_only(plan: SessionPlan) -> bool:
+    return plan.providers is not None and not plan.devices and plan.policy is None and plan.names == (CPU,)
 
 
 def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -> tuple[str, ...]:
@@ -324,43 +345,6 @@ def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -
     return used
 
 
-def _create(
-    model: bytes | str,
-    options: onnxruntime.SessionOptions,
-    specs: Sequence[ProviderSpec] | None,
-    mapped_fd: int | None,
-    low_memory: bool,
-    own_pages: tuple[mmap.mmap, int, int] | None = None,
-) -> onnxruntime.InferenceSession:
-    """``InferenceSession``, never retried on other EPs behind the caller's back (onnxruntime's
-    Python wrapper would print "EP Error" and retry on the CPU: the seed's silent trap); where
-    onnxruntime maps ``mapped_fd``'s file for the session, or reads ``own_pages`` of the loader's own
-    mapping in place, those pages are let go while it is built (no prepacking: nothing to let go)."""
-    lock = file_lock(mapped_fd) if mapped_fd is not None else None
-    if lock is None:
-        paging = None if low_memory or own_pages is None else ExtentPager.start(*own_pages)
-        try:
-            return onnxruntime.InferenceSession(
-                model, sess_options=options, providers=specs, enable_fallback=0
-            )
-        finally:
-            if paging is not None:
-                paging.stop()
-    assert mapped_fd is not None
-    with lock:
-        pager = None if low_memory else Pager.start(mapped_fd)  # no prepacking: nothing to let go
-        built = False
-        try:
-            session = onnxruntime.InferenceSession(
-                model, sess_options=options, providers=specs, enable_fallback=0
-            )
-            built = True
-        finally:
-            if pager is not None:
-                pager.stop(built=built)  # while the session, and so its mapping, is alive
-    return session
-
-
 # (cook key, model sha256, onnxruntime version) -> why onnxruntime refused the shared-initializer
 # door for that model: its next load in this process goes straight to the copying path.
 _REFUSED: dict[tuple[str, str, str], str] = {}
@@ -374,6 +358,8 @@ def _load_path(
         path = choose_load_path(checked, model_file=model_file, low_memory=low_memory)
         if path == LoadPath.ONNX_SHARED_INITIALIZERS and _refusal_key(checked.header) in _REFUSED:
             return LoadPath.ONNX_EXTERNAL_INITIALIZERS
+        if path == LoadPath.ORT_SHARED_INITIALIZERS and _refusal_key(checked.header) in _REFUSED:
+            return LoadPath.ORT_MAPPED
         return path
     try:
         path = LoadPath(asked)

@@ -1,0 +1,244 @@
+"""Where an ORT-format model's weights lie inside its flatbuffer, read without the flatbuffers package
+(the loader stays light): the main graph's initializers that ``ort-shared-initializers`` can hand
+onnxruntime in place, as views of the caller's buffer.
+
+Only what that path needs is read (onnxruntime's schema, ``onnxruntime/core/flatbuffers/schema/
+ort.fbs``; field ids are declaration order, a union takes two): InferenceSession.model (1) ->
+Model.graph (7) -> Graph.initializers (0), nodes (2), sparse_initializers (7); Node.attributes (10);
+Attribute.type (2), g (7), graphs (12); Tensor.name (0), dims (2), data_type (3), raw_data (4);
+SparseTensor.values (0), indices (1).
+
+The bytes may be hostile: every read is bounds-checked, the walk is bounded in depth and count, and
+anything unexpected gives no weights at all (the model then goes to onnxruntime whole, whose own
+verifier judges it). A weight is offered only if its name is an initializer once in the whole model
+(onnxruntime applies a shared initializer to every graph holding that name, subgraphs included).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime
+
+from .files import held, memfd_without
+from .sections import TENSOR_DTYPES
+
+# Smaller weights are copied with the graph: an OrtValue and add_initializer cost about 20 us, the
+# copy of 64 KiB into a memfd about as much (measured, 2 GB/s).
+MIN_SHARED_WEIGHT = 64 << 10
+_MAX_DEPTH = 32  # nested subgraphs
+_MAX_ITEMS = 1 << 22  # tables visited: a flatbuffer's vectors cannot make the walk unbounded
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_U16 = struct.Struct("<H")
+_ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS = 5, 10
+
+
+@dataclass(frozen=True)
+class OrtWeight:
+    """One initializer of the main graph: its name, ONNX data type, dims, and its raw bytes' place
+    (offset from the flatbuffer's first byte)."""
+
+    name: str
+    elem_type: int
+    dims: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+    def view(self, model: memoryview) -> np.ndarray:
+        """A read-only numpy view of the weight in ``model`` (the flatbuffer's bytes; no copy)."""
+        dtype = np.dtype(TENSOR_DTYPES[self.elem_type])
+        flat = np.frombuffer(model, dtype=dtype, count=self.nbytes // dtype.itemsize, offset=self.offset)
+        return flat.reshape(self.dims)
+
+
+class _Malformed(Exception):
+    pass
+
+
+class _Reader:
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.size = len(data)
+        self.items = 0
+
+    def u32(self, at: int) -> int:
+        if at < 0 or at + 4 > self.size:
+            raise _Malformed
+        return _U32.unpack_from(self.data, at)[0]
+
+    def field(self, table: int, index: int) -> int:
+        """Where field ``index`` of the table at ``table`` lies, 0 if absent."""
+        if table < 0 or table + 4 > self.size:
+            raise _Malformed
+        vtable = table - _I32.unpack_from(self.data, table)[0]
+        if vtable < 0 or vtable + 4 > self.size:
+            raise _Malformed
+        vtable_size = _U16.unpack_from(self.data, vtable)[0]
+        if vtable + vtable_size > self.size:
+            raise _Malformed
+        slot = 4 + 2 * index
+        if slot + 2 > vtable_size:
+            return 0
+        offset = _U16.unpack_from(self.data, vtable + slot)[0]
+        return table + offset if offset else 0
+
+    def target(self, table: int, index: int) -> int:
+        """The table, vector or string field ``index`` points at, 0 if absent."""
+        at = self.field(table, index)
+        return at + self.u32(at) if at else 0
+
+    def vector(self, table: int, index: int, width: int) -> tuple[int, int]:
+        """(first element, count) of a vector field; (0, 0) if absent."""
+        at = self.target(table, index)
+        if not at:
+            return 0, 0
+        count = self.u32(at)
+        if at + 4 + count * width > self.size:
+            raise _Malformed
+        return at + 4, count
+
+    def tables(self, table: int, index: int) -> list[int]:
+        first, count = self.vector(table, index, 4)
+        self.items += count
+        if self.items > _MAX_ITEMS:
+            raise _Malformed
+        return [first + 4 * k + self.u32(first + 4 * k) for k in range(count)]
+
+    def string(self, table: int, index: int) -> str | None:
+        first, count = self.vector(table, index, 1)
+        if not first:
+            return None
+        try:
+            return bytes(self.data[first : first + count]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Malformed from None
+
+    def int32(self, table: int, index: int) -> int:
+        at = self.field(table, index)
+        if not at:
+            return 0
+        if at + 4 > self.size:
+            raise _Malformed
+        return _I32.unpack_from(self.data, at)[0]
+
+
+def shareable_weights(
+    model: bytes | bytearray | memoryview, min_bytes: int = MIN_SHARED_WEIGHT
+) -> list[OrtWeight]:
+    """The main graph's initializers of ``min_bytes`` or more that can be shared in place, by offset;
+    [] for a flatbuffer this reader does not follow (onnxruntime then gets the model whole)."""
+    reader = _Reader(memoryview(model).cast("B"))
+    names: dict[str, int] = {}
+    main: list[int] = []
+    try:
+        root = reader.u32(0)
+        graph = reader.target(reader.target(root, 1), 7)
+        if not graph:
+            return []
+        _collect(reader, graph, names, main, 0)
+        weights = [w for t in main if (w := _weight(reader, t, names, min_bytes)) is not None]
+    except (_Malformed, struct.error, OverflowError, ValueError):
+        return []
+    weights.sort(key=lambda w: w.offset)
+    if any(a.offset + a.nbytes > b.offset for a, b in zip(weights, weights[1:], strict=False)):
+        return []  # overlapping tensors: not what onnxruntime writes
+    return weights
+
+
+def _collect(reader: _Reader, graph: int, names: dict[str, int], main: list[int], depth: int) -> None:
+    """Count every initializer name of ``graph`` and its subgraphs; the main graph's tensors to ``main``."""
+    if depth > _MAX_DEPTH:
+        raise _Malformed
+    for tensor in reader.tables(graph, 0):
+        name = reader.string(tensor, 0)
+        names[name or ""] = names.get(name or "", 0) + 1
+        if depth == 0:
+            main.append(tensor)
+    for sparse in reader.tables(graph, 7):
+        for part in (0, 1):
+            tensor = reader.target(sparse, part)
+            name = reader.string(tensor, 0) if tensor else None
+            names[name or ""] = names.get(name or "", 0) + 1
+    for node in reader.tables(graph, 2):
+        for attribute in reader.tables(node, 10):
+            kind = reader.int32(attribute, 2)
+            if kind == _ATTRIBUTE_GRAPH and (subgraph := reader.target(attribute, 7)):
+                _collect(reader, subgraph, names, main, depth + 1)
+            elif kind == _ATTRIBUTE_GRAPHS:
+                for subgraph in reader.tables(attribute, 12):
+                    _collect(reader, subgraph, names, main, depth + 1)
+
+
+def _weight(reader: _Reader, tensor: int, names: dict[str, int], min_bytes: int) -> OrtWeight | None:
+    name = reader.string(tensor, 0)
+    elem_type = reader.int32(tensor, 3)
+    if not name or names.get(name) != 1 or elem_type not in TENSOR_DTYPES:
+        return None
+    first, nbytes = reader.vector(tensor, 4, 1)
+    if not first or nbytes < max(min_bytes, 1):
+        return None
+    dims_at, rank = reader.vector(tensor, 2, 8)
+    if rank > 64:
+        return None
+    dims = struct.unpack_from(f"<{rank}q", reader.data, dims_at) if rank else ()
+    itemsize = np.dtype(TENSOR_DTYPES[elem_type]).itemsize
+    count = 1
+    for dim in dims:
+        if dim < 0:
+            return None
+        count *= dim
+    if count * itemsize != nbytes or first % itemsize:
+        return None  # onnxruntime refuses or copies such a tensor: it stays in the graph
+    return OrtWeight(name, elem_type, tuple(dims), first, nbytes)
+
+
+@dataclass
+class SharedModel:
+    """An ORT model onnxruntime maps from a memfd that lacks the shared weights' bytes (holes), with
+    those weights ``add_initializer``-ed over the caller's buffer: what the session must keep, and
+    how to tell whether onnxruntime read the holes (where it would have read zeros)."""
+
+    fd: int
+    keep: list[object]
+    held: int
+
+    def holes_read(self) -> str | None:
+        """Why the session cannot be trusted (it read the graph's own copy of a shared weight:
+        zeros), or None. A read through a mapping gives the hole a page: the memfd holds more."""
+        grown = held(self.fd) - self.held
+        if grown <= 0:
+            return None
+        return (
+            f"onnxruntime read {grown:,} bytes of the graph's own copy of the shared weights while it "
+            "built the session (an optimizer or EP that reads initializers from the graph), where they "
+            "are holes: load it along ort-mapped (the loader's own choice for any EP but the CPU's)"
+        )
+
+
+def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> SharedModel | None:
+    """Share the weights of the ORT flatbuffer ``model`` (the caller's memory) in place through
+    ``options``, and write the rest into a memfd for onnxruntime to map; None if there is nothing
+    worth sharing. Weights whose address is not aligned to their type stay in the memfd."""
+    weights = [w for w in shareable_weights(model) if _aligned(model, w)]
+    if not weights:
+        return None
+    fd, written = memfd_without(model, [(w.offset, w.nbytes) for w in weights])
+    keep: list[object] = []
+    try:
+        for weight in weights:
+            value = onnxruntime.OrtValue.ortvalue_from_numpy(weight.view(model))
+            options.add_initializer(weight.name, value)
+            keep.append(value)  # onnxruntime holds a bare pointer to the OrtValue, not a reference
+    except BaseException:
+        os.close(fd)
+        raise
+    return SharedModel(fd, keep, written)
+
+
+def _aligned(model: memoryview, weight: OrtWeight) -> bool:
+    itemsize = np.dtype(TENSOR_DTYPES[weight.elem_type]).itemsize
+    return weight.view(model).ctypes.data % itemsize == 0
