@@ -25,8 +25,8 @@ VERSIONS = ("1.24.4", "1.28.0", "1.32.0")  # windows-dml; console; android and i
 # What the loader must pick, by version: (ONNX with weights, ORT from memory, ORT from its file).
 EXPECTED_AUTO = {
     "1.24.4": ("onnx-shared-initializers", "ort-file", "ort-file"),
-    "1.28.0": ("onnx-shared-initializers", "ort-mapped", "ort-mapped"),
-    "1.32.0": ("onnx-file-buffers", "ort-mapped", "ort-mapped"),
+    "1.28.0": ("onnx-shared-initializers", "ort-shared-initializers", "ort-mapped"),
+    "1.32.0": ("onnx-file-buffers", "ort-shared-initializers", "ort-mapped"),
 }
 
 
@@ -141,6 +141,10 @@ def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
     if ort_file_auto == "ort-mapped":
         assert cases["ort-raw"]["paths"]["ort-mapped/file"]["in_place"] is True
         assert cases["ort-raw"]["paths"]["ort-mapped/memory"]["in_place"] is True
+        # the caller's buffer zeroed after the session was made: the outputs follow
+        assert cases["ort-raw"]["paths"]["ort-shared-initializers/memory"]["in_place"] is True
+        # a zstd graph has no raw extent to share: decoded into the memfd whole
+        assert cases["ort-zstd"]["auto"]["memory"] == "ort-mapped"
     assert cases["ort-raw"]["paths"]["ort-bytes/memory"]["in_place"] is False
     # The loader's own choice always loads and matches; where onnxruntime refuses the door for a
     # model (a conv net in 1.24.4 and 1.28.0), it says so and takes the fallback, still in place.

@@ -113,12 +113,12 @@ def test_a_mapped_blob_truncated_in_place_kills_the_process_as_documented(fmt: s
     assert done.returncode == -signal.SIGBUS, (done.returncode, done.stdout, done.stderr[-500:])
 
 
-def test_small_ort_models_take_the_byte_path_and_large_ones_are_mapped(tmp_path: Path) -> None:
+def test_small_ort_models_take_the_byte_path_and_large_ones_are_mapped_or_shared(tmp_path: Path) -> None:
     """Below SMALL_ORT_MODEL onnxruntime's own copy is cheaper than a mapping (measured, loadpaths.py)."""
     import onnxruntime
 
     from pipeline.runtime.compat import parse_version
-    from pipeline.runtime.loadpaths import SMALL_ORT_MODEL
+    from pipeline.runtime.loadpaths import ORT_SHARED_VERSIONS, SMALL_ORT_MODEL
 
     small = dense_model(64, 32, batch=1, seed=2, name="small")
     blob = encode_blob(
@@ -129,8 +129,13 @@ def test_small_ort_models_take_the_byte_path_and_large_ones_are_mapped(tmp_path:
     big = dense_model(1024, 1024, batch=1, seed=2, name="big")
     ort = to_ort_format(big.SerializeToString(), tmp_path)
     large = encode_blob(ort, level=3, graph_codec="raw", model_format="ort", **HEADER_DEFAULTS)
-    mapped = parse_version(onnxruntime.__version__) >= (1, 28, 0)
-    assert load_info(session_from_blob(large, providers=CPU)).path == ("ort-mapped" if mapped else "ort-file")
+    installed = parse_version(onnxruntime.__version__)
+    mapped = "ort-mapped" if installed >= (1, 28, 0) else "ort-file"
+    # from memory, its weights are shared in place where that is proven, not copied into the memfd
+    shared = "ort-shared-initializers" if installed in ORT_SHARED_VERSIONS else mapped
+    assert load_info(session_from_blob(large, providers=CPU)).path == shared
+    packed = encode_blob(ort, level=3, graph_codec="zstd", model_format="ort", **HEADER_DEFAULTS)
+    assert load_info(session_from_blob(packed, providers=CPU)).path == mapped  # decoded: nothing to share
 
 
 def test_session_from_blob_takes_an_mmap_and_uses_it_in_place(tmp_path: Path) -> None:

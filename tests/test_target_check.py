@@ -18,7 +18,7 @@ from pipeline.cook.job import RuntimeCheck
 from pipeline.errors import ProfileError
 from pipeline.layout import runtime_check_path
 from pipeline.settings.resolve import load_platforms
-from tests.models import conv_bn_relu_model, relu_model
+from tests.models import conv_bn_relu_model, large_matmul_model, relu_model
 from tests.test_cook import job_for, save, shipped_settings
 
 RUNTIMES_CACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "runtimes"
@@ -77,6 +77,23 @@ def test_the_runtime_check_loads_every_way_a_game_would_in_the_target_version(tm
     # From the blob file too: this net's weights are under MIN_RAW_EXTENT, so zstd, with no raw
     # extent for onnxruntime to map (raw ones are, tests/test_load_paths.py's conv-raw)
     assert paths["file"]["path"] == "onnx-external-initializers"
+
+
+@pytest.mark.slow
+def test_the_runtime_check_proves_an_ort_blobs_weights_are_shared_in_place(tmp_path: Path) -> None:
+    """android's onnxruntime (1.32.0) loads an ORT blob from memory along ort-shared-initializers (an
+    unpromised door): outputs equal to the source, and the caller's weights zeroed change them."""
+    save(large_matmul_model(512, 1024, seed=3), tmp_path / "assets", "wide")
+    platform_dir = cook_all(tmp_path, "android", ["wide"])
+    check = check_for(platform_dir, ["wide"], "1.32.0", Path("platforms/android.yaml"))
+
+    model = run_check(check)["models"]["wide"]
+
+    assert model["ok"], model
+    memory = model["load_paths"]["memory"]
+    assert memory["path"] == "ort-shared-initializers" and memory["error"] is None, memory
+    assert memory["in_place_proof"] == "in place"
+    assert model["load_paths"]["file"]["path"] == "ort-mapped"  # the blob file, mapped whole
 
 
 def test_a_blob_the_target_version_cannot_load_fails_the_check(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import mmap
 import os
 import sys
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,9 @@ from pipeline.layout import CHECKING_MODEL, entry_path, verify_data_path
 from pipeline.runtime import BundleError
 from pipeline.runtime import session_from_blob as _session_from_blob
 from pipeline.runtime.blob import check_blob as _check_blob
+from pipeline.runtime.frames import Frame
 from pipeline.runtime.loadpaths import BlobFile, LoadPath
+from pipeline.runtime.ortweights import shareable_weights
 from pipeline.runtime.session import load_info, session_from_checked
 from pipeline.settings.advice import lower_level_helps, onnx_instead_for, tolerance_for
 
@@ -51,8 +53,9 @@ check_blob = functools.partial(_check_blob, max_model_size=TRUSTED_SIZE)
 
 CPU_ONLY = ["CPUExecutionProvider"]
 # Paths whose in-place use rests on behaviour onnxruntime does not document: proven on every check.
-UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS})
-FALLBACK = LoadPath.ONNX_EXTERNAL_INITIALIZERS  # for the zeroed copy of _prove_in_place
+UNPROMISED = frozenset({LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ORT_SHARED_INITIALIZERS})
+# for the zeroed copy of _prove_in_place: a path that copies the weights, by format
+FALLBACK = {"onnx": LoadPath.ONNX_EXTERNAL_INITIALIZERS, "ort": LoadPath.ORT_BYTES}
 
 
 def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> dict[str, Any]:
@@ -304,9 +307,9 @@ def _prove_in_place(
     before = outputs_of(session)
     if any(not np.array_equal(np.asarray(v), np.asarray(before[k])) for k, v in outputs_of(session).items()):
         return "not observable (the outputs change from run to run: random operators)"
-    weights = [f for f in check_blob(blob).header.frames if f.section == "weights" and f.codec == "raw"]
-    for frame in weights:
-        buffer[frame.data_offset : frame.data_offset + frame.content_size] = bytes(frame.content_size)
+    header = check_blob(blob).header
+    for start, size in _shared_spans(blob, header.frames, path):
+        buffer[start : start + size] = bytes(size)
     after = outputs_of(session)
     changed = any(not np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
     if changed:
@@ -317,12 +320,22 @@ def _prove_in_place(
         check_blob(bytes(buffer), check_raw=False),
         providers=CPU_ONLY,
         low_memory=True,
-        load_path=FALLBACK.value,
+        load_path=FALLBACK[header.model_format].value,
     )
     depends = any(
         not np.array_equal(np.asarray(before[k]), np.asarray(v)) for k, v in outputs_of(zeroed).items()
     )
     return "not in place" if depends else "not observable"
+
+
+def _shared_spans(blob: bytes, frames: Sequence[Frame], path: LoadPath) -> list[tuple[int, int]]:
+    """(offset, size) in the blob of the weights ``path`` hands onnxruntime in place."""
+    if path != LoadPath.ORT_SHARED_INITIALIZERS:
+        raw = [f for f in frames if f.section == "weights" and f.codec == "raw"]
+        return [(f.data_offset, f.content_size) for f in raw]
+    graph = next(f for f in frames if f.section == "graph")
+    model = memoryview(blob)[graph.data_offset : graph.data_offset + graph.content_size]
+    return [(graph.data_offset + w.offset, w.nbytes) for w in shareable_weights(model)]
 
 
 def main(argv: list[str]) -> int:

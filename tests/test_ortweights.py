@@ -1,0 +1,289 @@
+"""The ORT-format weight walk (pipeline/runtime/ortweights.py) and ``ort-shared-initializers``: where
+onnxruntime wrote each weight in its flatbuffer, which weights may be shared (a name a subgraph also
+uses may not), hostile flatbuffers, the memfd's holes, and what happens when something reads them (a
+real plugin EP that compiles weights from the graph, ggml)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from runtime_helpers import HEADER_DEFAULTS, run_in_runtime, run_source, to_ort_format
+
+from pipeline.runtime import load_info, session_from_blob
+from pipeline.runtime.compat import parse_version
+from pipeline.runtime.files import held, memfd_without
+from pipeline.runtime.loadpaths import ORT_SHARED_VERSIONS
+from pipeline.runtime.ortweights import MIN_SHARED_WEIGHT, share_weights, shareable_weights
+from pipeline.runtime.writer import encode_blob
+from tests.models import model_of
+
+CPU = ["CPUExecutionProvider"]
+SHARES_HERE = parse_version(onnxruntime.__version__) in ORT_SHARED_VERSIONS
+
+
+def typed_model() -> onnx.ModelProto:
+    """Weights of several types and sizes, each used so that onnxruntime keeps it."""
+    rng = np.random.default_rng(11)
+    arrays = {
+        "w32": rng.standard_normal((128, 256)).astype(np.float32),  # 128 KiB
+        "w16": rng.standard_normal((256, 256)).astype(np.float16),  # 128 KiB
+        "i32": rng.integers(0, 256, (128, 256)).astype(np.int32),  # 128 KiB
+        "small": rng.standard_normal((256,)).astype(np.float32),  # 1 KiB: copied with the graph
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w32"], ["a"]),
+        helper.make_node("Cast", ["a"], ["a16"], to=TensorProto.FLOAT16),
+        helper.make_node("MatMul", ["a16", "w16"], ["b16"]),
+        helper.make_node("Cast", ["b16"], ["b"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["b", "small"], ["c"]),
+        helper.make_node("Gather", ["c", "i32"], ["g"], axis=1),  # indices onnxruntime cannot fold
+        helper.make_node("ReduceSum", ["g", "axis"], ["y"], keepdims=0),
+    ]
+    inits = [numpy_helper.from_array(a, name) for name, a in arrays.items()]
+    inits.append(numpy_helper.from_array(np.array([2], np.int64), "axis"))
+    graph = helper.make_graph(
+        nodes,
+        "typed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])],
+        inits,
+    )
+    return model_of(graph, opset=17)
+
+
+def branch_model() -> onnx.ModelProto:
+    """An If whose then-branch holds an initializer named like one of the main graph's ("W"), with other
+    values: sharing "W" would hand the branch the main graph's values. "U" is the main graph's alone."""
+    rng = np.random.default_rng(12)
+    main_w, branch_w, u = (rng.standard_normal((128, 128)).astype(np.float32) for _ in range(3))
+
+    def branch(name: str, weight: str, init: np.ndarray | None) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node("MatMul", ["h", weight], [f"{name}_out"])],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [1, 128])],
+            [numpy_helper.from_array(init, weight)] if init is not None else [],
+        )
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["a"]),
+            helper.make_node("MatMul", ["a", "U"], ["h"]),
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["y"],
+                then_branch=branch("then", "W", branch_w),
+                else_branch=branch("else", "U", None),
+            ),
+        ],
+        "branches",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])],
+        [numpy_helper.from_array(main_w, "W"), numpy_helper.from_array(u, "U")],
+    )
+    return model_of(graph, opset=17)
+
+
+def ort_blob(ort_model: bytes, **fields: Any) -> bytes:
+    return encode_blob(
+        ort_model, level=3, graph_codec="raw", model_format="ort", **(HEADER_DEFAULTS | fields)
+    )
+
+
+def test_the_walk_finds_each_weight_where_onnxruntime_wrote_it(tmp_path: Path) -> None:
+    model = typed_model()
+    ort_model = to_ort_format(model.SerializeToString(), tmp_path)
+    sources = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+
+    found = shareable_weights(ort_model)
+
+    assert [w.name for w in found] == sorted(
+        [w.name for w in found], key=lambda name: next(w.offset for w in found if w.name == name)
+    )
+    assert sources["small"].nbytes < MIN_SHARED_WEIGHT <= sources["w32"].nbytes
+    assert {w.name for w in found} == {"w32", "w16", "i32"}  # "small" and "axis" stay in the graph
+    view = memoryview(ort_model)
+    for weight in found:
+        array = weight.view(view)
+        assert array.dtype == sources[weight.name].dtype and array.shape == sources[weight.name].shape
+        assert np.array_equal(array, sources[weight.name]), weight.name
+    every = shareable_weights(ort_model, min_bytes=1)
+    # onnxruntime aligns raw data to 4 bytes: an int64 is offered only where it lies 8-aligned
+    assert {"w32", "w16", "i32", "small"} <= {w.name for w in every} <= {*sources}
+    assert all(w.offset % w.view(view).itemsize == 0 for w in every)
+
+
+def test_a_name_a_subgraph_also_holds_is_never_shared(tmp_path: Path) -> None:
+    model = branch_model()
+    ort_model = to_ort_format(model.SerializeToString(), tmp_path)
+
+    assert [w.name for w in shareable_weights(ort_model)] == ["U"]
+    if not SHARES_HERE:
+        return
+    blob = ort_blob(ort_model + bytes(1 << 20))  # over SMALL_ORT_MODEL: the path is taken
+    x = np.random.default_rng(3).standard_normal((1, 128)).astype(np.float32)
+    session = session_from_blob(blob, providers=CPU)
+    assert load_info(session).path == "ort-shared-initializers"
+    for cond in (True, False):
+        feeds = {"x": x, "cond": np.array(cond)}
+        want = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, feeds)[0]
+        assert np.allclose(session.run(None, feeds)[0], want, rtol=1e-4, atol=1e-4), cond
+
+
+def test_hostile_flatbuffers_give_weights_inside_the_bytes_or_none(tmp_path: Path) -> None:
+    """Bit flips, junk and truncation anywhere: no exception, and every weight offered lies inside
+    the bytes, apart from the others, with the size its type and dims say."""
+    ort_model = to_ort_format(branch_model().SerializeToString(), tmp_path)
+    rng = np.random.default_rng(7)
+    for trial in range(3000):
+        data = bytearray(ort_model)
+        if trial % 3 == 0:
+            data = data[: int(rng.integers(0, len(data)))]
+        else:
+            for _ in range(int(rng.integers(1, 8))):
+                at = int(rng.integers(0, min(len(data), 4096) if trial % 3 == 1 else len(data)))
+                data[at] = int(rng.integers(0, 256))
+        weights = shareable_weights(bytes(data), min_bytes=1)
+        end = 0
+        for weight in weights:
+            assert end <= weight.offset and weight.offset + weight.nbytes <= len(data)
+            end = weight.offset + weight.nbytes
+            assert weight.view(memoryview(bytes(data))).nbytes == weight.nbytes
+    assert shareable_weights(b"") == [] and shareable_weights(b"\xff" * 64) == []
+
+
+def test_the_memfd_holds_only_what_was_written_and_a_read_hole_shows(tmp_path: Path) -> None:
+    """The premise of the check: a hole takes no memory until a mapping reads it, and then it does."""
+    model = memoryview(os.urandom(1 << 20))
+    fd, written = memfd_without(model, [(8192, 512 << 10)])
+    try:
+        assert written < (1 << 20) - (400 << 10)
+        assert os.pread(fd, 16, 0) == bytes(model[:16]) and os.pread(fd, 4, 8192 + 4096) == bytes(4)
+        assert held(fd) == written  # a read() of a hole allocates nothing
+        with mmap.mmap(fd, 1 << 20, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as mapping:
+            assert mapping[8192 + 65536] == 0
+        assert held(fd) > written
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(
+    not SHARES_HERE, reason="the installed onnxruntime is not one ort-shared-initializers is proven on"
+)
+def test_shared_weights_are_the_callers_bytes_and_the_holes_stay_unread(tmp_path: Path) -> None:
+    model = typed_model()
+    ort_model = to_ort_format(model.SerializeToString(), tmp_path)
+    options = onnxruntime.SessionOptions()
+    for key in ("session.use_memory_mapped_ort_model", "session.use_ort_model_bytes_for_initializers"):
+        options.add_session_config_entry(key, "1")
+    options.add_session_config_entry("session.load_model_format", "ORT")
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    buffer = bytearray(ort_model)
+    shared = share_weights(memoryview(buffer), options)
+    assert shared is not None
+    try:
+        session = onnxruntime.InferenceSession(f"/proc/self/fd/{shared.fd}", options, providers=CPU)
+        x = np.random.default_rng(2).standard_normal((1, 128)).astype(np.float32)
+        before = session.run(None, {"x": x})[0]
+        assert np.allclose(before, run_source(model.SerializeToString(), x), rtol=1e-2, atol=1e-2)
+        assert shared.holes_read() is None
+        w32 = next(w for w in shareable_weights(ort_model) if w.name == "w32")
+        buffer[w32.offset : w32.offset + w32.nbytes] = bytes(w32.nbytes)  # the caller's, after the fact
+        assert not np.array_equal(before, session.run(None, {"x": x})[0])
+    finally:
+        os.close(shared.fd)
+
+
+GGML_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from pathlib import Path
+    import numpy as np, onnxruntime, onnxruntime_ggml
+    from pipeline.runtime import SessionCreateError, load_info, session_from_blob
+    from pipeline.runtime import loadpaths, session as loader_session
+
+    folder = Path(sys.argv[2])
+    blob = (folder / "wide.ocb").read_bytes()
+    x, want = np.load(folder / "x.npy"), np.load(folder / "y.npy")
+    library = {onnxruntime_ggml.EP_NAME: onnxruntime_ggml.library_path()}
+    report = {"onnxruntime": onnxruntime.__version__}
+
+    def load(**kwargs):
+        try:
+            session = session_from_blob(blob, ep_libraries=library, **kwargs)
+        except SessionCreateError as exc:
+            return {"error": str(exc)}
+        info = load_info(session)
+        got = session.run(None, {"x": x})[0]
+        return {"path": info.path.value, "refused": info.refused, "providers": session.get_providers(),
+                "error_max": float(np.abs(got - want).max())}
+
+    report["auto"] = load()
+    report["forced"] = load(load_path="ort-shared-initializers")
+    # The loader never picks the door for a plugin EP; made to here, as it would be for an EP that
+    # read the graph's copy with the CPU EP alone, the session is thrown away for ort-mapped.
+    loadpaths.ORT_SHARED_VERSIONS = frozenset({(1, 30, 0)})
+    loader_session._cpu_only = lambda plan: True
+    report["made_to"] = load()
+    report["again"] = load()
+    print(json.dumps(report))
+    """
+)
+
+
+@pytest.mark.slow
+def test_an_ep_that_reads_the_graphs_copy_of_the_weights_never_computes_with_the_holes(
+    tmp_path: Path,
+) -> None:
+    """ggml compiles the weights it takes from the graph's initializers while the session is built:
+    with the weights shared, it would read the memfd's holes (zeros; its outputs all 0, seen). The
+    loader takes ort-mapped for it; forced, the door fails with the reason; and a session that read
+    a hole is thrown away for ort-mapped, remembered for the model's next loads."""
+    rng = np.random.default_rng(4)
+    weight = rng.standard_normal((256, 512)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    model = model_of(graph)
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    ort_model = to_ort_format(model.SerializeToString(), folder)
+    preference = ("ggml", "CPUExecutionProvider")
+    (folder / "wide.ocb").write_bytes(
+        ort_blob(ort_model + bytes(1 << 20), name="wide", execution_providers=preference)
+    )
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", run_source(model.SerializeToString(), x))
+
+    report = run_in_runtime(
+        "1.30.0", tmp_path / "work", ["-c", GGML_PROBE, str(folder)], extras=("onnxruntime-ggml==0.2.0",)
+    )
+
+    tolerance = 5e-2  # ggml keeps weights as float16
+    auto = report["auto"]
+    assert auto["path"] == "ort-mapped" and auto["providers"][0] == "ggml" and auto["error_max"] < tolerance
+    assert "read" in report["forced"]["error"] and "load it along ort-mapped" in report["forced"]["error"]
+    made_to = report["made_to"]
+    assert made_to["path"] == "ort-mapped" and made_to["error_max"] < tolerance, made_to
+    assert "ort-shared-initializers not used" in made_to["refused"]
+    assert report["again"]["path"] == "ort-mapped" and report["again"]["refused"] == made_to["refused"]
