@@ -20,7 +20,7 @@ from runtime_helpers import HEADER_DEFAULTS, run_in_runtime, run_source, to_ort_
 
 from pipeline.runtime import load_info, session_from_blob
 from pipeline.runtime.compat import parse_version
-from pipeline.runtime.files import held, memfd_without
+from pipeline.runtime.files import held, memfd_unit, memfd_without
 from pipeline.runtime.loadpaths import ORT_SHARED_VERSIONS
 from pipeline.runtime.ortweights import MIN_SHARED_WEIGHT, share_weights, shareable_weights
 from pipeline.runtime.writer import encode_blob
@@ -167,8 +167,12 @@ def test_hostile_flatbuffers_give_weights_inside_the_bytes_or_none(tmp_path: Pat
 
 
 def test_the_memfd_holds_only_what_was_written_and_a_read_hole_shows(tmp_path: Path) -> None:
-    """The premise of the check: a hole takes no memory until a mapping reads it, and then it does."""
+    """The premise of the check: a hole takes no memory until a mapping reads it, and then it does;
+    where the kernel gives memfds huge pages (a write would cover a hole's edges) there is no door."""
     model = memoryview(os.urandom(1 << 20))
+    if memfd_unit() > mmap.PAGESIZE:
+        assert share_weights(model, onnxruntime.SessionOptions()) is None
+        return
     fd, written = memfd_without(model, [(8192, 512 << 10)])
     try:
         assert written < (1 << 20) - (400 << 10)

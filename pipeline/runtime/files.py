@@ -5,6 +5,7 @@ model no blob file holds first (``loadpaths.py``)."""
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import mmap
 import os
@@ -109,6 +110,19 @@ def memfd_without(model: memoryview, holes: Sequence[tuple[int, int]]) -> tuple[
     except BaseException:
         os.close(fd)
         raise
+
+
+@functools.cache
+def memfd_unit() -> int:
+    """The memory a memfd takes for one byte written: a page, or more where the kernel gives memfds
+    huge pages (``shmem_enabled``), which would cover the edges of holes (``memfd_without``)."""
+    fd = os.memfd_create("onnx-cooker-probe", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, 4 << 20)
+        os.pwrite(fd, b"\1", 1 << 20)
+        return held(fd)
+    finally:
+        os.close(fd)
 
 
 def held(fd: int) -> int:

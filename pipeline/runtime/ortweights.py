@@ -16,6 +16,7 @@ verifier judges it). A weight is offered only if its name is an initializer once
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime
 
-from .files import held, memfd_without
+from .files import held, memfd_unit, memfd_without
 from .sections import TENSOR_DTYPES
 
 # Smaller weights are copied with the graph: an OrtValue and add_initializer cost about 20 us, the
@@ -223,6 +224,8 @@ def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> Sha
     """Share the weights of the ORT flatbuffer ``model`` (the caller's memory) in place through
     ``options``, and write the rest into a memfd for onnxruntime to map; None if there is nothing
     worth sharing. Weights whose address is not aligned to their type stay in the memfd."""
+    if memfd_unit() > mmap.PAGESIZE:
+        return None  # a huge page written around a hole would hide a read of it: no check, no door
     weights = [w for w in shareable_weights(model) if _aligned(model, w)]
     if not weights:
         return None
