@@ -119,7 +119,8 @@ def test_the_whole_content_crc_is_combined_from_the_pieces_and_damage_still_name
     against a CRC-32 combined from the header's piece CRC-32s (zlib's crc32_combine arithmetic)."""
     import zlib
 
-    from pipeline.runtime.frames import RAW_CRC_PIECE, whole_crcs
+    from pipeline.runtime.frames import RAW_CRC_PIECE
+    from pipeline.runtime.rawcheck import whole_crcs
 
     rows, columns = 2048, 2560  # 20 MiB: two whole pieces and a short last one
     assert rows * columns * 4 > 2 * RAW_CRC_PIECE and (rows * columns * 4) % RAW_CRC_PIECE

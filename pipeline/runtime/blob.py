@@ -42,7 +42,6 @@ from .errors import (
 from .frames import (
     Frame,
     check_frames,
-    check_whole,
     decode_frame,
     decode_into,
     default_threads,
@@ -52,6 +51,7 @@ from .frames import (
     check_raw as check_raw_frames,
 )
 from .header import _TRAILER, TRAILER_MAGIC, TRAILER_SIZE, BlobHeader, _header_start, read_header
+from .rawcheck import Beside, check_whole
 from .sections import TENSOR_DTYPES, TensorRef
 
 # A graph of one zstd frame up to this size is decoded in one call (frames.decode_frame): a load's
@@ -244,6 +244,13 @@ class CheckedBlob:
             return
         with memoryview(self._source) as whole, whole.cast("B") as view:
             check_whole(view, expected, self.header.frames, self.where)
+
+    def check_beside(self) -> Beside | None:
+        """``check_raw`` piece by piece on a thread, which ``result()`` joins (``rawcheck.Beside``)."""
+        if self.header.version == LEGACY_BLOB_FORMAT_VERSION:
+            return None
+        view = memoryview(self._source).cast("B")
+        return Beside(view, self.header.frames, self.where, release=view.release)
 
     def weights_contiguous(self) -> bool:
         """Whether ``weight_segments`` gives one buffer, known without decoding anything: always in

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import zstandard
 
-from .errors import ChecksumMismatchError, CorruptBlobError, TruncatedBlobError
+from .errors import ChecksumMismatchError, TruncatedBlobError
 
 # Skippable-frame magics are 0x184D2A50..0x184D2A5F; 0x184D2A5E is the header (blob.py).
 RAW_MAGIC = 0x184D2A5F
@@ -130,95 +130,32 @@ def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
             raise ChecksumMismatchError(f"{label} does not match its header (damaged or modified)")
 
 
-def check_raw(data: memoryview, frames: Sequence[Frame], where: str, threads: int | None) -> None:
-    """Compare the CRC-32 of every piece of every raw frame's content with the header's, in parallel."""
-    pieces = [
-        (index, frame, piece)
-        for index, frame in enumerate(frames)
+def raw_pieces(frames: Sequence[Frame]) -> list[tuple[int, Frame, int]]:
+    """(frame index, frame, piece) for every piece of every raw frame's content."""
+    return [
+        (i, frame, piece)
+        for i, frame in enumerate(frames)
         if frame.codec == "raw"
         for piece in range(len(frame.crcs))
     ]
 
-    def one(index: int) -> None:
-        place, frame, piece = pieces[index]
-        start = frame.data_offset + piece * RAW_CRC_PIECE
-        end = min(start + RAW_CRC_PIECE, frame.data_offset + frame.content_size)
-        if zlib.crc32(data[start:end]) != frame.crcs[piece]:
-            raise ChecksumMismatchError(
-                f"{_label(frames, place, where)} is damaged: CRC-32 of its content bytes "
-                f"{start - frame.data_offset:,} to "
-                f"{end - frame.data_offset:,} differs from the header's"
-            )
 
-    run_parallel(one, range(len(pieces)), threads)
-
-
-def whole_crcs(frames: Sequence[Frame], where: str = "blob") -> list[tuple[Frame, int]]:
-    """Each raw frame with the CRC-32 of its whole content, combined from its pieces' CRC-32s (as
-    zlib's ``crc32_combine``: no byte is read). For ``check_whole``."""
-    found = []
-    for frame in frames:
-        if frame.codec != "raw":
-            continue
-        if len(frame.crcs) != crc_count(frame.content_size):  # the layout check refuses it first
-            raise CorruptBlobError(f"{where}: a raw {frame.section} frame lists the wrong number of CRC-32s")
-        crc = frame.crcs[0] if frame.crcs else 0
-        for piece in range(1, len(frame.crcs)):
-            length = min(RAW_CRC_PIECE, frame.content_size - piece * RAW_CRC_PIECE)
-            shift = _X8_PIECE if length == RAW_CRC_PIECE else _x8nmodp(length)
-            crc = _multmodp(shift, crc) ^ frame.crcs[piece]
-        found.append((frame, crc))
-    return found
+def check_piece(data: memoryview, frames: Sequence[Frame], where: str, piece: tuple[int, Frame, int]) -> None:
+    """Compare the CRC-32 of one piece of raw content (``raw_pieces``) with the header's."""
+    place, frame, number = piece
+    start = frame.data_offset + number * RAW_CRC_PIECE
+    end = min(start + RAW_CRC_PIECE, frame.data_offset + frame.content_size)
+    if zlib.crc32(data[start:end]) != frame.crcs[number]:
+        raise ChecksumMismatchError(
+            f"{_label(frames, place, where)} is damaged: CRC-32 of its content bytes "
+            f"{start - frame.data_offset:,} to {end - frame.data_offset:,} differs from the header's"
+        )
 
 
-def check_whole(
-    data: memoryview, expected: Sequence[tuple[Frame, int]], frames: Sequence[Frame], where: str
-) -> None:
-    """``check_raw`` in one ``zlib.crc32`` call per raw frame (``expected`` from ``whole_crcs``):
-    zlib releases the GIL for the whole call, so the check runs beside an onnxruntime that holds the
-    GIL while it builds a session (1.24.4 and 1.28.0 do: a check piece by piece would wait for it).
-    On a mismatch, ``check_raw`` names the damaged piece."""
-    for frame, crc in expected:
-        if zlib.crc32(data[frame.data_offset : frame.data_offset + frame.content_size]) != crc:
-            check_raw(data, frames, where, 1)
-            raise ChecksumMismatchError(
-                f"{where}: the CRC-32 of its raw {frame.section} differs from the header's"
-            )
-
-
-# CRC-32 arithmetic, as zlib's crc32_combine does it: polynomials over GF(2) with bit 31 the x^0
-# term (CRC-32 is bit-reflected), multiplied modulo the CRC-32 polynomial.
-_CRC_POLY = 0xEDB88320
-
-
-def _multmodp(a: int, b: int) -> int:
-    """a(x) * b(x) modulo the CRC-32 polynomial."""
-    m, product = 1 << 31, 0
-    while True:
-        if a & m:
-            product ^= b
-            if a & (m - 1) == 0:
-                return product
-        m >>= 1
-        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1
-
-
-def _x8nmodp(n: int) -> int:
-    """x^(8n) modulo the CRC-32 polynomial: appending n zero bytes to a message multiplies its CRC
-    (pre- and post-conditioning aside) by it."""
-    product, square = 1 << 31, _X8
-    while n:
-        if n & 1:
-            product = _multmodp(square, product)
-        n >>= 1
-        square = _multmodp(square, square)
-    return product
-
-
-_X8 = 1 << 30  # x^1, squared three times: x^8
-for _ in range(3):
-    _X8 = _multmodp(_X8, _X8)
-_X8_PIECE = _x8nmodp(RAW_CRC_PIECE)
+def check_raw(data: memoryview, frames: Sequence[Frame], where: str, threads: int | None) -> None:
+    """Compare the CRC-32 of every piece of every raw frame's content with the header's, in parallel."""
+    pieces = raw_pieces(frames)
+    run_parallel(lambda index: check_piece(data, frames, where, pieces[index]), range(len(pieces)), threads)
 
 
 def decode_into(
@@ -287,29 +224,6 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     if context is None:
         context = _LOCAL.decompressor = zstandard.ZstdDecompressor()
     return context
-
-
-class Background:
-    """``task()`` on a thread of its own (not the decoding pool: the task itself uses that pool)."""
-
-    def __init__(self, task: Callable[[], None]) -> None:
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                task()
-            except BaseException as exc:  # handed to result(), on the caller's thread
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="onnx-cooker-crc", daemon=True)
-        self._thread.start()
-
-    def result(self) -> None:
-        """Wait for the task; raise what it raised."""
-        self._thread.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
 
 
 def run_parallel(task: Callable[[int], None], indices: range, threads: int | None) -> None:

@@ -15,9 +15,9 @@ from .compat import format_version, parse_version
 from .devices import CPU, DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
-from .frames import Background, whole_crcs
 from .header import BlobHeader
 from .loadpaths import (
+    GIL_RELEASED_SINCE,
     NULL_FILE,
     NULL_FOLDER,
     BlobFile,
@@ -30,6 +30,7 @@ from .loadpaths import (
 from .memblob import MemoryBlob
 from .options import session_options_for as session_options_for  # re-exported
 from .pager import create_session
+from .rawcheck import Background, whole_crcs
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -137,12 +138,15 @@ def session_from_blob(
         checked.check_raw()
         return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
     # Without prepacking onnxruntime is done in a millisecond and the check is all that is left:
-    # every core for it. Else one core beside onnxruntime's packing, in one zlib call per raw
-    # section: zlib lets go of the GIL for the whole call, and onnxruntime 1.24.4 and 1.28.0 hold
-    # the GIL while they build a session (a check piece by piece would wait for the whole build).
+    # every core for it. Else a thread beside onnxruntime's build: from 1.32, which lets go of the
+    # GIL, piece by piece, and the caller's thread takes the pieces left once the session is made;
+    # before, in one zlib call per raw section: zlib lets go of the GIL for the whole call, and
+    # onnxruntime 1.24.4 and 1.28.0 hold the GIL while they build a session (a check piece by piece
+    # would wait for the whole build).
     if low_memory:
         crc = Background(lambda: checked.check_raw(threads=None))
-    else:
+    elif parse_version(onnxruntime.__version__) >= GIL_RELEASED_SINCE and (beside := checked.check_beside()):
+        crc = beside  # piece by piece: what the build does not hide, both cores finish
         expected = whole_crcs(checked.header.frames, checked.where)  # arithmetic: reads no byte
         crc = Background(lambda: checked.check_whole(expected))
     try:
