@@ -147,6 +147,7 @@ def session_from_blob(
         crc = Background(lambda: checked.check_raw(threads=None))
     elif parse_version(onnxruntime.__version__) >= GIL_RELEASED_SINCE and (beside := checked.check_beside()):
         crc = beside  # piece by piece: what the build does not hide, both cores finish
+    else:
         expected = whole_crcs(checked.header.frames, checked.where)  # arithmetic: reads no byte
         crc = Background(lambda: checked.check_whole(expected))
     try:
