@@ -6,6 +6,7 @@ Speeds are never asserted: the machine is shared and noisy, and quick mode uses 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -79,6 +80,16 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> str:
     return quick_bench("bench", tmp_path_factory.mktemp("bench"), "onnx-cooker-bench-")
 
 
+def _why(stderr: str) -> str:
+    """The first paragraph that names a failure (the doit summary lists failed models far from
+    their reasons), then the end of the output."""
+    lines = stderr.splitlines()
+    failing = (i for i, line in enumerate(lines) if re.search(r"error|failed|traceback", line, re.I))
+    first = next(failing, None)
+    head = "\n".join(lines[first : first + 40]) + "\n...\n" if first is not None else ""
+    return head + stderr[-2000:]
+
+
 def quick_bench(module: str, tmp: Path, prefix: str) -> str:
     """``python -m <module> --quick`` in a subprocess; the report it wrote. Its temporary folder
     (``<prefix>*``) must be gone afterwards."""
@@ -96,7 +107,7 @@ def quick_bench(module: str, tmp: Path, prefix: str) -> str:
         text=True,
         timeout=900,
     )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.returncode == 0, _why(completed.stderr)
     leftovers = [path.name for path in tmp.iterdir() if path.name.startswith(prefix)]
     assert not leftovers, f"the temporary folder was not removed: {leftovers}"
     return output.read_text(encoding="utf-8")

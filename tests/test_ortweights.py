@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import HEADER_DEFAULTS, run_in_runtime, run_source, to_ort_format
 
-from pipeline.runtime import load_info, session_from_blob
+from pipeline.runtime import SessionCreateError, load_info, session_from_blob
 from pipeline.runtime.compat import parse_version
 from pipeline.runtime.files import held, memfd_unit, memfd_without
 from pipeline.runtime.loadpaths import ORT_SHARED_VERSIONS
@@ -166,6 +167,122 @@ def test_hostile_flatbuffers_give_weights_inside_the_bytes_or_none(tmp_path: Pat
     assert shareable_weights(b"") == [] and shareable_weights(b"\xff" * 64) == []
 
 
+class Flatbuffer:
+    """A forward-only flatbuffer writer for hand-made (hostile) ORT models: tables with int32 scalars
+    and references, vectors of references, bytes and int64s, strings; references by key, patched
+    when the buffer is finished (a key may be referenced any number of times)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray(8)  # the root's uoffset, then the file identifier's room
+        self.patches: list[tuple[int, str]] = []
+        self.where: dict[str, int] = {}
+
+    def _align(self, step: int = 8) -> None:
+        self.data += bytes(-len(self.data) % step)
+
+    def table(
+        self, key: str, fields: int, scalars: dict[int, int] | None = None, refs: dict[int, str] | None = None
+    ) -> None:
+        scalars, refs = scalars or {}, refs or {}
+        self._align()
+        vtable = len(self.data)
+        self.data += struct.pack("<HH", 4 + 2 * fields, 4 + 4 * fields) + bytes(2 * fields)
+        self._align()
+        table = self.where[key] = len(self.data)
+        self.data += struct.pack("<i", table - vtable) + bytes(4 * fields)
+        for index in {*scalars, *refs}:
+            struct.pack_into("<H", self.data, vtable + 4 + 2 * index, 4 + 4 * index)
+            if index in scalars:
+                struct.pack_into("<i", self.data, table + 4 + 4 * index, scalars[index])
+            else:
+                self.patches.append((table + 4 + 4 * index, refs[index]))
+
+    def refs(self, key: str, keys: list[str]) -> None:
+        self._align()
+        start = self.where[key] = len(self.data)
+        self.data += struct.pack("<I", len(keys)) + bytes(4 * len(keys))
+        self.patches += [(start + 4 + 4 * k, target) for k, target in enumerate(keys)]
+
+    def raw(self, key: str, payload: bytes) -> None:
+        self._align(16)
+        self.data += bytes(12)  # the payload 16-aligned, after its length
+        self.where[key] = len(self.data)
+        self.data += struct.pack("<I", len(payload)) + payload
+
+    def int64s(self, key: str, values: list[int]) -> None:
+        self._align()
+        self.data += bytes(4)
+        self.where[key] = len(self.data)
+        self.data += struct.pack(f"<I{len(values)}q", len(values), *values)
+
+    def string(self, key: str, text: str) -> None:
+        self.raw(key, text.encode() + b"\0")
+        struct.pack_into("<I", self.data, self.where[key], len(text.encode()))
+
+    def finish(self, root: str) -> bytes:
+        struct.pack_into("<I", self.data, 0, self.where[root])
+        self.data[4:8] = b"ORTM"
+        for at, key in self.patches:
+            struct.pack_into("<I", self.data, at, self.where[key] - at)
+        return bytes(self.data)
+
+
+def hand_made(
+    main: list[str], branch: list[str], *, branches: int = 1, shared_branch: bool = False, alias: bool = False
+) -> bytes:
+    """An ORT-format model by hand: float32 [128, 128] initializers named ``main`` in the main graph;
+    one node with ``branches`` GRAPH attributes, each a subgraph holding ``branch`` initializers (all
+    one table where ``shared_branch``); ``alias``: the node also has a tensor attribute whose raw
+    bytes are the first main initializer's."""
+    fb = Flatbuffer()
+    fb.table("root", 4, refs={1: "model"})
+    fb.table("model", 10, refs={7: "graph"})
+    fb.table("graph", 9, refs={0: "inits", 2: "nodes"})
+    fb.refs("inits", [f"main{i}" for i in range(len(main))])
+    graphs = ["sub0"] * branches if shared_branch else [f"sub{b}" for b in range(branches)]
+    attributes = [f"attr{b}" for b in range(branches)] + (["alias"] if alias else [])
+    fb.refs("nodes", ["node"])
+    fb.table("node", 13, refs={10: "attrs"})
+    fb.refs("attrs", attributes)
+    for b, graph in enumerate(graphs):
+        fb.table(f"attr{b}", 13, scalars={2: 5}, refs={7: graph})
+    if alias:
+        fb.table("alias", 13, scalars={2: 4}, refs={6: "alias_tensor"})
+        fb.table("alias_tensor", 7, scalars={3: 1}, refs={0: "main0_name", 2: "dims", 4: "main0_raw"})
+    for graph in dict.fromkeys(graphs):
+        fb.table(graph, 9, refs={0: f"{graph}_inits"})
+        fb.refs(f"{graph}_inits", [f"{graph}_t{i}" for i in range(len(branch))])
+        for i, name in enumerate(branch):
+            fb.table(
+                f"{graph}_t{i}", 7, scalars={3: 1}, refs={0: f"{graph}_n{i}", 2: "dims", 4: f"{graph}_r{i}"}
+            )
+            fb.string(f"{graph}_n{i}", name)
+            fb.raw(f"{graph}_r{i}", bytes(128 * 128 * 4))
+    for i, name in enumerate(main):
+        fb.table(f"main{i}", 7, scalars={3: 1}, refs={0: f"main{i}_name", 2: "dims", 4: f"main{i}_raw"})
+        fb.string(f"main{i}_name", name)
+        fb.raw(f"main{i}_raw", np.full((128, 128), i + 1, np.float32).tobytes())
+    fb.int64s("dims", [128, 128])  # last: references only go forward
+    return fb.finish("root")
+
+
+def test_hand_made_models_share_what_onnxruntime_would_replace_and_nothing_else() -> None:
+    names = lambda model: [w.name for w in shareable_weights(model)]  # noqa: E731
+    assert names(hand_made(["W", "U"], ["V"], branches=2)) == ["W", "U"]
+    model = hand_made(["W", "U"], [])
+    assert np.array_equal(
+        shareable_weights(model)[1].view(memoryview(model)), np.full((128, 128), 2, np.float32)
+    )
+    # onnxruntime (and its Python binding) reads names up to a NUL: "W\0x" in a subgraph is "W"
+    assert names(hand_made(["W", "U"], ["W\0x"])) == ["U"]
+    assert names(hand_made(["W\0x", "U"], [])) == ["U"]
+    # another tensor whose raw bytes are a weight's would read its hole, unseen
+    assert names(hand_made(["W", "U"], [], alias=True)) == ["U"]
+    # a subgraph reached twice: onnxruntime's writer never shares a table; a walk that followed
+    # every reference would take 2^32 steps for 32 nested levels of two such attributes
+    assert names(hand_made(["W", "U"], ["V"], branches=2, shared_branch=True)) == []
+
+
 def test_the_memfd_holds_only_what_was_written_and_a_read_hole_shows(tmp_path: Path) -> None:
     """The premise of the check: a hole takes no memory until a mapping reads it, and then it does;
     where the kernel gives memfds huge pages (a write would cover a hole's edges) there is no door."""
@@ -206,15 +323,35 @@ def test_shared_weights_are_the_callers_bytes_and_the_holes_stay_unread(tmp_path
         assert np.allclose(before, run_source(model.SerializeToString(), x), rtol=1e-2, atol=1e-2)
         assert shared.holes_read() is None
         w32 = next(w for w in shareable_weights(ort_model) if w.name == "w32")
+        # a hole is the whole pages inside a weight: its first and last bytes are in the memfd
+        assert os.pread(shared.fd, 16, w32.offset) == bytes(buffer[w32.offset : w32.offset + 16])
+        end = w32.offset + w32.nbytes
+        assert os.pread(shared.fd, 16, end - 16) == bytes(buffer[end - 16 : end])
         buffer[w32.offset : w32.offset + w32.nbytes] = bytes(w32.nbytes)  # the caller's, after the fact
         assert not np.array_equal(before, session.run(None, {"x": x})[0])
     finally:
         os.close(shared.fd)
 
 
+@pytest.mark.skipif(
+    not SHARES_HERE, reason="the installed onnxruntime is not one ort-shared-initializers is proven on"
+)
+def test_the_callers_session_options_are_never_given_shared_weights(tmp_path: Path) -> None:
+    """They would keep bare pointers to the values after the load (a second load with them would add
+    the same names again, or compute with another blob's weights)."""
+    ort_model = to_ort_format(typed_model().SerializeToString(), tmp_path)
+    blob = ort_blob(ort_model + bytes(1 << 20))
+    assert load_info(session_from_blob(blob, providers=CPU)).path == "ort-shared-initializers"
+    options = onnxruntime.SessionOptions()
+    for _ in range(2):  # the same options twice: nothing of the first load's is left in them
+        assert load_info(session_from_blob(blob, providers=CPU, session_options=options)).path == "ort-mapped"
+    with pytest.raises(SessionCreateError, match="not to the caller's"):
+        session_from_blob(blob, providers=CPU, session_options=options, load_path="ort-shared-initializers")
+
+
 GGML_PROBE = textwrap.dedent(
     """
-    import json, sys
+    import json, mmap, sys
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
     import numpy as np, onnxruntime, onnxruntime_ggml
@@ -245,6 +382,16 @@ GGML_PROBE = textwrap.dedent(
     loader_session._cpu_only = lambda plan: True
     report["made_to"] = load()
     report["again"] = load()
+    # the fallback session still uses the shared values over the caller's buffer: it keeps it
+    loader_session._REFUSED.clear()
+    with open(folder / "wide.ocb", "rb") as stream:
+        mapping = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    session = session_from_blob(mapping, ep_libraries=library)
+    try:
+        mapping.close()
+        report["kept"] = False
+    except BufferError:
+        report["kept"] = load_info(session).path.value
     print(json.dumps(report))
     """
 )
@@ -286,8 +433,9 @@ def test_an_ep_that_reads_the_graphs_copy_of_the_weights_never_computes_with_the
     tolerance = 5e-2  # ggml keeps weights as float16
     auto = report["auto"]
     assert auto["path"] == "ort-mapped" and auto["providers"][0] == "ggml" and auto["error_max"] < tolerance
-    assert "read" in report["forced"]["error"] and "load it along ort-mapped" in report["forced"]["error"]
+    assert "proven for the CPU EP alone" in report["forced"]["error"]
     made_to = report["made_to"]
     assert made_to["path"] == "ort-mapped" and made_to["error_max"] < tolerance, made_to
     assert "ort-shared-initializers not used" in made_to["refused"]
     assert report["again"]["path"] == "ort-mapped" and report["again"]["refused"] == made_to["refused"]
+    assert report["kept"] == "ort-mapped"

@@ -336,7 +336,8 @@ def _prepare_ort(
             keep=shared.keep,
             cleanup=[lambda: os.close(shared.fd)],
             # the same options, the memfd whole: whatever reads the graph's copy reads the weights
-            fallback=lambda: _whole_memfd(checked),
+            # (the options keep the shared values: the session uses them, so they stay kept)
+            fallback=lambda: replace(_whole_memfd(checked), keep=shared.keep),
             fallback_path=LoadPath.ORT_MAPPED,
             distrust=shared.holes_read,
         )

@@ -105,7 +105,7 @@ class _Reader:
     def tables(self, table: int, index: int) -> list[int]:
         first, count = self.vector(table, index, 4)
         self.items += count
-        if self.items > _MAX_ITEMS:
+        if self.items > min(_MAX_ITEMS, self.size // 4):
             raise _Malformed
         return [first + 4 * k + self.u32(first + 4 * k) for k in range(count)]
 
@@ -132,69 +132,110 @@ def shareable_weights(
 ) -> list[OrtWeight]:
     """The main graph's initializers of ``min_bytes`` or more that can be shared in place, by offset;
     [] for a flatbuffer this reader does not follow (onnxruntime then gets the model whole)."""
-    reader = _Reader(memoryview(model).cast("B"))
-    names: dict[str, int] = {}
-    main: list[int] = []
+    walk = _Walk(_Reader(memoryview(model).cast("B")))
     try:
-        root = reader.u32(0)
-        graph = reader.target(reader.target(root, 1), 7)
+        root = walk.reader.u32(0)
+        graph = walk.reader.target(walk.reader.target(root, 1), 7)
         if not graph:
             return []
-        _collect(reader, graph, names, main, 0)
-        weights = [w for t in main if (w := _weight(reader, t, names, min_bytes)) is not None]
+        walk.graph(graph, 0)
+        weights = [w for t in walk.main if (w := walk.weight(t, min_bytes)) is not None]
     except (_Malformed, struct.error, OverflowError, ValueError):
         return []
-    weights.sort(key=lambda w: w.offset)
-    if any(a.offset + a.nbytes > b.offset for a, b in zip(weights, weights[1:], strict=False)):
-        return []  # overlapping tensors: not what onnxruntime writes
-    return weights
+    overlapped = _overlapped(walk.spans)
+    return sorted(
+        (w for w in weights if (w.offset, w.offset + w.nbytes) not in overlapped), key=lambda w: w.offset
+    )
 
 
-def _collect(reader: _Reader, graph: int, names: dict[str, int], main: list[int], depth: int) -> None:
-    """Count every initializer name of ``graph`` and its subgraphs; the main graph's tensors to ``main``."""
-    if depth > _MAX_DEPTH:
-        raise _Malformed
-    for tensor in reader.tables(graph, 0):
+def _overlapped(spans: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The raw-bytes spans another span overlaps (onnxruntime never writes such a model; in one that
+    did, another tensor could read a weight's hole in place, unseen)."""
+    found: set[tuple[int, int]] = set()
+    widest: tuple[int, int] | None = None
+    for span in sorted(spans):
+        if widest is not None and span[0] < widest[1]:
+            found |= {span, widest}
+        if widest is None or span[1] > widest[1]:
+            widest = span
+    return found
+
+
+class _Walk:
+    """One pass over the model's graphs: every tensor name (as onnxruntime reads it: up to a NUL),
+    every tensor's raw-bytes span, the main graph's initializers. A table reached twice (hostile:
+    onnxruntime's writer never shares one) ends the walk, so it is linear in the bytes."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        self.names: dict[str, int] = {}
+        self.spans: list[tuple[int, int]] = []
+        self.main: list[int] = []
+        self.seen: set[int] = set()
+
+    def visit(self, table: int) -> int:
+        if table in self.seen:
+            raise _Malformed
+        self.seen.add(table)
+        return table
+
+    def tensor(self, tensor: int) -> None:
+        name = self.reader.string(self.visit(tensor), 0) or ""
+        key = name.split("\0", 1)[0]
+        self.names[key] = self.names.get(key, 0) + 1
+        first, count = self.reader.vector(tensor, 4, 1)
+        if first:
+            self.spans.append((first, first + count))
+
+    def graph(self, graph: int, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise _Malformed
+        reader = self.reader
+        self.visit(graph)
+        for tensor in reader.tables(graph, 0):
+            self.tensor(tensor)
+            if depth == 0:
+                self.main.append(tensor)
+        for sparse in reader.tables(graph, 7):
+            self.visit(sparse)
+            for part in (0, 1):
+                if tensor := reader.target(sparse, part):
+                    self.tensor(tensor)
+        for node in reader.tables(graph, 2):
+            for attribute in reader.tables(self.visit(node), 10):
+                kind = reader.int32(self.visit(attribute), 2)
+                if tensor := reader.target(attribute, 6):
+                    self.tensor(tensor)
+                for tensor in reader.tables(attribute, 11):
+                    self.tensor(tensor)
+                if kind == _ATTRIBUTE_GRAPH and (subgraph := reader.target(attribute, 7)):
+                    self.graph(subgraph, depth + 1)
+                elif kind == _ATTRIBUTE_GRAPHS:
+                    for subgraph in reader.tables(attribute, 12):
+                        self.graph(subgraph, depth + 1)
+
+    def weight(self, tensor: int, min_bytes: int) -> OrtWeight | None:
+        reader = self.reader
         name = reader.string(tensor, 0)
-        names[name or ""] = names.get(name or "", 0) + 1
-        if depth == 0:
-            main.append(tensor)
-    for sparse in reader.tables(graph, 7):
-        for part in (0, 1):
-            tensor = reader.target(sparse, part)
-            name = reader.string(tensor, 0) if tensor else None
-            names[name or ""] = names.get(name or "", 0) + 1
-    for node in reader.tables(graph, 2):
-        for attribute in reader.tables(node, 10):
-            kind = reader.int32(attribute, 2)
-            if kind == _ATTRIBUTE_GRAPH and (subgraph := reader.target(attribute, 7)):
-                _collect(reader, subgraph, names, main, depth + 1)
-            elif kind == _ATTRIBUTE_GRAPHS:
-                for subgraph in reader.tables(attribute, 12):
-                    _collect(reader, subgraph, names, main, depth + 1)
-
-
-def _weight(reader: _Reader, tensor: int, names: dict[str, int], min_bytes: int) -> OrtWeight | None:
-    name = reader.string(tensor, 0)
-    elem_type = reader.int32(tensor, 3)
-    if not name or names.get(name) != 1 or elem_type not in TENSOR_DTYPES:
-        return None
-    first, nbytes = reader.vector(tensor, 4, 1)
-    if not first or nbytes < max(min_bytes, 1):
-        return None
-    dims_at, rank = reader.vector(tensor, 2, 8)
-    if rank > 64:
-        return None
-    dims = struct.unpack_from(f"<{rank}q", reader.data, dims_at) if rank else ()
-    itemsize = np.dtype(TENSOR_DTYPES[elem_type]).itemsize
-    count = 1
-    for dim in dims:
-        if dim < 0:
+        elem_type = reader.int32(tensor, 3)
+        if not name or "\0" in name or self.names.get(name) != 1 or elem_type not in TENSOR_DTYPES:
             return None
-        count *= dim
-    if count * itemsize != nbytes or first % itemsize:
-        return None  # onnxruntime refuses or copies such a tensor: it stays in the graph
-    return OrtWeight(name, elem_type, tuple(dims), first, nbytes)
+        first, nbytes = reader.vector(tensor, 4, 1)
+        if not first or nbytes < max(min_bytes, 1):
+            return None
+        dims_at, rank = reader.vector(tensor, 2, 8)
+        if rank > 64:
+            return None
+        dims = struct.unpack_from(f"<{rank}q", reader.data, dims_at) if rank else ()
+        itemsize = np.dtype(TENSOR_DTYPES[elem_type]).itemsize
+        count = 1
+        for dim in dims:
+            if dim < 0:
+                return None
+            count *= dim
+        if count * itemsize != nbytes or first % itemsize:
+            return None  # onnxruntime refuses or copies such a tensor: it stays in the graph
+        return OrtWeight(name, elem_type, tuple(dims), first, nbytes)
 
 
 @dataclass
@@ -223,13 +264,18 @@ class SharedModel:
 def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> SharedModel | None:
     """Share the weights of the ORT flatbuffer ``model`` (the caller's memory) in place through
     ``options``, and write the rest into a memfd for onnxruntime to map; None if there is nothing
-    worth sharing. Weights whose address is not aligned to their type stay in the memfd."""
-    if memfd_unit() > mmap.PAGESIZE:
+    worth sharing. Weights whose address is not aligned to their type stay in the memfd.
+
+    A hole is the whole pages inside a weight: the bytes around them are written, so a read of any
+    byte of a weight either gets the weight's own bytes or gives a hole a page (``holes_read``)."""
+    page = mmap.PAGESIZE
+    if memfd_unit() > page:
         return None  # a huge page written around a hole would hide a read of it: no check, no door
     weights = [w for w in shareable_weights(model) if _aligned(model, w)]
     if not weights:
         return None
-    fd, written = memfd_without(model, [(w.offset, w.nbytes) for w in weights])
+    holes = [(_up(w.offset, page), _down(w.offset + w.nbytes, page)) for w in weights]
+    fd, written = memfd_without(model, [(start, end - start) for start, end in holes if end > start])
     keep: list[object] = []
     try:
         for weight in weights:
@@ -240,6 +286,14 @@ def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> Sha
         os.close(fd)
         raise
     return SharedModel(fd, keep, written)
+
+
+def _up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def _down(value: int, step: int) -> int:
+    return value // step * step
 
 
 def _aligned(model: memoryview, weight: OrtWeight) -> bool:

@@ -117,11 +117,12 @@ class Beside:
         self._pieces = iter(raw_pieces(frames))
         self._lock = threading.Lock()
         self._errors: list[BaseException] = []
+        self._stop = False
         self._thread = threading.Thread(target=self._work, name="onnx-cooker-crc", daemon=True)
         self._thread.start()
 
     def _work(self) -> None:
-        while not self._errors:
+        while not self._errors and not self._stop:
             with self._lock:
                 piece = next(self._pieces, None)
             if piece is None:
@@ -132,10 +133,22 @@ class Beside:
                 self._errors.append(exc)
 
     def result(self) -> None:
-        """Check what is left with the thread; wait for it; raise the first error."""
-        self._work()
-        self._thread.join()
-        self._release()
+        """Check what is left with the thread; wait for it; raise the first error (an interrupt of
+        the caller's own, such as KeyboardInterrupt, first of all)."""
+        try:
+            while not self._errors:
+                with self._lock:
+                    piece = next(self._pieces, None)
+                if piece is None:
+                    break
+                try:
+                    self._check(piece)
+                except Exception as exc:  # noqa: BLE001  a damaged piece: reported after the join
+                    self._errors.append(exc)
+        finally:
+            self._stop = True  # an interrupt: the thread ends after its piece
+            self._thread.join()
+            self._release()
         if self._errors:
             error = self._errors[0]
             self._errors.clear()

@@ -224,9 +224,9 @@ def _session(
     _register(ep_libraries or {}, header.name)
     plan = plan_for(header, providers, devices, session_options)
     names, specs = plan.names, plan.providers
-    if path == LoadPath.ORT_SHARED_INITIALIZERS and load_path is None and not _cpu_only(plan):
-        # another EP may read the graph's copy of the weights when the session first runs, not only
-        # while it is built (where a read is seen): proven for the CPU EP alone
+    if path == LoadPath.ORT_SHARED_INITIALIZERS and (why := _no_sharing(plan, session_options)):
+        if load_path is not None:
+            raise SessionCreateError(f"model {header.name!r} cannot load along {path.value}: {why}")
         path = LoadPath.ORT_MAPPED
     log.info(
         "%s: using %s; load path %s (%s)",
@@ -250,11 +250,16 @@ def _session(
             f"({path.value}): {exc}"
         ) from None
     path = prepared.path or path
-    report("decompress", 1.0)  # checked (by the caller) and decoded (by prepare)
-    report("session", 0.0)
     fallback = prepared.fallback if load_path is None else None
     fallback_path = prepared.fallback_path
     cleanup = list(prepared.cleanup)
+    try:
+        report("decompress", 1.0)  # checked (by the caller) and decoded (by prepare)
+        report("session", 0.0)
+    except BaseException:  # the caller's callback: its error is the caller's, the memfd is ours
+        for undo in cleanup:
+            undo()
+        raise
     try:
         try:
             severity = options.log_severity_level
@@ -321,6 +326,18 @@ class _Distrusted(Exception):
 
 def _cpu_only(plan: SessionPlan) -> bool:
     return plan.providers is not None and not plan.devices and plan.policy is None and plan.names == (CPU,)
+
+
+def _no_sharing(plan: SessionPlan, session_options: onnxruntime.SessionOptions | None) -> str | None:
+    """Why ort-shared-initializers is not for this load, or None."""
+    if not _cpu_only(plan):
+        # another EP may use the graph's copy of a weight (a hole) when the session runs, or refuse a
+        # shared value on its device, not only while it is built, where a read is seen
+        return "it is proven for the CPU EP alone (pass providers=['CPUExecutionProvider'])"
+    if session_options is not None:
+        # they would keep bare pointers to the shared values after the load (and may save the model)
+        return "it adds its shared weights to the session options: not to the caller's (pass none)"
+    return None
 
 
 def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -> tuple[str, ...]:
