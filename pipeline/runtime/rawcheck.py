@@ -121,12 +121,13 @@ class Beside:
         self._thread = threading.Thread(target=self._work, name="onnx-cooker-crc", daemon=True)
         self._thread.start()
 
+    def _take(self) -> tuple[int, Frame, int] | None:
+        """The next piece to check; None when none is left or one was found damaged."""
+        with self._lock:
+            return None if self._errors else next(self._pieces, None)
+
     def _work(self) -> None:
-        while not self._errors and not self._stop:
-            with self._lock:
-                piece = next(self._pieces, None)
-            if piece is None:
-                return
+        while not self._stop and (piece := self._take()) is not None:
             try:
                 self._check(piece)
             except BaseException as exc:  # handed to result(), on the caller's thread
@@ -136,11 +137,7 @@ class Beside:
         """Check what is left with the thread; wait for it; raise the first error (an interrupt of
         the caller's own, such as KeyboardInterrupt, first of all)."""
         try:
-            while not self._errors:
-                with self._lock:
-                    piece = next(self._pieces, None)
-                if piece is None:
-                    break
+            while (piece := self._take()) is not None:
                 try:
                     self._check(piece)
                 except Exception as exc:  # noqa: BLE001  a damaged piece: reported after the join

@@ -228,13 +228,6 @@ def _session(
         if load_path is not None:
             raise SessionCreateError(f"model {header.name!r} cannot load along {path.value}: {why}")
         path = LoadPath.ORT_MAPPED
-    log.info(
-        "%s: using %s; load path %s (%s)",
-        header.name,
-        plan.explanation,
-        path.value,
-        "weights in place" if path.in_place else "onnxruntime copies the weights",
-    )
     options = session_options_for(header, names, session_options)
     try:
         plan.configure(options)
@@ -249,7 +242,14 @@ def _session(
             f"model {header.name!r}: onnxruntime {onnxruntime.__version__} refused its weights "
             f"({path.value}): {exc}"
         ) from None
-    path = prepared.path or path
+    path = prepared.path or path  # ort-shared-initializers with nothing worth sharing: ort-mapped
+    log.info(
+        "%s: using %s; load path %s (%s)",
+        header.name,
+        plan.explanation,
+        path.value,
+        "weights in place" if path.in_place else "onnxruntime copies the weights",
+    )
     fallback = prepared.fallback if load_path is None else None
     fallback_path = prepared.fallback_path
     cleanup = list(prepared.cleanup)
