@@ -336,17 +336,27 @@ def test_shared_weights_are_the_callers_bytes_and_the_holes_stay_unread(tmp_path
 @pytest.mark.skipif(
     not SHARES_HERE, reason="the installed onnxruntime is not one ort-shared-initializers is proven on"
 )
-def test_the_callers_session_options_are_never_given_shared_weights(tmp_path: Path) -> None:
-    """They would keep bare pointers to the values after the load (a second load with them would add
-    the same names again, or compute with another blob's weights)."""
+def test_a_callers_session_options_take_shared_weights_once(tmp_path: Path) -> None:
+    """They keep bare pointers to the shared values after the load (onnxruntime can neither copy nor
+    clear them): a second load with them is refused, not given the first model's weights; options
+    that save the optimized model (which reads every weight) get ort-mapped."""
     ort_model = to_ort_format(typed_model().SerializeToString(), tmp_path)
     blob = ort_blob(ort_model + bytes(1 << 20))
-    assert load_info(session_from_blob(blob, providers=CPU)).path == "ort-shared-initializers"
     options = onnxruntime.SessionOptions()
-    for _ in range(2):  # the same options twice: nothing of the first load's is left in them
-        assert load_info(session_from_blob(blob, providers=CPU, session_options=options)).path == "ort-mapped"
-    with pytest.raises(SessionCreateError, match="not to the caller's"):
-        session_from_blob(blob, providers=CPU, session_options=options, load_path="ort-shared-initializers")
+    options.intra_op_num_threads = 1
+    assert (
+        load_info(session_from_blob(blob, providers=CPU, session_options=options)).path
+        == "ort-shared-initializers"
+    )
+    with pytest.raises(SessionCreateError, match="already hold the weights of model 'tiny'"):
+        session_from_blob(blob, providers=CPU, session_options=options)
+    saving = onnxruntime.SessionOptions()
+    saving.optimized_model_filepath = str(tmp_path / "saved.ort")
+    assert load_info(session_from_blob(blob, providers=CPU, session_options=saving)).path == "ort-mapped"
+    again = onnxruntime.SessionOptions()
+    again.optimized_model_filepath = str(tmp_path / "again.ort")
+    with pytest.raises(SessionCreateError, match="save the optimized model"):
+        session_from_blob(blob, providers=CPU, session_options=again, load_path="ort-shared-initializers")
 
 
 GGML_PROBE = textwrap.dedent(
@@ -379,7 +389,7 @@ GGML_PROBE = textwrap.dedent(
     # The loader never picks the door for a plugin EP; made to here, as it would be for an EP that
     # read the graph's copy with the CPU EP alone, the session is thrown away for ort-mapped.
     loadpaths.ORT_SHARED_VERSIONS = frozenset({(1, 30, 0)})
-    loader_session._cpu_only = lambda plan: True
+    loader_session.no_sharing = lambda plan, options: None
     report["made_to"] = load()
     report["again"] = load()
     # the fallback session still uses the shared values over the caller's buffer: it keeps it

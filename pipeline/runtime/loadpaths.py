@@ -41,6 +41,7 @@ import onnxruntime
 from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
+from .devices import CPU, SessionPlan
 from .files import has_memfd, memfd_with
 from .loadtypes import BlobFile, LoadPath, Prepared
 from .onnxrefs import check_and_rewrite, check_header_tensors, check_references
@@ -208,6 +209,18 @@ def why_not_shared(checked: CheckedBlob, model_file: BlobFile | None) -> str | N
         return "onnxruntime maps the blob file itself, weights and all, in place (ort-mapped)"
     if not has_memfd():
         return "it needs a memfd (Linux)"
+    return None
+
+
+def no_sharing(plan: SessionPlan, session_options: onnxruntime.SessionOptions | None) -> str | None:
+    """Why ``ort-shared-initializers`` is not for a session with this plan and these options, or None."""
+    cpu_only = plan.providers is not None and not plan.devices and plan.policy is None
+    if not cpu_only or plan.names != (CPU,):
+        # another EP may use the graph's copy of a weight (a hole) when the session runs, or refuse a
+        # shared value on its device, not only while it is built, where a read is seen
+        return "it is proven for the CPU EP alone (pass providers=['CPUExecutionProvider'])"
+    if session_options is not None and session_options.optimized_model_filepath:
+        return "the session options save the optimized model, which reads every weight of the graph"
     return None
 
 

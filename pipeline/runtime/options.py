@@ -62,3 +62,28 @@ def session_options_for(
     replay = "1" if header.saved_runtime_optimizations else "0"
     options.add_session_config_entry("session.enable_saved_runtime_optimizations", replay)
     return options
+
+
+# Set on a caller's SessionOptions that now hold pointers into a blob (shared weights, in-memory
+# weight files): another load with them would use those values, or dangling ones.
+HOLDS_WEIGHTS = "onnx_cooker.holds_weights_of"
+
+
+def mark_holding(options: onnxruntime.SessionOptions, name: str) -> None:
+    """Mark ``options`` as holding model ``name``'s weights (``refuse_holding`` refuses them after)."""
+    options.add_session_config_entry(HOLDS_WEIGHTS, name)
+
+
+def refuse_holding(options: onnxruntime.SessionOptions | None, name: str) -> None:
+    """Refuse a caller's SessionOptions an earlier load left weights in (onnxruntime can neither copy
+    a SessionOptions nor take an initializer out of one)."""
+    if options is None:
+        return
+    try:
+        earlier = options.get_session_config_entry(HOLDS_WEIGHTS)
+    except RuntimeError:  # onnxruntime's answer for a key never set
+        return
+    raise SessionCreateError(
+        f"model {name!r}: these session_options already hold the weights of model {earlier!r}, added "
+        "when it was loaded with them: pass new SessionOptions for each blob with weights"
+    )

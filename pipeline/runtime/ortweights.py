@@ -255,9 +255,8 @@ class SharedModel:
         if grown <= 0:
             return None
         return (
-            f"onnxruntime read {grown:,} bytes of the graph's own copy of the shared weights while it "
-            "built the session (an optimizer or EP that reads initializers from the graph), where they "
-            "are holes: load it along ort-mapped (the loader's own choice for any EP but the CPU's)"
+            f"onnxruntime read {grown:,} bytes of holes, where the graph's copies of the shared weights "
+            "would be (an EP or optimizer reading initializers from the graph): use ort-mapped"
         )
 
 

@@ -12,7 +12,7 @@ import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .compat import format_version, parse_version
-from .devices import CPU, DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
+from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .header import BlobHeader
@@ -24,10 +24,12 @@ from .loadpaths import (
     LoadPath,
     choose_load_path,
     defer_raw_check_min,
+    no_sharing,
     prepare,
     why_not,
 )
 from .memblob import MemoryBlob
+from .options import mark_holding, refuse_holding
 from .options import session_options_for as session_options_for  # re-exported
 from .pager import create_session
 from .rawcheck import Background, whole_crcs
@@ -224,10 +226,11 @@ def _session(
     _register(ep_libraries or {}, header.name)
     plan = plan_for(header, providers, devices, session_options)
     names, specs = plan.names, plan.providers
-    if path == LoadPath.ORT_SHARED_INITIALIZERS and (why := _no_sharing(plan, session_options)):
+    if path == LoadPath.ORT_SHARED_INITIALIZERS and (why := no_sharing(plan, session_options)):
         if load_path is not None:
             raise SessionCreateError(f"model {header.name!r} cannot load along {path.value}: {why}")
         path = LoadPath.ORT_MAPPED
+    refuse_holding(session_options, header.name)
     options = session_options_for(header, names, session_options)
     try:
         plan.configure(options)
@@ -243,6 +246,8 @@ def _session(
             f"({path.value}): {exc}"
         ) from None
     path = prepared.path or path  # ort-shared-initializers with nothing worth sharing: ort-mapped
+    if session_options is not None and prepared.keep:  # what the options now point into
+        mark_holding(options, header.name)
     log.info(
         "%s: using %s; load path %s (%s)",
         header.name,
@@ -322,22 +327,6 @@ def _session(
 
 class _Distrusted(Exception):
     """A session that was made, but may compute with bytes the loader never gave onnxruntime."""
-
-
-def _cpu_only(plan: SessionPlan) -> bool:
-    return plan.providers is not None and not plan.devices and plan.policy is None and plan.names == (CPU,)
-
-
-def _no_sharing(plan: SessionPlan, session_options: onnxruntime.SessionOptions | None) -> str | None:
-    """Why ort-shared-initializers is not for this load, or None."""
-    if not _cpu_only(plan):
-        # another EP may use the graph's copy of a weight (a hole) when the session runs, or refuse a
-        # shared value on its device, not only while it is built, where a read is seen
-        return "it is proven for the CPU EP alone (pass providers=['CPUExecutionProvider'])"
-    if session_options is not None:
-        # they would keep bare pointers to the shared values after the load (and may save the model)
-        return "it adds its shared weights to the session options: not to the caller's (pass none)"
-    return None
 
 
 def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -> tuple[str, ...]:
