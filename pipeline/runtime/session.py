@@ -97,9 +97,10 @@ def session_from_blob(
     options)`` pairs as onnxruntime takes them) overrides the blob's EP preference list; by default
     the preferred EPs this onnxruntime offers are used, then the CPU. The blob's per-EP session
     options are applied onto ``session_options`` (or fresh options); the load path adds its own
-    entries and weights there too, so use them for that blob only. Frames are checked and
-    decompressed on ``threads`` threads (default: one per core); the CRC-32s of large raw content
-    are read on one thread while onnxruntime builds the session, and a mismatch returns no session.
+    entries and weights there too, so use them for that blob only (a second load with options that
+    hold a blob's weights is refused). Frames are checked and decompressed on ``threads`` threads
+    (default: one per core); the CRC-32s of large raw content are read on a thread while onnxruntime
+    builds the session (from 1.32 the caller's joins it after), and a mismatch returns no session.
 
     ``load_path`` forces one of ``LoadPath``'s paths (default: the fastest one proven for this
     blob's format, this onnxruntime and this OS; ``SessionCreateError`` if the one asked for cannot
