@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import HEADER_DEFAULTS, run_in_runtime, run_source, to_ort_format
 
 from pipeline.runtime import SessionCreateError, load_info, session_from_blob
+from pipeline.runtime.blob import tensor_view
 from pipeline.runtime.compat import parse_version
 from pipeline.runtime.files import held, memfd_unit, memfd_without
 from pipeline.runtime.loadpaths import ORT_SHARED_VERSIONS
@@ -119,13 +120,13 @@ def test_the_walk_finds_each_weight_where_onnxruntime_wrote_it(tmp_path: Path) -
     assert {w.name for w in found} == {"w32", "w16", "i32"}  # "small" and "axis" stay in the graph
     view = memoryview(ort_model)
     for weight in found:
-        array = weight.view(view)
+        array = tensor_view([(0, view)], weight)
         assert array.dtype == sources[weight.name].dtype and array.shape == sources[weight.name].shape
         assert np.array_equal(array, sources[weight.name]), weight.name
     every = shareable_weights(ort_model, min_bytes=1)
     # onnxruntime aligns raw data to 4 bytes: an int64 is offered only where it lies 8-aligned
     assert {"w32", "w16", "i32", "small"} <= {w.name for w in every} <= {*sources}
-    assert all(w.offset % w.view(view).itemsize == 0 for w in every)
+    assert all(w.offset % tensor_view([(0, view)], w).itemsize == 0 for w in every)
 
 
 def test_a_name_a_subgraph_also_holds_is_never_shared(tmp_path: Path) -> None:
@@ -163,7 +164,7 @@ def test_hostile_flatbuffers_give_weights_inside_the_bytes_or_none(tmp_path: Pat
         for weight in weights:
             assert end <= weight.offset and weight.offset + weight.nbytes <= len(data)
             end = weight.offset + weight.nbytes
-            assert weight.view(memoryview(bytes(data))).nbytes == weight.nbytes
+            assert tensor_view([(0, memoryview(bytes(data)))], weight).nbytes == weight.nbytes
     assert shareable_weights(b"") == [] and shareable_weights(b"\xff" * 64) == []
 
 
@@ -271,7 +272,7 @@ def test_hand_made_models_share_what_onnxruntime_would_replace_and_nothing_else(
     assert names(hand_made(["W", "U"], ["V"], branches=2)) == ["W", "U"]
     model = hand_made(["W", "U"], [])
     assert np.array_equal(
-        shareable_weights(model)[1].view(memoryview(model)), np.full((128, 128), 2, np.float32)
+        tensor_view([(0, memoryview(model))], shareable_weights(model)[1]), np.full((128, 128), 2, np.float32)
     )
     # onnxruntime (and its Python binding) reads names up to a NUL: "W\0x" in a subgraph is "W"
     assert names(hand_made(["W", "U"], ["W\0x"])) == ["U"]

@@ -5,13 +5,15 @@ onnxruntime in place, as views of the caller's buffer.
 Only what that path needs is read (onnxruntime's schema, ``onnxruntime/core/flatbuffers/schema/
 ort.fbs``; field ids are declaration order, a union takes two): InferenceSession.model (1) ->
 Model.graph (7) -> Graph.initializers (0), nodes (2), sparse_initializers (7); Node.attributes (10);
-Attribute.type (2), g (7), graphs (12); Tensor.name (0), dims (2), data_type (3), raw_data (4);
-SparseTensor.values (0), indices (1).
+Attribute.type (2), t (6), g (7), tensors (11), graphs (12); Tensor.name (0), dims (2), data_type
+(3), raw_data (4); SparseTensor.values (0), indices (1). A weight is a ``sections.TensorRef`` whose
+offset is into the flatbuffer (``blob.tensor_view`` over ``[(0, model)]`` views it).
 
 The bytes may be hostile: every read is bounds-checked, the walk is bounded in depth and count, and
 anything unexpected gives no weights at all (the model then goes to onnxruntime whole, whose own
-verifier judges it). A weight is offered only if its name is an initializer once in the whole model
-(onnxruntime applies a shared initializer to every graph holding that name, subgraphs included).
+verifier judges it). A weight is offered only if its name (up to a NUL, as onnxruntime reads it) is
+a tensor once in the whole model (onnxruntime applies a shared initializer to every graph holding
+that name, subgraphs included) and no other tensor's raw bytes overlap its own.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime
 
+from .blob import tensor_view
 from .files import held, memfd_unit, memfd_without
-from .sections import TENSOR_DTYPES
+from .sections import TENSOR_DTYPES, TensorRef
 
 # Smaller weights are copied with the graph: an OrtValue and add_initializer cost about 20 us, the
 # copy of 64 KiB into a memfd about as much (measured, 2 GB/s).
@@ -36,24 +39,6 @@ _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _U16 = struct.Struct("<H")
 _ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS = 5, 10
-
-
-@dataclass(frozen=True)
-class OrtWeight:
-    """One initializer of the main graph: its name, ONNX data type, dims, and its raw bytes' place
-    (offset from the flatbuffer's first byte)."""
-
-    name: str
-    elem_type: int
-    dims: tuple[int, ...]
-    offset: int
-    nbytes: int
-
-    def view(self, model: memoryview) -> np.ndarray:
-        """A read-only numpy view of the weight in ``model`` (the flatbuffer's bytes; no copy)."""
-        dtype = np.dtype(TENSOR_DTYPES[self.elem_type])
-        flat = np.frombuffer(model, dtype=dtype, count=self.nbytes // dtype.itemsize, offset=self.offset)
-        return flat.reshape(self.dims)
 
 
 class _Malformed(Exception):
@@ -129,7 +114,7 @@ class _Reader:
 
 def shareable_weights(
     model: bytes | bytearray | memoryview, min_bytes: int = MIN_SHARED_WEIGHT
-) -> list[OrtWeight]:
+) -> list[TensorRef]:
     """The main graph's initializers of ``min_bytes`` or more that can be shared in place, by offset;
     [] for a flatbuffer this reader does not follow (onnxruntime then gets the model whole)."""
     walk = _Walk(_Reader(memoryview(model).cast("B")))
@@ -214,7 +199,7 @@ class _Walk:
                     for subgraph in reader.tables(attribute, 12):
                         self.graph(subgraph, depth + 1)
 
-    def weight(self, tensor: int, min_bytes: int) -> OrtWeight | None:
+    def weight(self, tensor: int, min_bytes: int) -> TensorRef | None:
         reader = self.reader
         name = reader.string(tensor, 0)
         elem_type = reader.int32(tensor, 3)
@@ -235,7 +220,7 @@ class _Walk:
             count *= dim
         if count * itemsize != nbytes or first % itemsize:
             return None  # onnxruntime refuses or copies such a tensor: it stays in the graph
-        return OrtWeight(name, elem_type, tuple(dims), first, nbytes)
+        return TensorRef(name, elem_type, tuple(dims), first, nbytes)
 
 
 @dataclass
@@ -270,15 +255,17 @@ def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> Sha
     page = mmap.PAGESIZE
     if memfd_unit() > page:
         return None  # a huge page written around a hole would hide a read of it: no check, no door
-    weights = [w for w in shareable_weights(model) if _aligned(model, w)]
-    if not weights:
+    views = [(w, tensor_view([(0, model)], w)) for w in shareable_weights(model)]
+    views = [(w, view) for w, view in views if view.ctypes.data % view.itemsize == 0]
+    if not views:
         return None
+    weights = [w for w, _ in views]
     holes = [(_up(w.offset, page), _down(w.offset + w.nbytes, page)) for w in weights]
     fd, written = memfd_without(model, [(start, end - start) for start, end in holes if end > start])
     keep: list[object] = []
     try:
-        for weight in weights:
-            value = onnxruntime.OrtValue.ortvalue_from_numpy(weight.view(model))
+        for weight, view in views:
+            value = onnxruntime.OrtValue.ortvalue_from_numpy(view)
             options.add_initializer(weight.name, value)
             keep.append(value)  # onnxruntime holds a bare pointer to the OrtValue, not a reference
     except BaseException:
@@ -293,8 +280,3 @@ def _up(value: int, step: int) -> int:
 
 def _down(value: int, step: int) -> int:
     return value // step * step
-
-
-def _aligned(model: memoryview, weight: OrtWeight) -> bool:
-    itemsize = np.dtype(TENSOR_DTYPES[weight.elem_type]).itemsize
-    return weight.view(model).ctypes.data % itemsize == 0
