@@ -465,6 +465,45 @@ def test_malformed_entries_with_agreeing_indexes_are_refused_never_written(
     assert outputs(tmp_path / "second") == outputs(first)
 
 
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a process tree imported, from ``PYTHONPROFILEIMPORTTIME=1``'s lines on stderr."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.slow
+def test_cache_hits_need_neither_the_cooks_modules_nor_a_child_and_a_miss_still_cooks_isolated(
+    tmp_path: Path,
+) -> None:
+    """A warm cache's `doit cook` imports no onnx, onnxruntime or torch (seconds a process): each hit
+    is looked up and put in place in doit's own process. A miss is cooked in a forked child as
+    before, and keeps what the lookup measured."""
+    from pipeline.layout import step_times_path
+
+    cache = {"COOK_CACHE": str(tmp_path / "cache")}
+    first = agent(tmp_path, "first")
+    assert doit(first, "-n", "2", "cook", **cache).returncode == 0
+    second = agent(tmp_path, "second")
+    hits = doit(second, "-n", "2", "cook", PYTHONPROFILEIMPORTTIME="1", **cache)
+    assert hits.returncode == 0, hits.stdout + hits.stderr
+    assert hits.stdout.count("(from the cook cache)") == 3, hits.stdout
+    imported = imported_modules(hits.stderr)
+    assert "pipeline.build.outputs" in imported  # the import log covers the workers that ran the hits
+    heavy = {"onnx", "onnxruntime", "torch"}
+    assert not heavy & imported, sorted(heavy & imported)
+    assert models_of(second) == models_of(first)
+
+    (second / "assets" / "mlp.cook.yaml").write_text("compression_level: 5\n")  # another cook key: a miss
+    miss = doit(second, "cook", PYTHONPROFILEIMPORTTIME="1", **cache)
+    assert miss.returncode == 0, miss.stdout + miss.stderr
+    assert cooked_tasks(miss.stdout) == ["cook:android:mlp"] and "(from the cook cache)" not in miss.stdout
+    assert {"onnx", "onnxruntime"} <= imported_modules(miss.stderr)
+    record = json.loads(cache_record_path(second / "build" / "android", "mlp").read_text())
+    assert record["result"] == "miss" and record["bytes_up"] > 0, record
+    steps = json.loads(step_times_path(second / "build" / "android", "mlp").read_text())
+    assert "cook cache lookup" in steps and "write the outputs" in steps and len(steps) > 4, steps  # both
+    assert_bundle_intact(second / "build" / "android", {"net", "mlp"})
+
+
 def test_a_fresh_agent_hashes_each_source_once_not_once_per_platform(tmp_path: Path) -> None:
     """On a fresh agent, the first platform's hit hashes the model's sources; the other platforms'
     hits take those digests (the files are unchanged since) and never read the sources."""

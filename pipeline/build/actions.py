@@ -39,20 +39,34 @@ from pipeline.runtime.constants import MANIFEST_NAME, SIGNATURE_NAME
 from pipeline.settings.advice import lower_level_helps
 
 if TYPE_CHECKING:
+    from pipeline.build.run_job import Miss
     from pipeline.farm.cache import CookCache
     from pipeline.isolate import Crash
 
 
 def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFailed | None:
     """Cook one model for one platform, in a forked child on Linux (a native crash in onnxruntime
-    then fails this task alone: pipeline/isolate.py)."""
+    then fails this task alone: pipeline/isolate.py). A cache hit needs neither: it is looked up and
+    put in place here first, without the cook's modules (onnx, onnxruntime, torch: seconds a process)."""
     from pipeline.build.allocator import release_if_short
+    from pipeline.build.run_job import Miss
+    from pipeline.farm.cache import CookCache
     from pipeline.isolate import Crash, can_isolate, run_isolated
 
+    cache = CookCache(cache_config) if cache_config is not None else None
+    miss = None
+    if cache is not None and can_isolate():
+        found = _look_up(job, cache)
+        if not isinstance(found, Miss):
+            return None if found is None else TaskFailed(found)
+        miss = found
     if can_isolate():
+        before = time.monotonic()
         _import_the_cook()
+        if cache is not None:  # the statistic of what the cook took leaves out this process's imports
+            cache.started += time.monotonic() - before
     try:
-        failure = run_isolated(lambda: _run_cook(job, cache_config))
+        failure = run_isolated(lambda: _run_cook(job, cache, miss))
     finally:
         release_if_short()  # a worker gives back what it keeps when the machine runs short
     if isinstance(failure, Crash):
@@ -79,20 +93,40 @@ def _import_the_cook() -> None:
     importlib.import_module("pipeline.build.run_job")
 
 
-def _run_cook(job: CookJob, cache_config: CacheConfig | None) -> str | None:
-    from pipeline.build.run_job import cook  # imports onnx and onnxruntime only for a real cook
-    from pipeline.farm.cache import CookCache
+def _look_up(job: CookJob, cache: CookCache) -> Miss | str | None:
+    """The cache lookup alone, in this process: the ``Miss`` to cook, else what ``_run_cook`` returns."""
+    from pipeline.build.run_job import look_up
 
-    cache = CookCache(cache_config) if cache_config is not None else None
     try:
-        entry = cook(job, cache)  # also records what it read and wrote (pipeline.build.stamps)
+        found = look_up(job, cache)
     except CookError as exc:
-        notes = "".join(f"\n{note}" for note in cache.notes) if cache is not None else ""
-        return str(exc) + notes
+        return _failed(exc, cache)
+    if isinstance(found, dict):
+        _print_summary(found, cache)
+        return None
+    return found
+
+
+def _run_cook(job: CookJob, cache: CookCache | None, miss: Miss | None = None) -> str | None:
+    from pipeline.build.run_job import cook  # imports onnx and onnxruntime only for a real cook
+
+    try:
+        entry = cook(job, cache, miss)  # also records what it read and wrote (pipeline.build.stamps)
+    except CookError as exc:
+        return _failed(exc, cache)
+    _print_summary(entry, cache)
+    return None
+
+
+def _failed(exc: CookError, cache: CookCache | None) -> str:
+    notes = "".join(f"\n{note}" for note in cache.notes) if cache is not None else ""
+    return str(exc) + notes
+
+
+def _print_summary(entry: Mapping[str, Any], cache: CookCache | None) -> None:
     summary = _summary(entry) + (" (from the cook cache)" if cache is not None and cache.hit else "")
     lines = [summary, *(cache.notes if cache is not None else [])]
     sys.stdout.write("\n".join(lines) + "\n")  # one write: lines stay whole under `doit -n`
-    return None
 
 
 def crash_message(job: CookJob, crash: Crash) -> str:

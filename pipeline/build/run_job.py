@@ -2,11 +2,15 @@
 
 ``cook`` is the entry point (doit's cook actions call it, and so can a script). A cache hit needs
 neither onnx nor onnxruntime (pipeline/build/outputs.py checks and commits what the cache holds), so
-``pipeline.cook.run`` is imported only for a real cook.
+``pipeline.cook.run`` is imported only for a real cook; ``look_up`` is the lookup alone, for a caller
+that cooks a miss elsewhere (doit's actions: in a forked child, pipeline/build/actions.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.build.outputs import Stamps, commit, from_cache, lookup, paths, staged_files
@@ -19,23 +23,53 @@ from pipeline.layout import cache_record_path, step_times_path
 from pipeline.steptimes import recording, step
 
 
-def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
+@dataclass
+class Miss:
+    """A cache lookup that found nothing, and what it computed for the cook that follows: the key
+    looked up, the sources' state and digests, the time its steps took."""
+
+    key: str | None
+    known: Stamps | None
+    times: dict[str, float] = field(default_factory=dict)
+
+
+def cook(job: CookJob, cache: CookCache | None = None, miss: Miss | None = None) -> dict[str, Any]:
     """Cook one model for one platform; writes its blob and manifest entry, returns the entry.
 
     With a ``cache``, an entry stored under the same cook key (and checked) is written instead of
-    cooking, and what a cook writes is stored. Raises a ``CookError`` whose message names the model
-    file, the platform and the fix; nothing is written unless every step passed.
+    cooking, and what a cook writes is stored; ``miss``: ``look_up`` already found nothing there.
+    Raises a ``CookError`` whose message names the model file, the platform and the fix; nothing is
+    written unless every step passed.
     """
-    asset, settings = job.asset, job.settings
-    context = {"model_path": asset.path, "model_name": asset.name, "platform": settings.platform}
-    try:
-        with recording() as times:
+    with _in_context(job), recording() as times:
+        if miss is not None:
+            times.update(miss.times)
+            entry, looked_up, known = None, miss.key, miss.known
+        else:
             entry, looked_up, known = from_cache(job, cache) if cache is not None else (None, None, None)
-            if entry is None:
-                entry = _cook_on_a_miss(job, cache, looked_up, known)
-        write_json(step_times_path(job.platform_dir, asset.name), times)
-        _record_cache_use(job, cache)
+        if entry is None:
+            entry = _cook_on_a_miss(job, cache, looked_up, known)
+        _finish(job, cache, times)
         return entry
+
+
+def look_up(job: CookJob, cache: CookCache) -> dict[str, Any] | Miss:
+    """The cache lookup of ``cook`` alone (neither onnx nor onnxruntime): the entry of a hit, put in
+    place and recorded as ``cook`` records it, or the ``Miss`` to hand ``cook``."""
+    with _in_context(job), recording() as times:
+        entry, looked_up, known = from_cache(job, cache)
+        if entry is None:
+            return Miss(looked_up, known, times)
+        _finish(job, cache, times)
+        return entry
+
+
+@contextmanager
+def _in_context(job: CookJob) -> Iterator[None]:
+    """A ``CookError`` naming the model file and platform; an ``OSError`` as one that says what to do."""
+    context = {"model_path": job.asset.path, "model_name": job.asset.name, "platform": job.settings.platform}
+    try:
+        yield
     except CookError as exc:
         raise exc.in_context(**context) from None
     except OSError as exc:  # a full disk, a permission: the previous bundle stays as it was
@@ -44,6 +78,11 @@ def cook(job: CookJob, cache: CookCache | None = None) -> dict[str, Any]:
             "fix permissions, then run the cook again (the previous blob, if any, is untouched)",
             **context,
         ) from None
+
+
+def _finish(job: CookJob, cache: CookCache | None, times: dict[str, float]) -> None:
+    write_json(step_times_path(job.platform_dir, job.asset.name), times)
+    _record_cache_use(job, cache)
 
 
 def _cook_on_a_miss(
