@@ -551,6 +551,43 @@ def test_a_hit_counts_the_cook_time_its_entry_recorded_as_saved(tmp_path: Path) 
     assert record["bytes_in"] == slow.record()["bytes_up"]
 
 
+def test_a_forked_cook_makes_its_own_s3_client_and_leaves_the_parents_connections_alone(
+    server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doit's process looks a cook up (opening the store and its pooled connections), then forks the
+    cook's child, which inherits that store: the child must talk to S3 through a client of its own
+    (a parent's TLS connection used by the child goes stale in the parent, and a child that dies
+    mid-request leaves the parent's next request inside its body). A client the caller passed in is
+    the caller's business and stays."""
+    import os
+
+    from pipeline.farm import s3_store
+
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+    s3_store._s3_client.cache_clear()
+    store = S3Store(bucket=BUCKET, prefix="forked")
+    parents = store.client
+    assert store.get("index/none.json") is None  # the parent's lookup: its pool holds a connection
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the cook's child
+        try:
+            store.put("objects/from-child", b"cooked")
+            os.write(write, b"own" if store.client is not parents else b"parent's")
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read()
+    os.waitpid(pid, 0)
+    assert said == b"own"
+    assert store.get("objects/from-child") == b"cooked" and store.client is parents
+    given = server.client()
+    assert S3Store(bucket=BUCKET, prefix="forked", client=given)._client() is given
+    s3_store._s3_client.cache_clear()
+
+
 def test_s3_objects_stream_both_ways_and_big_ones_go_up_in_parts(
     tmp_path: Path, server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:

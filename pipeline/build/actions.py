@@ -55,17 +55,17 @@ def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFaile
 
     cache = CookCache(cache_config) if cache_config is not None else None
     miss = None
-    if cache is not None and can_isolate():
-        found = _look_up(job, cache)
-        if not isinstance(found, Miss):
-            return None if found is None else TaskFailed(found)
-        miss = found
-    if can_isolate():
-        before = time.monotonic()
-        _import_the_cook()
-        if cache is not None:  # the statistic of what the cook took leaves out this process's imports
-            cache.started += time.monotonic() - before
     try:
+        if cache is not None and can_isolate():
+            found = _look_up(job, cache)
+            if not isinstance(found, Miss):
+                return None if found is None else TaskFailed(found)
+            miss = found
+        if can_isolate():
+            before = time.monotonic()
+            _import_the_cook()
+            if cache is not None:  # the statistic of what the cook took leaves out this process's imports
+                cache.started += time.monotonic() - before
         failure = run_isolated(lambda: _run_cook(job, cache, miss))
     finally:
         release_if_short()  # a worker gives back what it keeps when the machine runs short

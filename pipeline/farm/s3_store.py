@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +30,29 @@ class S3Store:
     prefix: str
     client: Any = None
     description: str = ""
+    # The process's own client (``_s3_client``), not one the caller passed, and the process it is of:
+    # a forked child (a cook, pipeline/isolate.py) that inherits this store must not use the parent's
+    # pooled connections (their TLS state goes stale in the other process, and a child that dies
+    # mid-request leaves the parent's next request inside its body). It makes its own.
+    _own: bool = field(default=False, repr=False)
+    _pid: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self.description = self.description or f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         if self.client is None:
-            self.client = _s3_client()
+            self.client, self._own, self._pid = _s3_client(), True, os.getpid()
+
+    def _client(self) -> Any:
+        if self._own and self._pid != os.getpid():
+            self.client, self._pid = _s3_client(), os.getpid()  # the at-fork hook cleared its memo
+        return self.client
 
     def _key(self, name: str) -> str:
         return f"{self.prefix.strip('/')}/{name}" if self.prefix.strip("/") else name
 
     def get(self, name: str) -> bytes | None:
         try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=self._key(name))
+            answer = self._client().get_object(Bucket=self.bucket, Key=self._key(name))
             return answer["Body"].read()
         except Exception as exc:  # botocore raises many types; absence is one code among them
             if _s3_code(exc) in ("NoSuchKey", "404", "NotFound"):
@@ -50,7 +61,7 @@ class S3Store:
 
     def put(self, name: str, data: bytes) -> None:
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
+            self._client().put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
         except Exception as exc:
             raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
 
@@ -58,7 +69,7 @@ class S3Store:
         """The object streamed into ``dest`` and hashed on the way (never whole in memory)."""
         digest = hashlib.sha256()
         try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=self._key(name))
+            answer = self._client().get_object(Bucket=self.bucket, Key=self._key(name))
             with open(dest, "xb") as out:
                 for chunk in answer["Body"].iter_chunks(CHUNK_BYTES):
                     digest.update(chunk)
@@ -81,7 +92,7 @@ class S3Store:
         try:
             if path.stat().st_size <= S3_SINGLE_PUT_LIMIT:
                 with path.open("rb") as body:
-                    self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=body)
+                    self._client().put_object(Bucket=self.bucket, Key=self._key(name), Body=body)
             else:
                 from boto3.s3.transfer import TransferConfig
 
@@ -90,7 +101,7 @@ class S3Store:
                     multipart_chunksize=S3_PART_BYTES,
                     max_concurrency=S3_PART_THREADS,
                 )
-                self.client.upload_file(str(path), self.bucket, self._key(name), Config=parts)
+                self._client().upload_file(str(path), self.bucket, self._key(name), Config=parts)
         except Exception as exc:
             raise CacheError(f"cannot write {self.description}/{name}: {_s3_reason(exc)}") from None
 
