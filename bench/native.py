@@ -40,7 +40,7 @@ VERSIONS = {
     "console": ("1.28.0",),
     "windows-dml": ("1.24.4", "1.32.0"),
 }
-VARIANTS = ("file", "bundle", "low")
+VARIANTS = ("file", "bundle", "memory", "low")
 # onnxruntime versions in which an ONNX blob file's weights may go as shared initializers or be
 # mapped by onnxruntime (onnx-mapped): the library's choice is measured against the other one.
 SHARED_VERSIONS = ("1.24.4", "1.28.0")
@@ -93,6 +93,8 @@ def build_mapped_variant(out: Path) -> Path:
 def oc_run(binary: Path, library: Path, variant: str, case: dict[str, Any], sessions: int) -> dict[str, Any]:
     if variant == "file":
         args = ["--file", case["source"]]
+    elif variant == "memory":
+        args = ["--blob", case["blob"]]
     else:
         args = [
             "--bundle",
@@ -133,6 +135,7 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
                 "model": name,
                 "source": str(assets / f"{name}.onnx"),
                 "bundle": str(build.root / platform),
+                "blob": str(build.root / platform / entry["file"]),
                 "size": entry.get("model_size", 0),
             }
             for name, entry in sorted(manifest.items())
@@ -223,6 +226,7 @@ def compare_paths(
         "model": models.LARGE_WEIGHTS,
         "source": str(assets / f"{models.LARGE_WEIGHTS}.onnx"),
         "bundle": str(build.root / platform),
+        "blob": str(build.root / platform / entry["file"]),
         "size": entry.get("model_size", 0),
     }
     found: dict[str, Any] = {}
@@ -268,13 +272,16 @@ def render(results: dict[str, Any]) -> str:
         "Variants: **file** `oc-run --file <source .onnx>` (`CreateSession` from its path, weights in "
         "`.onnx.data` mapped by onnxruntime); **bundle** `oc-run --bundle` (libonnx_cooker: the blob file "
         "mapped, the bundle opened once and its blobs hashed then, untimed; the session made with the blob's "
-        "recipe); **low** the same with `--low-memory` (no prepacking). Prepacking is on elsewhere.",
+        "recipe); **memory** `oc-run --blob` (the blob file read into memory once, untimed, as an engine "
+        "reads its archive; each session made from those bytes: `oc_blob_open_memory`, its header, layout "
+        "and the CRC-32s of raw content checked on every load, on every core); **low** `--bundle` with "
+        "`--low-memory` (no prepacking). Prepacking is on elsewhere.",
         "",
         "## Targets",
         "",
-        "| platform (onnxruntime) | bundle vs file, geomean | slowest | 268 MB: file / bundle / low (ms) | "
-        "low vs file (268 MB) | load path (268 MB) |",
-        "|---|---|---|---|---|---|",
+        "| platform (onnxruntime) | bundle vs file, geomean | slowest | memory vs file, geomean | slowest "
+        "memory | 268 MB: file / bundle / memory / low (ms) | low vs file (268 MB) | load path (268 MB) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     verdicts = []
     for key, report in results["timings"].items():
@@ -283,6 +290,8 @@ def render(results: dict[str, Any]) -> str:
         ratios = {name: r["ready_ms"]["file"] / r["ready_ms"]["bundle"] for name, r in report.items()}
         slowest = min(ratios, key=ratios.get)
         geo = geomean(list(ratios.values()))
+        held = {name: r["ready_ms"]["file"] / r["ready_ms"]["memory"] for name, r in report.items()}
+        slow_held = min(held, key=held.get)
         verdicts.append((f"{key}: geomean bundle vs file", geo, TARGETS[fmt]))
         verdicts.append((f"{key}: slowest ({slowest})", ratios[slowest], TARGETS["slowest"]))
         large = report.get(models.LARGE_WEIGHTS)
@@ -295,7 +304,8 @@ def render(results: dict[str, Any]) -> str:
             verdicts.append((f"{key}: 268 MB bundle vs file", t["file"] / t["bundle"], TARGETS["large"]))
             verdicts.append((f"{key}: 268 MB low vs file", t["file"] / t["low"], TARGETS["low"]))
         lines.append(
-            f"| {key.replace('@', ' (')}) | {_x(geo)} | {_x(ratios[slowest])} {slowest} | {large_text} | "
+            f"| {key.replace('@', ' (')}) | {_x(geo)} | {_x(ratios[slowest])} {slowest} | "
+            f"{_x(geomean(list(held.values())))} | {_x(held[slow_held])} {slow_held} | {large_text} | "
             f"{low_text} | {path} |"
         )
     for key, rows in results["memory"].items():
@@ -337,8 +347,8 @@ def render(results: dict[str, Any]) -> str:
         "(onnxruntime loaded, "
         "the bundle opened), as a multiple of the cooked model's size.",
         "",
-        "| platform (onnxruntime) | file | bundle | low |",
-        "|---|---|---|---|",
+        "| platform (onnxruntime) | file | bundle | memory (over the blob already read) | low |",
+        "|---|---|---|---|---|",
     ]
     for key, rows in results["memory"].items():
         size = rows["bundle"]["size"] or 1
@@ -392,14 +402,15 @@ def render(results: dict[str, Any]) -> str:
         lines += [
             f"### {key.replace('@', ' in onnxruntime ')}",
             "",
-            "| model | file | bundle | low | bundle vs file | low vs file | load path |",
-            "|---|---|---|---|---|---|---|",
+            "| model | file | bundle | memory | low | bundle vs file | memory vs file | low vs file "
+            "| load path |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for name, r in sorted(report.items()):
             t = r["ready_ms"]
             lines.append(
-                f"| {name} | {t['file']:.2f} | {t['bundle']:.2f} | {t['low']:.2f} | "
-                f"{_x(t['file'] / t['bundle'])} | "
+                f"| {name} | {t['file']:.2f} | {t['bundle']:.2f} | {t['memory']:.2f} | {t['low']:.2f} | "
+                f"{_x(t['file'] / t['bundle'])} | {_x(t['file'] / t['memory'])} | "
                 f"{_x(t['file'] / t['low'])} | {r['path']} |"
             )
         lines.append("")

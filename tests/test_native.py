@@ -347,7 +347,8 @@ def test_oc_run_gives_the_python_loaders_outputs(
     native: Path, bundles: Path, platform: str, version: str, tmp_path: Path
 ) -> None:
     """Every model of every platform's bundle through oc-run (the C library creating the session)
-    in each target onnxruntime, against the Python loader's session in this environment."""
+    in each target onnxruntime, against the Python loader's session in this environment; in the
+    newest also from the blob file's bytes in memory (``oc-run --blob``)."""
     library = ort_library(version)
     bundle = open_bundle(bundles / platform)
     assets = bundles.parent / "assets"
@@ -363,26 +364,17 @@ def test_oc_run_gives_the_python_loaders_outputs(
             path = folder / f"in-{value.name}.npy"
             np.save(path, feeds[value.name])
             args += ["--in", path]
-        run_native(
-            [
-                native / "oc-run",
-                "--bundle",
-                bundles / platform,
-                "--model",
-                name,
-                "--ort",
-                library,
-                *args,
-                "--out",
-                folder / "out",
-            ]
-        )
-        for output, want in expected.items():
-            got = np.load(folder / "out" / f"{output.replace('/', '_')}.npy")
-            assert got.dtype == want.dtype and got.shape == want.shape, (platform, version, name, output)
-            np.testing.assert_allclose(
-                got, want, rtol=1e-5, atol=1e-6, err_msg=f"{platform}/{name} in {version}"
-            )
+        ways = {"out": ["--bundle", bundles / platform, "--model", name]}
+        if version == VERSIONS[-1]:  # the blob file read into memory, as an engine reads its archive
+            ways["out-blob"] = ["--blob", bundles / platform / bundle.info(name)["file"]]
+        for out, how in ways.items():
+            run_native([native / "oc-run", *how, "--ort", library, *args, "--out", folder / out])
+            for output, want in expected.items():
+                got = np.load(folder / out / f"{output.replace('/', '_')}.npy")
+                assert got.dtype == want.dtype and got.shape == want.shape, (platform, version, name, output)
+                np.testing.assert_allclose(
+                    got, want, rtol=1e-5, atol=1e-6, err_msg=f"{platform}/{name} in {version} ({how[0]})"
+                )
 
 
 def _mutations(blob: bytes, rng: random.Random, count: int) -> list[bytes]:
@@ -1034,6 +1026,81 @@ def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path,
         == named.search(str(python.value))[0]
         == (f"weights frame 3 of {len(frames)} is damaged")
     )
+
+
+def test_oc_run_blob_refuses_what_is_not_a_blob_file_naming_it(
+    native: Path, bundles: Path, tmp_path: Path
+) -> None:
+    """``oc-run --blob``: a folder, a missing file and a damaged blob are errors naming the file; a
+    --model or a second source is a usage error."""
+    library = ort_library(VERSIONS[-1])
+    bundle = open_bundle(bundles / "android")
+    blob = bundles / "android" / bundle.info("mnist")["file"]
+    damaged = tmp_path / "damaged.ocb"
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    for path, says in (
+        (tmp_path, "not a blob file"),
+        (tmp_path / "none.ocb", "not a blob file"),
+        (damaged, "damaged"),
+    ):
+        done = run_native([native / "oc-run", "--blob", path, "--ort", library], check=False)
+        assert done.returncode == 1 and f"--blob {path}: " in done.stderr and says in done.stderr, done.stderr
+    for extra in (["--model", "mnist"], ["--bundle", bundles / "android"], ["--file", blob]):
+        done = run_native([native / "oc-run", "--blob", blob, *extra, "--ort", library], check=False)
+        assert done.returncode == 2 and "oc-run: error:" in done.stderr, done.stderr
+    timed = run_native([native / "oc-run", "--blob", blob, "--time", "2", "--ort", library])
+    line = json.loads(timed.stdout.strip().splitlines()[-1])
+    assert (
+        len(line["ready_ms"]) == 2
+        and line["load_path"] == "ort-bytes"
+        or line["load_path"].startswith("ort-")
+    )
+
+
+def test_raw_content_crcs_are_read_in_parallel_and_the_first_damaged_piece_is_named(
+    native: Path, tmp_path: Path
+) -> None:
+    """The CRC-32s of a raw extent's 8 MiB pieces are read on several threads (worker w: pieces w,
+    w + workers, ...); with two pieces damaged, on different threads, the first one is named, as
+    the Python loader and a single thread name it."""
+    import re
+
+    import onnx
+    from runtime_helpers import make_weighted_blob
+
+    weights = np.random.default_rng(5).standard_normal((2048, 2560)).astype(np.float32)  # 20 MiB: 3 pieces
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2048])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2560])],
+        [onnx.numpy_helper.from_array(weights, "W")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    blob = make_weighted_blob(model, "raw")[0]
+    (frame,) = [f for f in split_blob(blob)[0]["frames"] if f[0] == "weights"]
+    assert frame[1] == "raw" and len(frame[6]) == 3
+    content = frame[2] + frame[5]  # offset + pad: where the content starts
+    piece = 8 << 20
+    damaged = bytearray(blob)
+    damaged[content + piece + 100] ^= 0x01  # piece 1 (a second worker's)
+    damaged[content + 2 * piece + 100] ^= 0x01  # piece 2 (the first worker's second)
+    files = []
+    for name, data in (("good", blob), ("bad", bytes(damaged))):
+        files.append(tmp_path / f"{name}.ocb")
+        files[-1].write_bytes(data)
+    lines = [json.loads(x) for x in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()]
+    assert lines[0]["status"] == "OC_OK" and lines[0]["weights_size"] == weights.nbytes
+    with pytest.raises(py_errors.ChecksumMismatchError) as python:
+        unpack_blob(bytes(damaged), threads=1)
+    assert lines[1]["status"] == "OC_ERR_CHECKSUM"
+    named = re.compile(r"CRC-32 of its content bytes ([\d,]+) to ([\d,]+)")
+    c_range = [int(v.replace(",", "")) for v in named.search(lines[1]["message"]).groups()]
+    python_range = [int(v.replace(",", "")) for v in named.search(str(python.value)).groups()]
+    assert c_range == python_range == [piece, 2 * piece]
 
 
 def fnv1a(data: bytes) -> str:

@@ -111,8 +111,9 @@ typedef struct oc_blob_options {
     uint64_t max_model_size;        /* 0: 2 GiB, the Python loader's default */
     int skip_raw_check;             /* 0 (default): check the CRC-32s of raw extents; 1: skip (the
                                        caller checked the whole blob's sha256 already) */
-    int threads;                    /* zstd frames are decoded on this many threads; 0 (default):
-                                       one per core. The allocator hooks are then called from them */
+    int threads;                    /* zstd frames are decoded, and raw extents' CRC-32s read, on
+                                       this many threads; 0 (default): one per core. The allocator
+                                       hooks are then called from them */
     const oc_allocator *allocator;  /* NULL: malloc/free. Copied; its `user` must outlive the blob,
                                        and its functions must be thread-safe when threads != 1 */
     oc_progress_fn progress;        /* NULL: none */

@@ -612,24 +612,79 @@ static oc_status check_frames_present(parse_ctx *c) {
     return OC_OK;
 }
 
-static oc_status check_raw_content(parse_ctx *c) {
-    oc_blob *blob = c->blob;
+/* The CRC-32s of raw content, piece by piece (RAW_CRC_PIECE bytes each), by `workers` threads: the
+ * pieces of every raw frame in blob order, worker w taking pieces w, w + workers, ... Each worker
+ * stops at its first mismatch and records it; the lowest one is reported, as a single thread would. */
+typedef struct crc_job {
+    const oc_blob *blob;
+    const oc_frame *raw[2]; /* the raw frames: each is a whole section, so one per section at most */
+    size_t raw_count, count, workers;
+    size_t failed_at[64]; /* per worker, written by that worker only: its failing piece (count: none) */
+} crc_job;
+
+/* Piece `index` of the blob's raw content: its frame and its first byte within the frame's content. */
+static const oc_frame *crc_piece(const crc_job *job, size_t index, uint64_t *start) {
     size_t i;
-    for (i = 0; i < blob->frame_count; ++i) {
-        const oc_frame *f = &blob->frames[i];
-        size_t piece;
-        if (!f->raw) continue;
-        for (piece = 0; piece < f->crc_count; ++piece) {
-            uint64_t start = (uint64_t)piece * RAW_CRC_PIECE;
-            uint64_t n = f->content_size - start < RAW_CRC_PIECE ? f->content_size - start : RAW_CRC_PIECE;
-            uLong crc = crc32(0L, Z_NULL, 0);
-            crc = crc32(crc, blob->data + f->offset + f->pad + start, (uInt)n);
-            if ((uint32_t)crc != f->crcs[piece])
-                return fail(c, OC_ERR_CHECKSUM,
-                            "%s: %s frame 1 of 1 is damaged: CRC-32 of its content bytes %llu to %llu differs from the "
-                            "header's", blob->where, f->section ? "weights" : "graph", (unsigned long long)start,
-                            (unsigned long long)(start + n));
+    for (i = 0; i < job->raw_count; ++i) {
+        if (index < job->raw[i]->crc_count) {
+            *start = (uint64_t)index * RAW_CRC_PIECE;
+            return job->raw[i];
         }
+        index -= job->raw[i]->crc_count;
+    }
+    return NULL; /* not reached: index < count */
+}
+
+static void crc_worker(void *raw, size_t worker) {
+    crc_job *job = raw;
+    size_t piece;
+    job->failed_at[worker] = job->count;
+    for (piece = worker; piece < job->count; piece += job->workers) {
+        uint64_t start, n;
+        const oc_frame *f = crc_piece(job, piece, &start);
+        uLong crc = crc32(0L, Z_NULL, 0);
+        n = f->content_size - start < RAW_CRC_PIECE ? f->content_size - start : RAW_CRC_PIECE;
+        crc = crc32(crc, job->blob->data + f->offset + f->pad + start, (uInt)n);
+        if ((uint32_t)crc != f->crcs[start / RAW_CRC_PIECE]) {
+            job->failed_at[worker] = piece;
+            return;
+        }
+    }
+}
+
+static oc_status check_raw_content(parse_ctx *c, size_t threads) {
+    oc_blob *blob = c->blob;
+    crc_job job;
+    size_t i, w, first;
+    memset(&job, 0, sizeof job);
+    job.blob = blob;
+    for (i = 0; i < blob->frame_count; ++i) {
+        if (!blob->frames[i].raw) continue;
+        if (job.raw_count == sizeof job.raw / sizeof job.raw[0]) /* the layout check refused this already */
+            return fail(c, OC_ERR_CORRUPT, "%s: more raw extents than sections", blob->where);
+        job.raw[job.raw_count++] = &blob->frames[i];
+        job.count += blob->frames[i].crc_count;
+    }
+    if (job.count == 0) return OC_OK;
+    if (threads == 0) threads = job.count > 1 ? oc_cores() : 1; /* asked only when it matters: it reads /sys */
+    job.workers = threads < job.count ? threads : job.count;
+    if (job.workers > sizeof job.failed_at / sizeof job.failed_at[0])
+        job.workers = sizeof job.failed_at / sizeof job.failed_at[0];
+    if (job.workers < 1) job.workers = 1;
+    if (job.workers == 1)
+        crc_worker(&job, 0);
+    else
+        oc_run_parallel(crc_worker, &job, job.workers);
+    for (w = 0, first = job.count; w < job.workers; ++w)
+        if (job.failed_at[w] < first) first = job.failed_at[w];
+    if (first < job.count) {
+        uint64_t start, n;
+        const oc_frame *f = crc_piece(&job, first, &start);
+        n = f->content_size - start < RAW_CRC_PIECE ? f->content_size - start : RAW_CRC_PIECE;
+        return fail(c, OC_ERR_CHECKSUM,
+                    "%s: %s frame 1 of 1 is damaged: CRC-32 of its content bytes %llu to %llu differs from the "
+                    "header's", blob->where, f->section ? "weights" : "graph", (unsigned long long)start,
+                    (unsigned long long)(start + n));
     }
     return OC_OK;
 }
@@ -880,7 +935,7 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
     status = check_frames_present(&ctx);
     if (status != OC_OK) goto fail;
     if (check_raw) {
-        status = check_raw_content(&ctx);
+        status = check_raw_content(&ctx, threads);
         if (status != OC_OK) goto fail;
     }
     report(options, "check", 1.0);

@@ -6,14 +6,18 @@
  *   oc-run --bundle DIR --model NAME [--ep NAME ... | --devices EP:TYPE,...|POLICY] [--ep-library NAME=PATH ...]
  *          [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory] [--ort LIBPATH]
  *   oc-run --file MODEL.onnx [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory] [--ort LIBPATH]
+ *   oc-run --blob FILE.ocb [the options of --bundle but --model]
  *
+ * --blob: one blob file read into memory once (as an engine reads it from its archive; untimed),
+ *   each session made from that memory (oc_blob_open_memory: header, layout and CRC checks, no
+ *   manifest) with the blob's recipe, as --bundle makes it.
  * --in: one .npy file per model input, in the model's input order; each is checked against the
  *   input's element type, rank and fixed dimensions. --out: the folder (created) that receives
  *   one "<output name>.npy" per output ('/', '\', ':', '*', '?', '"', '<', '>', '|' and control
  *   characters in the name become '_').
  *   Without --in and --out the session is only created.
- * --time N: create N fresh sessions (with --bundle, opening and closing the blob each time; the
- *   bundle is opened once, untimed) and print one JSON line:
+ * --time N: create N fresh sessions (with --bundle or --blob, opening and closing the blob each time;
+ *   the bundle is opened once, the blob file read once, untimed) and print one JSON line:
  *   {"ready_ms_median": x, "ready_ms": [..], "peak_rss_bytes": y, "baseline_rss_bytes": z, "load_path": "..."}
  *   peak: VmHWM of /proc/self/status at the end; baseline: VmRSS right before the first creation.
  * --ort: libonnxruntime to load (default: $OC_ORT_LIBRARY, else the platform's default name).
@@ -38,6 +42,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,10 +59,11 @@ static const char usage_text[] =
     "usage: oc-run --bundle DIR --model NAME [--ep NAME ... | --devices EP:TYPE,...|POLICY]\n"
     "              [--ep-library NAME=PATH ...] [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory]\n"
     "              [--ort LIBPATH]\n"
-    "       oc-run --file MODEL.onnx [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory] [--ort LIBPATH]\n";
+    "       oc-run --file MODEL.onnx [--in FILE.npy ...] [--out DIR] [--time N] [--low-memory] [--ort LIBPATH]\n"
+    "       oc-run --blob FILE.ocb [the options of --bundle but --model]\n";
 
 typedef struct args {
-    const char *bundle, *model, *file, *out, *ort, *devices;
+    const char *bundle, *model, *file, *blob, *out, *ort, *devices;
     const char **eps;
     size_t ep_count;
     const char **libraries; /* NAME=PATH */
@@ -74,6 +80,8 @@ typedef struct ctx {
     oc_runtime *runtime;
     const OrtApi *api;
     oc_bundle *bundle;
+    unsigned char *blob_bytes; /* --blob: the file's bytes, read once */
+    size_t blob_size;
     OrtEnv *env; /* --file only */
     oc_devices devices; /* --devices, parsed */
     oc_device_pair *pairs;
@@ -308,13 +316,15 @@ static int create_session(ctx *c, OrtSession **session, oc_blob **blob, const ch
     const args *a = c->a;
     *session = NULL;
     *blob = NULL;
-    if (a->bundle) {
+    if (a->bundle || a->blob) {
         oc_error err;
         oc_status s;
         oc_session_options opts;
         oc_load_path path = OC_LOAD_ONNX_INLINE;
         memset(&err, 0, sizeof err);
-        s = oc_bundle_open_blob(c->bundle, a->model, blob, &err);
+        s = a->bundle ? oc_bundle_open_blob(c->bundle, a->model, blob, &err)
+                      : oc_blob_open_memory(c->blob_bytes, c->blob_size, NULL, blob, &err);
+        if (s != OC_OK && a->blob) return fail("--blob %s: %s", a->blob, err.message[0] ? err.message : oc_status_name(s));
         if (s != OC_OK) return fail_oc(&err, s);
         memset(&opts, 0, sizeof opts);
         opts.providers = a->ep_count ? a->eps : NULL;
@@ -779,7 +789,7 @@ static int do_once(ctx *c) {
     int rc;
     if (create_session(c, &session, &blob, &load_path)) return 1;
     printf("session ready: load path %s, onnxruntime %s\n", load_path, oc_runtime_version(c->runtime));
-    if (c->a->bundle) printf("eps: %s\n", c->explanation);
+    if (c->a->bundle || c->a->blob) printf("eps: %s\n", c->explanation);
     rc = 0;
     if (c->a->in_count > 0 || c->a->out) rc = run_model(c, session);
     fflush(stdout);
@@ -818,6 +828,49 @@ static int parse_devices(ctx *c, const char *value) {
     }
     c->devices.pairs = c->pairs;
     c->devices.pair_count = n;
+    return 0;
+}
+
+/* --blob: the whole file into memory (malloc'd; the caller frees it). Read to its end in chunks
+ * rather than sized by ftell, which is a 32-bit long on Windows; a regular file only. */
+static int read_whole(const char *path, unsigned char **bytes, size_t *size) {
+    FILE *f;
+    size_t have = 0, room = 1 << 20;
+    unsigned char *buffer;
+    *bytes = NULL;
+    *size = 0;
+    if (utf8_kind(path) != 2) return fail("--blob %s: not a blob file (missing, a folder or not a regular file)", path);
+    f = utf8_fopen(path, "rb");
+    if (!f) return fail("--blob %s: cannot open it (%s)", path, strerror(errno));
+    buffer = malloc(room);
+    while (buffer) {
+        size_t got = fread(buffer + have, 1, room - have, f);
+        have += got;
+        if (got == 0 || have < room) {
+            if (ferror(f)) {
+                free(buffer);
+                fclose(f);
+                return fail("--blob %s: cannot read it", path);
+            }
+            if (feof(f)) break;
+            continue;
+        }
+        if (room > SIZE_MAX / 2) { /* not reached on a 64-bit system */
+            free(buffer);
+            buffer = NULL;
+            break;
+        }
+        {
+            unsigned char *bigger = realloc(buffer, room * 2);
+            if (!bigger) free(buffer);
+            buffer = bigger;
+            room *= 2;
+        }
+    }
+    fclose(f);
+    if (!buffer) return fail("--blob %s: out of memory after %llu bytes", path, (unsigned long long)have);
+    *bytes = buffer;
+    *size = have;
     return 0;
 }
 
@@ -863,6 +916,8 @@ static int run(const args *a) {
             fail_oc(&err, s);
             goto done;
         }
+    } else if (a->blob) {
+        if (read_whole(a->blob, &c.blob_bytes, &c.blob_size)) goto done;
     } else {
         ORT_CHECK(c.api, c.api->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "oc-run", &c.env),
                   "onnxruntime could not create its environment");
@@ -871,6 +926,7 @@ static int run(const args *a) {
 done:
     if (c.env) c.api->ReleaseEnv(c.env);
     oc_bundle_close(c.bundle);
+    free(c.blob_bytes);
     oc_runtime_release(c.runtime);
     free(c.pairs);
     free(c.devices_text);
@@ -914,6 +970,7 @@ static int parse_args(int argc, char **argv, args *a) {
         memcpy(name, opt, len);
         name[len] = '\0';
         if (strcmp(name, "--bundle") != 0 && strcmp(name, "--model") != 0 && strcmp(name, "--file") != 0 &&
+            strcmp(name, "--blob") != 0 &&
             strcmp(name, "--ep") != 0 && strcmp(name, "--in") != 0 && strcmp(name, "--out") != 0 &&
             strcmp(name, "--time") != 0 && strcmp(name, "--ort") != 0 && strcmp(name, "--devices") != 0 &&
             strcmp(name, "--ep-library") != 0) {
@@ -937,6 +994,7 @@ static int parse_args(int argc, char **argv, args *a) {
         if (strcmp(name, "--bundle") == 0) SINGLE(bundle);
         else if (strcmp(name, "--model") == 0) SINGLE(model);
         else if (strcmp(name, "--file") == 0) SINGLE(file);
+        else if (strcmp(name, "--blob") == 0) SINGLE(blob);
         else if (strcmp(name, "--out") == 0) SINGLE(out);
         else if (strcmp(name, "--devices") == 0) SINGLE(devices);
         else if (strcmp(name, "--ep-library") == 0) a->libraries[a->library_count++] = value;
@@ -966,8 +1024,13 @@ static int parse_args(int argc, char **argv, args *a) {
         }
 #undef SINGLE
     }
-    if (!a->bundle == !a->file) {
-        usage_error(a->bundle ? "--bundle and --file exclude each other" : "give --bundle DIR --model NAME, or --file MODEL");
+    if ((a->bundle != NULL) + (a->file != NULL) + (a->blob != NULL) != 1) {
+        usage_error(a->bundle || a->file || a->blob ? "--bundle, --file and --blob exclude each other"
+                                                    : "give --bundle DIR --model NAME, --blob FILE.ocb or --file MODEL");
+        return 2;
+    }
+    if (a->blob && a->model) {
+        usage_error("--model goes with --bundle: a --blob file holds one model");
         return 2;
     }
     if (a->bundle && !a->model) {
