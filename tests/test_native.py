@@ -1067,20 +1067,11 @@ def test_raw_content_crcs_are_read_in_parallel_and_the_first_damaged_piece_is_na
     the Python loader and a single thread name it."""
     import re
 
-    import onnx
     from runtime_helpers import make_weighted_blob
 
-    weights = np.random.default_rng(5).standard_normal((2048, 2560)).astype(np.float32)  # 20 MiB: 3 pieces
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("MatMul", ["x", "W"], ["y"])],
-        "g",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2048])],
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2560])],
-        [onnx.numpy_helper.from_array(weights, "W")],
-    )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    blob = make_weighted_blob(model, "raw")[0]
+    from tests.models import large_matmul_model
+
+    blob = make_weighted_blob(large_matmul_model(2048, 2560, seed=5), "raw")[0]  # 20 MiB: 3 pieces
     (frame,) = [f for f in split_blob(blob)[0]["frames"] if f[0] == "weights"]
     assert frame[1] == "raw" and len(frame[6]) == 3
     content = frame[2] + frame[5]  # offset + pad: where the content starts
@@ -1093,7 +1084,7 @@ def test_raw_content_crcs_are_read_in_parallel_and_the_first_damaged_piece_is_na
         files.append(tmp_path / f"{name}.ocb")
         files[-1].write_bytes(data)
     lines = [json.loads(x) for x in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()]
-    assert lines[0]["status"] == "OC_OK" and lines[0]["weights_size"] == weights.nbytes
+    assert lines[0]["status"] == "OC_OK" and lines[0]["weights_size"] == 2048 * 2560 * 4
     with pytest.raises(py_errors.ChecksumMismatchError) as python:
         unpack_blob(bytes(damaged), threads=1)
     assert lines[1]["status"] == "OC_ERR_CHECKSUM"
