@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from filelock import FileLock
-from runtime_helpers import split_blob, write_bundle
+from runtime_helpers import make_blob, split_blob, write_bundle
 
 from pipeline.build.target_check import runtime_library
 from pipeline.runtime import errors as py_errors
@@ -1057,6 +1057,23 @@ def test_oc_run_blob_refuses_what_is_not_a_blob_file_naming_it(
         and line["load_path"] == "ort-bytes"
         or line["load_path"].startswith("ort-")
     )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_operator_onnxruntime_has_no_kernel_for_gets_the_python_loaders_message(
+    native: Path, version: str, tmp_path: Path
+) -> None:
+    """OC_ERR_INCOMPATIBLE_RUNTIME with the Python loader's words (compat.no_kernel_message) where
+    onnxruntime has no kernel for an operator of the blob, in each target version."""
+    from pipeline.runtime.compat import no_kernel_message
+    from tests.test_runtime_session import image_decoder_model
+
+    path = tmp_path / "decoder.ocb"
+    path.write_bytes(make_blob(image_decoder_model(), "onnx", name="decoder", platform="android"))
+    done = run_native([native / "oc-run", "--blob", path, "--ort", ort_library(version)], check=False)
+    expected = no_kernel_message("ImageDecoder(20)", "decoder", "android", version)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == f"oc-run: error: {expected}"
 
 
 def test_raw_content_crcs_are_read_in_parallel_and_the_first_damaged_piece_is_named(

@@ -449,6 +449,36 @@ def test_paths_that_are_not_a_bundle_folder_name_the_one_to_open(bundle_dir: Pat
             session_from_blob(path)  # type: ignore[arg-type]
 
 
+def image_decoder_model() -> bytes:
+    """An operator onnx defines and onnxruntime has no kernel for (ImageDecoder-20, in 1.24.4, 1.28.0
+    and 1.32.0 alike): what a blob meets in an older onnxruntime, or a reduced build, than it was
+    checked in."""
+    import onnx
+
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("ImageDecoder", ["encoded"], ["image"])],
+        "decoder",
+        [onnx.helper.make_tensor_value_info("encoded", onnx.TensorProto.UINT8, [64])],
+        [onnx.helper.make_tensor_value_info("image", onnx.TensorProto.UINT8, None)],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+def test_an_operator_this_onnxruntime_has_no_kernel_for_is_an_incompatible_runtime_with_the_fixes() -> None:
+    """onnxruntime's NOT_IMPLEMENTED ("Could not find an implementation for X(N) node") is an
+    ``IncompatibleRuntimeError`` naming the operator and the ways out (the platform's onnxruntime, a
+    reduced build's operator config, a platform for this version), not onnxruntime's bare text."""
+    blob = make_blob(image_decoder_model(), "onnx", name="decoder", platform="android")
+    with pytest.raises(IncompatibleRuntimeError) as raised:
+        session_from_blob(blob)
+    message = str(raised.value)
+    assert message.startswith(f"onnxruntime {onnxruntime.__version__} has no kernel for ImageDecoder(20) ")
+    assert "(model 'decoder', android)" in message and "required_operators.config" in message
+    assert "NOT_IMPLEMENTED" not in message
+
+
 def test_an_ep_this_onnxruntime_package_lacks_is_named_as_missing(models: dict[str, bytes]) -> None:
     missing = next(
         ep

@@ -9,6 +9,7 @@ import stat
 import time
 from pathlib import Path
 
+import onnx
 import pytest
 
 from pipeline.build.manifest import write_manifest
@@ -107,6 +108,40 @@ def test_a_blob_the_target_version_cannot_load_fails_the_check(tmp_path: Path) -
     ):
         run_check(check)
     assert not check.result_path.exists()
+
+
+def tensor_scatter_model() -> onnx.ModelProto:
+    """TensorScatter-24 (a KV-cache write): onnxruntime 1.32 has a kernel for it, 1.24.4 does not."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("TensorScatter", ["past", "update"], ["present"])],
+        "cache",
+        [
+            onnx.helper.make_tensor_value_info("past", onnx.TensorProto.FLOAT, [1, 8, 4]),
+            onnx.helper.make_tensor_value_info("update", onnx.TensorProto.FLOAT, [1, 2, 4]),
+        ],
+        [onnx.helper.make_tensor_value_info("present", onnx.TensorProto.FLOAT, [1, 8, 4])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 24)])
+    model.ir_version = 10
+    return model
+
+
+def test_an_operator_the_platforms_onnxruntime_has_no_kernel_for_names_it_and_the_ways_out(
+    tmp_path: Path,
+) -> None:
+    """Cooked (and verified) in the cook's onnxruntime, a TensorScatter-24 model fails the check in
+    1.24.4, which has no kernel for it: the failure names the operator and what to change, in the
+    platform's terms (not the loader's advice to load it with the platform's onnxruntime: this is it)."""
+    save(tensor_scatter_model(), tmp_path / "assets", "cache")
+    platform_dir = cook_all(tmp_path, "android", ["cache"])
+    check = check_for(platform_dir, ["cache"], OLD_RUNTIME, Path("platforms/android.yaml"))
+    with pytest.raises(RuntimeCheckError) as raised:
+        run_check(check)
+    message = str(raised.value)
+    said = "onnxruntime 1.24.4, the platform's runtime_version, has no kernel for TensorScatter(24)"
+    assert said in message, message
+    assert "raise runtime_version" in message and "skip_platforms: [android]" in message, message
+    assert "NOT_IMPLEMENTED" not in message and "load it with the platform's onnxruntime" not in message
 
 
 @pytest.mark.slow

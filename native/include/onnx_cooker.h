@@ -71,7 +71,8 @@ typedef enum oc_status {
     OC_ERR_MANIFEST = 10,            /* ManifestError: manifest.json missing, damaged or invalid */
     OC_ERR_UNKNOWN_MODEL = 11,       /* UnknownModelError: no such model in the bundle */
     OC_ERR_SIGNATURE = 12,           /* SignatureError: the manifest's signature is missing or not trusted */
-    OC_ERR_INCOMPATIBLE_RUNTIME = 13,/* IncompatibleRuntimeError: onnxruntime too old for the blob */
+    OC_ERR_INCOMPATIBLE_RUNTIME = 13,/* IncompatibleRuntimeError: onnxruntime too old for the blob, or
+                                        without a kernel for one of its operators */
     OC_ERR_RUNTIME_LOAD = 14,        /* libonnxruntime could not be loaded or lacks the API needed */
     OC_ERR_SESSION_CREATE = 15       /* SessionCreateError: onnxruntime refused the session */
 } oc_status;

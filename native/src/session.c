@@ -760,11 +760,28 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
         oc_pager_stop(pager);
     }
     if (s != NULL) {
-        status = oc_fail(c->err, OC_ERR_SESSION_CREATE,
-                         "onnxruntime %s could not create a session for model '%s' (%s, %s, load path %s): %s",
-                         c->rt->version, blob->info.name, blob->info.platform,
-                         blob->info.format == OC_FORMAT_ORT ? "ort" : "onnx", oc_load_path_name(path),
-                         api->GetErrorMessage(s));
+        /* onnxruntime's NOT_IMPLEMENTED for an operator its kernels lack: the cook's runtime check ran
+         * the blob in the platform's own onnxruntime, so this one is older, or a reduced build without
+         * that operator (the Python loader's compat.no_kernel_message, word for word). */
+        const char *message = api->GetErrorMessage(s);
+        const char *kernel = strstr(message, "Could not find an implementation for ");
+        const char *end = kernel ? strstr(kernel, " node") : NULL;
+        if (kernel != NULL && end != NULL && end[-1] == ')') {
+            kernel += strlen("Could not find an implementation for ");
+            status = oc_fail(c->err, OC_ERR_INCOMPATIBLE_RUNTIME,
+                             "onnxruntime %s has no kernel for %.*s (model '%s', %s): it is older than the onnxruntime "
+                             "the platform ships, or a reduced build without that operator; load it with the "
+                             "platform's onnxruntime (its runtime_version), rebuild the reduced onnxruntime with the "
+                             "platform's required_operators.config (docs/reduced-builds.md), or cook a platform for "
+                             "onnxruntime %s",
+                             c->rt->version, (int)(end - kernel), kernel, blob->info.name, blob->info.platform,
+                             c->rt->version);
+        } else {
+            status = oc_fail(c->err, OC_ERR_SESSION_CREATE,
+                             "onnxruntime %s could not create a session for model '%s' (%s, %s, load path %s): %s",
+                             c->rt->version, blob->info.name, blob->info.platform,
+                             blob->info.format == OC_FORMAT_ORT ? "ort" : "onnx", oc_load_path_name(path), message);
+        }
         api->ReleaseStatus(s);
         *session = NULL;
         goto done;

@@ -97,3 +97,25 @@ def ort_format_version(model: bytes) -> str | None:
         return model[start : start + length].decode("ascii", errors="replace")
     except struct.error:
         return ""
+
+
+# onnxruntime's NOT_IMPLEMENTED for an operator its kernels lack ("Could not find an implementation for
+# TensorScatter(24) node with name ''"): the cook's runtime check ran the blob in the platform's own
+# onnxruntime, so a loader meeting it runs an older one, or a reduced build without that operator.
+_MISSING_KERNEL = re.compile(r"Could not find an implementation for (\S+?\(\d+\)) node")
+
+
+def missing_kernel(message: str) -> str | None:
+    """The operator (``"TensorScatter(24)"``) onnxruntime's error ``message`` has no kernel for, or None."""
+    match = _MISSING_KERNEL.search(message)
+    return match.group(1) if match else None
+
+
+def no_kernel_message(operator: str, name: str, platform: str, installed: str) -> str:
+    """What to do about a blob this onnxruntime has no kernel for (the C loader says the same)."""
+    return (
+        f"onnxruntime {installed} has no kernel for {operator} (model '{name}', {platform}): it is older "
+        "than the onnxruntime the platform ships, or a reduced build without that operator; load it with the "
+        "platform's onnxruntime (its runtime_version), rebuild the reduced onnxruntime with the platform's "
+        f"required_operators.config (docs/reduced-builds.md), or cook a platform for onnxruntime {installed}"
+    )

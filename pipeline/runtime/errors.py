@@ -32,7 +32,11 @@ class UnsupportedBlobVersionError(BundleError):
 
 
 class IncompatibleRuntimeError(BundleError):
-    """The installed onnxruntime is older than the blob's model needs (opset, IR or ORT format)."""
+    """The installed onnxruntime is older than the blob's model needs (opset, IR or ORT format), or
+    has no kernel for one of its operators (older than the platform's, or a reduced build without it):
+    then ``operator`` names it (``"TensorScatter(24)"``)."""
+
+    operator: str | None = None
 
 
 class BlobTooLargeError(BundleError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
-from .compat import format_version, parse_version
+from .compat import format_version, missing_kernel, no_kernel_message, parse_version
 from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
@@ -302,6 +302,12 @@ def _session(
                 _REFUSED[_refusal_key(header)] = refused
             session = create_session(prepared.model, options, specs, None, low_memory)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
+        if (operator := missing_kernel(str(exc))) is not None:
+            error = IncompatibleRuntimeError(
+                no_kernel_message(operator, header.name, header.platform, onnxruntime.__version__)
+            )
+            error.operator = operator
+            raise error from None
         raise SessionCreateError(
             f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
             f"({header.platform}, {header.model_format}, load path {path.value}): {exc}"
