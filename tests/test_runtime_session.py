@@ -479,6 +479,53 @@ def test_an_operator_this_onnxruntime_has_no_kernel_for_is_an_incompatible_runti
     assert "NOT_IMPLEMENTED" not in message
 
 
+def test_a_missing_kernel_is_not_retried_along_the_copying_path(tmp_path: Path) -> None:
+    """In 1.24.4 weights go along onnx-shared-initializers with a copying fallback for the models its
+    optimizers refuse; a kernel onnxruntime lacks fails every path alike, so it is raised at once (no
+    second session built with a copy of the weights) as the IncompatibleRuntimeError above."""
+    import onnx
+    from runtime_helpers import make_weighted_blob, run_in_runtime
+
+    weights = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("ImageDecoder", ["encoded"], ["image"]),
+            onnx.helper.make_node("MatMul", ["x", "W"], ["y"]),
+        ],
+        "decoder",
+        [
+            onnx.helper.make_tensor_value_info("encoded", onnx.TensorProto.UINT8, [64]),
+            onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 512]),
+        ],
+        [
+            onnx.helper.make_tensor_value_info("image", onnx.TensorProto.UINT8, None),
+            onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 512]),
+        ],
+        [onnx.numpy_helper.from_array(weights, "W")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    blob = tmp_path / "decoder.ocb"
+    blob.write_bytes(make_weighted_blob(model, "raw", name="decoder", platform="windows-dml")[0])
+    code = (
+        "import json, logging, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
+        "from pipeline.runtime import session_from_blob, IncompatibleRuntimeError\n"
+        "records = []\n"
+        "handler = logging.Handler(); handler.emit = lambda r: records.append(r.getMessage())\n"
+        "logging.getLogger('pipeline.runtime').addHandler(handler)\n"
+        "logging.getLogger('pipeline.runtime').setLevel(logging.INFO)\n"
+        "try:\n"
+        "    session_from_blob(open(sys.argv[2], 'rb').read()); raised = None\n"
+        "except IncompatibleRuntimeError as exc:\n"
+        "    raised = [exc.operator, str(exc)]\n"
+        "print(json.dumps({'onnxruntime': onnxruntime.__version__, 'raised': raised, 'log': records}))\n"
+    )
+    report = run_in_runtime("1.24.4", tmp_path / "work", ["-c", code, str(blob)])
+    assert report["raised"] is not None and report["raised"][0] == "ImageDecoder(20)", report
+    assert any("load path onnx-shared-initializers" in line for line in report["log"]), report["log"]
+    assert not any("loading along" in line for line in report["log"]), report["log"]
+
+
 def test_an_ep_this_onnxruntime_package_lacks_is_named_as_missing(models: dict[str, bytes]) -> None:
     missing = next(
         ep

@@ -281,7 +281,7 @@ def _session(
                 del session
                 raise _Distrusted(distrust)
         except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
-            if fallback is None:
+            if fallback is None or missing_kernel(str(exc)) is not None:  # a kernel every path lacks
                 raise
             what = "not used" if isinstance(exc, _Distrusted) else "refused"
             refused = f"{path.value} {what} ({str(exc).splitlines()[0][:200]})"
