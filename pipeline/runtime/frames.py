@@ -20,7 +20,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import zstandard
@@ -256,6 +256,27 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="blob-decode")
         return pool
+
+
+def helper(task: Callable[[], None]) -> Future[None]:
+    """``task()`` on a lasting pool thread, for work beside the caller's (``rawcheck.Beside``): a
+    new thread would cost about 130 us to start and join, 10% of a 1 MB model's load. The task must
+    submit none of its own (the pool's rule)."""
+    return _pool(default_threads()).submit(task)
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's pool threads do not exist there, and its pools would queue
+    tasks that never run (the child's next blob of several frames hung for good: a game server
+    that loads its models and then forks its workers, ``multiprocessing``'s default on Linux before
+    Python 3.14). The child makes its own pools on first use."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
 
 
 def new_bytes(size: int) -> tuple[memoryview, Callable[[], bytes]]:

@@ -87,9 +87,10 @@ MAPPED_WEIGHTS_MIN = 64 << 20
 # entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
 # would look for the blob's name in the current directory instead.
 MAPPED_VERSIONS = frozenset({(1, 24, 4), (1, 28, 0), (1, 32, 0)})
-# Raw content from this size is CRC-checked on a thread while onnxruntime builds the session; below
-# it, starting a thread costs more than the check (a 100 kB model's CRC takes about 20 us, a thread
-# about 60 us). Measured, 1.32, an LSTM with 3.5 MB of weights: 2.86 ms checked first, 2.16 beside.
+# Raw content from this size is CRC-checked on a lasting pool thread (frames.helper) while onnxruntime
+# builds the session; below it, handing the work over costs more than the check (a 100 kB model's CRC
+# takes about 40 us; a task to the helper and back about 60 us, a new thread about 100 us, medians of
+# 2,000 here). Measured, 1.32, an LSTM with 3.5 MB of weights: 2.86 ms checked first, 2.16 beside.
 DEFER_RAW_CHECK_MIN = 512 << 10
 # Where onnxruntime holds the GIL while it builds a session (1.24.4, 1.28.0), the thread beside it
 # costs a small model a lot: a 1.1 MB MatMul model, 9 fresh processes each, medians 4.8 / 4.7 ms

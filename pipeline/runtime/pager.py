@@ -100,6 +100,18 @@ _LOCKS: dict[tuple[int, int], _FileLock] = {}
 _LOCKS_LOCK = threading.Lock()
 
 
+def _forget_locks() -> None:
+    """In a forked child: a lock another thread of the parent held (a load under way at the fork)
+    would be held for good there, and the child's next load of that file would wait forever."""
+    global _LOCKS_LOCK
+    _LOCKS.clear()
+    _LOCKS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks)
+
+
 def file_lock(fd: int) -> contextlib.AbstractContextManager[None] | None:
     """The lock that loads of the file open as ``fd`` hold while onnxruntime maps it, where a pager
     may run (files from ``PAGER_MIN``, on Linux): a pager claims the one mapping of the file that

@@ -7,9 +7,10 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import wait
 
 from .errors import ChecksumMismatchError, CorruptBlobError
-from .frames import RAW_CRC_PIECE, Frame, check_piece, check_raw, crc_count, raw_pieces
+from .frames import RAW_CRC_PIECE, Frame, check_piece, check_raw, crc_count, helper, raw_pieces
 
 
 def whole_crcs(frames: Sequence[Frame], where: str = "blob") -> list[tuple[Frame, int]]:
@@ -104,10 +105,12 @@ class Background:
 
 
 class Beside:
-    """The CRC-32 check of every piece of raw content, taken piece by piece by a thread of its own
-    while onnxruntime builds the session, and by the caller's thread too once ``result`` is called
-    (onnxruntime done): where onnxruntime lets go of the GIL (1.32+), both cores finish what the
-    build did not hide (a 45 MB ResNet-18 builds in 3 ms; its 45 MB of CRC take 8 on one core)."""
+    """The CRC-32 check of every piece of raw content, taken piece by piece by a lasting pool thread
+    (``frames.helper``) while onnxruntime builds the session, and by the caller's thread too once
+    ``result`` is called (onnxruntime done): where onnxruntime lets go of the GIL (1.32+), both
+    cores finish what the build did not hide (a 45 MB ResNet-18 builds in 3 ms; its 45 MB of CRC
+    take 8 on one core). A helper still queued behind other loads' work when the caller is done is
+    cancelled: the caller has checked every piece itself."""
 
     def __init__(
         self, data: memoryview, frames: Sequence[Frame], where: str, release: Callable[[], None]
@@ -118,8 +121,7 @@ class Beside:
         self._lock = threading.Lock()
         self._errors: list[BaseException] = []
         self._stop = False
-        self._thread = threading.Thread(target=self._work, name="onnx-cooker-crc", daemon=True)
-        self._thread.start()
+        self._helper = helper(self._work)
 
     def _take(self) -> tuple[int, Frame, int] | None:
         """The next piece to check; None when none is left or one was found damaged."""
@@ -143,8 +145,9 @@ class Beside:
                 except Exception as exc:  # noqa: BLE001  a damaged piece: reported after the join
                     self._errors.append(exc)
         finally:
-            self._stop = True  # an interrupt: the thread ends after its piece
-            self._thread.join()
+            self._stop = True  # an interrupt: the helper ends after its piece
+            if not self._helper.cancel():
+                wait((self._helper,))
             self._release()
         if self._errors:
             error = self._errors[0]
