@@ -23,8 +23,12 @@
  *     ReleaseSession); it borrows the oc_blob, which borrows the caller's bytes or holds the
  *     mapped file: release the session first, then the blob, then the bundle, then the runtime.
  *
- * Thread safety: distinct objects may be used from distinct threads; one object from one thread
- * at a time. Functions that only read an object (the getters) may run concurrently.
+ * Thread safety: threads may share a bundle, a blob and a runtime, as an engine's async loading
+ * does: they may open blobs of one bundle (oc_bundle_open_blob, oc_bundle_open_blob_memory), create
+ * and release sessions with one runtime and from one blob (oc_session_create,
+ * oc_session_create_on_devices, oc_session_release) and call the getters, all at once; the
+ * caller's callbacks (reader, progress, allocator) are then called from those threads. Closing an
+ * object (oc_bundle_close, oc_blob_close, oc_runtime_release) must not overlap any other use of it.
  *
  * Paths (files, folders, the onnxruntime library) are UTF-8 on every platform; on Windows they are
  * converted to UTF-16 for the file system and LoadLibraryExW (a path that is not UTF-8 is refused).

@@ -46,7 +46,8 @@ struct oc_bundle {
     int is_signed; /* public keys were given: each load checks its blob's sha256 again */
     oc_progress_fn progress;
     void *progress_user;
-    ZSTD_DCtx *dctx; /* kept for the blobs opened through this bundle (one thread at a time) */
+    ZSTD_DCtx *dctx; /* kept for the blobs opened through this bundle: lent to one open at a time */
+    int dctx_lent;   /* under oc_lock: an open is using dctx (a concurrent open decodes with its own) */
 };
 
 static void *bundle_zstd_alloc(void *opaque, size_t size) { return oc_malloc((const oc_alloc *)opaque, size); }
@@ -523,12 +524,41 @@ static oc_status check_sha256(const model_entry *m, const char *path, const uint
     return OC_OK;
 }
 
+/* The bundle's decompression context, lent to this open; NULL (the decode makes its own) while
+ * another thread's open has it, or where it cannot be made. Give it back with dctx_lent = 0 under
+ * oc_lock. Engines open blobs of one bundle on several threads at once: a ZSTD_DCtx decodes one
+ * frame at a time (two opens sharing it reported intact frames as damaged). */
+static ZSTD_DCtx *borrow_dctx(oc_bundle *b) {
+    ZSTD_DCtx *dctx = NULL;
+    int make;
+    oc_lock();
+    make = !b->dctx_lent && b->dctx == NULL;
+    if (!b->dctx_lent) {
+        dctx = b->dctx;
+        b->dctx_lent = 1; /* this open's, or reserved while it makes the context */
+    }
+    oc_unlock();
+    if (make) { /* made outside the lock: the allocator hooks are the caller's code */
+        ZSTD_customMem mem;
+        mem.customAlloc = bundle_zstd_alloc;
+        mem.customFree = bundle_zstd_free;
+        mem.opaque = &b->alloc;
+        dctx = ZSTD_createDCtx_advanced(mem);
+        oc_lock();
+        b->dctx = dctx;
+        b->dctx_lent = dctx != NULL;
+        oc_unlock();
+    }
+    return dctx;
+}
+
 /* `trusted`: these are the very bytes hashed when the bundle was opened (same file identity). */
 static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *path, const uint8_t *data, size_t size,
                               void *map, size_t map_size, void *buffer, int trusted, oc_blob **out, oc_error *err) {
     oc_blob_options options;
     oc_blob_info info;
     oc_status status;
+    ZSTD_DCtx *dctx;
     if ((uint64_t)size != m->blob_size)
         return oc_fail(err, OC_ERR_CHECKSUM,
                        "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest says "
@@ -551,14 +581,13 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
         hooks.free = b->alloc.free;
         hooks.user = b->alloc.user;
         options.allocator = &hooks;
-        if (b->dctx == NULL) { /* NULL: each decode makes its own */
-            ZSTD_customMem mem;
-            mem.customAlloc = bundle_zstd_alloc;
-            mem.customFree = bundle_zstd_free;
-            mem.opaque = &b->alloc;
-            b->dctx = ZSTD_createDCtx_advanced(mem);
+        dctx = borrow_dctx(b);
+        status = oc_blob_parse_with(data, size, &options, path, map, map_size, buffer, dctx, out, err);
+        if (dctx != NULL) {
+            oc_lock();
+            b->dctx_lent = 0;
+            oc_unlock();
         }
-        status = oc_blob_parse_with(data, size, &options, path, map, map_size, buffer, b->dctx, out, err);
     }
     if (status != OC_OK) return status;
     oc_blob_get_info(*out, &info, NULL);

@@ -1,0 +1,54 @@
+"""The C library under an engine's async loading: eight threads open blobs of one bundle and make
+sessions with one runtime, from blobs of their own and from blobs the other threads use at the
+same time (native/tests/test_threads.c, under AddressSanitizer and UBSan), in each target
+onnxruntime. Every blob a thread opens must hold the bytes the same blob holds opened alone.
+
+Before the fix, the bundle lent one zstd decompression context to every open: two threads decoding
+at once crashed inside libzstd or reported intact frames as damaged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from runtime_helpers import make_weighted_blob, write_bundle
+
+from tests.models import large_matmul_model
+from tests.test_load_paths import VERSIONS
+from tests.test_native import bundles, native, ort_library, run_native  # noqa: F401  (fixtures)
+
+THREADS, ROUNDS = 8, 6
+
+
+def _run(build: Path, version: str, bundle: Path) -> dict:
+    done = run_native([build / "test_threads", ort_library(version), bundle, THREADS, ROUNDS], check=False)
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"test_threads printed nothing ({done.returncode}):\n{done.stderr[-4000:]}"
+    report = json.loads(lines[-1])
+    assert report["failures"] == 0, report["first_failure"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert report["opens"] == THREADS * ROUNDS and report["sessions"] == 2 * THREADS * ROUNDS
+    return report
+
+
+@pytest.fixture(scope="module")
+def compressed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four ONNX models whose 2 MB of weights are zstd frames: most of an open is decoding."""
+    blobs = {}
+    for seed in range(4):
+        model = large_matmul_model(512, 1024, seed=seed)
+        blobs[f"m{seed}"] = ("onnx", make_weighted_blob(model, "zstd", name=f"m{seed}")[0])
+    return write_bundle(tmp_path_factory.mktemp("threads") / "bundle", blobs)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_threads_open_blobs_of_one_bundle_and_make_sessions_with_one_runtime_at_once(
+    native: Path,  # noqa: F811
+    bundles: Path,  # noqa: F811
+    compressed: Path,
+    version: str,
+) -> None:
+    assert _run(native, version, compressed)["models"] == 4
+    for platform in ("android", "windows-dml"):  # the cooked example and exported models
+        assert _run(native, version, bundles / platform)["models"] >= 8
