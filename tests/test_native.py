@@ -1497,3 +1497,42 @@ def test_oc_run_output_files_stay_in_out_whatever_the_output_names(native: Path,
     assert not (tmp_path / "deep" / "up").exists()
     for name in files:
         np.testing.assert_array_equal(np.load(out / name), np.maximum(x, 0))
+
+
+def test_opening_a_bundle_hashes_its_blobs_without_holding_them_resident(
+    native: Path, tmp_path: Path
+) -> None:
+    """``oc_bundle_open_dir`` checks every blob's sha256 (verify, the default) through a mapping
+    that it lets go of a piece at a time: the process's peak resident memory does not grow by the
+    bundle's largest blob (it did by all of it: a game that opened its bundle showed that blob in
+    its peak whatever model it then loaded), and the blobs still load."""
+    from runtime_helpers import make_weighted_blob
+
+    from tests.models import large_matmul_model
+
+    big = make_weighted_blob(large_matmul_model(4096, 4096, seed=31), "raw", name="big")[0]  # 64 MiB
+    small = make_weighted_blob(large_matmul_model(64, 32, seed=32), "raw", name="small")[0]
+    folder = write_bundle(tmp_path / "bundle", {"big": ("onnx", big), "small": ("onnx", small)})
+    done = run_native(
+        [
+            native / "oc-run",
+            "--bundle",
+            folder,
+            "--model",
+            "small",
+            "--time",
+            1,
+            "--ort",
+            ort_library("1.32.0"),
+        ]
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    grown = report["peak_rss_bytes"] - report["baseline_rss_bytes"]  # the open's peak is in VmHWM
+    assert grown < len(big) // 4, f"peak resident memory grew by {grown:,} bytes for a {len(big):,}-byte blob"
+    # and the big blob still opens and loads from the same bundle
+    assert (
+        "load path onnx-file-buffers,"
+        in run_native(
+            [native / "oc-run", "--bundle", folder, "--model", "big", "--ort", ort_library("1.32.0")]
+        ).stdout
+    )

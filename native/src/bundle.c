@@ -280,7 +280,7 @@ oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_re
                          options ? options->signature_size : 0, out, err);
 }
 
-static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err);
+static oc_status compare_sha256(const model_entry *m, const char *path, const unsigned char digest[32], oc_error *err);
 
 /* verify at open, as open_bundle(verify=True) does: every blob's size and sha256 against the
  * manifest, once; later loads of the same files skip both (and the CRCs). */
@@ -309,9 +309,11 @@ static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
                              "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
                              "says %llu); the file was damaged or replaced: re-run `onnx-cooker cook`", path, size,
                              (unsigned long long)m->blob_size);
-        if (status == OC_OK) {
-            oc_prefault(data, size);
-            status = check_sha256(m, path, data, size, err);
+        if (status == OC_OK) { /* a piece at a time, let go once hashed: the bundle's largest blob no longer
+                                  passes through the process's resident memory (its peak) at open */
+            unsigned char digest[32];
+            oc_sha256_pieces(data, size, digest, oc_prefault, oc_release_pages);
+            status = compare_sha256(m, path, digest, err);
         }
         oc_unmap(data, size);
         oc_free(&b->alloc, path);
@@ -511,17 +513,22 @@ static void hex(const unsigned char *digest, char *text) {
     text[64] = '\0';
 }
 
-/* Check the blob bytes against the manifest entry and open them. */
-static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err) {
-    unsigned char digest[32];
+/* A blob's sha256 against its manifest entry. */
+static oc_status compare_sha256(const model_entry *m, const char *path, const unsigned char digest[32], oc_error *err) {
     char text[65];
-    oc_sha256(data, size, digest);
     hex(digest, text);
     if (strcmp(text, m->blob_sha256) != 0)
         return oc_fail(err, OC_ERR_CHECKSUM,
                        "%s: blob does not match the sha256/size recorded in manifest.json; the file was damaged or "
                        "replaced: re-run `onnx-cooker cook`", path);
     return OC_OK;
+}
+
+/* The blob bytes against the manifest entry. */
+static oc_status check_sha256(const model_entry *m, const char *path, const uint8_t *data, size_t size, oc_error *err) {
+    unsigned char digest[32];
+    oc_sha256(data, size, digest);
+    return compare_sha256(m, path, digest, err);
 }
 
 /* The bundle's decompression context, lent to this open; NULL (the decode makes its own) while

@@ -189,6 +189,12 @@ oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *lo
  * libsodium. oc_sha256_accelerated says which. */
 void oc_sha256(const uint8_t *data, size_t size, uint8_t digest[32]);
 int oc_sha256_accelerated(void);
+/* The same, read in pieces of OC_HASH_PIECE bytes (the last may be shorter): `before` (may be NULL)
+ * is called with each piece before it is read and `after` (may be NULL) once it has been, for a
+ * caller that keeps a mapping's resident pages bounded (oc_prefault, oc_release_pages). */
+#define OC_HASH_PIECE ((size_t)8 << 20)
+void oc_sha256_pieces(const uint8_t *data, size_t size, uint8_t digest[32], void (*before)(const void *, size_t),
+                      void (*after)(const void *, size_t));
 
 /* JSON as Python's json.loads reads it (json.c): the whole text one value, nothing but whitespace
  * after it (NULL otherwise); and an object's member by key with the last of duplicates winning. */
@@ -207,6 +213,10 @@ void oc_unmap(void *map, size_t size);
 /* Ask the system to fill a mapping's page tables before a pass reads all of it (the sha256 pass:
  * 5-8% of it on a 268 MB blob, measured); nothing where the system has no such call. */
 void oc_prefault(const void *map, size_t size);
+/* Let go of the resident pages of [map, map + size) of a read-only file mapping (`map` page-aligned):
+ * they leave this process's resident set and come back from the file, unchanged, if read again
+ * (POSIX: MADV_DONTNEED; Windows: VirtualUnlock, which takes unlocked pages out of the working set). */
+void oc_release_pages(const void *map, size_t size);
 /* Run task(context, w) for w in 0..workers-1, each on a thread of its own (the caller's thread
  * runs w = 0), and wait for all; falls back to running them in turn where a thread cannot start. */
 void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, size_t workers);

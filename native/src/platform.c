@@ -155,6 +155,12 @@ void oc_prefault(const void *map, size_t size) { /* no-op: the pass faults pages
     (void)size;
 }
 
+void oc_release_pages(const void *map, size_t size) {
+    /* documented: VirtualUnlock of pages that are not locked removes them from the working set (it
+     * then fails with ERROR_NOT_LOCKED, which is the expected answer here) */
+    if (map != NULL && size) (void)VirtualUnlock((LPVOID)(uintptr_t)map, size);
+}
+
 void oc_unmap(void *map, size_t size) {
     (void)size;
     if (map != NULL) UnmapViewOfFile(map);
@@ -328,6 +334,10 @@ void oc_prefault(const void *map, size_t size) {
     (void)map;
     (void)size;
 #endif
+}
+
+void oc_release_pages(const void *map, size_t size) {
+    if (map != NULL && size) (void)madvise((void *)(uintptr_t)map, size, MADV_DONTNEED); /* advice: pages refault */
 }
 
 void oc_unmap(void *map, size_t size) {

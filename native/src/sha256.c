@@ -100,17 +100,26 @@ int oc_sha256_accelerated(void) {
 #endif
 }
 
-void oc_sha256(const uint8_t *data, size_t size, uint8_t digest[32]) {
+void oc_sha256(const uint8_t *data, size_t size, uint8_t digest[32]) { oc_sha256_pieces(data, size, digest, NULL, NULL); }
+
+void oc_sha256_pieces(const uint8_t *data, size_t size, uint8_t digest[32], void (*before)(const void *, size_t),
+                      void (*after)(const void *, size_t)) {
+    size_t at, n;
 #ifdef OC_HAVE_SHA_NI
     if (has_sha_ni()) {
         uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                              0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
         uint8_t tail[128];
-        size_t full = size / 64, rest = size % 64, padded, i;
+        size_t full = size / 64 * 64, rest = size % 64, padded, i;
         uint64_t bits = (uint64_t)size * 8u;
-        blocks_sha_ni(state, data, full);
         memset(tail, 0, sizeof tail);
-        if (rest) memcpy(tail, data + full * 64, rest);
+        for (at = 0; at < size; at += n) { /* pieces are whole blocks but the last */
+            n = size - at < OC_HASH_PIECE ? size - at : OC_HASH_PIECE;
+            if (before != NULL) before(data + at, n);
+            blocks_sha_ni(state, data + at, (at + n <= full ? n : full - at) / 64);
+            if (at + n > full) memcpy(tail, data + full, rest); /* read before `after` lets it go */
+            if (after != NULL) after(data + at, n);
+        }
         tail[rest] = 0x80;
         padded = rest < 56 ? 64 : 128;
         for (i = 0; i < 8; ++i) tail[padded - 1 - i] = (uint8_t)(bits >> (8 * i));
@@ -124,5 +133,15 @@ void oc_sha256(const uint8_t *data, size_t size, uint8_t digest[32]) {
         return;
     }
 #endif
-    crypto_hash_sha256(digest, data, size);
+    {
+        crypto_hash_sha256_state state;
+        crypto_hash_sha256_init(&state);
+        for (at = 0; at < size; at += n) {
+            n = size - at < OC_HASH_PIECE ? size - at : OC_HASH_PIECE;
+            if (before != NULL) before(data + at, n);
+            crypto_hash_sha256_update(&state, data + at, n);
+            if (after != NULL) after(data + at, n);
+        }
+        crypto_hash_sha256_final(&state, digest);
+    }
 }
