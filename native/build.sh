@@ -3,9 +3,10 @@
 #
 # Idempotent. Installs the Debian packages it needs when run as root (libzstd, cJSON, libsodium,
 # zlib, cmake), fetches onnxruntime's C API headers from Debian's package archive (pinned by
-# sha256; nothing from other projects is kept in the repository), then builds two trees:
+# sha256; nothing from other projects is kept in the repository), then builds these trees:
 #   OUT_DIR/release  libonnx_cooker.so, oc-run             (optimized: the benchmarks use it)
 #   OUT_DIR/asan     the same plus the tests, under AddressSanitizer and UBSan (the tests use it)
+#   OUT_DIR/tsan     the library and test_threads under ThreadSanitizer (tests/test_native_threads.py)
 #   OUT_DIR/windows  libonnx_cooker.dll, oc-run.exe, oc-probe.exe and the test programs for Windows
 #                    x86-64, when MinGW-w64 (x86_64-w64-mingw32-gcc) is installed: zstd, cJSON and
 #                    libsodium cross-compiled as static libraries from Debian's source tarballs
@@ -83,6 +84,10 @@ say "building $OUT/release"
 build release Release OFF
 say "building $OUT/asan (AddressSanitizer + UBSan, with the tests)"
 build asan Debug ON
+say "building $OUT/tsan (ThreadSanitizer: the library and its threading test)"
+cmake -S "$HERE" -B "$OUT/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOC_TSAN=ON -DORT_INCLUDE_DIR="$ORT_INCLUDE" \
+  -DOC_BUILD_TESTS=ON -DOC_BUILD_TOOLS=OFF >/dev/null
+cmake --build "$OUT/tsan" --target test_threads --parallel "$(nproc 2>/dev/null || echo 2)" >/dev/null
 
 # ---- Windows (MinGW-w64) -----------------------------------------------------------------------
 MINGW=x86_64-w64-mingw32
