@@ -662,6 +662,18 @@ def test_blob_changed_on_disk(damage: str, bundle_dir: Path) -> None:
         bundle.session("upscaler")
 
 
+def test_open_bundle_names_the_first_damaged_blob_in_name_order(bundle_dir: Path) -> None:
+    """open_bundle checks the blob files side by side (one per core); with every blob damaged, the
+    error still names the first in name order, as checking them one after another did."""
+    for file in ("denoiser.onnx.ocb", "upscaler.ort.ocb"):
+        data = bytearray((bundle_dir / file).read_bytes())
+        data[len(data) // 3] ^= 0x01
+        (bundle_dir / file).write_bytes(bytes(data))
+    for _ in range(5):
+        with pytest.raises(ChecksumMismatchError, match=r"denoiser\.onnx\.ocb: blob does not match"):
+            open_bundle(bundle_dir)
+
+
 def test_oversized_blob_declaration_is_refused_before_reading(bundle_dir: Path) -> None:
     manifest = manifest_of(bundle_dir)
     manifest["models"]["denoiser"]["blob_size"] = 1 << 40
