@@ -1510,7 +1510,7 @@ def test_opening_a_bundle_hashes_its_blobs_without_holding_them_resident(
 
     from tests.models import large_matmul_model
 
-    big = make_weighted_blob(large_matmul_model(4096, 4096, seed=31), "raw", name="big")[0]  # 64 MiB
+    big = make_weighted_blob(large_matmul_model(4096, 8192, seed=31), "raw", name="big")[0]  # 128 MiB
     small = make_weighted_blob(large_matmul_model(64, 32, seed=32), "raw", name="small")[0]
     folder = write_bundle(tmp_path / "bundle", {"big": ("onnx", big), "small": ("onnx", small)})
     done = run_native(

@@ -9,6 +9,7 @@ refused-path memory (session.py)."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,22 @@ def test_eight_threads_load_every_way_at_once(version: str, case_folder: Path, t
     assert report["loads"] == THREADS * LOADS
     assert len(report["pairs"]) >= 20  # most of the 5 cases x 5 ways met each other
     assert len(report["paths"]) >= 3  # in-place, copying and mapped paths ran side by side
+
+
+def test_a_task_on_the_loaders_pool_that_opens_a_bundle_runs_inline(case_folder: Path) -> None:
+    """``run_parallel`` called on one of the pool's own threads (``open_bundle`` checks its blobs on
+    the pool) runs its tasks inline: waiting there for tasks queued behind itself hung on two
+    cores, and every later load of the process with it."""
+    from pipeline.runtime import open_bundle
+    from pipeline.runtime.frames import run_parallel
+
+    opened: list[object] = []
+
+    def outer() -> None:
+        run_parallel(lambda _: opened.append(open_bundle(case_folder / "bundle")), range(4), 2)
+
+    worker = threading.Thread(target=outer, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "a pool task's own run_parallel waited for the pool it occupies"
+    assert len(opened) == 4

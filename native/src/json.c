@@ -41,7 +41,11 @@ cJSON *oc_json_parse(const char *text, size_t length) {
     const char *end = NULL;
     cJSON *root;
     if (!valid_utf8((const unsigned char *)text, length)) return NULL;
+    /* cJSON writes its process-wide error record on every parse: one parse at a time (threads may
+     * open blobs of one bundle at once; its hooks are malloc's, never the caller's code) */
+    oc_lock();
     root = cJSON_ParseWithLengthOpts(text, length, &end, 0);
+    oc_unlock();
     if (root == NULL) return NULL;
     for (; end != NULL && end < text + length; ++end) {
         if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {

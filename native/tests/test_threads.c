@@ -10,7 +10,7 @@
  * create a session from it and one from the shared blob of another model (oc_session_create, the
  * shared runtime), release both, close the blob. Prints one JSON line (opens, sessions, failures and
  * the first failure's message); exit 0 when every open and session succeeded and every digest
- * matched. Under AddressSanitizer in the tests (tests/test_native.py). */
+ * matched. Under AddressSanitizer and ThreadSanitizer in the tests (tests/test_native_threads.py). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdint.h>

@@ -19,7 +19,7 @@ from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
 from .devices import DeviceSelection, ProviderSpec
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .files import NOFOLLOW, file_identity, map_file, open_regular, sha256_of
-from .frames import run_parallel
+from .frames import default_threads, run_parallel
 from .header import MAX_HEADER_SIZE
 from .hints import open_hint
 from .loadpaths import BlobFile
@@ -30,7 +30,8 @@ from .trust import SIGNATURE_SIZE, verify_signature
 MAX_MANIFEST_SIZE = 64 << 20
 # Blobs under this are read, not mapped (a raw extent starts at 64 KiB: smaller ones hold zstd only).
 SMALL_BLOB = 1 << 20
-_VERIFY_CHUNK = 4 << 20  # bytes read and hashed at a time when open_bundle checks a blob file
+_VERIFY_CHUNK = 1 << 20  # bytes read and hashed at a time when open_bundle checks a blob file
+_VERIFY_THREADS = 8  # at most: files read side by side (and a buffer each)
 _REQUIRED_ENTRY_FIELDS: dict[str, type] = {"file": str, "format": str, "blob_sha256": str, "blob_size": int}
 
 
@@ -319,7 +320,8 @@ def open_bundle(
     )
     if verify:  # every blob on its own thread, one per core: the first damaged one (in name order) raises
         names = bundle.names
-        run_parallel(lambda index: bundle.verify_blob(names[index]), range(len(names)), None)
+        threads = min(default_threads(), _VERIFY_THREADS)
+        run_parallel(lambda index: bundle.verify_blob(names[index]), range(len(names)), threads)
     return bundle
 
 

@@ -65,6 +65,17 @@ _REGISTERED: dict[str, str] = {}  # registration name -> library path, for this 
 _PLUGIN_EPS: set[str] = set()  # EP names the registered libraries brought
 
 
+def _free_lock_in_child() -> None:
+    """A forked child: a registration another thread had under way holds the lock for good there
+    (what it registered, onnxruntime's state and this record, the child keeps)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_free_lock_in_child)
+
+
 def register_ep_libraries(libraries: Mapping[str, str | os.PathLike[str]]) -> None:
     """Register plugin EP libraries with onnxruntime (``register_execution_provider_library``), each
     ``registration name -> library path`` once per process: the same name and path again does

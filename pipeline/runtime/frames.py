@@ -229,7 +229,8 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 def run_parallel(task: Callable[[int], None], indices: range, threads: int | None) -> None:
     """``task(i)`` for every index, on up to ``threads`` threads; the first error is raised."""
     workers = min(len(indices), threads if threads is not None else default_threads())
-    if workers <= 1:
+    if workers <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
+        # inline on a pool thread: waiting there for tasks queued behind it could wait for ever
         for index in indices:
             task(index)
         return
@@ -245,6 +246,7 @@ def run_parallel(task: Callable[[int], None], indices: range, threads: int | Non
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOL_PREFIX = "blob-decode"
 _POOLS_LOCK = threading.Lock()
 
 
@@ -254,7 +256,7 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     with _POOLS_LOCK:
         pool = _POOLS.get(workers)
         if pool is None:
-            pool = _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="blob-decode")
+            pool = _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=_POOL_PREFIX)
         return pool
 
 

@@ -138,7 +138,7 @@ def _holding(key: tuple[int, int]) -> Iterator[None]:
     finally:
         with _LOCKS_LOCK:
             entry.users -= 1
-            if not entry.users:
+            if not entry.users and _LOCKS.get(key) is entry:  # a fork meanwhile made the child a new table
                 del _LOCKS[key]
 
 
