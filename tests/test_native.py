@@ -199,7 +199,7 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
         "-DBUILD_SHARED_LIBS=OFF",
     )
     built = {path.name for path in (sub / "onnx_cooker").iterdir()}
-    programs = {"oc-run", "oc-probe", "test_npy", "test_in_place", "test_threads"}
+    programs = {"oc-run", "oc-probe", "test_npy", "test_in_place", "test_threads", "test_progress"}
     assert "libonnx_cooker.a" in built and not built & programs
     made["subdirectory"] = sub / "consumer"
     made_cxx = {"subdirectory": sub / "consumer_cxx"}  # the README's C++: ORT's header came with the target
@@ -1536,3 +1536,29 @@ def test_opening_a_bundle_hashes_its_blobs_without_holding_them_resident(
             [native / "oc-run", "--bundle", folder, "--model", "big", "--ort", ort_library("1.32.0")]
         ).stdout
     )
+
+
+def test_opening_a_bundle_names_its_first_damaged_blob_in_name_order(native: Path, tmp_path: Path) -> None:
+    """The blobs are hashed side by side at open (one thread per core, up to 8); with several
+    damaged, the first in name order is named, as one thread after another named it, every time."""
+    from runtime_helpers import make_weighted_blob
+
+    from tests.models import large_matmul_model
+
+    blobs = {}
+    for index, name in enumerate(("a_ok", "b_damaged", "c_damaged", "d_ok")):
+        blob = bytearray(make_weighted_blob(large_matmul_model(512, 512, seed=index), "raw", name=name)[0])
+        blobs[name] = ("onnx", bytes(blob))
+    folder = write_bundle(tmp_path / "bundle", blobs)
+    for name in ("b_damaged", "c_damaged"):
+        path = folder / f"{name}.onnx.ocb"
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x04
+        path.write_bytes(bytes(data))
+    for _ in range(5):
+        done = run_native(
+            [native / "oc-run", "--bundle", folder, "--model", "a_ok", "--ort", ort_library("1.32.0")],
+            check=False,
+        )
+        assert done.returncode != 0
+        assert "b_damaged.onnx.ocb: blob does not match the sha256/size" in done.stderr, done.stderr

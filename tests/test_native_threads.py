@@ -86,3 +86,28 @@ def test_threads_share_without_a_data_race_under_threadsanitizer(
         assert "ThreadSanitizer" not in done.stderr, done.stderr[-6000:]
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout.strip().splitlines()[-1])["failures"] == 0
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_progress_reaches_the_calling_thread_in_stages_from_0_to_1(
+    native: Path,  # noqa: F811
+    bundles: Path,  # noqa: F811
+    platform: str,
+) -> None:
+    """A loading screen's view (native/tests/test_progress.c): opening a bundle reports "check" from
+    0.0 to 1.0 while its blobs are hashed on several threads; opening a blob "read", "check" and
+    "decompress"; creating its session "session"; every call on the calling thread, each stage
+    starting at 0.0 and ending at 1.0 without going back."""
+    name = sorted(json.loads((bundles / platform / "manifest.json").read_text())["models"])[0]
+    done = run_native([native / "test_progress", ort_library("1.32.0"), bundles / platform, name])
+    events = json.loads(done.stdout.strip().splitlines()[-1])["events"]
+    assert all(on_caller for *_, on_caller in events), events
+    expected = {0: ["check"], 1: ["read", "check", "decompress"], 2: ["session"]}
+    for step, stages in expected.items():
+        mine = [(stage, fraction) for s, stage, fraction, _ in events if s == step]
+        order = [stage for i, (stage, _) in enumerate(mine) if i == 0 or mine[i - 1][0] != stage]
+        assert order == stages, (step, mine)
+        for stage in stages:
+            fractions = [fraction for s, fraction in mine if s == stage]
+            assert fractions[0] == 0.0 and fractions[-1] == 1.0, (step, stage, fractions)
+            assert fractions == sorted(fractions), (step, stage, fractions)

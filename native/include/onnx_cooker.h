@@ -207,7 +207,8 @@ typedef struct oc_bundle_options {
     uint64_t max_model_size;        /* 0: 2 GiB */
     int skip_verify;                /* 0 (default): check each blob's size and sha256 against the
                                        manifest (a folder bundle with mapped blobs: every blob once,
-                                       when the bundle is opened, and a blob file still the one hashed
+                                       when the bundle is opened, on up to 8 threads (progress on the
+                                       calling thread), and a blob file still the one hashed
                                        then is not hashed or CRC-checked again when it is loaded;
                                        otherwise each blob when it is loaded); 1: size only (the
                                        blob's own CRCs and zstd checksums still catch damage). A

@@ -283,45 +283,116 @@ oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_re
 static oc_status compare_sha256(const model_entry *m, const char *path, const unsigned char digest[32], oc_error *err);
 
 /* verify at open, as open_bundle(verify=True) does: every blob's size and sha256 against the
- * manifest, once; later loads of the same files skip both (and the CRCs). */
-static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
-    size_t i;
-    for (i = 0; i < b->model_count; ++i) {
-        model_entry *m = &b->models[i];
-        char *path = oc_malloc(&b->alloc, strlen(b->dir) + strlen(m->file) + 2);
-        void *data = NULL;
-        size_t size = 0;
-        oc_status status;
-        if (path == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
-        sprintf(path, "%s/%s", b->dir, m->file);
-        if (b->progress) b->progress(b->progress_user, "check", (double)i / (double)b->model_count);
-        status = inside_folder(b, m, path, err);
-        if (status != OC_OK) {
-            oc_free(&b->alloc, path);
-            return status;
-        }
-        status = oc_map_file(path, &data, &size, m->identity, err);
-        if (status == OC_ERR_IO) /* as open_bundle: the manifest names a file the bundle lacks */
-            status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing or unreadable; re-run "
-                             "`onnx-cooker cook`", b->dir, m->name, m->file);
-        if (status == OC_OK && (uint64_t)size != m->blob_size)
-            status = oc_fail(err, OC_ERR_CHECKSUM,
-                             "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
-                             "says %llu); the file was damaged or replaced: re-run `onnx-cooker cook`", path, size,
-                             (unsigned long long)m->blob_size);
-        if (status == OC_OK) { /* a piece at a time, let go once hashed: the bundle's largest blob no longer
-                                  passes through the process's resident memory (its peak) at open */
-            unsigned char digest[32];
-            oc_sha256_pieces(data, size, digest, oc_prefault, oc_release_pages);
-            status = compare_sha256(m, path, digest, err);
-        }
-        oc_unmap(data, size);
-        oc_free(&b->alloc, path);
-        if (status != OC_OK) return status;
-        m->hashed = 1;
+ * manifest, once; later loads of the same files skip both (and the CRCs). The files are hashed side
+ * by side, on up to HASH_WORKERS threads (worker w takes models w, w + workers, ...); the first
+ * failing model in name order is reported, as one thread reports it, and progress is reported on
+ * the calling thread (worker 0) as models are done. */
+#define HASH_WORKERS 8
+
+typedef struct hash_job {
+    oc_bundle *b;
+    char **paths;                  /* one per model, allocated on the calling thread */
+    size_t workers;
+    size_t failed_at[HASH_WORKERS]; /* each worker's first failing model (model_count: none) */
+    oc_status statuses[HASH_WORKERS]; /* and its status */
+    oc_error errors[HASH_WORKERS];  /* and its error */
+    size_t done;                    /* models hashed, under oc_lock (worker 0 reports it) */
+    size_t lowest_failure;          /* under oc_lock: no worker starts a model past it */
+} hash_job;
+
+static oc_status hash_one(oc_bundle *b, model_entry *m, const char *path, oc_error *err) {
+    void *data = NULL;
+    size_t size = 0;
+    oc_status status = inside_folder(b, m, path, err);
+    if (status != OC_OK) return status;
+    status = oc_map_file(path, &data, &size, m->identity, err);
+    if (status == OC_ERR_IO) /* as open_bundle: the manifest names a file the bundle lacks */
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing or unreadable; re-run "
+                         "`onnx-cooker cook`", b->dir, m->name, m->file);
+    if (status == OC_OK && (uint64_t)size != m->blob_size)
+        status = oc_fail(err, OC_ERR_CHECKSUM,
+                         "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
+                         "says %llu); the file was damaged or replaced: re-run `onnx-cooker cook`", path, size,
+                         (unsigned long long)m->blob_size);
+    if (status == OC_OK) { /* a piece at a time, let go once hashed: the bundle's largest blob does not
+                              pass through the process's resident memory (its peak) at open */
+        unsigned char digest[32];
+        oc_sha256_pieces(data, size, digest, oc_prefault, oc_release_pages);
+        status = compare_sha256(m, path, digest, err);
     }
-    if (b->progress) b->progress(b->progress_user, "check", 1.0);
-    return OC_OK;
+    oc_unmap(data, size);
+    return status;
+}
+
+static void hash_worker(void *context, size_t worker) {
+    hash_job *job = context;
+    oc_bundle *b = job->b;
+    size_t i, done, stop;
+    job->failed_at[worker] = b->model_count;
+    for (i = worker; i < b->model_count; i += job->workers) {
+        oc_lock();
+        stop = job->lowest_failure;
+        oc_unlock();
+        if (i > stop) return; /* a model before this one failed: it is the one reported */
+        job->statuses[worker] = hash_one(b, &b->models[i], job->paths[i], &job->errors[worker]);
+        if (job->statuses[worker] != OC_OK) {
+            job->failed_at[worker] = i;
+            oc_lock();
+            if (i < job->lowest_failure) job->lowest_failure = i;
+            oc_unlock();
+            return;
+        }
+        b->models[i].hashed = 1; /* model i is this worker's alone */
+        oc_lock();
+        done = ++job->done;
+        oc_unlock();
+        if (worker == 0 && b->progress && done < b->model_count) /* 1.0: the caller, once all are done */
+            b->progress(b->progress_user, "check", (double)done / (double)b->model_count);
+    }
+}
+
+static oc_status hash_every_blob(oc_bundle *b, oc_error *err) {
+    hash_job job;
+    oc_status status = OC_OK;
+    size_t i, w, first;
+    if (b->model_count == 0) return OC_OK;
+    memset(&job, 0, sizeof job);
+    job.b = b;
+    job.lowest_failure = b->model_count;
+    job.paths = oc_calloc(&b->alloc, b->model_count, sizeof *job.paths);
+    if (job.paths == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    for (i = 0; i < b->model_count && status == OC_OK; ++i) {
+        const model_entry *m = &b->models[i];
+        job.paths[i] = oc_malloc(&b->alloc, strlen(b->dir) + strlen(m->file) + 2);
+        if (job.paths[i] == NULL)
+            status = oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+        else
+            sprintf(job.paths[i], "%s/%s", b->dir, m->file);
+    }
+    if (status == OC_OK) {
+        if (b->progress) b->progress(b->progress_user, "check", 0.0);
+        job.workers = b->model_count > 1 ? oc_cores() : 1; /* asked only when it matters: it reads /sys */
+        if (job.workers > HASH_WORKERS) job.workers = HASH_WORKERS;
+        if (job.workers > b->model_count) job.workers = b->model_count;
+        if (job.workers <= 1) {
+            job.workers = 1;
+            hash_worker(&job, 0);
+        } else {
+            oc_run_parallel(hash_worker, &job, job.workers);
+        }
+        for (w = 0, first = HASH_WORKERS; w < job.workers; ++w)
+            if (job.failed_at[w] < b->model_count && (first == HASH_WORKERS || job.failed_at[w] < job.failed_at[first]))
+                first = w;
+        if (first != HASH_WORKERS) {
+            if (err != NULL) *err = job.errors[first];
+            status = job.statuses[first];
+        } else if (b->progress) {
+            b->progress(b->progress_user, "check", 1.0);
+        }
+    }
+    for (i = 0; i < b->model_count; ++i) oc_free(&b->alloc, job.paths[i]);
+    oc_free(&b->alloc, job.paths);
+    return status;
 }
 
 /* A bundle folder beside `dir` whose name is near `dir`'s (a mistyped platform folder: build/windows-dm),
