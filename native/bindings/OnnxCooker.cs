@@ -3,7 +3,10 @@
 // for lifetimes. Memory handed to the library (blob bytes) is BORROWED: pin it (GCHandle.Alloc(bytes,
 // GCHandleType.Pinned)) for as long as the blob and every session made from it live; release sessions
 // (oc_session_release), then blobs, then free the handle. Options structs: pass IntPtr.Zero for the
-// defaults, or a zero-initialized struct with the fields you need set.
+// defaults, or a zero-initialized struct with the fields you need set. Threads (Unity's jobs, Tasks)
+// may share one bundle, blob and runtime, opening blobs and creating sessions at once; a callback
+// passed in (progress, reader) is then called from those threads, and its delegate must stay alive
+// (hold a reference) for as long as the library may call it.
 using System;
 using System.Runtime.InteropServices;
 
