@@ -318,7 +318,7 @@ def open_bundle(
     bundle = Bundle(
         root, manifest, hashlib.sha256(raw).hexdigest(), signed=public_keys is not None, map_blobs=map_blobs
     )
-    if verify:  # every blob on its own thread, one per core: the first damaged one (in name order) raises
+    if verify:  # the blobs side by side, one per core up to 8: the first damaged (in name order) raises
         names = bundle.names
         threads = min(default_threads(), _VERIFY_THREADS)
         run_parallel(lambda index: bundle.verify_blob(names[index]), range(len(names)), threads)
