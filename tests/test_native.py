@@ -1547,8 +1547,8 @@ def test_opening_a_bundle_names_its_first_damaged_blob_in_name_order(native: Pat
 
     blobs = {}
     for index, name in enumerate(("a_ok", "b_damaged", "c_damaged", "d_ok")):
-        blob = bytearray(make_weighted_blob(large_matmul_model(512, 512, seed=index), "raw", name=name)[0])
-        blobs[name] = ("onnx", bytes(blob))
+        model = large_matmul_model(512, 512, seed=index)
+        blobs[name] = ("onnx", make_weighted_blob(model, "raw", name=name)[0])
     folder = write_bundle(tmp_path / "bundle", blobs)
     for name in ("b_damaged", "c_damaged"):
         path = folder / f"{name}.onnx.ocb"

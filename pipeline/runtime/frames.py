@@ -262,8 +262,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 def helper(task: Callable[[], None]) -> Future[None]:
     """``task()`` on a lasting pool thread, for work beside the caller's (``rawcheck.Beside``): a
-    new thread would cost about 130 us to start and join, 10% of a 1 MB model's load. The task must
-    submit none of its own (the pool's rule)."""
+    new thread costs 100-130 us to start and join, a task to the pool and back about 60 us. The task
+    must submit none of its own (the pool's rule)."""
     return _pool(default_threads()).submit(task)
 
 
