@@ -96,6 +96,33 @@ def test_dims_without_a_name_are_tried_at_the_second_size_too(tmp_path: Path) ->
     assert "big.inputs.npz" in message and "verify_dims: {" not in message  # it cannot name them
 
 
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_a_free_dim_written_as_minus_one_is_free(tmp_path: Path, platform: str) -> None:
+    """paddle2onnx writes a free batch as ``dim_value: -1`` (PaddleOCR's classifier in rapidocr's
+    wheel: x [-1, 3, ?, ?]): onnxruntime runs it at any size, and so does the cook, where synthesizing
+    a [-1, ...] input failed with numpy's "negative dimensions are not allowed" traceback."""
+    model = symbolic_conv_model(3, dims=(None, None), batch=-1)
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = -1
+    assets = tmp_path / "assets"
+    save(model, assets, "paddle")
+    settings = shipped_settings(platform)
+    entry = cook(job_for(assets, "paddle", settings, tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"?": 32} and entry["verification"]["outputs"][0]["ok"]
+    assert entry["inputs"][0]["shape"] == [None, 3, None, None]
+    assert entry["outputs"][0]["shape"] == [None, 4, None, None]
+    blob = blob_path(tmp_path / "build" / platform, "paddle", settings.format).read_bytes()
+    x = np.ones((2, 3, 5, 5), np.float32)
+    (y,) = session_from_blob(blob, providers=CPU).run(None, {"x": x})
+    (want,) = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": x})
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert y.shape == (2, 4, 3, 3)
+    # inputs shipped at a batch of 2 fit the -1 (they were refused: "the model takes [-1, 3, ?, ?]")
+    np.savez(assets / "paddle.inputs.npz", x=x)
+    entry = cook(job_for(assets, "paddle", settings, tmp_path / "shipped"))
+    verification = entry["verification"]
+    assert verification["inputs"] == "paddle.inputs.npz" and verification["outputs"][0]["ok"]
+
+
 def test_a_deep_conv_net_is_verified_at_224_with_its_batch_at_one(tmp_path: Path) -> None:
     """A 33x33 convolution (a net that downsamples 32x32 to nothing) runs on neither 1 nor 32: the
     free dims are then tried at 224, but for the batch, which stays 1."""

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 
 import onnx
 
-from pipeline.cook.facts import feed_inputs, input_tensor_type
+from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 
 DEFAULT_DIM_SIZE = 1
 RETRY_DIM_SIZE = 32
@@ -107,7 +107,7 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
         if tensor_type is None:
             continue
         for dim in tensor_type.shape.dim:
-            if dim.HasField("dim_value") or dim.dim_param in dims:
+            if fixed_size(dim) is not None or dim.dim_param in dims:
                 continue
             names = expression_names(dim.dim_param) if dim.dim_param else None
             for label in names if names is not None else [dim.dim_param or UNNAMED]:
@@ -127,7 +127,7 @@ def wide_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int]:
             continue
         rank = len(tensor_type.shape.dim)
         for axis, dim in enumerate(tensor_type.shape.dim):
-            if dim.HasField("dim_value"):
+            if fixed_size(dim) is not None:
                 continue
             names = expression_names(dim.dim_param) if dim.dim_param else None
             for label in names if names is not None else [dim.dim_param or UNNAMED]:

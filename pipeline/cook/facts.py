@@ -76,6 +76,13 @@ def input_tensor_type(value: onnx.ValueInfoProto) -> onnx.TypeProto.Tensor | Non
     return None
 
 
+def fixed_size(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """A dimension's fixed size, or None where it is free: named (``dim_param``), unset, or negative.
+    Some exporters write a free dimension as ``dim_value: -1`` (paddle2onnx: PaddleOCR's models), which
+    onnx.proto does not allow but onnxruntime runs as a free dimension."""
+    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value >= 0 else None
+
+
 def default_opset(model: onnx.ModelProto) -> int:
     """The model's default-domain opset import (0: none)."""
     return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 0)

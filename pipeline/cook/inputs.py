@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from pipeline.cook.dims import DEFAULT_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, dim_size
-from pipeline.cook.facts import feed_inputs, input_tensor_type
+from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 from pipeline.errors import VerifyError
 
 SEED = 20240531
@@ -83,8 +83,9 @@ def synthesize_inputs(
             )
         shape = []
         for dim in tensor_type.shape.dim:
-            if dim.HasField("dim_value"):
-                shape.append(dim.dim_value)
+            known = fixed_size(dim)
+            if known is not None:
+                shape.append(known)
             else:
                 shape.append(dim_size(dim.dim_param, dims, free))
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
@@ -186,7 +187,7 @@ def _check_input(path: Path, value: onnx.ValueInfoProto, array: np.ndarray) -> N
         )
     if not tensor.HasField("shape"):
         return
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    dims = [fixed_size(d) for d in tensor.shape.dim]
     shown = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
     if array.ndim != len(dims) or any(
         d is not None and d != n for d, n in zip(dims, array.shape, strict=False)

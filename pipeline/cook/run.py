@@ -17,7 +17,7 @@ import onnx
 from pipeline.cook.budget import check_blob_budget
 from pipeline.cook.checking import accuracy_gate, precision_variant
 from pipeline.cook.downgrade import downgrade, limits_of
-from pipeline.cook.facts import feed_inputs
+from pipeline.cook.facts import feed_inputs, fixed_size
 from pipeline.cook.job import CookJob
 from pipeline.cook.key import cook_key, tool_versions
 from pipeline.cook.optimize import optimize
@@ -178,7 +178,7 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
 def io_signature(values: Any) -> list[dict[str, Any]]:
     def dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
         shape = value.type.tensor_type.shape
-        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in shape.dim]
+        return [size if (size := fixed_size(d)) is not None else (d.dim_param or None) for d in shape.dim]
 
     return [
         {
