@@ -137,6 +137,7 @@ def cook_variant(
         blob = encode_blob(
             graph,
             level=settings.compression_level,
+            compression=settings.compression,
             weights=weights,
             model_format=settings.format,
             platform=settings.platform,

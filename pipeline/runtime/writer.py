@@ -13,7 +13,7 @@ from typing import Any
 
 import zstandard
 
-from .constants import BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION, ModelFormat
+from .constants import BLOB_FORMAT_VERSION, COMPRESSION_CHOICES, V2_BLOB_FORMAT_VERSION, ModelFormat
 from .frames import RAW_PREFIX_SIZE, Frame, raw_crcs, raw_frame, run_parallel
 from .header import TRAILER_MAGIC, BlobHeader, pack_header
 from .sections import (
@@ -213,23 +213,31 @@ def encode_blob(
     weights: Weights | None = None,
     threads: int | None = None,
     graph_codec: str = "auto",
+    compression: str = "speed",
     **header_fields: Any,
 ) -> bytes:
     """A version-3 blob of ``model`` (the graph section) and optional ``weights``.
 
-    Each section is stored as one raw extent or as zstd frames: ``"auto"`` stores it raw unless zstd
-    makes it RAW_UNLESS_GAIN smaller (probed first at a fast level, then measured at ``level``).
-    ``graph_codec`` and ``Weights.codec`` force one. A raw ORT-format graph starts the blob, so that
-    onnxruntime can map the blob file itself. ``header_fields`` are BlobHeader's descriptive fields
-    (format, platform, name, cook key, ...). Frames are compressed on ``threads`` threads.
+    Each section is stored as one raw extent or as zstd frames. ``"auto"``: with ``compression``
+    "speed", raw for the sections onnxruntime takes in place when raw (weights, an ORT graph) and, for
+    an ONNX graph, raw unless zstd makes it RAW_UNLESS_GAIN smaller (probed first at a fast level, then
+    measured at ``level``); with "size", that rule for every section. A section under MIN_RAW_EXTENT
+    is zstd either way, but a leading ORT graph. ``graph_codec`` and ``Weights.codec`` force one. A raw
+    ORT-format graph starts the blob, so that onnxruntime can map the blob file itself.
+    ``header_fields`` are BlobHeader's descriptive fields (format, platform, name, cook key, ...).
+    Frames are compressed on ``threads`` threads.
     """
+    if compression not in COMPRESSION_CHOICES:
+        raise ValueError(f"compression must be one of {', '.join(COMPRESSION_CHOICES)}, not {compression!r}")
+    speed = compression == "speed"
     graph = memoryview(model).cast("B")
     is_ort = header_fields.get("model_format") == ModelFormat.ORT
     # section -> (codec, [(stored piece, content size)])
-    stored = {"graph": _section(graph, graph_codec, level, threads, may_lead=is_ort)}
+    in_place = speed and is_ort
+    stored = {"graph": _section(graph, graph_codec, level, threads, may_lead=is_ort, in_place=in_place)}
     if weights is not None:
         data = memoryview(weights.data).cast("B")
-        stored["weights"] = _section(data, weights.codec, level, threads, may_lead=False)
+        stored["weights"] = _section(data, weights.codec, level, threads, may_lead=False, in_place=speed)
     header = _header(BLOB_FORMAT_VERSION, graph, weights, header_fields)
     lead = is_ort and stored["graph"][0] == "raw"
     crcs = {
@@ -292,13 +300,17 @@ def _header(version: int, graph: memoryview, weights: Weights | None, fields: di
 
 
 def _section(
-    data: memoryview, codec: str, level: int, threads: int | None, *, may_lead: bool
+    data: memoryview, codec: str, level: int, threads: int | None, *, may_lead: bool, in_place: bool
 ) -> tuple[str, list[tuple[bytes | memoryview, int]]]:
-    """("raw", [(data, size)]) or ("zstd", [(frame, content size), ...]) for one section."""
+    """("raw", [(data, size)]) or ("zstd", [(frame, content size), ...]) for one section. ``codec``
+    "auto": raw where ``in_place`` (but a small section that cannot lead the blob), else zstd where it
+    makes ``data`` at least RAW_UNLESS_GAIN smaller."""
     if codec not in CODEC_CHOICES:
         raise ValueError(f"codec must be one of {', '.join(CODEC_CHOICES)}, not {codec!r}")
     small = len(data) < MIN_RAW_EXTENT and not may_lead
-    if codec == "raw" or (codec == "auto" and not small and not _probe_section_pays(data, threads)):
+    if codec == "raw" or (
+        codec == "auto" and not small and (in_place or not _probe_section_pays(data, threads))
+    ):
         return "raw", [(data, len(data))]
     frames = _zstd_frames(data, level, threads)
     if codec == "auto" and not small and sum(len(f) for f, _ in frames) > len(data) * (1 - RAW_UNLESS_GAIN):

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from pipeline.runtime.constants import (
+    COMPRESSION_CHOICES,
     DEVICE_POLICIES,
     OPTIMIZATION_LEVELS,
     Arch,
@@ -206,6 +207,12 @@ SETTINGS: tuple[Setting, ...] = (
             "machine; elsewhere one line says it was not measured); 0 = record the placement only",
             low=0, high=1),
     Setting("compression_level", INT, 10, "zstd level 1..22", low=1, high=22),  # zstd's levels
+    Setting("compression", TEXT, "speed",
+            "`speed`: what onnxruntime can take in place (ONNX weights, an ORT model) is stored raw, so that "
+            "it loads without a decompression pass or a copy (a blob about its source's size); `size`: zstd "
+            "wherever it saves 10% (smaller blobs of compressible models, such as int8 or pruned ones, which "
+            "then load 1.7-3x slower: docs/bundle-format.md)",
+            choices=COMPRESSION_CHOICES),
     Setting("rtol", FLOAT, DEFAULT_RTOL,
             "elementwise verification tolerances: each output element within atol + rtol times the source's",
             low=0),
