@@ -350,6 +350,37 @@ def test_an_ep_that_fails_at_run_time_fails_the_check_naming_the_way_out(tmp_pat
     assert "skip_platforms" in message
 
 
+def test_an_ep_that_fails_only_at_synthesized_sizes_is_checked_at_the_sizes_given(tmp_path: Path) -> None:
+    """A 2x2 max pool (stride 2, ceil mode) over a free height and width, as PaddleOCR's recognizers
+    have: the CPU EP pools a 1x1 input to 1x1, and the cook verifies it there; OpenVINO refuses a
+    kernel larger than its input. The failure names the synthesized sizes and `verify_dims`; given
+    sizes the game uses, the check runs those and passes."""
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)],
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None, None])],
+    )
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    onnx.save(model_of(graph, opset=17), assets / "pool.onnx")
+    settings = shipped_settings("linux-openvino")
+    entry = cook(job_for(assets, "pool", settings, tmp_path / "cooked"))
+    assert entry["verification"]["default_dims"] == {"height": 1, "width": 1}
+    platform_dir = tmp_path / "cooked" / "linux-openvino"
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["pool"], "onnxruntime-openvino", OPENVINO_VERSION))
+    message = str(failure.value)
+    assert "pool: fails to run on OpenVINOExecutionProvider" in message
+    assert "synthesized inputs (height=1, width=1)" in message
+    assert "`verify_dims` in pool.cook.yaml" in message
+
+    sized = shipped_settings("linux-openvino", verify_dims={"height": 48, "width": 320})
+    cook(job_for(assets, "pool", sized, tmp_path / "sized"))
+    sized_dir = tmp_path / "sized" / "linux-openvino"
+    run_check(check_of(sized_dir, ["pool"], "onnxruntime-openvino", OPENVINO_VERSION))
+
+
 def int4_source(assets: Path) -> Path:
     """assets/int4.onnx: an MLP made int4 by onnxruntime's own quantizer (MatMulNBits, block 32)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer

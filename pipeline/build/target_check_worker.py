@@ -154,7 +154,9 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
         if paths["file"]["error"]
         else None
     )
-    placement, placement_error = placement_of(blob, feeds, problem, package, settings)
+    placement, placement_error = placement_of(
+        blob, feeds, problem, package, settings, sizes_hint=_sizes_hint(entry, name)
+    )
     return {
         "ok": (error or placement_error) is None,
         "error": error or placement_error,
@@ -175,16 +177,34 @@ def _placed_only(
     return {"ok": error is None, "error": error, "outputs": outputs, **placed, "advised": error is not None}
 
 
+def _sizes_hint(entry: Mapping[str, Any], name: str) -> str:
+    """Where the verification inputs were synthesized with free dimensions at sizes of the cook's
+    choosing: how to run the check at the sizes the game uses (an EP may refuse only the former:
+    OpenVINO fails a PaddleOCR recognizer at height 1 that it runs at 48)."""
+    verification = entry.get("verification") or {}
+    dims = verification.get("default_dims") or {}
+    if verification.get("inputs") != "synthesized" or not dims:
+        return ""
+    sizes = ", ".join(f"{dim}={size}" for dim, size in dims.items())
+    return (
+        f"; the check ran it on synthesized inputs ({sizes}): where the game feeds other sizes, give them "
+        f"(`verify_dims` in {name}.cook.yaml, or {name}.inputs.npz) and cook again, so that it runs those"
+    )
+
+
 def placement_of(
     blob: bytes,
     feeds: Mapping[str, Any] | None,
     problem: Callable[[onnxruntime.InferenceSession], tuple[str | None, list[Any]]] | None,
     package: str,
     settings: Mapping[str, Any] | None = None,
+    *,
+    sizes_hint: str = "",
 ) -> tuple[dict[str, Any] | None, str | None]:
     """Where the blob's nodes run when a game loads it with its preferred EPs in this onnxruntime
     package, and the error that fails the check: the EP fails to create a session (never replaced
-    by the CPU behind the platform's back) or computes other outputs than the source."""
+    by the CPU behind the platform's back) or computes other outputs than the source. ``sizes_hint``
+    ends the message of a run that fails (``_sizes_hint``)."""
     header = check_blob(blob).header
     preferred = preferred_ep(header.execution_providers)
     if preferred == CPU_ONLY[0]:
@@ -224,7 +244,7 @@ def placement_of(
             + ("the CPU EP runs this blob (the cook verified it there), so " if feeds is not None else "")
             + f"{preferred} cannot run this model: give the model "
             "`execution_providers` without it (its .cook.yaml, `platforms:` section for this platform), or "
-            "list this platform in its `skip_platforms`"
+            "list this platform in its `skip_platforms`" + sizes_hint
         )
     if error:
         error += f"; or take {preferred} out of this model's `execution_providers`, or `skip_platforms`"
