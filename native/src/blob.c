@@ -854,8 +854,9 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
     if (le32(data + start) != SKIPPABLE_MAGIC) {
         if (start == 0 && memcmp(data + 4, "ORTM", 4) == 0)
             status = fail(&ctx, OC_ERR_NOT_A_BLOB,
-                          "not an onnx-cooker blob: an ORT-format model without the cooker's trailer (a plain .ort file, "
-                          "or a blob cut off at its end); pass an .ocb file written by `onnx-cooker cook`");
+                          "not an onnx-cooker blob: an ORT-format model without the cooker's trailer at its end (a "
+                          "plain .ort file, or a blob cut off or with bytes added at its end); pass an .ocb file "
+                          "written by `onnx-cooker cook`");
         else
             status = fail(&ctx, OC_ERR_NOT_A_BLOB,
                           "not an onnx-cooker blob: it does not start with the header frame (pass an .ocb file written by "

@@ -149,8 +149,9 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
     if magic != SKIPPABLE_MAGIC:
         if start == 0 and bytes(view[4:8]) == ORT_IDENTIFIER:
             raise NotABlobError(
-                "not an onnx-cooker blob: an ORT-format model without the cooker's trailer (a plain .ort "
-                "file, or a blob cut off at its end); pass an .ocb file written by `onnx-cooker cook`"
+                "not an onnx-cooker blob: an ORT-format model without the cooker's trailer at its end (a "
+                "plain .ort file, or a blob cut off or with bytes added at its end); pass an .ocb file "
+                "written by `onnx-cooker cook`"
             )
         raise NotABlobError(
             "not an onnx-cooker blob: it does not start with the header frame "
