@@ -359,3 +359,21 @@ def test_the_gpu_bench_says_when_there_is_no_gpu_and_measures_the_cpu_side(tmp_p
             row = rows[f"{platform}:{model}"]
             assert row["ready_cpu_ms"] > 0 and row["run_cpu_ms"] > 0 and "placement" not in row
             assert f"| {platform}:{model} | {row['format']} | - |" in table
+
+
+def test_the_real_model_bench_fetches_cooks_both_ways_and_times_each_platform(tmp_path: Path) -> None:
+    """``python -m bench.real --quick``: rapidocr-onnxruntime's three PaddleOCR models, fetched from
+    PyPI, cooked with `compression: speed` and `size`, timed in android's and windows-dml's
+    onnxruntime versions. The classifier, which zstd shrinks by a fifth, is bigger under speed."""
+    report = run_quick_bench("real", tmp_path)
+    for platform, version in (("android", "1.32.0"), ("windows-dml", "1.24.4"), ("windows-dml", "1.32.0")):
+        assert f"### {platform} in onnxruntime {version}" in report
+        assert f"| {platform} ({version}) |" in report
+    android = report.split("### android in onnxruntime 1.32.0")[1].split("###")[0]
+    prefix = "rapidocr_onnxruntime_ch_pp"
+    for model in ("_ocrv4_det_infer", "_ocrv4_rec_infer", "ocr_mobile_v2_0_cls_infer"):
+        assert f"- {prefix}{model}: `rapidocr_onnxruntime-1.4.4-" in report
+        assert f"| {prefix}{model} |" in android
+    cls = next(line for line in android.splitlines() if "cls_infer |" in line)
+    speed_mb, size_mb = (float(v) for v in cls.rstrip(" |").rsplit("|", 1)[1].split(" / "))
+    assert speed_mb > size_mb * 1.1, cls
