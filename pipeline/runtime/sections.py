@@ -34,10 +34,10 @@ MAX_RAW_FRAME_CONTENT = 1 << 30
 RAW_UNLESS_GAIN = 0.10
 # Version 3, `compression: speed` (the default): a section onnxruntime takes in place when it is raw
 # (ONNX weights; an ORT graph, which holds an ORT model's weights) is stored raw whatever zstd gains:
-# decoding it costs a pass and a copy, and in place is lost. Measured (onnxruntime 1.32, from bytes):
+# decoding it costs a pass and a copy, and in place is lost. Measured (onnxruntime 1.32; bench.real):
 # real ORT models whose graphs zstd made 13-52% smaller (PaddleOCR, ISNet, Silero VAD; int8 weights)
-# loaded 1.0-2.6x faster raw, and a 67 MB pruned MatMul stack 2.7x, 3.2x, 2.9x and 1.7x faster raw
-# at gains of 8%, 45%, 75% and 93%: compressed, such blobs load slower than their source files.
+# loaded 1.1-3.3x faster raw through the bundle, and a 67 MB pruned MatMul stack 2.7x, 3.2x, 2.9x and
+# 1.7x faster raw from bytes at gains of 8%, 45%, 75% and 93% (docs/bundle-format.md).
 SAMPLE_EVERY = 16  # judged on every 16th frame of the weights
 # A graph frame is first probed: zstd at PROBE_LEVEL on PROBE_SIZE bytes from its middle. One that
 # gains under PROBE_GAIN there is stored raw without being compressed at the platform's level: float
