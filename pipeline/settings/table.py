@@ -211,7 +211,7 @@ SETTINGS: tuple[Setting, ...] = (
             "`speed`: what onnxruntime can take in place (ONNX weights, an ORT model) is stored raw, so that "
             "it loads without a decompression pass or a copy (a blob about its source's size); `size`: zstd "
             "wherever it saves 10% (smaller blobs of compressible models, such as int8 or pruned ones, which "
-            "then load 1.7-3x slower: docs/bundle-format.md)",
+            "then load up to 3x slower: docs/bundle-format.md)",
             choices=COMPRESSION_CHOICES),
     Setting("rtol", FLOAT, DEFAULT_RTOL,
             "elementwise verification tolerances: each output element within atol + rtol times the source's",
