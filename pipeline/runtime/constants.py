@@ -48,8 +48,8 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 SIGNATURE_NAME = "manifest.json.sig"
 
-# How a cook weighs a blob's load speed against its size (the `compression` setting; the rule that
-# picks raw or zstd per section is in sections.py and docs/bundle-format.md).
+# How a cook weighs a blob's load speed against its size (the `compression` setting; writer.py's
+# `_section` picks raw or zstd per section, docs/bundle-format.md says why).
 COMPRESSION_CHOICES = ("speed", "size")
 
 # protobuf cannot serialize a message of 2 GiB or more, and flatbuffers (ORT format) cannot address
