@@ -219,10 +219,10 @@ def encode_blob(
     """A version-3 blob of ``model`` (the graph section) and optional ``weights``.
 
     Each section is stored as one raw extent or as zstd frames. ``"auto"``: with ``compression``
-    "speed", raw for the sections onnxruntime takes in place when raw (weights, an ORT graph) and, for
-    an ONNX graph, raw unless zstd makes it RAW_UNLESS_GAIN smaller (probed first at a fast level, then
-    measured at ``level``); with "size", that rule for every section. A section under MIN_RAW_EXTENT
-    is zstd either way, but a leading ORT graph. ``graph_codec`` and ``Weights.codec`` force one. A raw
+    "speed", raw (onnxruntime takes weights and an ORT graph in place, and an ONNX graph is copied
+    ten times faster than it is decoded); with "size", raw unless zstd makes the section
+    RAW_UNLESS_GAIN smaller (probed first at a fast level, then measured at ``level``). A section
+    under MIN_RAW_EXTENT is zstd either way, but a leading ORT graph. ``graph_codec`` and ``Weights.codec`` force one. A raw
     ORT-format graph starts the blob, so that onnxruntime can map the blob file itself.
     ``header_fields`` are BlobHeader's descriptive fields (format, platform, name, cook key, ...).
     Frames are compressed on ``threads`` threads.
@@ -233,11 +233,10 @@ def encode_blob(
     graph = memoryview(model).cast("B")
     is_ort = header_fields.get("model_format") == ModelFormat.ORT
     # section -> (codec, [(stored piece, content size)])
-    in_place = speed and is_ort
-    stored = {"graph": _section(graph, graph_codec, level, threads, may_lead=is_ort, in_place=in_place)}
+    stored = {"graph": _section(graph, graph_codec, level, threads, may_lead=is_ort, prefer_raw=speed)}
     if weights is not None:
         data = memoryview(weights.data).cast("B")
-        stored["weights"] = _section(data, weights.codec, level, threads, may_lead=False, in_place=speed)
+        stored["weights"] = _section(data, weights.codec, level, threads, may_lead=False, prefer_raw=speed)
     header = _header(BLOB_FORMAT_VERSION, graph, weights, header_fields)
     lead = is_ort and stored["graph"][0] == "raw"
     crcs = {
@@ -300,16 +299,16 @@ def _header(version: int, graph: memoryview, weights: Weights | None, fields: di
 
 
 def _section(
-    data: memoryview, codec: str, level: int, threads: int | None, *, may_lead: bool, in_place: bool
+    data: memoryview, codec: str, level: int, threads: int | None, *, may_lead: bool, prefer_raw: bool
 ) -> tuple[str, list[tuple[bytes | memoryview, int]]]:
     """("raw", [(data, size)]) or ("zstd", [(frame, content size), ...]) for one section. ``codec``
-    "auto": raw where ``in_place`` (but a small section that cannot lead the blob), else zstd where it
-    makes ``data`` at least RAW_UNLESS_GAIN smaller."""
+    "auto": raw where ``prefer_raw`` (but a small section that cannot lead the blob), else zstd where
+    it makes ``data`` at least RAW_UNLESS_GAIN smaller."""
     if codec not in CODEC_CHOICES:
         raise ValueError(f"codec must be one of {', '.join(CODEC_CHOICES)}, not {codec!r}")
     small = len(data) < MIN_RAW_EXTENT and not may_lead
     if codec == "raw" or (
-        codec == "auto" and not small and (in_place or not _probe_section_pays(data, threads))
+        codec == "auto" and not small and (prefer_raw or not _probe_section_pays(data, threads))
     ):
         return "raw", [(data, len(data))]
     frames = _zstd_frames(data, level, threads)
