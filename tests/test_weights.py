@@ -94,10 +94,58 @@ def movable_bytes(model: onnx.ModelProto) -> int:
     return sum(movable(t) for t in model.graph.initializer)
 
 
+def test_external_weights_with_ort_format_is_a_settings_error_naming_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match=r"'weights' external requires 'format' onnx.*set `format: onnx`"):
+        settings_for(tmp_path, "format: ort\nweights: external\n")
+
+
+def test_bad_weights_value_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match=r"weights"):
+        settings_for(tmp_path, "format: onnx\nweights: outside\n")
+
+
+# --- the graph and its weights --------------------------------------------------------------------
+
+
+def test_externalize_moves_big_initializers_to_aligned_offsets(tmp_path: Path) -> None:
+    model = mlp()
+    graph, weights = externalize(onnx.ModelProto.FromString(model.SerializeToString()), "vision/net")
+
+    moved = {t.name for t in weights.tensors}
+    # Weights (576 KiB) and biases (1.5 KiB) pass MIN_EXTERNAL_TENSOR; the reshape target does not.
+    assert moved == {f"{kind}{i}" for kind in "wb" for i in range(3)}
+    graph_model = onnx.load_from_string(graph)
+    external = {t.name for t in graph_model.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert external == moved
+    inline = {t.name for t in graph_model.graph.initializer} - external
+    assert "shape" in inline  # small constants stay in the graph
+    assert all(t.offset % WEIGHT_ALIGNMENT == 0 for t in weights.tensors)
+    assert weights.file == "net.onnx.data"
+    for tensor in graph_model.graph.initializer:
+        if tensor.name in moved:
+            refs = {e.key: e.value for e in tensor.external_data}
+            ref = next(t for t in weights.tensors if t.name == tensor.name)
+            assert refs == {"location": "net.onnx.data", "offset": str(ref.offset), "length": str(ref.nbytes)}
+    # The pair is an ordinary model with external data: onnxruntime loads it from disk as is.
+    (tmp_path / "net.onnx").write_bytes(graph)
+    (tmp_path / "net.onnx.data").write_bytes(weights.data)
+    session = onnxruntime.InferenceSession(str(tmp_path / "net.onnx"), providers=CPU)
+    np.testing.assert_array_equal(session.run(None, feed())[0], run_source(model))
+
+
+def test_small_tensors_stay_inline() -> None:
+    model = mlp(layers=1, width=16)  # 1 KiB weight exactly, 64-byte bias
+    _, weights = externalize(model, "tiny")
+    assert [t.name for t in weights.tensors] == ["w0"]
+    assert weights.tensors[0].nbytes == MIN_EXTERNAL_TENSOR
+
+
 # --- cooks ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("weights", "runtime", "width"), [("auto", "1.32.0", WIDE), ("external", "1.24.4", WIDTH)])
+@pytest.mark.parametrize(
+    ("weights", "runtime", "width"), [("auto", "1.32.0", WIDE), ("external", "1.24.4", WIDTH)]
+)
 def test_windows_cook_ships_external_weights_that_load_and_match_the_source(
     tmp_path: Path, weights: str, runtime: str, width: int
 ) -> None:
@@ -426,4 +474,5 @@ def test_an_onnx_graph_with_its_weights_inside_is_raw_under_speed(
     assert header.weights is None and {f.codec for f in header.frames} == {codec}
     assert (len(blob) < header.graph_size * 0.8) == (codec == "zstd")
     session = session_from_blob(blob, providers=CPU)
-    np.testing.assert_allclose(session.run(None, feed())[0], run_source(pruned_mlp(0.3)), rtol=1e-4, atol=1e-5)
+    expected = run_source(pruned_mlp(0.3))
+    np.testing.assert_allclose(session.run(None, feed())[0], expected, rtol=1e-4, atol=1e-5)
