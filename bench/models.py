@@ -119,7 +119,7 @@ FULL = Sizes(
 QUICK = Sizes(
     graph_blocks=8,
     graph_width=16,
-    weights_width=512,  # 2.1 MB (a weights section by its .cook.yaml: WEIGHTS_SECTION_SETTINGS)
+    weights_width=512,  # 2.1 MB: over the 1 MiB at which ONNX blobs get a weights section
     weights_layers=2,
     huge_width=512,
     huge_layers=2,
@@ -603,18 +603,8 @@ def write_matmul_stack(folder: Path, name: str, width: int, layers: int, seed: i
     return model_path
 
 
-# The weight-bound model's blobs for the ONNX platform keep a weights section at every size, as the
-# 268 MB one gets with `weights: auto`: --quick's 2 MB would otherwise stay in the graph, and the
-# sections that measure a weights section (decompression, load paths) would have none.
-WEIGHTS_SECTION_SETTINGS = (
-    "# A weights section at every size (what `weights: auto` gives it at full size).\n"
-    "platforms:\n  windows-dml:\n    weights: external\n"
-)
-
-
 def write_large_weights(folder: Path, sizes: Sizes, seed: int = SEED) -> Path:
-    """``large_weights.onnx`` with its weights in ``large_weights.onnx.data``, and its .cook.yaml."""
-    (folder / f"{LARGE_WEIGHTS}.cook.yaml").write_text(WEIGHTS_SECTION_SETTINGS)
+    """``large_weights.onnx`` with its weights in ``large_weights.onnx.data``."""
     return write_matmul_stack(folder, LARGE_WEIGHTS, sizes.weights_width, sizes.weights_layers, seed + 1)
 
 

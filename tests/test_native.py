@@ -102,12 +102,6 @@ def bundles(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[
 
                 shutil.rmtree(project)
             project_copier(project)
-            # A weights section for the example MLP on the ONNX platforms: at 1.1 MB `weights: auto`
-            # keeps its weights in the graph, and the in-place paths need a section to be tested.
-            (project / "assets" / "big_weights.cook.yaml").write_text(
-                "platforms:\n"
-                + "".join(f"  {name}:\n    weights: external\n" for name in ("windows-dml", "linux-openvino"))
-            )
             made = shared / "exported"
             for net in NETS:
                 for exporter in EXPORTERS:

@@ -18,8 +18,7 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # Bump RECIPE whenever the cooking recipe changes what it writes for the same inputs.
 # 2: precision and weight_bytes in every entry; 3: applied variants kept only when needed;
 # 4: newer IR / opset lowered for the target (downgrade), the exact weight guard; 5: sections
-# onnxruntime takes in place stored raw (`compression: speed`); 6: ONNX graphs raw too under `speed`,
-# `weights: auto` after the target's onnxruntime (external from 4 MiB from 1.32, 16 MiB before)
+# onnxruntime takes in place stored raw (`compression: speed`); 6: ONNX graphs raw too under `speed`
 RECIPE = 6
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")

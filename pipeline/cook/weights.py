@@ -13,7 +13,6 @@ from pathlib import PurePosixPath
 import onnx
 from onnx import numpy_helper
 
-from pipeline.runtime.compat import parse_version
 from pipeline.runtime.constants import ModelFormat
 from pipeline.runtime.sections import TENSOR_DTYPES, WEIGHT_ALIGNMENT, TensorRef
 from pipeline.runtime.writer import Weights
@@ -21,19 +20,8 @@ from pipeline.settings.resolve import CookSettings
 
 # Initializers smaller than this stay in the graph (shapes, axes, scales: cheaper inline).
 MIN_EXTERNAL_TENSOR = 1 << 10
-# With `weights: auto`, a model goes external once its movable initializers reach this much, for a
-# platform whose onnxruntime takes them from memory in place (onnx-file-buffers, 1.32+); before 1.32
-# (the shared-initializer door, which conv nets' optimizers refuse, or a copy) from the larger size.
-# Below them a graph with its weights inside loads faster: onnxruntime reads it at C speed, as it
-# reads a loose .onnx file, where each tensor handed over apart costs Python work (the header's
-# tensors proven to match the graph, a value per tensor). Measured on 29 real models and the bench
-# set (docs/design.md, "Small weights stay in the graph"): in 1.24.4 embedded beat the section up to
-# 15 MB (MobileNetV2, 5 MB: 1.18x its file's speed against 0.60x; NudeNet, 12 MB: 1.16x against
-# 0.88x) and lost from 21 MB (a BERT-style encoder: 1.03x against 1.16x); in 1.32 it beat the
-# section up to 4.7 MB (LSTM, 3.5 MB: 1.10x against 0.98x) and lost from 6.7 MB.
-AUTO_EXTERNAL_BYTES = 4 << 20
-AUTO_EXTERNAL_BYTES_BEFORE_IN_PLACE = 16 << 20
-IN_PLACE_SINCE = (1, 32, 0)
+# With `weights: auto`, a model goes external once its movable initializers reach this much.
+AUTO_EXTERNAL_BYTES = 1 << 20
 _DATA_FIELDS = (
     "raw_data",
     "float_data",
@@ -64,14 +52,7 @@ def wants_external(settings: CookSettings, model: onnx.ModelProto) -> bool:
         return False
     if settings.weights == "external":
         return True
-    return sum(movable(t) for t in model.graph.initializer) >= auto_external_bytes(settings.runtime_version)
-
-
-def auto_external_bytes(runtime_version: str) -> int:
-    """From how many movable bytes `weights: auto` stores a model's weights in a section, for a
-    platform shipping onnxruntime ``runtime_version``."""
-    in_place = parse_version(runtime_version) >= IN_PLACE_SINCE
-    return AUTO_EXTERNAL_BYTES if in_place else AUTO_EXTERNAL_BYTES_BEFORE_IN_PLACE
+    return sum(movable(t) for t in model.graph.initializer) >= AUTO_EXTERNAL_BYTES
 
 
 def externalize(model: onnx.ModelProto, model_name: str) -> tuple[bytes, Weights]:

@@ -220,7 +220,7 @@ def encode_blob(
 
     Each section is stored as one raw extent or as zstd frames. ``"auto"``: with ``compression``
     "speed", raw (onnxruntime takes weights and an ORT graph in place, and an ONNX graph is copied
-    ten times faster than it is decoded); with "size", raw unless zstd makes the section
+    faster than it is decoded); with "size", raw unless zstd makes the section
     RAW_UNLESS_GAIN smaller (probed first at a fast level, then measured at ``level``). A section
     under MIN_RAW_EXTENT is zstd either way, but a leading ORT graph. ``graph_codec`` and
     ``Weights.codec`` force one. A raw ORT-format graph starts the blob, so that onnxruntime can map

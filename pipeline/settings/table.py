@@ -209,8 +209,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("compression_level", INT, 10, "zstd level 1..22", low=1, high=22),  # zstd's levels
     Setting("compression", TEXT, "speed",
             "`speed`: every section of 64 KiB or more is stored raw: onnxruntime takes ONNX weights and an "
-            "ORT model in place, without a decompression pass or a copy, and copies an ONNX graph ten times "
-            "faster than zstd decodes it (a blob about its source's size); `size`: zstd "
+            "ORT model in place, without a decompression pass or a copy, and copies an ONNX graph faster "
+            "than zstd decodes it (a blob about its source's size); `size`: zstd "
             "wherever it saves 10% (smaller blobs of compressible models, such as int8 or pruned ones, which "
             "then load up to 3x slower: docs/bundle-format.md)",
             choices=COMPRESSION_CHOICES),
@@ -246,9 +246,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("weights", TEXT, "auto",
             "ONNX format only: `external` puts the model's big initializers (1 KiB and more) in a weights "
             "section of the blob that the loader hands to onnxruntime without copying; `inline` keeps them "
-            "in the graph; `auto` = external once they reach 4 MiB where `runtime_version` is 1.32 or later, "
-            "16 MiB before (below, a graph with its weights inside loads faster: docs/design.md). Models "
-            "over 2 GB need external weights "
+            "in the graph; `auto` = external once they reach 1 MiB. Models over 2 GB need external weights "
             "(and so ONNX format); `external` with `format: ort` is an error",
             choices=("auto", "inline", "external")),
     Setting("max_growth", FLOAT, 4.0,
