@@ -238,7 +238,7 @@ class Decompression:
 ZSTD_WEIGHTS = "unpack_blob, weights as zstd frames, {} thread(s)"
 RAW_WEIGHTS = "unpack_blob, weights stored raw (as cooked), {} thread(s)"
 RAW_UNCHECKED = "unpack_blob(check_raw=False) (Bundle.session), weights stored raw, {} thread(s)"
-ORT_GRAPH = "unpack_blob, ORT blob (weights inside the zstd graph section), {} thread(s)"
+ORT_GRAPH = "unpack_blob, ORT blob (weights inside its graph section, as cooked), {} thread(s)"
 TOUCHED_DECODE = "zstd frames only, into a buffer already touched, {} thread(s)"
 FRESH_COPY = "memory copy into a fresh buffer"
 TOUCHED_COPY = "memory copy into a touched buffer"
