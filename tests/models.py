@@ -202,6 +202,22 @@ def conv_bn_relu_model() -> onnx.ModelProto:
     return model_of(graph)
 
 
+def transposed_weight_model() -> onnx.ModelProto:
+    """MatMul by the transpose of a 2-D weight: onnxruntime folds the Transpose at load, reading the
+    weight (a refusal of shared initializers that no 4-D weight announces)."""
+    rng = np.random.default_rng(RNG_SEED)
+    weight = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "transposed_weight",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [weight],
+    )
+    return model_of(graph)
+
+
 def relu_model(opset: int) -> onnx.ModelProto:
     """One Relu, x [2, 3] -> y [2, 3], importing ``opset`` (IR 10)."""
     graph = helper.make_graph(

@@ -17,7 +17,7 @@ import pytest
 from runtime_helpers import HEADER_DEFAULTS, make_weighted_blob, run_in_runtime, run_source, to_ort_format
 
 from pipeline.runtime.writer import encode_blob
-from tests.models import conv_bn_relu_model, dense_model, large_matmul_model
+from tests.models import conv_bn_relu_model, dense_model, large_matmul_model, transposed_weight_model
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
@@ -146,15 +146,40 @@ def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
         # a zstd graph has no raw extent to share: decoded into the memfd whole
         assert cases["ort-zstd"]["auto"]["memory"] == "ort-mapped"
     assert cases["ort-raw"]["paths"]["ort-bytes/memory"]["in_place"] is False
-    # The loader's own choice always loads and matches; where onnxruntime refuses the door for a
-    # model (a conv net in 1.24.4 and 1.28.0), it says so and takes the fallback, still in place.
+    # The loader's own choice always loads and matches. A conv net, whose float 4-D weights
+    # onnxruntime's optimizers read from the referenced file (the door refused, forced, above), goes
+    # straight along the fallback, still in place, without the refused try (1.24.4 and 1.28.0).
     assert all(case["used"]["matches"] for case in cases.values())
     conv = cases["conv-raw"]["used"]
     if onnx_auto == "onnx-shared-initializers":
-        assert conv["path"] == "onnx-external-initializers" and "refused" in conv["refused"]
+        assert conv == {"path": "onnx-external-initializers", "refused": None, "matches": True}
         assert cases["onnx-raw"]["used"] == {"path": onnx_auto, "refused": None, "matches": True}
     else:
         assert conv == {"path": onnx_auto, "refused": None, "matches": True}
+
+
+@pytest.mark.parametrize("version", ["1.24.4", "1.28.0"])
+def test_float_conv_weights_skip_the_shared_door_before_it_is_tried(version: str) -> None:
+    """Blobs with float32 4-D weights (Conv kernels, which onnxruntime's optimizers read from the
+    referenced file) go straight along the copying door; other weights, int8 conv kernels among
+    them, still try the shared door first (the choice, made in this process for ``version``)."""
+    from pipeline.runtime.blob import check_blob
+    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, reads_conv_weights
+
+    conv = conv_bn_relu_model()
+    int8 = conv_bn_relu_model()
+    int8.graph.initializer[0].CopyFrom(
+        onnx.numpy_helper.from_array(np.ones((16, 8, 3, 3), np.int8), int8.graph.initializer[0].name)
+    )
+    chosen = {}
+    for name, model in (("conv", conv), ("int8", int8), ("mlp", transposed_weight_model())):
+        checked = check_blob(make_weighted_blob(model, "raw")[0])
+        chosen[name] = (reads_conv_weights(checked), choose_load_path(checked, version))
+    assert chosen == {
+        "conv": (True, LoadPath.ONNX_EXTERNAL_INITIALIZERS),
+        "int8": (False, LoadPath.ONNX_SHARED_INITIALIZERS),
+        "mlp": (False, LoadPath.ONNX_SHARED_INITIALIZERS),
+    }
 
 
 REMEMBER_PROBE = """
@@ -188,13 +213,14 @@ print(json.dumps({"onnxruntime": onnxruntime.__version__, "loads": report}))
 
 @pytest.mark.slow
 def test_a_model_refused_the_shared_door_goes_straight_to_the_copying_path_next_time(tmp_path: Path) -> None:
-    """onnxruntime 1.28.0 refuses shared initializers for a conv net ("cannot get file size
-    [/dev/null]"): the first load pays the refused try and says so, the next loads of that model in
-    the process go straight to onnx-external-initializers (LoadInfo.refused still tells why)."""
+    """onnxruntime 1.28.0 refuses shared initializers for a model whose weight it folds at load (a
+    Transpose of a 2-D weight: "cannot get file size [/dev/null]"), which no 4-D weight announces:
+    the first load pays the refused try and says so, the next loads of that model in the process go
+    straight to onnx-external-initializers (LoadInfo.refused still tells why)."""
     from runtime_helpers import run_in_runtime
 
-    path = tmp_path / "conv.ocb"
-    path.write_bytes(make_weighted_blob(conv_bn_relu_model(), "raw")[0])
+    path = tmp_path / "transposed.ocb"
+    path.write_bytes(make_weighted_blob(transposed_weight_model(), "raw")[0])
     report = run_in_runtime("1.28.0", tmp_path / "work", ["-c", REMEMBER_PROBE, str(path)])
     first, second = report["loads"]
     assert first["path"] == second["path"] == "onnx-external-initializers"

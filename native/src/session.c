@@ -514,6 +514,17 @@ static void remember_refusal(uint64_t key) {
     oc_unlock();
 }
 
+/* Whether the blob has float32 4-D weights: Conv kernels, which onnxruntime's optimizers read from
+ * the referenced file while they build a CPU session (Conv+BatchNormalization fusion, the NCHWc
+ * layout), refusing the shared-initializer door after a try a first load pays in full: such blobs
+ * skip it (pipeline/runtime/loadpaths.py, reads_conv_weights, has the measurements). */
+static int reads_conv_weights(const oc_blob *blob) {
+    size_t i;
+    for (i = 0; i < blob->tensor_count; ++i)
+        if (blob->tensors[i].elem_type == 1 /* FLOAT */ && blob->tensors[i].rank == 4) return 1;
+    return 0;
+}
+
 /* Whether a blob file's raw weights go as shared initializers over the library's own mapping (with
  * its read pages let go while prepacking reads them) before onnx-mapped: see docs/native.md, "Which
  * path for a blob file" (the same session-ready time on the 268 MB model in 1.24.4 and 1.28.0, a
@@ -548,7 +559,7 @@ static size_t plan_paths(const oc_runtime *rt, const oc_blob *blob, oc_load_path
     }
     mapped = blob->file_path != NULL && blob->reopen_by_name && weights_raw && mapped_version(rt->parsed);
     shared = shared_version(rt->parsed) && oc_has_null_file() && blob->tensor_count > 0 &&
-             !was_refused(refusal_key(rt, blob));
+             !reads_conv_weights(blob) && !was_refused(refusal_key(rt, blob));
     if (shared && (!mapped || OC_SHARED_FOR_FILES)) plan[n++] = OC_LOAD_ONNX_SHARED;
     if (mapped) plan[n++] = OC_LOAD_ONNX_MAPPED;
     plan[n++] = OC_LOAD_ONNX_EXTERNAL;

@@ -148,9 +148,26 @@ def choose_load_path(
         return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
         return LoadPath.ONNX_FILE_BUFFERS
-    if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS:
+    if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS and not reads_conv_weights(checked):
         return LoadPath.ONNX_SHARED_INITIALIZERS
     return LoadPath.ONNX_EXTERNAL_INITIALIZERS
+
+
+def reads_conv_weights(checked: CheckedBlob) -> bool:
+    """Whether the blob has float32 4-D weights: Conv kernels, which onnxruntime's optimizers read
+    from the referenced file while they build a CPU session (Conv+BatchNormalization fusion, the
+    NCHWc layout), so that the shared-initializer door is refused ("cannot get file size
+    [/dev/null]") after a try that costs a first load a third of its time. Measured in 1.24.4 on the
+    31 real and bench models with a weights section: the door was refused for 20, 19 of them with
+    such weights (an fp16 ISNet without); it opened for 11, 10 without (an int8 conv net, VADs, MLPs,
+    an LSTM, a transformer), a uint8 ISNet with some. A PP-OCRv6 detector's first load
+    in a fresh process: 44-51 ms with the refused try, 30-31 ms straight along the copying door. A
+    refusal this misses is still answered by the try, and remembered (``session._REFUSED``)."""
+    weights = checked.header.weights
+    return weights is not None and any(t.elem_type == _FLOAT and len(t.dims) == 4 for t in weights.tensors)
+
+
+_FLOAT = 1  # TensorProto.FLOAT
 
 
 def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: BlobFile | None) -> str | None:
