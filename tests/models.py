@@ -218,6 +218,21 @@ def transposed_weight_model() -> onnx.ModelProto:
     return model_of(graph)
 
 
+def float_4d_weight_model() -> onnx.ModelProto:
+    """x + w with a float32 4-D weight no optimizer reads: onnxruntime 1.24.4 and 1.28.0 accept it
+    as a shared initializer, but the loaders' rule (float 4-D weights: Conv kernels) skips that door."""
+    rng = np.random.default_rng(RNG_SEED)
+    weight = numpy_helper.from_array(rng.standard_normal((1, 4, 8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "float_4d_weight",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [weight],
+    )
+    return model_of(graph)
+
+
 def relu_model(opset: int) -> onnx.ModelProto:
     """One Relu, x [2, 3] -> y [2, 3], importing ``opset`` (IR 10)."""
     graph = helper.make_graph(

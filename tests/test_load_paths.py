@@ -17,7 +17,13 @@ import pytest
 from runtime_helpers import HEADER_DEFAULTS, make_weighted_blob, run_in_runtime, run_source, to_ort_format
 
 from pipeline.runtime.writer import encode_blob
-from tests.models import conv_bn_relu_model, dense_model, large_matmul_model, transposed_weight_model
+from tests.models import (
+    conv_bn_relu_model,
+    dense_model,
+    float_4d_weight_model,
+    large_matmul_model,
+    transposed_weight_model,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"
@@ -172,11 +178,14 @@ def test_float_conv_weights_skip_the_shared_door_before_it_is_tried(version: str
         onnx.numpy_helper.from_array(np.ones((16, 8, 3, 3), np.int8), int8.graph.initializer[0].name)
     )
     chosen = {}
-    for name, model in (("conv", conv), ("int8", int8), ("mlp", transposed_weight_model())):
+    added, mlp = float_4d_weight_model(), transposed_weight_model()
+    models = (("conv", conv), ("added", added), ("int8", int8), ("mlp", mlp))
+    for name, model in models:
         checked = check_blob(make_weighted_blob(model, "raw")[0])
         chosen[name] = (reads_conv_weights(checked), choose_load_path(checked, version))
     assert chosen == {
         "conv": (True, LoadPath.ONNX_EXTERNAL_INITIALIZERS),
+        "added": (True, LoadPath.ONNX_EXTERNAL_INITIALIZERS),  # a door it would open: skipped all the same
         "int8": (False, LoadPath.ONNX_SHARED_INITIALIZERS),
         "mlp": (False, LoadPath.ONNX_SHARED_INITIALIZERS),
     }

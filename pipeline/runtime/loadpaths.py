@@ -60,6 +60,7 @@ ORT_SHARED_VERSIONS = frozenset({(1, 28, 0), (1, 32, 0)})
 # exact version (and by a cook's runtime check for its platform). Other versions copy instead.
 SHARED_INITIALIZER_VERSIONS = frozenset({(1, 24, 4), (1, 28, 0), (1, 32, 0)})
 NULL_FOLDER, NULL_FILE = "/dev", "null"
+_FLOAT = 1  # TensorProto.FLOAT: float32 4-D weights are Conv kernels (reads_conv_weights)
 # Below this, onnxruntime's byte path loads an ORT model faster than a mapping does (measured: a
 # 2 kB model 0.36 ms from bytes, 0.45 ms mapped; from 2 MB up the mapping wins, by 2.5-5x at 64 MB
 # in a fresh process, where every copy lands in fresh pages): copies of small models cost nothing.
@@ -165,9 +166,6 @@ def reads_conv_weights(checked: CheckedBlob) -> bool:
     refusal this misses is still answered by the try, and remembered (``session._REFUSED``)."""
     weights = checked.header.weights
     return weights is not None and any(t.elem_type == _FLOAT and len(t.dims) == 4 for t in weights.tensors)
-
-
-_FLOAT = 1  # TensorProto.FLOAT
 
 
 def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: BlobFile | None) -> str | None:
