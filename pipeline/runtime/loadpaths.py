@@ -43,8 +43,9 @@ from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
 from .devices import CPU, SessionPlan
 from .files import has_memfd, memfd_with
+from .graphcheck import check_header_tensors, check_weight_graph
 from .loadtypes import BlobFile, LoadPath, Prepared
-from .onnxrefs import check_and_rewrite, check_header_tensors, check_references
+from .onnxrefs import check_and_rewrite, check_references
 from .ortweights import share_weights
 from .pager import can_page
 
@@ -257,8 +258,10 @@ def prepare(
     graph = checked.graph_bytes()
     weights = checked.header.weights
     tensors = {t.name: (t.offset, t.nbytes) for t in weights.tensors} if weights else {}
-    rewrites = weights is not None and path in (LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_MAPPED)
-    if not rewrites:  # the paths that rewrite the references check them in the same walk
+    # the paths that rewrite the references, or take the weights from the header, check them in
+    # the same walk (onnxrefs.check_and_rewrite, graphcheck.check_weight_graph)
+    own_check = (LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_MAPPED, LoadPath.ONNX_EXTERNAL_INITIALIZERS)
+    if weights is None or path not in own_check:
         check_references(graph, weights.file if weights else None, tensors)
     if path == LoadPath.ONNX_INLINE or weights is None:
         return Prepared(graph)
@@ -271,10 +274,12 @@ def prepare(
         options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
         options.add_external_initializers_from_files_in_memory([weights.file], [buffer], [len(buffer)])
         return Prepared(graph, keep=[buffer], own_pages=_own_pages(checked))
+    # onnxruntime takes these tensors' types and shapes from the header: they must be the graph's
     if path == LoadPath.ONNX_SHARED_INITIALIZERS:
         nulled = check_and_rewrite(graph, weights.file, tensors, NULL_FILE)
-    # onnxruntime takes these tensors' types and shapes from the header: they must be the graph's
-    check_header_tensors(graph, weights.tensors)
+        check_header_tensors(graph, weights.tensors)
+    else:
+        check_weight_graph(graph, weights.file, weights.tensors)
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensor_view(segments, ref)) for ref in weights.tensors]
     names = [ref.name for ref in weights.tensors]
     for name, value in zip(names, values, strict=True):

@@ -21,24 +21,22 @@ from dataclasses import dataclass
 from .errors import CorruptBlobError
 from .protowire import fields as _fields
 from .protowire import occurrences as _occurrences
-from .protowire import read_varint as _varint
 from .protowire import string as _string
-from .sections import TensorRef
 
 # onnx.proto: message -> {field number: message kind} for the fields that can hold tensors.
-_MODEL, _GRAPH, _NODE, _ATTRIBUTE, _FUNCTION, _TRAINING, _SPARSE, _TENSOR = range(8)
-_CHILDREN: dict[int, dict[int, int]] = {
-    _MODEL: {7: _GRAPH, 20: _TRAINING, 25: _FUNCTION},  # graph, training_info, functions
-    _TRAINING: {1: _GRAPH, 2: _GRAPH},  # initialization, algorithm
-    _GRAPH: {1: _NODE, 5: _TENSOR, 15: _SPARSE},  # node, initializer, sparse_initializer
-    _NODE: {5: _ATTRIBUTE},
-    _ATTRIBUTE: {5: _TENSOR, 6: _GRAPH, 10: _TENSOR, 11: _GRAPH, 22: _SPARSE, 23: _SPARSE},
-    _FUNCTION: {7: _NODE, 11: _ATTRIBUTE},  # node, attribute_proto (defaults)
-    _SPARSE: {1: _TENSOR, 2: _TENSOR},  # values, indices
+MODEL, GRAPH, NODE, ATTRIBUTE, FUNCTION, TRAINING, SPARSE, TENSOR = range(8)
+CHILDREN: dict[int, dict[int, int]] = {
+    MODEL: {7: GRAPH, 20: TRAINING, 25: FUNCTION},  # graph, training_info, functions
+    TRAINING: {1: GRAPH, 2: GRAPH},  # initialization, algorithm
+    GRAPH: {1: NODE, 5: TENSOR, 15: SPARSE},  # node, initializer, sparse_initializer
+    NODE: {5: ATTRIBUTE},
+    ATTRIBUTE: {5: TENSOR, 6: GRAPH, 10: TENSOR, 11: GRAPH, 22: SPARSE, 23: SPARSE},
+    FUNCTION: {7: NODE, 11: ATTRIBUTE},  # node, attribute_proto (defaults)
+    SPARSE: {1: TENSOR, 2: TENSOR},  # values, indices
 }
 _TENSOR_NAME, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 8, 13, 14
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
-_MAX_DEPTH = 64  # nested subgraphs; real models nest a few levels
+MAX_DEPTH = 64  # nested subgraphs; real models nest a few levels
 ALLOWED_KEYS = frozenset({"location", "offset", "length", "checksum"})
 
 
@@ -89,9 +87,9 @@ def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
     found: list[ExternalRef] = []
 
     def walk(kind: int, start: int, end: int, depth: int, main: bool) -> None:
-        if depth > _MAX_DEPTH:
-            raise CorruptBlobError(f"blob graph nests subgraphs over {_MAX_DEPTH} deep")
-        children = _CHILDREN[kind]
+        if depth > MAX_DEPTH:
+            raise CorruptBlobError(f"blob graph nests subgraphs over {MAX_DEPTH} deep")
+        children = CHILDREN[kind]
         for number, wire, a, b in _fields(data, start, end):
             child = children.get(number)
             if child is None or wire != 2:
@@ -99,14 +97,14 @@ def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
             first = bisect_left(hits, a)
             if first == len(hits) or hits[first] >= b:
                 continue
-            if child == _TENSOR:
-                ref = _tensor(data, a, b, initializer=main and kind == _GRAPH and number == 5)
+            if child == TENSOR:
+                ref = _tensor(data, a, b, initializer=main and kind == GRAPH and number == 5)
                 if ref is not None:
                     found.append(ref)
             else:
-                walk(child, a, b, depth + 1, main=kind == _MODEL and number == 7)
+                walk(child, a, b, depth + 1, main=kind == MODEL and number == 7)
 
-    walk(_MODEL, 0, len(data), 0, main=False)
+    walk(MODEL, 0, len(data), 0, main=False)
     return found
 
 
@@ -119,12 +117,10 @@ def check_references(
     weights section) with exactly that offset and length, in ``file`` (the weights section's name),
     each named once. ``file`` None: the blob has no weights, so no reference at all is allowed.
     """
-    _check_refs(external_refs(model), file, tensors)
+    check_refs(external_refs(model), file, tensors)
 
 
-def _check_refs(
-    refs: Sequence[ExternalRef], file: str | None, tensors: Mapping[str, tuple[int, int]]
-) -> None:
+def check_refs(refs: Sequence[ExternalRef], file: str | None, tensors: Mapping[str, tuple[int, int]]) -> None:
     seen: set[str] = set()
     for ref in refs:
         what = f"blob graph tensor {ref.name!r}"
@@ -150,83 +146,6 @@ def _check_refs(
         if not offset_ok or ref.get("length") not in (str(nbytes), None):
             raise CorruptBlobError(f"{what}: its offset or length differs from the blob header's")
         seen.add(ref.name)
-
-
-_TENSOR_DIMS, _TENSOR_DATA_TYPE = 1, 2
-_NODE_OUTPUT, _NODE_OP_TYPE = 2, 4
-
-
-def check_header_tensors(model: bytes | memoryview, tensors: Sequence[TensorRef]) -> None:
-    """Refuse a graph that disagrees with the tensors a load path makes from the blob header
-    (shared or external initializers: onnxruntime takes their type and shape from the header, and
-    replaces every initializer of that name, subgraphs' too): each listed tensor must be exactly one
-    initializer of the main graph, of the header's data type and dims, and no other initializer,
-    sparse initializer or ``Constant`` output anywhere in the model may have its name."""
-    wanted = {t.name: t for t in tensors}
-    if not wanted:
-        return
-    flat = model if isinstance(model, bytes) else bytes(model)
-    data = memoryview(flat)
-    main: dict[str, tuple[int, tuple[int, ...]]] = {}
-    elsewhere: set[str] = set()
-    constants = b"Constant" in flat  # most cooked graphs have none: skip reading node fields then
-
-    def walk(kind: int, start: int, end: int, depth: int, main_graph: bool) -> None:
-        if depth > _MAX_DEPTH:
-            raise CorruptBlobError(f"blob graph nests subgraphs over {_MAX_DEPTH} deep")
-        if kind == _NODE and constants:
-            fields = [(n, w, a, b) for n, w, a, b in _fields(data, start, end) if w == 2]
-            if any(n == _NODE_OP_TYPE and _string(data, a, b) == "Constant" for n, _, a, b in fields):
-                elsewhere.update(_string(data, a, b) for n, _, a, b in fields if n == _NODE_OUTPUT)
-        for number, wire, a, b in _fields(data, start, end):
-            child = _CHILDREN[kind].get(number)
-            if child is None or wire != 2:
-                continue
-            if child != _TENSOR:
-                walk(child, a, b, depth + 1, main_graph=kind == _MODEL and number == 7)
-                continue
-            name, elem_type, dims = _tensor_shape(data, a, b)
-            if name not in wanted:
-                continue
-            if main_graph and kind == _GRAPH and number == 5 and name not in main:
-                main[name] = (elem_type, dims)
-            else:
-                elsewhere.add(name)
-
-    walk(_MODEL, 0, len(data), 0, main_graph=False)
-    for name, ref in wanted.items():
-        what = f"blob graph tensor {name!r}"
-        if name in elsewhere:
-            raise CorruptBlobError(
-                f"{what} is defined again outside the main graph's initializers (a subgraph, a sparse "
-                "or Constant tensor, or a second initializer) while the blob header lists it as a "
-                "weight: refused (re-cook the model)"
-            )
-        if name not in main:
-            raise CorruptBlobError(f"{what} is listed in the blob header but is no initializer of the graph")
-        if main[name] != (ref.elem_type, tuple(ref.dims)):
-            raise CorruptBlobError(
-                f"{what} is data type {main[name][0]} with dims {list(main[name][1])} in the graph, but "
-                f"{ref.elem_type} with dims {list(ref.dims)} in the blob header: refused (re-cook the model)"
-            )
-
-
-def _tensor_shape(data: memoryview, start: int, end: int) -> tuple[str, int, tuple[int, ...]]:
-    """A TensorProto's name, data type and dims (int64, repeated: packed or not)."""
-    name, elem_type, dims = "", 0, []
-    for number, wire, a, b in _fields(data, start, end):
-        if number == _TENSOR_NAME and wire == 2:
-            name = _string(data, a, b)
-        elif number == _TENSOR_DATA_TYPE and wire == 0:
-            elem_type = a
-        elif number == _TENSOR_DIMS and wire == 0:
-            dims.append(a)
-        elif number == _TENSOR_DIMS and wire == 2:
-            pos = a
-            while pos < b:
-                value, pos = _varint(data, pos, b)
-                dims.append(value)
-    return name, elem_type, tuple(d - (1 << 64) if d >= 1 << 63 else d for d in dims)
 
 
 def _key(number: int, wire: int) -> bytes:
@@ -276,7 +195,7 @@ def check_and_rewrite(
         if at < 0 or not hit + len(b"location") <= spans[at][1]:
             check_references(model, file, tensors)  # refuses, or finds the other hits harmless
             return rewritten
-    _check_refs(seen, file, tensors)
+    check_refs(seen, file, tensors)
     return rewritten
 
 

@@ -34,7 +34,11 @@ def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, i
             key, pos = read_varint(data, pos, end)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, pos = read_varint(data, pos, end)
+            value = data[pos] if pos < end else 0x80
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = read_varint(data, pos, end)
             yield number, wire, value, pos
         elif wire == 2:
             size = data[pos] if pos < end else 0x80

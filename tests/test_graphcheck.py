@@ -1,0 +1,201 @@
+"""The graph checks of the header-weight load paths (pipeline/runtime/graphcheck.py): proven from
+the main graph's initializers and a byte scan where the bytes allow it, by the walk of every node
+where they do not, with the walk's verdicts. The refusals themselves, end to end through
+``session_from_blob``, are in tests/test_external_refs.py."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from runtime_helpers import split_weights
+
+from pipeline.runtime.errors import CorruptBlobError
+from pipeline.runtime.graphcheck import (
+    _defined_once,
+    _main_initializers,
+    _walk_header_tensors,
+    check_header_tensors,
+    check_weight_graph,
+)
+from pipeline.runtime.onnxrefs import check_references
+from tests.models import conv_bn_relu_model, dense_model
+
+REDEFINED = "is defined again outside the main graph's initializers"
+
+
+def _varint(value: int, padding: int = 0) -> bytes:
+    """``value`` as a varint, with ``padding`` extra bytes (an encoding protobuf accepts)."""
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value or padding else 0))
+        if not value:
+            break
+    for left in range(padding, 0, -1):
+        out.append(0x80 if left > 1 else 0x00)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes, key_padding: int = 0, length_padding: int = 0) -> bytes:
+    return _varint(number << 3 | 2, key_padding) + _varint(len(payload), length_padding) + payload
+
+
+def _with_branch_graph() -> tuple[onnx.ModelProto, bytes, list]:
+    """A conv net with an ``If`` whose branches hold a Constant and an initializer of other names:
+    what real exported models (Silero VAD) look like, proven without the walk."""
+    model = conv_bn_relu_model()
+    branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.ones(3, np.float32)))],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("k", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.zeros(3, np.float32), "branch_only")],
+    )
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    model.graph.output.append(helper.make_tensor_value_info("picked", TensorProto.FLOAT, [3]))
+    model.graph.node.append(
+        helper.make_node("If", ["flag"], ["picked"], then_branch=branch, else_branch=branch)
+    )
+    graph, weights = split_weights(model, "conv")
+    return model, graph, list(weights.tensors)
+
+
+def _shadowing(name: str, key_padding: int, length_padding: int) -> bytes:
+    """A subgraph initializer named ``name``, its name field encoded with padded varints."""
+    tensor = numpy_helper.from_array(np.zeros(3, np.float32), "")
+    tensor.ClearField("name")
+    body = tensor.SerializeToString() + _field(8, name.encode(), key_padding, length_padding)
+    graph = _field(5, body) + _field(2, b"branch")  # GraphProto.initializer, name
+    attribute = _field(1, b"then_branch") + _field(6, graph)  # AttributeProto.name, g
+    return _field(1, _field(1, b"flag") + _field(4, b"If") + _field(5, attribute))  # GraphProto.node
+
+
+def _cooked(model: onnx.ModelProto, name: str = "net") -> tuple[bytes, list]:
+    graph, weights = split_weights(model, name)
+    return graph, list(weights.tensors)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _cooked(dense_model(64, 256, batch=1, seed=4, activation="Relu")),
+        lambda: _cooked(conv_bn_relu_model()),
+    ],
+    ids=["mlp", "conv"],
+)
+def test_a_cooked_graph_is_proven_from_its_initializers_alone(make) -> None:
+    graph, tensors = make()
+    wanted = {t.name: t for t in tensors}
+    assert wanted and _defined_once(graph, wanted, _main_initializers(memoryview(graph)))
+    check_weight_graph(graph, "net.onnx.data", tensors)
+
+
+def test_subgraphs_and_constants_of_other_names_need_no_walk() -> None:
+    _, graph, tensors = _with_branch_graph()
+    assert b"Constant" in graph and b"branch_only" in graph
+    wanted = {t.name: t for t in tensors}
+    assert _defined_once(graph, wanted, _main_initializers(memoryview(graph)))
+    check_header_tensors(graph, tensors)
+
+
+@pytest.mark.parametrize(("key_padding", "length_padding"), [(0, 0), (1, 0), (0, 2), (3, 1)])
+def test_a_redefinition_is_seen_in_any_varint_encoding(key_padding: int, length_padding: int) -> None:
+    """A subgraph initializer of a weight's name, its key or length padded (protobuf reads those):
+    the scan sees it, and the walk refuses it."""
+    graph, tensors = _cooked(conv_bn_relu_model())
+    main = onnx.ModelProto.FromString(graph)
+    shadow = _shadowing(tensors[0].name, key_padding, length_padding)
+    hostile = graph + _field(7, shadow)  # a second ModelProto.graph field: protobuf merges it in
+    assert onnx.ModelProto.FromString(hostile).graph.node[-1].op_type == "If"
+    assert len(onnx.ModelProto.FromString(hostile).graph.node) == len(main.graph.node) + 1
+    wanted = {t.name: t for t in tensors}
+    assert not _defined_once(hostile, wanted, _main_initializers(memoryview(hostile)))
+    with pytest.raises(CorruptBlobError, match=REDEFINED):
+        check_header_tensors(hostile, tensors)
+    with pytest.raises(CorruptBlobError, match=REDEFINED):
+        check_weight_graph(hostile, "net.onnx.data", tensors)
+
+
+def test_a_constant_named_as_a_weight_is_refused() -> None:
+    model, _, _ = _with_branch_graph()
+    weight = model.graph.initializer[0].name
+    model.graph.node[-1].attribute[0].g.node[0].output[0] = weight
+    model.graph.node[-1].attribute[0].g.output[0].name = weight
+    graph, tensors = _cooked(model)
+    assert not _defined_once(graph, {t.name: t for t in tensors}, _main_initializers(memoryview(graph)))
+    with pytest.raises(CorruptBlobError, match=REDEFINED):
+        check_header_tensors(graph, tensors)
+
+
+def _mutate(data: bytes, rng: random.Random) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.choice((1, 1, 2, 4))):
+        i = rng.randrange(len(b))
+        kind = rng.randrange(5)
+        if kind == 0:
+            b[i] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            b[i] = rng.choice((0x42, 0xC2, 0x12, 0x00, 0x80, 0x7F, rng.randrange(256)))
+        elif kind == 2:
+            b.insert(i, rng.randrange(256))
+        elif kind == 3:
+            del b[i]
+        else:
+            j = min(len(b), i + rng.randrange(1, 24))
+            b[i:i] = b[i:j]
+    return bytes(b)
+
+
+def _verdict(check) -> str:
+    try:
+        check()
+    except CorruptBlobError as exc:
+        return str(exc)
+    return "accepted"
+
+
+def test_the_fast_check_agrees_with_the_walk_on_mutated_graphs() -> None:
+    """On thousands of mutations of cooked graphs (the weights' names and the scan's key bytes
+    among the bytes changed), what the walk accepts the fast check accepts, and what the walk
+    refuses for a reason the fast check refuses with the same message; only where the walk meets
+    malformed bytes the fast check never reads (a node's) may it accept, onnxruntime's parser
+    refusing them after."""
+    seeds = [
+        _cooked(conv_bn_relu_model()),
+        _with_branch_graph()[1:],
+        _cooked(dense_model(8, 16, batch=1, seed=1)),
+    ]
+    seeds.append((seeds[0][0] + _field(7, _shadowing(seeds[0][1][0].name, 1, 1)), seeds[0][1]))
+    rng = random.Random(20261205)
+    kinds: set[str] = set()
+    for k in range(4000):
+        graph, tensors = seeds[k % len(seeds)]
+        data = _mutate(graph, rng)
+        for want, got in _fast_and_walk(data, tensors):
+            if "not a valid ONNX model" in want + got:
+                continue  # malformed bytes: whichever reads them first refuses
+            assert got == want, f"mutation {k}: the walk says {want!r}, the fast check {got!r}"
+            kinds.add("accepted" if want == "accepted" else "refused")
+    assert kinds == {"accepted", "refused"}
+
+
+def _fast_and_walk(data: bytes, tensors: list) -> list[tuple[str, str]]:
+    """(the walks' verdict, the fast check's) for the header check alone, and with the references."""
+    wanted = {t.name: t for t in tensors}
+    where = {t.name: (t.offset, t.nbytes) for t in tensors}
+
+    def walks() -> None:
+        check_references(data, "net.onnx.data", where)
+        _walk_header_tensors(data, wanted)
+
+    return [
+        (
+            _verdict(lambda: _walk_header_tensors(data, wanted)),
+            _verdict(lambda: check_header_tensors(data, tensors)),
+        ),
+        (_verdict(walks), _verdict(lambda: check_weight_graph(data, "net.onnx.data", tensors))),
+    ]
