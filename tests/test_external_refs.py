@@ -332,3 +332,59 @@ def test_check_and_rewrite_decides_and_writes_as_the_check_then_the_rewrite() ->
         if got != want:
             assert isinstance(got, str) and "not a valid ONNX model" in got + want, f"{label}: {want} / {got}"
     assert compared > 1000 and 100 < refused < compared - 100  # both verdicts, many times
+
+
+def _padded_key(number: int, wire: int) -> bytes:
+    """A field key as five varint bytes whose last one sets a bit above 32: protobuf's parser adds
+    them in 32-bit arithmetic and reads the key; a decoder of the whole value reads another field."""
+    key = number << 3 | wire
+    return bytes([key & 0x7F | 0x80, (key >> 7) & 0x7F | 0x80, 0x80, 0x80, 0x10])
+
+
+def _hidden_reference(location: str, name: str = "hidden") -> bytes:
+    """A TensorProto whose external_data entry and data_location are written behind padded keys."""
+    tensor = numpy_helper.from_array(np.zeros(4, np.float32), name)
+    tensor.ClearField("raw_data")
+    entry = _field(1, b"location") + _field(2, location.encode())
+    padded_entry = _padded_key(13, 2) + bytes([len(entry)]) + entry
+    return tensor.SerializeToString() + padded_entry + _padded_key(14, 0) + b"\x01"
+
+
+def test_onnxruntime_reads_a_key_padded_with_high_bits(tmp_path) -> None:
+    """The premise of the next test: onnxruntime opens the file such a reference names (measured
+    in 1.24.4 too), so the loader's walks must read keys as protobuf does (protowire.py)."""
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    graph = model.graph.SerializeToString() + _field(5, _hidden_reference("no_such_weights.bin", "w"))
+    model.ClearField("graph")
+    path = tmp_path / "padded.onnx"
+    path.write_bytes(model.SerializeToString() + _field(7, graph))
+    import onnxruntime
+
+    with pytest.raises(Exception, match="no_such_weights.bin"):
+        onnxruntime.InferenceSession(str(path), providers=CPU)
+
+
+@pytest.mark.parametrize("path", [None, *ONNX_PATHS])
+def test_a_reference_behind_padded_keys_is_refused_on_every_load_path(path: str | None) -> None:
+    """A main-graph initializer naming /etc/passwd through an external_data entry and a
+    data_location whose keys carry a bit above 32 (protobuf merges the second graph field in)."""
+    if path is not None and not _applicable(path):
+        pytest.fail(f"{path} needs onnxruntime 1.32+: the test environment must have it")
+    model = dense_model(64, 256, batch=1, seed=4, activation="Relu", name="mlp")
+    graph, weights = split_weights(model, "mlp")
+    hostile = graph + _field(7, _field(5, _hidden_reference("/etc/passwd")))
+    assert [ref.get("location") for ref in external_refs(hostile)][-1] == "/etc/passwd"
+    with pytest.raises(CorruptBlobError, match=re.escape("refers to '/etc/passwd'")):
+        check_references(hostile, weights.file, {t.name: (t.offset, t.nbytes) for t in weights.tensors})
+    raw = dataclasses.replace(weights, codec="raw")
+    blob = encode_blob(hostile, level=3, weights=raw, model_format="onnx", **HEADER_DEFAULTS)
+    with pytest.raises(CorruptBlobError, match=re.escape("refers to '/etc/passwd'")):
+        session_from_blob(blob, providers=CPU, load_path=path)

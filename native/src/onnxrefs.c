@@ -76,9 +76,9 @@ typedef struct refs_ctx {
 } refs_ctx;
 
 typedef struct wire_field {
-    uint64_t number; /* UINT64_MAX when the key does not fit 64 bits (never a known field) */
+    uint64_t number; /* the key's low 32 bits, shifted: protobuf's parser drops the bits above */
     unsigned wire;
-    uint64_t value;  /* wire type 0: the value, UINT64_MAX when it does not fit 64 bits */
+    uint64_t value;  /* wire type 0: the low 64 bits (an int32 or enum field: the low 32) */
     size_t start;    /* wire type 2: the payload is data[start..end) */
     size_t end;
 } wire_field;
@@ -247,8 +247,13 @@ static int next_field(refs_ctx *c, size_t *pos, size_t end, wire_field *f) {
         malformed(c, "a varint runs past its message");
         return -1;
     }
+    /* A key is read as protobuf's ReadTag reads it (up to five bytes added in 32-bit arithmetic; the
+     * older ReadVarint32, up to ten): its low 32 bits. A key padded with a high bit set (ea 80 80 80
+     * 10 for external_data) is that field to onnxruntime, so it must be here (pipeline/runtime/
+     * protowire.py). */
+    key &= 0xFFFFFFFFu;
     f->wire = (unsigned)(key & 7);
-    f->number = overflow ? UINT64_MAX : key >> 3;
+    f->number = key >> 3;
     f->value = 0;
     switch (f->wire) {
     case 0:
@@ -256,7 +261,7 @@ static int next_field(refs_ctx *c, size_t *pos, size_t end, wire_field *f) {
             malformed(c, "a varint runs past its message");
             return -1;
         }
-        f->value = overflow ? UINT64_MAX : value;
+        f->value = value; /* the low 64 bits, as protobuf reads a varint */
         f->start = f->end = *pos;
         return 1;
     case 2:
@@ -459,7 +464,7 @@ static oc_status walk_tensor(refs_ctx *c, size_t start, size_t end, int initiali
             name.n = f.end - f.start;
             if (!utf8_valid(name.p, name.n)) return malformed(c, "a name is not UTF-8");
         } else if (f.number == TENSOR_DATA_LOCATION && f.wire == 0) {
-            location = f.value;
+            location = (uint32_t)f.value; /* an enum: its low 32 bits */
         } else if (f.number == TENSOR_EXTERNAL_DATA && f.wire == 2) {
             if (parse_entry(c, f.start, f.end, &key, &value) < 0) return OC_ERR_CORRUPT;
             entries++;

@@ -91,6 +91,7 @@ static int next(const uint8_t *data, size_t *pos, size_t end, field *f, int *bad
     if (*pos >= end) return 0;
     f->whole = *pos;
     if (!read_varint(data, pos, end, &key)) goto malformed;
+    key &= 0xFFFFFFFFu; /* a key's low 32 bits, as protobuf reads it (onnxrefs.c, next_field) */
     f->number = key >> 3;
     f->wire = (int)(key & 7);
     switch (f->wire) {
@@ -181,7 +182,7 @@ static int same_shape(rewrite_ctx *c, const oc_ref_tensor *ref, size_t start, si
     field f;
     int same = 1;
     while (next(d, &pos, end, &f, &c->bad)) {
-        if (f.number == 2 && f.wire == 0) type = f.value;
+        if (f.number == 2 && f.wire == 0) type = (uint32_t)f.value; /* an int32: its low 32 bits */
         if (f.number == 1 && f.wire == 0) {
             same = same && rank < ref->rank && ref->dims[rank] == f.value;
             ++rank;

@@ -119,6 +119,13 @@ def field(number: int, payload: bytes) -> bytes:
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
+def padded(number: int, wire: int) -> bytes:
+    """A key in five varint bytes, the last with a bit above 32 set: protobuf's parser adds them in
+    32-bit arithmetic and reads the key (onnxruntime 1.24.4 opens the file such an entry names)."""
+    key = number << 3 | wire
+    return bytes([key & 0x7F | 0x80, (key >> 7) & 0x7F | 0x80, 0x80, 0x80, 0x10])
+
+
 def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
     cases = []
 
@@ -374,6 +381,19 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
     second = field(7, field(5, ext_constant("c").SerializeToString()))
     cases.append(("second graph field", data + second, FILE, {**tensors, "c": (0, 16)}))
     cases.append(("second graph field, unlisted", data + second, FILE, tensors))
+    # external_data and data_location keys padded with a bit above 32 (protobuf reads their low 32
+    # bits): naming another file (refused), naming the weights as listed (accepted)
+    for label, location, listed in (
+        ("padded keys, /etc/passwd", "/etc/passwd", False),
+        ("padded keys, listed", FILE, True),
+    ):
+        tensor = numpy_helper.from_array(np.zeros(4, np.float32), "c")
+        tensor.ClearField("raw_data")
+        pair = field(1, b"location") + field(2, location.encode())
+        hidden = tensor.SerializeToString() + padded(13, 2) + bytes([len(pair)]) + pair
+        hidden += padded(14, 0) + b"\x01"
+        listing = {**tensors, "c": (0, 16)} if listed else tensors
+        cases.append((label, data + field(7, field(5, hidden)), FILE, listing))
     # nesting at and past the limit
     for levels in (20, 21, 22, 23):
         graph = field(5, ext_constant("c").SerializeToString())

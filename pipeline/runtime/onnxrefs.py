@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .errors import CorruptBlobError
 from .protowire import fields as _fields
+from .protowire import int32_value as _int32
 from .protowire import occurrences as _occurrences
 from .protowire import string as _string
 
@@ -58,7 +59,7 @@ def _tensor(data: memoryview, start: int, end: int, initializer: bool) -> Extern
         if number == _TENSOR_NAME and wire == 2:
             name = _string(data, a, b)
         elif number == _TENSOR_DATA_LOCATION and wire == 0:
-            location = a
+            location = _int32(a)
         elif number == _TENSOR_EXTERNAL_DATA and wire == 2:
             pair = {1: "", 2: ""}
             for field, kind, c, d in _fields(data, a, b):
@@ -259,7 +260,7 @@ def _rewrite(
                     parts += [data[run:start], _length_delimited(n, new)]
                     run = d
             elif n == _TENSOR_DATA_LOCATION and w == 0:
-                where = c
+                where = _int32(c)
             start = d
         if seen is not None:  # what external_refs would find here (check_and_rewrite)
             seen[1].append((a, b))

@@ -1,6 +1,15 @@
 """The protobuf wire format, read without the protobuf package: the field walk that the ONNX graph
 checks of ``onnxrefs.py`` build on. Malformed input raises ``CorruptBlobError`` (the bytes are a
-blob's graph), never an IndexError or a loop without end."""
+blob's graph), never an IndexError or a loop without end.
+
+Varints are read as protobuf's C++ parser (the one inside onnxruntime) reads them, not by their
+full value: a key is the low 32 bits of its varint (``ReadTag`` adds up to five bytes in 32-bit
+arithmetic, the older ``ReadVarint32`` up to ten, and both drop the bits above), and a value the
+low 64 bits, an int32 or enum field (``TensorProto.data_location``, ``data_type``) its low 32
+(``int32_value``). A graph can pad a key with a high bit set, ``ea 80 80 80 10`` for
+``external_data`` (106): a walk that decoded it whole read field 2^29 + 13 and skipped it, while
+onnxruntime 1.24.4 read the entry and opened the file it named (measured; tests/test_external_refs.py).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +17,16 @@ from collections.abc import Iterator
 
 from .errors import CorruptBlobError
 
+_LOW_32, _LOW_64 = (1 << 32) - 1, (1 << 64) - 1
+
+
+def int32_value(value: int) -> int:
+    """An int32 or enum field's value as protobuf reads it: the low 32 bits of its varint."""
+    return value & _LOW_32
+
 
 def read_varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """A varint of at most ten bytes, whole (a key's or a value's caller keeps the low bits)."""
     result = shift = 0
     while True:
         if pos >= end or shift > 63:
@@ -32,6 +49,7 @@ def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, i
             pos += 1
         else:
             key, pos = read_varint(data, pos, end)
+            key &= _LOW_32
         number, wire = key >> 3, key & 7
         if wire == 0:
             value = data[pos] if pos < end else 0x80
@@ -39,6 +57,7 @@ def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, i
                 pos += 1
             else:
                 value, pos = read_varint(data, pos, end)
+                value &= _LOW_64
             yield number, wire, value, pos
         elif wire == 2:
             size = data[pos] if pos < end else 0x80
