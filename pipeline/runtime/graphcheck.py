@@ -17,7 +17,7 @@ has no other external-data reference (``onnxrefs.external_refs``).
 
 Measured (a PP-OCRv6 detector, 93 kB graph, 78 weights, 1.9 MB blob): the reference check and the
 header walk took 1.2 + 2.2 ms of a 22 ms load in onnxruntime 1.24.4 (the file: 17 ms); these take
-1.6 ms (docs/design.md, "The header-weight check without the node walk").
+1.6-1.8 ms (docs/design.md, "The header-weight check without the node walk").
 """
 
 from __future__ import annotations
@@ -181,16 +181,11 @@ def _after_key(flat: bytes, at: int, key: int, size: int) -> int:
 
 
 def _varint_or_none(flat: bytes, pos: int, size: int) -> tuple[int, int]:
-    """A varint at ``pos`` and the position after it; (-1, -1) if none ends within 10 bytes."""
-    result = shift = 0
-    while pos < size and shift < 70:
-        byte = flat[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-    return -1, -1
+    """``protowire.read_varint``, or (-1, -1) where no varint ends within ten bytes (no field here)."""
+    try:
+        return _varint(flat, pos, size)
+    except CorruptBlobError:
+        return -1, -1
 
 
 def _all_inside(hits: list[int], spans: list[tuple[int, int]]) -> bool:
@@ -216,7 +211,8 @@ def _main_initializers(data: memoryview, references: bool = False) -> list[_Init
 
 
 def _initializer(data: memoryview, start: int, end: int, references: bool) -> _Initializer:
-    """A main-graph initializer; its external-data entries read only for ``references``."""
+    """A TensorProto (a main-graph initializer, or any for the walk); its external-data entries read
+    only for ``references``."""
     name, name_at, elem_type, dims, entries, location = "", [], 0, [], [], 0
     for number, wire, a, b in _fields(data, start, end):
         if number == _TENSOR_NAME and wire == 2:
@@ -305,26 +301,13 @@ def _walk_header_tensors(flat: bytes, wanted: Mapping[str, TensorRef]) -> None:
             if child != TENSOR:
                 walk(child, a, b, depth + 1, main_graph=kind == MODEL and number == 7)
                 continue
-            name, elem_type, dims = _tensor_shape(data, a, b)
-            if name not in wanted:
+            tensor = _initializer(data, a, b, references=False)
+            if tensor.name not in wanted:
                 continue
-            if main_graph and kind == GRAPH and number == 5 and name not in main:
-                main[name] = (elem_type, dims)
+            if main_graph and kind == GRAPH and number == 5 and tensor.name not in main:
+                main[tensor.name] = (tensor.elem_type, tensor.dims)
             else:
-                elsewhere.add(name)
+                elsewhere.add(tensor.name)
 
     walk(MODEL, 0, len(data), 0, main_graph=False)
     _compare(wanted, main, elsewhere)
-
-
-def _tensor_shape(data: memoryview, start: int, end: int) -> tuple[str, int, tuple[int, ...]]:
-    """A TensorProto's name, data type and dims."""
-    name, elem_type, dims = "", 0, []
-    for number, wire, a, b in _fields(data, start, end):
-        if number == _TENSOR_NAME and wire == 2:
-            name = _string(data, a, b)
-        elif number == _TENSOR_DATA_TYPE and wire == 0:
-            elem_type = _int32(a)
-        elif number == _TENSOR_DIMS:
-            _read_dims(data, wire, a, b, dims)
-    return name, elem_type, _signed(dims)
