@@ -233,6 +233,40 @@ def float_4d_weight_model() -> onnx.ModelProto:
     return model_of(graph)
 
 
+def half_conv_model() -> onnx.ModelProto:
+    """A float16 Conv + Relu: the CPU EP has no float16 Conv, so onnxruntime puts Casts around it
+    and folds the weight's Cast at load, reading it (1.24.4 and 1.28.0 refuse shared initializers)."""
+    rng = np.random.default_rng(RNG_SEED)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float16), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "half_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 16, 16, 16])],
+        [weight],
+    )
+    return model_of(graph)
+
+
+def half_concat_model() -> onnx.ModelProto:
+    """Concat of x and a float16 weight: a type-agnostic kernel that nothing folds, so onnxruntime
+    1.24.4 and 1.28.0 accept the weight as a shared initializer, while the loaders' rule (16-bit
+    float weights are read at load) skips that door."""
+    weight = numpy_helper.from_array((np.arange(256 * 64) % 100).astype(np.float16).reshape(256, 64), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["x", "w"], ["y"], axis=0)],
+        "half_concat",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [257, 64])],
+        [weight],
+    )
+    return model_of(graph)
+
+
 def relu_model(opset: int) -> onnx.ModelProto:
     """One Relu, x [2, 3] -> y [2, 3], importing ``opset`` (IR 10)."""
     graph = helper.make_graph(

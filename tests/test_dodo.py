@@ -49,6 +49,7 @@ TASK_LINE = re.compile(r"^(\.|--)\s+((?:cook|runtime_check):\S+)\s*$", re.MULTIL
 TRACEBACK = "Traceback (most recent call last)"
 ORT_DTYPES = {
     "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
     "tensor(bool)": np.bool_,

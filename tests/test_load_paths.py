@@ -21,6 +21,8 @@ from tests.models import (
     conv_bn_relu_model,
     dense_model,
     float_4d_weight_model,
+    half_concat_model,
+    half_conv_model,
     large_matmul_model,
     transposed_weight_model,
 )
@@ -165,12 +167,14 @@ def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
 
 
 @pytest.mark.parametrize("version", ["1.24.4", "1.28.0"])
-def test_float_conv_weights_skip_the_shared_door_before_it_is_tried(version: str) -> None:
-    """Blobs with float32 4-D weights (Conv kernels, which onnxruntime's optimizers read from the
-    referenced file) go straight along the copying door; other weights, int8 conv kernels among
-    them, still try the shared door first (the choice, made in this process for ``version``)."""
+def test_weights_optimizers_read_skip_the_shared_door_before_it_is_tried(version: str) -> None:
+    """Blobs with float32 4-D weights (Conv kernels) or 16-bit float weights, which onnxruntime's
+    optimizers read from the referenced file, go straight along the copying door; other weights,
+    int8 conv kernels among them, still try the shared door first (the choice, made in this process
+    for ``version``; that onnxruntime refuses or accepts the door for these models is
+    tests/test_native.py's)."""
     from pipeline.runtime.blob import check_blob
-    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, reads_conv_weights
+    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, optimizers_read_weights
 
     conv = conv_bn_relu_model()
     int8 = conv_bn_relu_model()
@@ -180,12 +184,15 @@ def test_float_conv_weights_skip_the_shared_door_before_it_is_tried(version: str
     chosen = {}
     added, mlp = float_4d_weight_model(), transposed_weight_model()
     models = (("conv", conv), ("added", added), ("int8", int8), ("mlp", mlp))
+    models += (("half_conv", half_conv_model()), ("half_concat", half_concat_model()))
     for name, model in models:
         checked = check_blob(make_weighted_blob(model, "raw")[0])
-        chosen[name] = (reads_conv_weights(checked), choose_load_path(checked, version))
+        chosen[name] = (optimizers_read_weights(checked), choose_load_path(checked, version))
     assert chosen == {
         "conv": (True, LoadPath.ONNX_EXTERNAL_INITIALIZERS),
         "added": (True, LoadPath.ONNX_EXTERNAL_INITIALIZERS),  # a door it would open: skipped all the same
+        "half_conv": (True, LoadPath.ONNX_EXTERNAL_INITIALIZERS),
+        "half_concat": (True, LoadPath.ONNX_EXTERNAL_INITIALIZERS),  # would open too
         "int8": (False, LoadPath.ONNX_SHARED_INITIALIZERS),
         "mlp": (False, LoadPath.ONNX_SHARED_INITIALIZERS),
     }

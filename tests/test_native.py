@@ -570,19 +570,28 @@ def test_a_conv_net_refused_as_shared_initializers_loads_along_the_fallback(
     bench's ResNet-18 then loads along the copying path from memory (shown to copy: its weights
     zeroed under the live session change nothing) and its MobileNetV2, a mapped blob file, along
     onnx-mapped, both skipping the door (float 4-D weights: so does x + w with such a weight, which
-    onnxruntime would have accepted shared, the skip made visible); a model whose refusal no 4-D
-    weight announces (a Transpose of a weight, folded at load) tries it and takes the copying path.
+    onnxruntime would have accepted shared, the skip made visible); a float16 Conv skips it too, and
+    so does a Concat of a float16 weight, which onnxruntime would have accepted (16-bit float
+    weights: the rule's other half, made visible the same way); a model whose refusal no weight
+    announces (a Transpose of a weight, folded at load) tries it and takes the copying path.
     All with the source's outputs, the path used reported, onnxruntime's log of a refusal kept quiet."""
     from runtime_helpers import make_weighted_blob
 
     from bench import models as bench_models
-    from tests.models import float_4d_weight_model, transposed_weight_model
+    from tests.models import (
+        float_4d_weight_model,
+        half_concat_model,
+        half_conv_model,
+        transposed_weight_model,
+    )
 
     library = ort_library(version)
     resnet = bench_models.build_resnet18(bench_models.QUICK)  # under 1 MiB: a bundle reads it into memory
     mobilenet = bench_models.build_mobilenet(bench_models.FULL)  # ~5 MB: the bundle maps the blob file
     transposed, added = transposed_weight_model(), float_4d_weight_model()
+    half_conv, half_concat = half_conv_model(), half_concat_model()
     models = (("resnet18", resnet), ("mobilenet", mobilenet), ("transposed", transposed), ("added", added))
+    models += (("half_conv", half_conv), ("half_concat", half_concat))
     blobs = {
         name: make_weighted_blob(model, "raw", name=name, platform="windows-dml")[0] for name, model in models
     }
@@ -595,6 +604,8 @@ def test_a_conv_net_refused_as_shared_initializers_loads_along_the_fallback(
         ("mobilenet", mobilenet, "onnx-mapped"),
         ("transposed", transposed, "onnx-external-initializers"),
         ("added", added, "onnx-external-initializers"),  # onnx-shared-initializers without the rule
+        ("half_conv", half_conv, "onnx-external-initializers"),  # float16: refused, so skipped
+        ("half_concat", half_concat, "onnx-external-initializers"),  # shared without the rule
     ):
         done = oc_run_matches_source(native, folder, name, library, model, tmp_path)
         assert f"load path {expected}," in done.stdout, done.stdout

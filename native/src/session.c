@@ -514,14 +514,20 @@ static void remember_refusal(uint64_t key) {
     oc_unlock();
 }
 
-/* Whether the blob has float32 4-D weights: Conv kernels, which onnxruntime's optimizers read from
- * the referenced file while they build a CPU session (Conv+BatchNormalization fusion, the NCHWc
- * layout), refusing the shared-initializer door after a try a first load pays in full: such blobs
- * skip it (pipeline/runtime/loadpaths.py, reads_conv_weights, has the measurements). */
-static int reads_conv_weights(const oc_blob *blob) {
+/* Whether onnxruntime's optimizers will read the blob's weights from the referenced file while they
+ * build a CPU session, refusing the shared-initializer door after a try a first load pays in full:
+ * float32 4-D weights (Conv kernels: Conv+BatchNormalization fusion, the NCHWc layout) and float16
+ * or bfloat16 weights of any rank (Casts the CPU EP puts around its few 16-bit kernels, folded at
+ * load). Such blobs skip the door (pipeline/runtime/loadpaths.py, optimizers_read_weights, has the
+ * measurements). */
+static int optimizers_read_weights(const oc_blob *blob) {
     size_t i;
-    for (i = 0; i < blob->tensor_count; ++i)
-        if (blob->tensors[i].elem_type == 1 /* FLOAT */ && blob->tensors[i].rank == 4) return 1;
+    for (i = 0; i < blob->tensor_count; ++i) {
+        int type = blob->tensors[i].elem_type;
+        if ((type == 1 /* FLOAT */ && blob->tensors[i].rank == 4) || type == 10 /* FLOAT16 */ ||
+            type == 16 /* BFLOAT16 */)
+            return 1;
+    }
     return 0;
 }
 
@@ -559,7 +565,7 @@ static size_t plan_paths(const oc_runtime *rt, const oc_blob *blob, oc_load_path
     }
     mapped = blob->file_path != NULL && blob->reopen_by_name && weights_raw && mapped_version(rt->parsed);
     shared = shared_version(rt->parsed) && oc_has_null_file() && blob->tensor_count > 0 &&
-             !reads_conv_weights(blob) && !was_refused(refusal_key(rt, blob));
+             !optimizers_read_weights(blob) && !was_refused(refusal_key(rt, blob));
     if (shared && (!mapped || OC_SHARED_FOR_FILES)) plan[n++] = OC_LOAD_ONNX_SHARED;
     if (mapped) plan[n++] = OC_LOAD_ONNX_MAPPED;
     plan[n++] = OC_LOAD_ONNX_EXTERNAL;

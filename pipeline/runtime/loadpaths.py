@@ -61,7 +61,9 @@ ORT_SHARED_VERSIONS = frozenset({(1, 28, 0), (1, 32, 0)})
 # exact version (and by a cook's runtime check for its platform). Other versions copy instead.
 SHARED_INITIALIZER_VERSIONS = frozenset({(1, 24, 4), (1, 28, 0), (1, 32, 0)})
 NULL_FOLDER, NULL_FILE = "/dev", "null"
-_FLOAT = 1  # TensorProto.FLOAT: float32 4-D weights are Conv kernels (reads_conv_weights)
+# TensorProto data types the rule of optimizers_read_weights names: float32 (4-D: Conv kernels), and
+# the 16-bit floats (any rank), which the CPU EP mostly runs through Casts it folds at load
+_FLOAT, _HALF_FLOATS = 1, frozenset({10, 16})  # FLOAT; FLOAT16, BFLOAT16
 # Below this, onnxruntime's byte path loads an ORT model faster than a mapping does (measured: a
 # 2 kB model 0.36 ms from bytes, 0.45 ms mapped; from 2 MB up the mapping wins, by 2.5-5x at 64 MB
 # in a fresh process, where every copy lands in fresh pages): copies of small models cost nothing.
@@ -150,23 +152,29 @@ def choose_load_path(
         return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
         return LoadPath.ONNX_FILE_BUFFERS
-    if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS and not reads_conv_weights(checked):
+    if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS and not optimizers_read_weights(checked):
         return LoadPath.ONNX_SHARED_INITIALIZERS
     return LoadPath.ONNX_EXTERNAL_INITIALIZERS
 
 
-def reads_conv_weights(checked: CheckedBlob) -> bool:
-    """Whether the blob has float32 4-D weights: Conv kernels, which onnxruntime's optimizers read
-    from the referenced file while they build a CPU session (Conv+BatchNormalization fusion, the
-    NCHWc layout), so that the shared-initializer door is refused ("cannot get file size
-    [/dev/null]") after a try that costs a first load a third of its time. Measured in 1.24.4 on the
-    31 real and bench models with a weights section: the door was refused for 20, 19 of them with
-    such weights (an fp16 ISNet without); it opened for 11, 10 without (an int8 conv net, VADs, MLPs,
-    an LSTM, a transformer), a uint8 ISNet with some. A PP-OCRv6 detector's first load
-    in a fresh process: 44-51 ms with the refused try, 30-31 ms straight along the copying door. A
-    refusal this misses is still answered by the try, and remembered (``session._REFUSED``)."""
+def optimizers_read_weights(checked: CheckedBlob) -> bool:
+    """Whether onnxruntime's optimizers will read the blob's weights from the referenced file while
+    they build a CPU session, so that the shared-initializer door is refused ("cannot get file size
+    [/dev/null]") after a try that costs a first load a third of its time: float32 4-D weights
+    (Conv kernels: Conv+BatchNormalization fusion, the NCHWc layout), and float16 or bfloat16
+    weights of any rank (the CPU EP has few 16-bit kernels, so it puts Casts around those nodes and
+    constant folding reads the weight). Measured in 1.24.4 on the 31 real and bench models with a
+    weights section: the door was refused for 20, all with such weights (19 float32 4-D, an fp16
+    ISNet); it opened for 11, 10 without (an int8 conv net, VADs, MLPs, an LSTM, a transformer), a
+    uint8 ISNet with some float kernels. First loads in a fresh process, with the refused try
+    against straight along the copying door: a PP-OCRv6 detector 44-51 / 30-31 ms, the fp16 ISNet
+    505-526 / 483-502 ms. A float16 Conv and a float16 MatMul are refused in 1.24.4 and 1.28.0 too;
+    a float16 weight only a Concat reads is not (it now copies). A refusal this misses is still
+    answered by the try, and remembered (``session._REFUSED``)."""
     weights = checked.header.weights
-    return weights is not None and any(t.elem_type == _FLOAT and len(t.dims) == 4 for t in weights.tensors)
+    return weights is not None and any(
+        (t.elem_type == _FLOAT and len(t.dims) == 4) or t.elem_type in _HALF_FLOATS for t in weights.tensors
+    )
 
 
 def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: BlobFile | None) -> str | None:
