@@ -6,14 +6,15 @@ they do not.
 Why the main graph's initializers can be enough. A tensor anywhere in a model (a subgraph's
 initializer, a ``Constant``'s value, a sparse tensor, a function's) is a TensorProto, and its name
 is a length-delimited field 8 whose bytes lie verbatim in the model: the key 66, as a varint in any
-encoding protobuf accepts (its first byte is 0x42, or 0xc2 when padded), then the length, then the
-name. So every place that could define a weight's name is found by looking at each 0x42 and 0xc2
-byte, decoding what follows and comparing it with the header's names, at C speed between hits.
-When the only such places are the main graph's own initializers, no other definition exists; a
-``Constant`` node's output is found the same way (NodeProto.output, key 18). What the scan finds
-beside them (a look-alike inside other bytes, a real redefinition) sends the check to the full walk,
-which decides. In the same way a graph whose every "location" lies inside a main-graph initializer
-has no other external-data reference (``onnxrefs.external_refs``).
+encoding protobuf accepts (its first byte holds the lowest seven bits: 0x42, or 0xc2 when padded;
+protobuf keeps a key's low 32 bits, ``protowire``), then the length, then the name. So every place
+that could define a weight's name is found by looking at each 0x42 and 0xc2 byte, decoding what
+follows and comparing it with the header's names, at C speed between hits. When the only such
+places are the main graph's own initializers, no other definition exists. ``Constant`` outputs are
+read by a walk of only the messages holding the bytes "Constant" (an op type is stored verbatim).
+What the scan finds beside them (a look-alike inside other bytes, a real redefinition) sends the
+check to the full walk, which decides. In the same way a graph whose every "location" lies inside
+a main-graph initializer has no other external-data reference (``onnxrefs.external_refs``).
 
 Measured (a PP-OCRv6 detector, 93 kB graph, 78 weights, 1.9 MB blob): the reference check and the
 header walk took 1.2 + 2.2 ms of a 22 ms load in onnxruntime 1.24.4 (the file: 17 ms); these take
