@@ -14,12 +14,13 @@ without the onnx package, and a graph whose weights are external is small.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import CorruptBlobError
+from .protowire import all_inside as _all_inside
 from .protowire import fields as _fields
+from .protowire import holds as _holds
 from .protowire import int32_value as _int32
 from .protowire import occurrences as _occurrences
 from .protowire import string as _string
@@ -95,8 +96,7 @@ def external_refs(model: bytes | memoryview) -> list[ExternalRef]:
             child = children.get(number)
             if child is None or wire != 2:
                 continue
-            first = bisect_left(hits, a)
-            if first == len(hits) or hits[first] >= b:
+            if not _holds(hits, a, b):
                 continue
             if child == TENSOR:
                 ref = _tensor(data, a, b, initializer=main and kind == GRAPH and number == 5)
@@ -190,12 +190,9 @@ def check_and_rewrite(
     spans: list[tuple[int, int]] = []
     hits = _occurrences(model, b"location")
     rewritten = _rewrite(model, hits, location, shift, lengths, (seen, spans))
-    starts = [a for a, _ in spans]
-    for hit in hits:
-        at = bisect_left(starts, hit + 1) - 1
-        if at < 0 or not hit + len(b"location") <= spans[at][1]:
-            check_references(model, file, tensors)  # refuses, or finds the other hits harmless
-            return rewritten
+    if not _all_inside(hits, len(b"location"), spans):
+        check_references(model, file, tensors)  # refuses, or finds the other hits harmless
+        return rewritten
     check_refs(seen, file, tensors)
     return rewritten
 
@@ -279,8 +276,7 @@ def _rewrite(
         bytes hold no "location" holds no reference: ``external_refs``)."""
         parts, run, start = [], a, a
         for n, w, c, d in _fields(data, a, b):
-            first = bisect_left(hits, c)
-            if n == number and w == 2 and first < len(hits) and hits[first] < d:
+            if n == number and w == 2 and _holds(hits, c, d):
                 parts += [data[run:start], _length_delimited(n, edit(c, d))]
                 run = d
             start = d

@@ -13,6 +13,7 @@ onnxruntime 1.24.4 read the entry and opened the file it named (measured; tests/
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 
 from .errors import CorruptBlobError
@@ -92,3 +93,20 @@ def occurrences(data: bytes, needle: bytes) -> list[int]:
         found.append(at)
         at = data.find(needle, at + 1)
     return found
+
+
+def holds(hits: list[int], start: int, end: int) -> bool:
+    """Whether one of the sorted ``hits`` (``occurrences``) starts in ``data[start:end]``: a message
+    whose bytes hold no occurrence of a key stored verbatim holds no such key."""
+    first = bisect_left(hits, start)
+    return first < len(hits) and hits[first] < end
+
+
+def all_inside(hits: list[int], size: int, spans: list[tuple[int, int]]) -> bool:
+    """Whether every hit (``size`` bytes from it) lies wholly inside one of the sorted ``spans``."""
+    starts = [a for a, _ in spans]
+    for hit in hits:
+        at = bisect_left(starts, hit + 1) - 1
+        if at < 0 or hit + size > spans[at][1]:
+            return False
+    return True
