@@ -610,11 +610,24 @@ def test_a_conv_net_refused_as_shared_initializers_loads_along_the_fallback(
         done = oc_run_matches_source(native, folder, name, library, model, tmp_path)
         assert f"load path {expected}," in done.stdout, done.stdout
         assert "/dev/null" not in done.stderr, done.stderr  # the refusal is answered, not logged
-        # A second and third session in the same process (the refusal remembered) take the same path
+        # ... and reported (oc_session_create_reported): only where the door was tried
+        said = [line for line in done.stdout.splitlines() if line.startswith("refused first: ")]
+        if name == "transposed":
+            assert said and said[0].startswith("refused first: onnx-shared-initializers refused ("), done.stdout
+            assert "/dev/null" in said[0], said
+        else:  # skipped by rule: no try, no refusal
+            assert not said, done.stdout
+        # A second and third session in the same process (the refusal remembered) take the same path,
+        # and the latest still reports the refusal it skipped
         timed = run_native(
             [native / "oc-run", "--bundle", folder, "--model", name, "--ort", library, "--time", "3"]
         )
-        assert json.loads(timed.stdout.splitlines()[-1])["load_path"] == expected
+        report = json.loads(timed.stdout.splitlines()[-1])
+        assert report["load_path"] == expected
+        if name == "transposed":
+            assert report["refused"] == said[0].removeprefix("refused first: "), report
+        else:
+            assert report["refused"] is None, report
 
     # From the caller's memory: the copying path, and it copies (the outputs do not follow the bytes)
     from onnx import numpy_helper
@@ -993,6 +1006,9 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     ):
         assert status in facts
     assert "load path: " in facts and facts.rstrip().endswith("ok")
+    # oc_session_create_reported: the same path, and no refusal for these models in 1.32
+    used = facts.split("load path: ", 1)[1].splitlines()[0]
+    assert f"reported: {used}; refused: []" in facts, facts
     # plugin EPs through P/Invoke (1.32 serves their API; its CPU EP is offered as a device)
     assert "plugin eps: 1" in facts and "ep device: CPUExecutionProvider Cpu " in facts
     assert "policy eps: device policy prefer_cpu (given by the caller)" in facts

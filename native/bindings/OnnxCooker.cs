@@ -184,6 +184,8 @@ namespace OnnxCooker
         [DllImport(Lib)] public static extern Status oc_session_create_on_devices(IntPtr runtime, IntPtr blob, IntPtr options, ref Devices devices, out IntPtr session, out LoadPath pathUsed, [Out] byte[] explanation, UIntPtr explanationSize, ref Error err);
         // devices IntPtr.Zero: the blob decides (as oc_session_create), with the explanation
         [DllImport(Lib)] public static extern Status oc_session_create_on_devices(IntPtr runtime, IntPtr blob, IntPtr options, IntPtr devices, out IntPtr session, out LoadPath pathUsed, [Out] byte[] explanation, UIntPtr explanationSize, ref Error err);
+        // refused: OC_REFUSED_MAX (256) bytes hold the faster load path onnxruntime refused for the model, and why ("": none)
+        [DllImport(Lib)] public static extern Status oc_session_create_reported(IntPtr runtime, IntPtr blob, IntPtr options, IntPtr devices, out IntPtr session, out LoadPath pathUsed, [Out] byte[] explanation, UIntPtr explanationSize, [Out] byte[] refused, UIntPtr refusedSize, ref Error err);
         [DllImport(Lib)] public static extern IntPtr oc_blob_device_policy(IntPtr blob);
 
         /// <summary>A UTF-8 string the library returned (NULL: null).</summary>

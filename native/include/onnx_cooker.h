@@ -433,6 +433,20 @@ OC_API oc_status oc_session_create_on_devices(oc_runtime *runtime, oc_blob *blob
                                               oc_load_path *path_used, char *explanation, size_t explanation_size,
                                               oc_error *err);
 
+/* oc_session_create_on_devices, and `refused` (may be NULL) receives, as NUL-terminated UTF-8 cut to
+ * `refused_size` bytes (OC_REFUSED_MAX holds any), the faster load path onnxruntime refused for this
+ * model and why, as the Python loader's LoadInfo.refused: "onnx-shared-initializers refused
+ * (onnxruntime's first line, up to 200 bytes)". That is this call's refusal, whose session then went
+ * along the next path, or one an earlier call in this process met and remembered, which later loads
+ * of the model skip (the path_used is then the fallback from the start); "" when there was none. A
+ * path skipped by rule without a try (OC_LOAD_ONNX_SHARED for float 4-D or 16-bit float weights,
+ * docs/native.md "The fallback") is no refusal. */
+#define OC_REFUSED_MAX 256
+OC_API oc_status oc_session_create_reported(oc_runtime *runtime, oc_blob *blob, const oc_session_options *options,
+                                            const oc_devices *devices, struct OrtSession **out,
+                                            oc_load_path *path_used, char *explanation, size_t explanation_size,
+                                            char *refused, size_t refused_size, oc_error *err);
+
 /* The blob header's device_policy (one of the policy names above), or NULL when it has none.
  * Lives as long as the blob. */
 OC_API const char *oc_blob_device_policy(const oc_blob *blob);

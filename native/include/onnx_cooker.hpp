@@ -173,20 +173,23 @@ private:
 class Session {
 public:
     // devices: nullptr (the blob decides), or a policy or (EP, device type) pairs, borrowed during the
-    // call (oc_session_create_on_devices); explanation() then says which EPs and why.
+    // call (oc_session_create_reported); explanation() then says which EPs and why, refused() which
+    // faster load path onnxruntime refused for the model and why ("" if none).
     Session(Runtime &runtime, Blob &blob, const oc_session_options *options = nullptr,
             const oc_devices *devices = nullptr)
         : api_(runtime.api()) {
         oc_error err{};
         char explanation[1024] = "";
-        detail::check(oc_session_create_on_devices(runtime.get(), blob.get(), options, devices, &raw_, &path_,
-                                                   explanation, sizeof explanation, &err),
+        char refused[OC_REFUSED_MAX] = "";
+        detail::check(oc_session_create_reported(runtime.get(), blob.get(), options, devices, &raw_, &path_, explanation,
+                                                 sizeof explanation, refused, sizeof refused, &err),
                       err);
         explanation_ = explanation;
+        refused_ = refused;
     }
     Session(Session &&other) noexcept
         : api_(other.api_), raw_(std::exchange(other.raw_, nullptr)), path_(other.path_),
-          explanation_(std::move(other.explanation_)) {}
+          explanation_(std::move(other.explanation_)), refused_(std::move(other.refused_)) {}
     Session &operator=(Session &&) = delete;
     Session(const Session &) = delete;
     Session &operator=(const Session &) = delete;
@@ -196,12 +199,14 @@ public:
     OrtSession *get() const noexcept { return raw_; }
     oc_load_path load_path() const noexcept { return path_; }
     const std::string &explanation() const noexcept { return explanation_; }
+    const std::string &refused() const noexcept { return refused_; }
 
 private:
     const OrtApi *api_;
     OrtSession *raw_ = nullptr;
     oc_load_path path_ = OC_LOAD_ONNX_INLINE;
     std::string explanation_;
+    std::string refused_;
 };
 #else
 // Without onnxruntime's C API header, using oc::Session fails to compile with this message.

@@ -188,6 +188,7 @@ typedef struct session_ctx {
     oc_blob *blob; /* changed only under oc_lock: its shared initializers */
     oc_error *err;
     int low_memory;
+    char why[OC_REFUSED_MAX]; /* create_along's failure: onnxruntime's first line, cut as LoadInfo.refused */
 } session_ctx;
 
 /* Turn an OrtStatus into an oc_status (releasing it); OC_OK for NULL. */
@@ -481,6 +482,7 @@ static int shared_version(const int v[3]) {
  * ring of the latest; 0 is an empty slot. Read and written under oc_lock. */
 #define REFUSED_SLOTS 256
 static uint64_t refused_models[REFUSED_SLOTS];
+static char refused_why[REFUSED_SLOTS][OC_REFUSED_MAX]; /* each slot's report, as LoadInfo.refused */
 static size_t refused_next;
 
 static uint64_t refusal_key(const oc_runtime *rt, const oc_blob *blob) {
@@ -498,18 +500,23 @@ static uint64_t refusal_key(const oc_runtime *rt, const oc_blob *blob) {
     return hash ? hash : 1;
 }
 
-static int was_refused(uint64_t key) {
+/* Whether the model's refusal is remembered; its report copied into `why` (may be NULL). */
+static int was_refused(uint64_t key, char *why, size_t why_size) {
     size_t i;
     int found = 0;
     oc_lock();
-    for (i = 0; i < REFUSED_SLOTS && !found; ++i) found = refused_models[i] == key;
+    for (i = 0; i < REFUSED_SLOTS && !found; ++i) {
+        found = refused_models[i] == key;
+        if (found && why != NULL && why_size > 0) snprintf(why, why_size, "%s", refused_why[i]);
+    }
     oc_unlock();
     return found;
 }
 
-static void remember_refusal(uint64_t key) {
+static void remember_refusal(uint64_t key, const char *why) {
     oc_lock();
     refused_models[refused_next] = key;
+    snprintf(refused_why[refused_next], sizeof refused_why[refused_next], "%s", why);
     refused_next = (refused_next + 1) % REFUSED_SLOTS;
     oc_unlock();
 }
@@ -565,7 +572,7 @@ static size_t plan_paths(const oc_runtime *rt, const oc_blob *blob, oc_load_path
     }
     mapped = blob->file_path != NULL && blob->reopen_by_name && weights_raw && mapped_version(rt->parsed);
     shared = shared_version(rt->parsed) && oc_has_null_file() && blob->tensor_count > 0 &&
-             !optimizers_read_weights(blob) && !was_refused(refusal_key(rt, blob));
+             !optimizers_read_weights(blob) && !was_refused(refusal_key(rt, blob), NULL, 0);
     if (shared && (!mapped || OC_SHARED_FOR_FILES)) plan[n++] = OC_LOAD_ONNX_SHARED;
     if (mapped) plan[n++] = OC_LOAD_ONNX_MAPPED;
     plan[n++] = OC_LOAD_ONNX_EXTERNAL;
@@ -794,6 +801,10 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
                              c->rt->version, (int)(end - kernel), kernel, blob->info.name, blob->info.platform,
                              c->rt->version);
         } else {
+            /* what a refused path reports (LoadInfo.refused): the path, onnxruntime's first line */
+            int line = (int)strcspn(message, "\r\n");
+            snprintf(c->why, sizeof c->why, "%s refused (%.*s)", oc_load_path_name(path), line < 200 ? line : 200,
+                     message);
             status = oc_fail(c->err, OC_ERR_SESSION_CREATE,
                              "onnxruntime %s could not create a session for model '%s' (%s, %s, load path %s): %s",
                              c->rt->version, blob->info.name, blob->info.platform,
@@ -825,6 +836,13 @@ oc_status oc_session_create(oc_runtime *rt, oc_blob *blob, const oc_session_opti
 oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_session_options *o,
                                        const oc_devices *devices, struct OrtSession **out, oc_load_path *path_used,
                                        char *explanation, size_t explanation_size, oc_error *err) {
+    return oc_session_create_reported(rt, blob, o, devices, out, path_used, explanation, explanation_size, NULL, 0, err);
+}
+
+oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_session_options *o,
+                                     const oc_devices *devices, struct OrtSession **out, oc_load_path *path_used,
+                                     char *explanation, size_t explanation_size, char *refused, size_t refused_size,
+                                     oc_error *err) {
     session_ctx c;
     const OrtApi *api;
     OrtSessionOptions *options = NULL;
@@ -838,6 +856,7 @@ oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_s
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: NULL argument");
     *out = NULL;
     if (explanation != NULL && explanation_size > 0) explanation[0] = '\0';
+    if (refused != NULL && refused_size > 0) refused[0] = '\0';
     api = rt->api;
     c.rt = rt;
     c.blob = blob;
@@ -883,6 +902,9 @@ oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_s
             snprintf(explanation, explanation_size, "%s", decided->explanation);
     }
     steps = plan_paths(rt, blob, plan);
+    /* a refusal an earlier load met, which this one skips (as LoadInfo.refused reports it) */
+    if (refused != NULL && refused_size > 0 && blob->info.format == OC_FORMAT_ONNX && blob->weights_size > 0)
+        was_refused(refusal_key(rt, blob), refused, refused_size);
     status = recipe_options(&c, o, chosen, count, decided, offered, &options);
     free(decided);
     if (status != OC_OK) return status;
@@ -904,6 +926,7 @@ oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_s
                 status = check_ort(&c, api->SetSessionLogSeverityLevel(attempt, ORT_LOGGING_LEVEL_FATAL),
                                    OC_ERR_SESSION_CREATE, "refused a log level for");
         }
+        c.why[0] = '\0';
         if (status == OC_OK) status = create_along(&c, path, attempt, out);
         if (attempt != options) api->ReleaseSessionOptions(attempt);
         if (status != OC_ERR_SESSION_CREATE || last) break;
@@ -911,8 +934,11 @@ oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_s
          * referenced file; onnx-mapped: a file system it cannot map, a renamed file): the next one.
          * Remembered only when it refused the null file itself: another failure (an EP, memory) may
          * not recur and says nothing of the model (as the Python loader's _REFUSED). */
+        if (c.why[0] == '\0' && err != NULL) /* refused before onnxruntime built anything: our message */
+            snprintf(c.why, sizeof c.why, "%s refused (%.200s)", oc_load_path_name(path), err->message);
+        if (refused != NULL && refused_size > 0) snprintf(refused, refused_size, "%s", c.why);
         if (path == OC_LOAD_ONNX_SHARED && err != NULL && strstr(err->message, "/dev/null") != NULL)
-            remember_refusal(refusal_key(rt, blob));
+            remember_refusal(refusal_key(rt, blob), c.why);
     }
     if (status == OC_OK) {
         if (path_used != NULL) *path_used = path;

@@ -88,6 +88,14 @@ static class CsharpProbe
         Expect("create session", s, Status.Ok, err);
         Console.WriteLine("load path: " + Native.Text(Native.oc_load_path_name(loadPath)));
         Native.oc_session_release(runtime, session);  // the session first,
+        byte[] refused = new byte[256];  // OC_REFUSED_MAX
+        byte[] why = new byte[1024];
+        s = Native.oc_session_create_reported(runtime, blob, IntPtr.Zero, IntPtr.Zero, out session, out loadPath, why,
+                                              (UIntPtr)why.Length, refused, (UIntPtr)refused.Length, ref err);
+        Expect("create session, reported", s, Status.Ok, err);
+        Console.WriteLine("reported: " + Native.Text(Native.oc_load_path_name(loadPath)) + "; refused: [" +
+                          System.Text.Encoding.UTF8.GetString(refused, 0, Array.IndexOf(refused, (byte)0)) + "]");
+        Native.oc_session_release(runtime, session);
 
         // Plugin EPs: the devices onnxruntime offers, a session by device policy, and the refusals.
         Console.WriteLine("plugin eps: " + Native.oc_runtime_has_plugin_eps(runtime));

@@ -18,8 +18,11 @@
  *   Without --in and --out the session is only created.
  * --time N: create N fresh sessions (with --bundle or --blob, opening and closing the blob each time;
  *   the bundle is opened once, the blob file read once, untimed) and print one JSON line:
- *   {"ready_ms_median": x, "ready_ms": [..], "peak_rss_bytes": y, "baseline_rss_bytes": z, "load_path": "..."}
- *   peak: VmHWM of /proc/self/status at the end; baseline: VmRSS right before the first creation.
+ *   {"ready_ms_median": x, "ready_ms": [..], "peak_rss_bytes": y, "baseline_rss_bytes": z, "load_path": "...",
+ *    "refused": "..." or null}
+ *   peak: VmHWM of /proc/self/status at the end; baseline: VmRSS right before the first creation;
+ *   refused: the faster load path onnxruntime refused for the model, and why (the latest session's:
+ *   oc_session_create_reported); without --time a line "refused first: ..." says it after "session ready".
  * --ort: libonnxruntime to load (default: $OC_ORT_LIBRARY, else the platform's default name).
  * --low-memory: session.disable_prepacking. --ep: EPs to use in order (--bundle only).
  * --ep-library NAME=PATH: register a plugin EP library with onnxruntime (1.22+) under NAME before
@@ -88,6 +91,7 @@ typedef struct ctx {
     char *devices_text;
     int has_devices;
     char explanation[1024]; /* the latest session's EPs, and why */
+    char refused[OC_REFUSED_MAX]; /* the faster load path onnxruntime refused for it, and why ("": none) */
 } ctx;
 
 /* ---- errors ------------------------------------------------------------------------------- */
@@ -330,8 +334,8 @@ static int create_session(ctx *c, OrtSession **session, oc_blob **blob, const ch
         opts.providers = a->ep_count ? a->eps : NULL;
         opts.provider_count = a->ep_count;
         opts.low_memory = a->low_memory;
-        s = oc_session_create_on_devices(c->runtime, *blob, &opts, c->has_devices ? &c->devices : NULL, session, &path,
-                                         c->explanation, sizeof c->explanation, &err);
+        s = oc_session_create_reported(c->runtime, *blob, &opts, c->has_devices ? &c->devices : NULL, session, &path,
+                                       c->explanation, sizeof c->explanation, c->refused, sizeof c->refused, &err);
         if (s != OC_OK) {
             oc_blob_close(*blob);
             *blob = NULL;
@@ -425,6 +429,11 @@ static int do_time(ctx *c) {
     json_bytes(stdout, baseline);
     printf(", \"load_path\": ");
     json_string(stdout, load_path);
+    printf(", \"refused\": ");
+    if (c->refused[0])
+        json_string(stdout, c->refused);
+    else
+        printf("null");
     printf("}\n");
     fflush(stdout);
     rc = 0;
@@ -789,6 +798,7 @@ static int do_once(ctx *c) {
     int rc;
     if (create_session(c, &session, &blob, &load_path)) return 1;
     printf("session ready: load path %s, onnxruntime %s\n", load_path, oc_runtime_version(c->runtime));
+    if (c->refused[0]) printf("refused first: %s\n", c->refused);
     if (c->a->bundle || c->a->blob) printf("eps: %s\n", c->explanation);
     rc = 0;
     if (c->a->in_count > 0 || c->a->out) rc = run_model(c, session);
