@@ -202,6 +202,39 @@ def conv_bn_relu_model() -> onnx.ModelProto:
     return model_of(graph)
 
 
+def dynamic_image_model(stages: int = 4, branch: bool = False) -> onnx.ModelProto:
+    """A conv net over an image of any height and width (``[1, 3, "height", "width"]``): each stage a
+    Conv (stride 2 every other stage) + Relu + Add of the two; with ``branch`` the last stage sits in
+    an ``If``'s branches (its condition a graph input). Every shape after the first Conv has
+    dimensions shape inference cannot size."""
+    rng = np.random.default_rng(RNG_SEED)
+    initializers, nodes, x, channels = [], [], "x", 3
+    for i in range(stages):
+        w = rng.standard_normal((8, channels, 3, 3)).astype(np.float32) * 0.2
+        initializers.append(numpy_helper.from_array(w, f"w{i}"))
+        stride = 2 if i % 2 else 1
+        nodes += [
+            helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride, stride]),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+            helper.make_node("Add", [f"c{i}", f"r{i}"], [f"s{i}"]),
+        ]
+        x, channels = f"s{i}", 8
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, None, None])
+    if branch:
+
+        def arm(op: str) -> onnx.GraphProto:
+            body = [helper.make_node(op, [x], ["t"]), helper.make_node("Relu", ["t"], ["y_arm"])]
+            out = helper.make_tensor_value_info("y_arm", TensorProto.FLOAT, [1, 8, None, None])
+            return helper.make_graph(body, f"{op.lower()}_arm", [], [out])
+
+        inputs.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+        nodes.append(helper.make_node("If", ["flag"], ["y"], then_branch=arm("Neg"), else_branch=arm("Abs")))
+    else:
+        nodes.append(helper.make_node("Identity", [x], ["y"]))
+    return model_of(helper.make_graph(nodes, "dynamic_image", inputs, [output], initializers))
+
+
 def transposed_weight_model() -> onnx.ModelProto:
     """MatMul by the transpose of a 2-D weight: onnxruntime folds the Transpose at load, reading the
     weight (a refusal of shared initializers that no 4-D weight announces)."""

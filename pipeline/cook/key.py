@@ -18,8 +18,9 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # Bump RECIPE whenever the cooking recipe changes what it writes for the same inputs.
 # 2: precision and weight_bytes in every entry; 3: applied variants kept only when needed;
 # 4: newer IR / opset lowered for the target (downgrade), the exact weight guard; 5: sections
-# onnxruntime takes in place stored raw (`compression: speed`); 6: ONNX graphs raw too under `speed`
-RECIPE = 6
+# onnxruntime takes in place stored raw (`compression: speed`); 6: ONNX graphs raw too under `speed`;
+# 7: for onnxruntime before 1.32, the dimensions the graph leaves unknown named (valueshapes.py)
+RECIPE = 7
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 

@@ -16,6 +16,7 @@ import onnxruntime
 from pipeline.cook.facts import default_opset, fbs_graphs, onnx_graphs
 from pipeline.cook.large import session_input, tensor_bytes
 from pipeline.cook.ortschema import fbs
+from pipeline.cook.valueshapes import wants_value_shapes, with_value_shapes
 from pipeline.errors import ModelError
 from pipeline.runtime.constants import Arch, ModelFormat, OptimizationStyle
 from pipeline.settings.resolve import CookSettings, onnx_instead
@@ -186,6 +187,9 @@ def optimize(
     """
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
+    value_shapes = wants_value_shapes(settings.runtime_version)
+    if value_shapes and settings.format == ModelFormat.ORT:  # the flatbuffer keeps the shapes it was given
+        model = with_value_shapes(model)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:
         output = Path(tmp) / f"model.{settings.format}"
         _run(model, settings, session_options(settings, output, saved), work_dir, also_disabled)
@@ -193,16 +197,19 @@ def optimize(
     if settings.format == ModelFormat.ORT:
         _refuse_unstorable(data, settings)
         return data
-    return tidy_onnx(data)
+    return tidy_onnx(data, value_shapes=value_shapes)
 
 
-def tidy_onnx(data: bytes) -> bytes:
-    """Drop the opset imports onnxruntime adds for every domain it knows but the model does not use.
+def tidy_onnx(data: bytes, *, value_shapes: bool = False) -> bytes:
+    """Drop the opset imports onnxruntime adds for every domain it knows but the model does not use,
+    and with ``value_shapes`` name the dimensions the graph leaves unknown (valueshapes.py).
 
     Unused imports such as ``ai.onnx.preview`` would otherwise make older runtimes refuse the model.
     """
     model = onnx.load_model_from_string(data)
     _drop_unused_opsets(model)
+    if value_shapes:
+        model = with_value_shapes(model)
     return model.SerializeToString()
 
 

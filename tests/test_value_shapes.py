@@ -1,0 +1,144 @@
+"""Named dimensions for the memory planner of onnxruntime before 1.32 (pipeline/cook/valueshapes.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from pipeline.build.run_job import cook
+from pipeline.cook.ortschema import fbs
+from pipeline.cook.valueshapes import wants_value_shapes, with_value_shapes
+from pipeline.layout import blob_path
+from pipeline.runtime import decode_blob
+from tests.models import conv_bn_relu_model, dynamic_image_model
+from tests.runtime_helpers import run_in_runtime
+from tests.test_cook import job_for, save, shipped_settings
+
+CPU = ["CPUExecutionProvider"]
+
+
+def dims(value: onnx.ValueInfoProto) -> list[str | int]:
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def test_only_onnxruntime_before_1_32_wants_them() -> None:
+    assert wants_value_shapes("1.24.4") and wants_value_shapes("1.28.0") and wants_value_shapes("1.31")
+    assert (
+        not wants_value_shapes("1.32.0")
+        and not wants_value_shapes("1.33.1")
+        and not wants_value_shapes("2.0")
+    )
+
+
+def test_unknown_dimensions_are_named_where_inference_proves_them_equal() -> None:
+    model = dynamic_image_model()
+    named = with_value_shapes(model)
+    shapes = {v.name: dims(v) for v in named.graph.value_info}
+    # every value between the input and the output, each dimension sized or named
+    assert set(shapes) == {f"{kind}{i}" for kind in "crs" for i in range(4)}
+    assert all(isinstance(d, int) or d.startswith("unk__") for shape in shapes.values() for d in shape)
+    # one name where the size is proven the same (Relu and Add keep their input's shape), another
+    # after each Conv (its size depends on the stride)
+    assert shapes["c0"] == shapes["r0"] == shapes["s0"] == [1, 8, shapes["c0"][2], shapes["c0"][3]]
+    assert shapes["c1"][2:] != shapes["c0"][2:]
+    # the model's signature as it was, the source untouched
+    assert named.graph.input == model.graph.input and named.graph.output == model.graph.output
+    assert not model.graph.value_info
+    x = np.random.default_rng(0).standard_normal((1, 3, 21, 34)).astype(np.float32)
+    run = [
+        onnxruntime.InferenceSession(m.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
+        for m in (model, named)
+    ]
+    np.testing.assert_array_equal(run[0], run[1])
+
+
+def test_a_branch_gets_its_own_values_named_and_entries_present_stay() -> None:
+    model = dynamic_image_model(branch=True)
+    model.graph.value_info.append(
+        onnx.helper.make_tensor_value_info("c2", onnx.TensorProto.FLOAT, [1, 8, "h2", "w2"])
+    )
+    named = with_value_shapes(model)
+    arms = [a.g for n in named.graph.node if n.op_type == "If" for a in n.attribute]
+    assert [[v.name for v in arm.value_info] for arm in arms] == [["t"], ["t"]]
+    assert all(dims(arm.value_info[0])[2].startswith("unk__") for arm in arms)
+    main = {v.name: dims(v) for v in named.graph.value_info}
+    assert main["c2"] == [1, 8, "h2", "w2"] and len(named.graph.value_info) == 12  # kept, not doubled
+
+
+def test_a_graph_of_fixed_shapes_is_left_as_it_was() -> None:
+    model = conv_bn_relu_model()
+    assert with_value_shapes(model) is model
+
+
+def _ort_named_values(model: bytes) -> set[str]:
+    """Names of the values whose shape in an ORT-format model holds a named dimension."""
+    graph = fbs.InferenceSession.InferenceSession.GetRootAs(model, 0).Model().Graph()
+    named = set()
+    for i in range(graph.NodeArgsLength()):
+        arg = graph.NodeArgs(i)
+        info = arg.Type()
+        if info is None or info.ValueType() != fbs.TypeInfoValue.TypeInfoValue.tensor_type:
+            continue
+        tensor = fbs.TensorTypeAndShape.TensorTypeAndShape()
+        tensor.Init(info.Value().Bytes, info.Value().Pos)
+        shape = tensor.Shape()
+        if shape is None:
+            continue
+        for j in range(shape.DimLength()):
+            value = shape.Dim(j).Value()
+            if value is not None and value.DimParam():
+                named.add(arg.Name().decode())
+                break
+    return named
+
+
+@pytest.mark.parametrize(
+    "platform, version, named",
+    [("windows-dml", "1.24.4", True), ("console", "1.28.0", True), ("windows-dml", "1.32.0", False)],
+)
+def test_the_cook_names_them_for_the_platforms_onnxruntime_only(
+    tmp_path: Path, platform: str, version: str, named: bool
+) -> None:
+    """windows-dml (ONNX, 1.24.4) and console (ORT format, 1.28.0) ship the named dimensions, and the
+    blob computes the source's outputs in that exact onnxruntime; a platform on 1.32 ships none."""
+    assets = tmp_path / "assets"
+    model = dynamic_image_model()
+    save(model, assets, "net")
+    settings = shipped_settings(platform, runtime_version=version)
+    cook(job_for(assets, "net", settings, tmp_path / "build"))
+    blob = blob_path(tmp_path / "build" / platform, "net", settings.format).read_bytes()
+    _, graph = decode_blob(blob)
+    if settings.format == "onnx":
+        values = {
+            v.name
+            for v in onnx.load_from_string(graph).graph.value_info
+            if any(d.dim_param for d in v.type.tensor_type.shape.dim)
+        }
+    else:
+        values = _ort_named_values(graph)
+    assert bool(values) is named, values
+    if named:
+        assert {"r0", "s1"} <= values  # values the planner compares, named
+    if version == onnxruntime.__version__:
+        return  # the cook's own verification ran it here
+    x = np.random.default_rng(2).standard_normal((1, 3, 23, 17)).astype(np.float32)
+    expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
+    (tmp_path / "blob.ocb").write_bytes(blob)
+    np.save(tmp_path / "x.npy", x)
+    code = (
+        "import sys, json, numpy as np; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
+        "from pipeline.runtime import session_from_blob\n"
+        "s = session_from_blob(open(sys.argv[2], 'rb').read(), providers=['CPUExecutionProvider'])\n"
+        "np.save(sys.argv[3], s.run(None, {'x': np.load(sys.argv[4])})[0])\n"
+        "print(json.dumps({'onnxruntime': onnxruntime.__version__}))"
+    )
+    run_in_runtime(
+        version,
+        tmp_path,
+        ["-c", code, str(tmp_path / "blob.ocb"), str(tmp_path / "y.npy"), str(tmp_path / "x.npy")],
+    )
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-5, atol=1e-5)
