@@ -27,6 +27,7 @@ def dims(value: onnx.ValueInfoProto) -> list[str | int]:
 
 def test_only_onnxruntime_before_1_32_wants_them() -> None:
     assert wants_value_shapes("1.24.4") and wants_value_shapes("1.28.0") and wants_value_shapes("1.31")
+    assert not wants_value_shapes("1.24.4", name_dimensions=False)
     assert (
         not wants_value_shapes("1.32.0")
         and not wants_value_shapes("1.33.1")
@@ -97,18 +98,24 @@ def _ort_named_values(model: bytes) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "platform, version, named",
-    [("windows-dml", "1.24.4", True), ("console", "1.28.0", True), ("windows-dml", "1.32.0", False)],
+    "platform, version, named, setting",
+    [
+        ("windows-dml", "1.24.4", True, True),
+        ("console", "1.28.0", True, True),
+        ("windows-dml", "1.32.0", False, True),
+        ("windows-dml", "1.24.4", False, False),
+    ],
 )
 def test_the_cook_names_them_for_the_platforms_onnxruntime_only(
-    tmp_path: Path, platform: str, version: str, named: bool
+    tmp_path: Path, platform: str, version: str, named: bool, setting: bool
 ) -> None:
     """windows-dml (ONNX, 1.24.4) and console (ORT format, 1.28.0) ship the named dimensions, and the
-    blob computes the source's outputs in that exact onnxruntime; a platform on 1.32 ships none."""
+    blob computes the source's outputs in that exact onnxruntime; a platform on 1.32 ships none, nor
+    one whose settings say `name_dimensions: false`."""
     assets = tmp_path / "assets"
     model = dynamic_image_model()
     save(model, assets, "net")
-    settings = shipped_settings(platform, runtime_version=version)
+    settings = shipped_settings(platform, runtime_version=version, name_dimensions=setting)
     cook(job_for(assets, "net", settings, tmp_path / "build"))
     blob = blob_path(tmp_path / "build" / platform, "net", settings.format).read_bytes()
     _, graph = decode_blob(blob)

@@ -187,7 +187,7 @@ def optimize(
     """
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-    value_shapes = wants_value_shapes(settings.runtime_version)
+    value_shapes = wants_value_shapes(settings.runtime_version, settings.name_dimensions)
     if value_shapes and settings.format == ModelFormat.ORT:  # the flatbuffer keeps the shapes it was given
         model = with_value_shapes(model)
     with tempfile.TemporaryDirectory(prefix=".optimize-", dir=work_dir) as tmp:

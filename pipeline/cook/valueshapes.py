@@ -33,9 +33,10 @@ from pipeline.runtime.compat import parse_version
 PLANNER_FIXED = (1, 32, 0)
 
 
-def wants_value_shapes(runtime_version: str) -> bool:
-    """Whether the platform's onnxruntime plans memory faster with every dimension named."""
-    return parse_version(runtime_version) < PLANNER_FIXED
+def wants_value_shapes(runtime_version: str, name_dimensions: bool = True) -> bool:
+    """Whether the platform's onnxruntime plans memory faster with every dimension named (and the
+    settings' ``name_dimensions`` does not turn it off)."""
+    return name_dimensions and parse_version(runtime_version) < PLANNER_FIXED
 
 
 def _named(value: onnx.ValueInfoProto) -> bool:

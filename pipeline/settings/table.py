@@ -249,6 +249,12 @@ SETTINGS: tuple[Setting, ...] = (
             "in the graph; `auto` = external once they reach 1 MiB. Models over 2 GB need external weights "
             "(and so ONNX format); `external` with `format: ort` is an error",
             choices=("auto", "inline", "external")),
+    Setting("name_dimensions", BOOL, True,
+            "for a `runtime_version` before 1.32, write into the cooked model the shapes ONNX's inference "
+            "gives values whose dimensions onnxruntime cannot size (a conv net over an image of any size), "
+            "each unknown dimension named: onnxruntime's memory planner then matches buffers at once instead "
+            "of taking up to half the load (docs/design.md, \"Shapes for the memory planner\"); `false` "
+            "leaves the shapes as optimization left them"),
     Setting("max_growth", FLOAT, 4.0,
             "a cooked model over this many times its source's size *and* this many bytes larger is cooked "
             "again without onnxruntime's `ConstantFolding` (which stores ConstantOfShape/Expand/Tile outputs "
