@@ -613,7 +613,8 @@ def test_a_conv_net_refused_as_shared_initializers_loads_along_the_fallback(
         # ... and reported (oc_session_create_reported): only where the door was tried
         said = [line for line in done.stdout.splitlines() if line.startswith("refused first: ")]
         if name == "transposed":
-            assert said and said[0].startswith("refused first: onnx-shared-initializers refused ("), done.stdout
+            assert said, done.stdout
+            assert said[0].startswith("refused first: onnx-shared-initializers refused ("), said
             assert "/dev/null" in said[0], said
         else:  # skipped by rule: no try, no refusal
             assert not said, done.stdout
