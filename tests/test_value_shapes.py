@@ -14,7 +14,7 @@ from pipeline.cook.ortschema import fbs
 from pipeline.cook.valueshapes import wants_value_shapes, with_value_shapes
 from pipeline.layout import blob_path
 from pipeline.runtime import decode_blob
-from tests.models import conv_bn_relu_model, dynamic_image_model
+from tests.models import conv_bn_relu_model, dynamic_image_model, with_symbolic_batch
 from tests.runtime_helpers import run_in_runtime
 from tests.test_cook import job_for, save, shipped_settings
 
@@ -67,12 +67,18 @@ def test_a_branch_gets_its_own_values_named_and_entries_present_stay() -> None:
     assert [[v.name for v in arm.value_info] for arm in arms] == [["t"], ["t"]]
     assert all(dims(arm.value_info[0])[2].startswith("unk__") for arm in arms)
     main = {v.name: dims(v) for v in named.graph.value_info}
-    assert main["c2"] == [1, 8, "h2", "w2"] and len(named.graph.value_info) == 12  # kept, not doubled
+    assert main["c2"] == [1, 8, "h2", "w2"] and len(named.graph.value_info) == 10  # kept, not doubled
+    # Relu and Add carry c2's names: onnxruntime's inference names them so too, nothing to add
+    assert "r2" not in main and "s2" not in main and "c3" in main
 
 
-def test_a_graph_of_fixed_shapes_is_left_as_it_was() -> None:
+def test_a_graph_onnxruntime_can_size_is_left_as_it_was() -> None:
+    """Fixed shapes, or only the model's own names (a dynamic batch: onnxruntime's inference carries
+    it), leave nothing to name."""
     model = conv_bn_relu_model()
     assert with_value_shapes(model) is model
+    batch = with_symbolic_batch(conv_bn_relu_model())
+    assert with_value_shapes(batch) is batch
 
 
 def _ort_named_values(model: bytes) -> set[str]:

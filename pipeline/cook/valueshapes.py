@@ -39,18 +39,19 @@ def wants_value_shapes(runtime_version: str, name_dimensions: bool = True) -> bo
     return name_dimensions and parse_version(runtime_version) < PLANNER_FIXED
 
 
-def _named(value: onnx.ValueInfoProto) -> bool:
-    """A tensor whose shape inference gave a rank and at least one named dimension."""
+def _params(value: onnx.ValueInfoProto) -> set[str]:
+    """The names of a tensor's dimensions (none for other types or an unknown rank)."""
     if value.type.WhichOneof("value") != "tensor_type" or not value.type.tensor_type.HasField("shape"):
-        return False
-    return any(dim.HasField("dim_param") for dim in value.type.tensor_type.shape.dim)
+        return set()
+    return {dim.dim_param for dim in value.type.tensor_type.shape.dim if dim.HasField("dim_param")}
 
 
 def with_value_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with the shapes ONNX's inference gives its values, where one holds a named dimension,
-    added to each graph's ``value_info`` (the entries it had kept as they were, the main graph's inputs
-    and outputs untouched). ``model`` itself where inference fails or adds nothing: the shapes only
-    speed a load up."""
+    """``model`` with the shapes ONNX's inference gives its values, where one holds a dimension it
+    named (a name the model did not have: onnxruntime's own inference carries the model's names, a
+    dynamic batch say, and leaves the others unknown), added to each graph's ``value_info`` (the
+    entries it had kept as they were, the main graph's inputs and outputs untouched). ``model`` itself
+    where inference fails or adds nothing: the shapes only speed a load up."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
     except Exception:  # onnx raises several types (InferenceError, ValidationError, RuntimeError...)
@@ -61,12 +62,16 @@ def with_value_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     graphs, inferred_graphs = _graphs(result.graph), _graphs(inferred.graph)
     if len(graphs) != len(inferred_graphs):  # inference changed the structure: take none of it
         return model
+    given = set()  # the model's own dimension names
+    for graph in graphs:
+        for value in (*graph.input, *graph.output, *graph.value_info):
+            given |= _params(value)
     for graph, found in zip(graphs, inferred_graphs, strict=True):
         known = {v.name for v in graph.value_info}
         known.update(v.name for v in graph.input)
         known.update(v.name for v in graph.output)
         for value in found.value_info:
-            if value.name not in known and _named(value):
+            if value.name not in known and _params(value) - given:
                 graph.value_info.append(value)
                 known.add(value.name)
                 added += 1
