@@ -202,15 +202,16 @@ def conv_bn_relu_model() -> onnx.ModelProto:
     return model_of(graph)
 
 
-def dynamic_image_model(stages: int = 4, branch: bool = False) -> onnx.ModelProto:
-    """A conv net over an image of any height and width (``[1, 3, "height", "width"]``): each stage a
+def dynamic_image_model(stages: int = 4, branch: bool = False, width: int = 8) -> onnx.ModelProto:
+    """A conv net over an image of any height and width (``[1, 3, "height", "width"]``), ``width``
+    channels: each stage a
     Conv (stride 2 every other stage) + Relu + Add of the two; with ``branch`` the last stage sits in
     an ``If``'s branches (its condition a graph input). Every shape after the first Conv has
     dimensions shape inference cannot size."""
     rng = np.random.default_rng(RNG_SEED)
     initializers, nodes, x, channels = [], [], "x", 3
     for i in range(stages):
-        w = rng.standard_normal((8, channels, 3, 3)).astype(np.float32) * 0.2
+        w = rng.standard_normal((width, channels, 3, 3)).astype(np.float32) * 0.2
         initializers.append(numpy_helper.from_array(w, f"w{i}"))
         stride = 2 if i % 2 else 1
         nodes += [
@@ -218,14 +219,14 @@ def dynamic_image_model(stages: int = 4, branch: bool = False) -> onnx.ModelProt
             helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
             helper.make_node("Add", [f"c{i}", f"r{i}"], [f"s{i}"]),
         ]
-        x, channels = f"s{i}", 8
+        x, channels = f"s{i}", width
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])]
-    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, None, None])
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width, None, None])
     if branch:
 
         def arm(op: str) -> onnx.GraphProto:
             body = [helper.make_node(op, [x], ["t"]), helper.make_node("Relu", ["t"], ["y_arm"])]
-            out = helper.make_tensor_value_info("y_arm", TensorProto.FLOAT, [1, 8, None, None])
+            out = helper.make_tensor_value_info("y_arm", TensorProto.FLOAT, [1, width, None, None])
             return helper.make_graph(body, f"{op.lower()}_arm", [], [out])
 
         inputs.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))

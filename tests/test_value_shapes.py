@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.build.run_job import cook
 from pipeline.cook.ortschema import fbs
-from pipeline.cook.valueshapes import wants_value_shapes, with_value_shapes
+from pipeline.cook.valueshapes import BIG_INITIALIZER, for_inference, wants_value_shapes, with_value_shapes
 from pipeline.layout import blob_path
 from pipeline.runtime import decode_blob
 from tests.models import conv_bn_relu_model, dynamic_image_model, with_symbolic_batch
@@ -55,6 +55,22 @@ def test_unknown_dimensions_are_named_where_inference_proves_them_equal() -> Non
         for m in (model, named)
     ]
     np.testing.assert_array_equal(run[0], run[1])
+
+
+def test_big_weights_reach_inference_as_their_shapes_only() -> None:
+    """Weights of BIG_INITIALIZER bytes or more go to inference as inputs of their type and dims (the
+    model is not serialized twice over for it): the same names, and the copy keeps every weight."""
+    model = dynamic_image_model(width=64)
+    big = [t.name for t in model.graph.initializer if t.ByteSize() >= BIG_INITIALIZER]
+    assert len(big) >= 3
+    light = for_inference(model)
+    assert not {t.name for t in light.graph.initializer} & set(big)
+    assert set(big) <= {v.name for v in light.graph.input}
+    named = with_value_shapes(model)
+    shapes = {v.name: dims(v) for v in named.graph.value_info}
+    assert shapes["c1"][:2] == [1, 64] and shapes["c1"][2].startswith("unk__")
+    assert shapes["r1"] == shapes["s1"] == shapes["c1"]
+    assert named.graph.initializer == model.graph.initializer and named.graph.input == model.graph.input
 
 
 def test_a_branch_gets_its_own_values_named_and_entries_present_stay() -> None:

@@ -16,7 +16,7 @@ import onnxruntime
 from pipeline.cook.facts import default_opset, fbs_graphs, onnx_graphs
 from pipeline.cook.large import session_input, tensor_bytes
 from pipeline.cook.ortschema import fbs
-from pipeline.cook.valueshapes import wants_value_shapes, with_value_shapes
+from pipeline.cook.valueshapes import add_named_shapes, named_shapes, wants_value_shapes, with_value_shapes
 from pipeline.errors import ModelError
 from pipeline.runtime.constants import Arch, ModelFormat, OptimizationStyle
 from pipeline.settings.resolve import CookSettings, onnx_instead
@@ -208,8 +208,8 @@ def tidy_onnx(data: bytes, *, value_shapes: bool = False) -> bytes:
     """
     model = onnx.load_model_from_string(data)
     _drop_unused_opsets(model)
-    if value_shapes:
-        model = with_value_shapes(model)
+    if value_shapes:  # the model is this function's own: in place
+        add_named_shapes(model, named_shapes(model))
     return model.SerializeToString()
 
 

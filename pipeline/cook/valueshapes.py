@@ -47,36 +47,83 @@ def _params(value: onnx.ValueInfoProto) -> set[str]:
     return {dim.dim_param for dim in value.type.tensor_type.shape.dim if dim.HasField("dim_param")}
 
 
-def with_value_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with the shapes ONNX's inference gives its values, where one holds a dimension it
-    named (a name the model did not have: onnxruntime's own inference carries the model's names, a
-    dynamic batch say, and leaves the others unknown), added to each graph's ``value_info`` (the
-    entries it had kept as they were, the main graph's inputs and outputs untouched). ``model`` itself
-    where inference fails or adds nothing: the shapes only speed a load up."""
+# Initializers from this size go to inference as inputs of their type and shape, without their bytes:
+# inference reads values only of small tensors (a Reshape's shape), and a model's weights would be
+# serialized and parsed twice over (a 1.5 GB model: several GB more at the cook's peak)
+BIG_INITIALIZER = 64 << 10
+
+
+def named_shapes(model: onnx.ModelProto) -> list[list[onnx.ValueInfoProto]]:
+    """For each graph of ``model`` (``_graphs`` order) the shapes ONNX's inference gives its values
+    where one holds a dimension inference named (a name the model did not have: onnxruntime's own
+    inference carries the model's names, a dynamic batch say, and leaves the others unknown) and the
+    graph has no entry for that value yet. Nothing (all empty) where inference fails: the shapes only
+    speed a load up."""
+    graphs = _graphs(model.graph)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(
+            for_inference(model), check_type=False, strict_mode=False
+        )
     except Exception:  # onnx raises several types (InferenceError, ValidationError, RuntimeError...)
-        return model
-    added = 0
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
-    graphs, inferred_graphs = _graphs(result.graph), _graphs(inferred.graph)
+        return [[] for _ in graphs]
+    inferred_graphs = _graphs(inferred.graph)
     if len(graphs) != len(inferred_graphs):  # inference changed the structure: take none of it
-        return model
+        return [[] for _ in graphs]
     given = set()  # the model's own dimension names
     for graph in graphs:
         for value in (*graph.input, *graph.output, *graph.value_info):
             given |= _params(value)
+    result = []
     for graph, found in zip(graphs, inferred_graphs, strict=True):
-        known = {v.name for v in graph.value_info}
-        known.update(v.name for v in graph.input)
-        known.update(v.name for v in graph.output)
+        known = {v.name for v in (*graph.value_info, *graph.input, *graph.output)}
+        known.update(t.name for t in graph.initializer)
+        added = []
         for value in found.value_info:
             if value.name not in known and _params(value) - given:
-                graph.value_info.append(value)
+                added.append(value)
                 known.add(value.name)
-                added += 1
-    return result if added else model
+        result.append(added)
+    return result
+
+
+def add_named_shapes(model: onnx.ModelProto, found: list[list[onnx.ValueInfoProto]]) -> None:
+    """Append ``named_shapes(model)``'s entries to ``model``'s graphs, in place."""
+    for graph, added in zip(_graphs(model.graph), found, strict=True):
+        graph.value_info.extend(added)
+
+
+def with_value_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` with ``named_shapes`` added to each graph's ``value_info`` (the entries it
+    had kept as they were, the main graph's inputs and outputs untouched); ``model`` itself where there
+    are none."""
+    found = named_shapes(model)
+    if not any(found):
+        return model
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    add_named_shapes(result, found)
+    return result
+
+
+def for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for inference: its main graph's initializers of ``BIG_INITIALIZER`` bytes or more
+    turned into inputs of their type and dims, their bytes left out (the rest copied as it is)."""
+    light = onnx.ModelProto(ir_version=model.ir_version)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    graph = model.graph
+    light.graph.name = graph.name
+    for field in ("node", "input", "output", "value_info", "sparse_initializer"):
+        getattr(light.graph, field).extend(getattr(graph, field))
+    inputs = {v.name for v in graph.input}
+    for tensor in graph.initializer:
+        if tensor.ByteSize() < BIG_INITIALIZER:
+            light.graph.initializer.append(tensor)
+        elif tensor.name not in inputs:
+            light.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+            )
+    return light
 
 
 def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
