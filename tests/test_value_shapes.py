@@ -17,6 +17,7 @@ from pipeline.runtime import decode_blob
 from tests.models import conv_bn_relu_model, dynamic_image_model, with_symbolic_batch
 from tests.runtime_helpers import run_in_runtime
 from tests.test_cook import job_for, save, shipped_settings
+from tests.test_weights import small_limit  # noqa: F401 (a fixture)
 
 CPU = ["CPUExecutionProvider"]
 
@@ -179,3 +180,20 @@ def test_the_cook_names_them_for_the_platforms_onnxruntime_only(
     for i, y in enumerate(got[f"arr_{k}"] for k in range(len(got.files))):
         expected = source.run(None, {"x": images[i % len(images)]})[0]
         np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)  # float sums in another order
+
+
+@pytest.mark.usefixtures("small_limit")
+def test_a_model_over_the_proto_limit_is_named_too(tmp_path: Path) -> None:
+    """The cook's path for models over protobuf's limit (here lowered to 1 MiB) names them as well:
+    inference reads the weights' shapes only."""
+    from pipeline.cook.large import is_large
+
+    model = dynamic_image_model(stages=9, width=64)
+    assert is_large(model)
+    save(model, tmp_path / "assets", "net")
+    cook(job_for(tmp_path / "assets", "net", shipped_settings("windows-dml"), tmp_path / "build"))
+    blob = blob_path(tmp_path / "build" / "windows-dml", "net", "onnx").read_bytes()
+    graph = onnx.load_from_string(decode_blob(blob)[1]).graph
+    assert {"r0", "s7"} <= {
+        v.name for v in graph.value_info if dims(v)[2:] and str(dims(v)[2]).startswith("unk__")
+    }

@@ -77,6 +77,8 @@ def optimize_large(
         _run(model, settings, options, work_dir)
         optimized = onnx.load_model(str(output), load_external_data=True)
     _drop_unused_opsets(optimized)
+    if wants_value_shapes(settings.runtime_version, settings.name_dimensions):  # inference skips weights
+        add_named_shapes(optimized, named_shapes(optimized))
     return optimized
 
 

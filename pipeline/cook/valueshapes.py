@@ -18,7 +18,8 @@ shapes it holds for each value, these merged in). Measured (docs/design.md, "Sha
 planner"): PaddleOCR's v4 detector ready in 30 ms instead of 58 in onnxruntime 1.24.4 (its source
 file: 58 ms), 27 instead of 45 in 1.28.0, and as an ORT model in 1.28.0 in 9.7 ms instead of 22.5;
 in 1.32 the same graph is 0-8% slower (more to parse, nothing to gain), so it is not written there.
-Models over 2 GB are left as they are (ONNX's inference takes the whole serialized model).
+Inference reads weights of 64 KiB and more as their type and dims only (``for_inference``), so a
+model over 2 GB is named too, and no model is serialized twice over for it.
 The planner's choices stay sound: a name is shared only where ONNX's inference proves the sizes
 equal, and onnxruntime refuses (never overruns) a reused buffer that turns out too small.
 """
