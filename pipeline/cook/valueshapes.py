@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import onnx
 
+from pipeline.cook.facts import onnx_graphs
 from pipeline.runtime.compat import parse_version
 
 # The first onnxruntime whose planner compares element types without parsing type strings (measured:
@@ -55,19 +56,19 @@ BIG_INITIALIZER = 64 << 10
 
 
 def named_shapes(model: onnx.ModelProto) -> list[list[onnx.ValueInfoProto]]:
-    """For each graph of ``model`` (``_graphs`` order) the shapes ONNX's inference gives its values
-    where one holds a dimension inference named (a name the model did not have: onnxruntime's own
-    inference carries the model's names, a dynamic batch say, and leaves the others unknown) and the
-    graph has no entry for that value yet. Nothing (all empty) where inference fails: the shapes only
-    speed a load up."""
-    graphs = _graphs(model.graph)
+    """For each graph of ``model`` (``facts.onnx_graphs`` order) the shapes ONNX's inference gives
+    its values where one holds a dimension inference named (a name the model did not have:
+    onnxruntime's own inference carries the model's names, a dynamic batch say, and leaves the
+    others unknown) and the graph has no entry for that value yet. Nothing (all empty) where
+    inference fails: the shapes only speed a load up."""
+    graphs = list(onnx_graphs(model.graph))
     try:
         inferred = onnx.shape_inference.infer_shapes(
             for_inference(model), check_type=False, strict_mode=False
         )
     except Exception:  # onnx raises several types (InferenceError, ValidationError, RuntimeError...)
         return [[] for _ in graphs]
-    inferred_graphs = _graphs(inferred.graph)
+    inferred_graphs = list(onnx_graphs(inferred.graph))  # the same walk: each graph and its own
     if len(graphs) != len(inferred_graphs):  # inference changed the structure: take none of it
         return [[] for _ in graphs]
     given = set()  # the model's own dimension names
@@ -89,7 +90,7 @@ def named_shapes(model: onnx.ModelProto) -> list[list[onnx.ValueInfoProto]]:
 
 def add_named_shapes(model: onnx.ModelProto, found: list[list[onnx.ValueInfoProto]]) -> None:
     """Append ``named_shapes(model)``'s entries to ``model``'s graphs, in place."""
-    for graph, added in zip(_graphs(model.graph), found, strict=True):
+    for graph, added in zip(onnx_graphs(model.graph), found, strict=True):
         graph.value_info.extend(added)
 
 
@@ -125,17 +126,3 @@ def for_inference(model: onnx.ModelProto) -> onnx.ModelProto:
                 onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
             )
     return light
-
-
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """``graph`` and its subgraphs (If branches, Loop and Scan bodies), depth first, in node order:
-    the same walk over a model and its inferred copy pairs each graph with its own."""
-    found = [graph]
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                found += _graphs(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                for sub in attribute.graphs:
-                    found += _graphs(sub)
-    return found
