@@ -41,6 +41,9 @@ VERSIONS = {
     "windows-dml": ("1.24.4", "1.32.0"),
 }
 VARIANTS = ("file", "bundle", "memory", "low")
+# Cooked models smaller than this time SMALL_MODEL_SESSIONS sessions per oc-run process (else 3).
+SMALL_MODEL = 64 << 20
+SMALL_MODEL_SESSIONS = 9
 # onnxruntime versions in which an ONNX blob file's weights may go as shared initializers or be
 # mapped by onnxruntime (onnx-mapped): the library's choice is measured against the other one.
 SHARED_VERSIONS = ("1.24.4", "1.28.0")
@@ -148,9 +151,14 @@ def run(quick: bool, workdir: Path, runtimes: Path) -> dict[str, Any]:
             for case in cases:
                 samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
                 path = "?"
+                # A process's first session pays onnxruntime's one-time set-up (about 8 ms here), and
+                # one in four or five later ones a stall of 2-4 ms (a pool thread's start on a busy
+                # core), either load path: with 3 sessions a small model's median was often a stall
+                # (resnet 4.8 ms against 1.0-1.2 ms). Models under SMALL_MODEL time more of them.
+                count = sessions if quick or case["size"] >= SMALL_MODEL else SMALL_MODEL_SESSIONS
                 for _ in range(rounds):
                     for variant in VARIANTS:
-                        result = oc_run(release / "oc-run", library, variant, case, sessions)
+                        result = oc_run(release / "oc-run", library, variant, case, count)
                         samples[variant].append(result["ready_ms_median"])
                         if variant == "bundle":
                             path = result["load_path"]
@@ -266,7 +274,9 @@ def render(results: dict[str, Any]) -> str:
         f"project commit {m['project commit']}). "
         "Each variant runs in fresh `oc-run` processes (native/tools/oc_run.c), "
         "alternating within each round; "
-        "a time is the median over rounds of each process's median session-ready time. Speed-up = file / "
+        "a time is the median over rounds of each process's median session-ready time (of "
+        f"{SMALL_MODEL_SESSIONS} sessions a process for models under {SMALL_MODEL >> 20} MB, whose first "
+        "session pays onnxruntime's one-time set-up; of 3 above). Speed-up = file / "
         "the variant (above 1: faster than onnxruntime's own `CreateSession` of the source file).",
         "",
         "Variants: **file** `oc-run --file <source .onnx>` (`CreateSession` from its path, weights in "

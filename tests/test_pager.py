@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import os
 import textwrap
 import threading
@@ -290,3 +291,65 @@ def test_a_files_lock_serializes_its_loads_and_is_dropped_with_the_last(tmp_path
             assert pager.file_lock(small.fileno()) is None
     finally:
         os.close(fd)
+
+
+def _resident(path: Path) -> int:
+    """Resident bytes of this process's mappings of ``path``, from ``/proc/self/smaps``."""
+    total, current = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:
+            current = line.endswith(str(path))
+        elif current and fields[0] == "Rss:":
+            total += int(fields[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux only: /proc/self/smaps")
+def test_a_hashed_onnx_blob_file_is_mapped_without_faulting_it_all_in(tmp_path: Path) -> None:
+    """``Bundle.session`` maps a blob file whose sha256 ``open_bundle`` already checked without
+    MAP_POPULATE when it holds an ONNX model (its load reads little of the mapping: populating a
+    15 MB blob cost each load about 1 ms), and populated where the checks read it all (a blob not
+    hashed at start-up) and for a small ORT blob (measured faster so). Read from the resident size
+    of the loader's mapping right after it is made (``Bundle._load``), before anything reads it."""
+    from pipeline.runtime.blob import DEFAULT_MAX_MODEL_SIZE
+
+    source = matmul_stack_model(512, 4, seed=3)  # 4 MB of weights: over SMALL_BLOB, under PAGER_MIN
+    graph, weights = split_weights(source, "net")
+    onnx_blob = encode_blob(
+        graph,
+        level=3,
+        weights=dataclasses.replace(weights, codec="raw"),
+        model_format="onnx",
+        **HEADER_DEFAULTS,
+    )
+    ort_model = to_ort_format(source.SerializeToString(), tmp_path)
+    ort_blob = encode_blob(
+        ort_model, level=3, graph_codec="raw", model_format="ort", ort_format_version="6", **HEADER_DEFAULTS
+    )
+    root = write_bundle(tmp_path / "bundle", {"onnx": ("onnx", onnx_blob), "ort": ("ort", ort_blob)})
+
+    def resident_after_mapping(bundle, name: str) -> tuple[int, int]:
+        entry = bundle._models[name]
+        mapping, fd, path, _ = bundle._load(name, entry, DEFAULT_MAX_MODEL_SIZE)
+        try:
+            assert isinstance(mapping, mmap.mmap) and fd is not None
+            return _resident(path), len(mapping)
+        finally:
+            os.close(fd)
+            mapping.close()
+
+    hashed = open_bundle(root)
+    resident, size = resident_after_mapping(hashed, "onnx")
+    assert resident < size // 4
+    resident, size = resident_after_mapping(hashed, "ort")
+    assert resident >= size - 4096
+    unhashed = open_bundle(root, verify=False)  # its load checks every CRC-32: all of it is read
+    resident, size = resident_after_mapping(unhashed, "onnx")
+    assert resident >= size - 4096
+    # and the hashed ONNX blob still loads from it, and computes the source's outputs
+    x = np.random.default_rng(1).standard_normal((1, 512)).astype(np.float32)
+    session = hashed.session("onnx", providers=CPU)
+    np.testing.assert_allclose(
+        session.run(None, {"x": x})[0], run_source(source.SerializeToString(), x), rtol=1e-4, atol=1e-4
+    )

@@ -165,6 +165,7 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
         "quo\"te's",
         "é.data",
         "a\nb",
+        "*/_ORT_MEM_ADDR_/*",  # onnxruntime's in-memory marker: the offset would be an address
     ]:
         add(f"location {loc!r}", lambda m, t, loc=loc: entry(m, "b1", "location", loc))
     for off in [

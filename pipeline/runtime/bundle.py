@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
-from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME
+from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME, ModelFormat
 from .devices import DeviceSelection, ProviderSpec
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .files import NOFOLLOW, file_identity, map_file, open_regular, sha256_of
@@ -190,10 +190,14 @@ class Bundle:
             # place that a copy would cost (SMALL_BLOB).
             if self._map_blobs and SMALL_BLOB <= size == entry["blob_size"]:
                 # Faulted in at once where the checks read every page anyway (an unhashed or signed
-                # blob); else page by page as onnxruntime reads them, which lets a pager drop them.
+                # blob), and for a small ORT blob (measured faster so, docs/loader.md); else as they
+                # are read, which lets a pager drop them. An ONNX blob's load reads little of this
+                # mapping (onnx-mapped hands onnxruntime the file and lets it go; file-buffers reads
+                # each weight once): populated, a 15 MB blob cost each load about 1 ms more.
                 read_all = self._signed or self._hashed.get(name) != identity
+                small_ort = size < PAGER_MIN and entry.get("format") == ModelFormat.ORT
                 try:
-                    mapping = map_file(stream.fileno(), size, populate=read_all or size < PAGER_MIN)
+                    mapping = map_file(stream.fileno(), size, populate=read_all or small_ort)
                     return mapping, os.dup(stream.fileno()), path, identity
                 except (OSError, ValueError, OverflowError):
                     stream.seek(0)  # e.g. a file system that cannot map: read it instead
