@@ -143,3 +143,17 @@ def test_the_whole_content_crc_is_combined_from_the_pieces_and_damage_still_name
             match=rf"weights frame 1 of 1 is damaged: CRC-32 of its content bytes {start:,} to",
         ):
             session_from_blob(flipped(blob, frame.data_offset + where), providers=CPU)
+
+
+@pytest.mark.parametrize("length", [0, 1, 7, 4097, (8 << 20) - 1, 8 << 20, (20 << 20) + 3])
+def test_the_crc_of_a_concatenation_is_combined_from_the_parts_crcs(length: int) -> None:
+    """The arithmetic behind ``whole_crcs`` (x^(8n) from a table of powers, one product per set bit
+    of n), against zlib on the concatenated bytes, for piece lengths up to past the table's use."""
+    import zlib
+
+    from pipeline.runtime.rawcheck import _multmodp, _x8nmodp
+
+    rng = np.random.default_rng(length)
+    head, tail = rng.bytes(1000), rng.bytes(length)
+    combined = _multmodp(_x8nmodp(length), zlib.crc32(head)) ^ zlib.crc32(tail)
+    assert combined == zlib.crc32(head + tail)

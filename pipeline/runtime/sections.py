@@ -68,6 +68,7 @@ TENSOR_DTYPES: dict[int, str] = {
     12: "uint32",
     13: "uint64",
 }
+_ITEMSIZES = {elem_type: np.dtype(name).itemsize for elem_type, name in TENSOR_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,14 @@ def _v2_layout(fields: dict[str, Any], version: int, start: int, end: int) -> di
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _counts(values: list[Any]) -> bool:
+    """Whether every item of a JSON list is a count (an int, not a bool, not negative)."""
+    for value in values:
+        if type(value) is not int or value < 0:
+            return False
+    return True
 
 
 def _parse_frames(entries: list[Any], end: int) -> tuple[Frame, ...]:
@@ -254,18 +263,20 @@ def _parse_weights(value: dict[str, Any]) -> WeightsInfo:
         raise fail("'size' (count) and 'tensors' (list) are required")
     if len(entries) > MAX_TENSORS:
         raise fail(f"{len(entries):,} tensors listed; at most {MAX_TENSORS:,} are allowed")
+    # Once per weight of every load (a transformer lists hundreds): JSON gives exact ints, never an
+    # int subclass but bool, so ``type(v) is int`` is _is_count's test without its calls.
     tensors, names = [], set()
     for index, entry in enumerate(entries):
-        if not (isinstance(entry, list) and len(entry) == 5):
+        if type(entry) is not list or len(entry) != 5:
             raise fail(f"tensor {index + 1} is not [name, type, dims, offset, bytes]")
         name, elem_type, dims, offset, nbytes = entry
-        if not isinstance(name, str) or name in names:
+        if type(name) is not str or name in names:
             raise fail(f"tensor {index + 1} has no name or a name used twice")
-        if not (_is_count(elem_type) and elem_type in TENSOR_DTYPES):
+        itemsize = _ITEMSIZES.get(elem_type) if type(elem_type) is int else None
+        if itemsize is None:
             raise fail(f"tensor {name!r} has a data type the loader cannot map ({elem_type!r})")
-        if not (isinstance(dims, list) and len(dims) <= MAX_DIMS and all(_is_count(d) for d in dims)):
+        if type(dims) is not list or len(dims) > MAX_DIMS or not _counts(dims):
             raise fail(f"tensor {name!r} has malformed dims")
-        itemsize = np.dtype(TENSOR_DTYPES[elem_type]).itemsize
         if not (_is_count(offset) and _is_count(nbytes)) or nbytes != math.prod(dims) * itemsize:
             raise fail(f"tensor {name!r}: its byte count does not match its type and dims")
         if offset % itemsize or offset + nbytes > size:
