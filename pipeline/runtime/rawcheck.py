@@ -65,13 +65,13 @@ def _multmodp(a: int, b: int) -> int:
 
 def _x8nmodp(n: int) -> int:
     """x^(8n) modulo the CRC-32 polynomial: appending n zero bytes to a message multiplies its CRC
-    (pre- and post-conditioning aside) by it. One product per set bit of ``n``, from the table of
-    x^(8 * 2^k): squaring anew on each call took a load 0.1 ms for the last piece of a raw frame."""
+    (pre- and post-conditioning aside) by it, for ``n`` up to ``RAW_CRC_PIECE`` (a piece's length).
+    One product per set bit of ``n``, from the table of x^(8 * 2^k): squaring anew on each call
+    took a load 0.1 ms for the last piece of a raw frame."""
     product, k = 1 << 31, 0
     while n:
         if n & 1:
-            power = _X8_POWERS[k] if k < len(_X8_POWERS) else _x8_power_past(k)
-            product = _multmodp(power, product)
+            product = _multmodp(_X8_POWERS[k], product)
         n >>= 1
         k += 1
     return product
@@ -87,14 +87,6 @@ def _x8_powers(count: int) -> tuple[int, ...]:
         powers.append(square)
         square = _multmodp(square, square)
     return tuple(powers)
-
-
-def _x8_power_past(k: int) -> int:
-    """x^(8 * 2^k) for a ``k`` past the table (lengths of 2^24 bytes and more: no piece is that long)."""
-    square = _X8_POWERS[-1]
-    for _ in range(k - len(_X8_POWERS) + 1):
-        square = _multmodp(square, square)
-    return square
 
 
 # Up to x^(8 * RAW_CRC_PIECE): every length a piece can have (made at import, as the squarings for
