@@ -21,7 +21,8 @@ from pipeline.runtime.graphcheck import (
     check_header_tensors,
     check_weight_graph,
 )
-from pipeline.runtime.onnxrefs import check_references
+from pipeline.runtime.onnxrefs import check_references, read_entry
+from pipeline.runtime.protowire import fields
 from tests.models import conv_bn_relu_model, dense_model
 
 REDEFINED = "is defined again outside the main graph's initializers"
@@ -210,3 +211,51 @@ def _fast_and_walk(data: bytes, tensors: list) -> list[tuple[str, str]]:
         ),
         (_verdict(walks), _verdict(lambda: check_weight_graph(data, "net.onnx.data", tensors))),
     ]
+
+
+def _entry_by_walk(data: bytes) -> tuple[str, str]:
+    """An external-data entry as protobuf reads it: of each field given twice, the last."""
+    pair = {1: "", 2: ""}
+    for number, wire, a, b in fields(memoryview(data), 0, len(data)):
+        if number in pair and wire == 2:
+            pair[number] = data[a:b].decode("utf-8")
+    return pair[1], pair[2]
+
+
+def test_an_external_data_entry_is_read_as_protobuf_reads_it() -> None:
+    """``read_entry`` takes a shortcut for the layout writers use (the key, then the value, each
+    with a one-byte length, filling the entry), and only there. Here the value's length is 1 written
+    in two bytes (``81 00``) and a second value follows, which protobuf keeps; the entry's size is
+    what the shortcut would compute from the byte ``81`` alone, so a shortcut that read that byte as
+    the length would return the bytes after it as the value."""
+    second = "../" * 41 + "xy"  # 125 bytes: the entry then ends where the shortcut would put its end
+    entry = _field(1, b"location") + b"\x12\x81\x00X" + _field(2, second.encode())
+    assert len(entry) == len(_field(1, b"location")) + 2 + 0x81
+    assert read_entry(entry, 0, len(entry)) == ("location", second) == _entry_by_walk(entry)
+    usual = _field(1, b"location") + _field(2, b"net.onnx.data")
+    assert read_entry(usual, 0, len(usual)) == ("location", "net.onnx.data") == _entry_by_walk(usual)
+
+
+def test_entries_read_as_the_walk_reads_them_under_mutation() -> None:
+    """On mutated entries (lengths, keys and padding changed), ``read_entry`` returns what the
+    field walk returns, or both refuse the bytes."""
+    rng = random.Random(20261206)
+    seeds = [
+        _field(1, b"location") + _field(2, b"net.onnx.data"),
+        _field(1, b"offset") + _field(2, b"4096"),
+        _field(1, b"length", 1, 1) + _field(2, b"65536", 0, 2),
+    ]
+    outcomes: set[str] = set()
+    for k in range(3000):
+        data = _mutate(seeds[k % len(seeds)], rng)
+        try:
+            want = repr(_entry_by_walk(data))
+        except (CorruptBlobError, UnicodeDecodeError):
+            want = "refused"
+        try:
+            got = repr(read_entry(data, 0, len(data)))
+        except CorruptBlobError:
+            got = "refused"
+        assert got == want, f"mutation {k} ({data!r}): the walk reads {want}, read_entry {got}"
+        outcomes.add("refused" if want == "refused" else "read")
+    assert outcomes == {"read", "refused"}

@@ -37,6 +37,7 @@ from .onnxrefs import (
     ExternalRef,
     check_references,
     check_refs,
+    read_tensor,
 )
 from .protowire import all_inside as _all_inside
 from .protowire import fields as _fields
@@ -47,10 +48,8 @@ from .protowire import read_varint as _varint
 from .protowire import string as _string
 from .sections import TensorRef
 
-_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME = 1, 2, 8
-_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14
+_TENSOR_NAME = 8
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
-_LOW_64 = (1 << 64) - 1
 _NODE_OUTPUT, _NODE_OP_TYPE = 2, 4
 _NAME_KEY = _TENSOR_NAME << 3 | 2  # 66: 0x42, or 0xc2 when its varint is padded
 
@@ -69,45 +68,59 @@ class _Initializer(NamedTuple):
 def check_weight_graph(model: bytes | memoryview, file: str, tensors: Sequence[TensorRef]) -> None:
     """``onnxrefs.check_references`` and ``check_header_tensors`` for a graph whose weights come
     from the header's ``tensors`` in ``file``: the same verdicts and messages, the main graph's
-    initializers read once."""
+    initializers read once (only those holding a "location" or a weight's name: no other can hold a
+    reference or define a weight)."""
     flat = model if isinstance(model, bytes) else bytes(model)
-    inits = _main_initializers(memoryview(flat), references=True)
     where = {t.name: (t.offset, t.nbytes) for t in tensors}
     hits = _occurrences(flat, b"location")
+    named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in where})
+    inits = _main_initializers(flat, references=True, only=sorted([*hits, *named]))
     if _all_inside(hits, len(b"location"), [init.span for init in inits]):  # in byte order
         # as external_refs reads them: the initializers holding a "location"
         held = [init.ref for init in inits if init.ref is not None and _holds(hits, *init.span)]
         check_refs(held, file, where)
     else:  # a "location" elsewhere: the full walk refuses it or finds it harmless
         check_references(flat, file, where)
-    check_header_tensors(flat, tensors, inits)
+    check_header_tensors(flat, tensors, inits, named)
 
 
 def check_header_tensors(
-    model: bytes | memoryview, tensors: Sequence[TensorRef], inits: Sequence[_Initializer] | None = None
+    model: bytes | memoryview,
+    tensors: Sequence[TensorRef],
+    inits: Sequence[_Initializer] | None = None,
+    named: set[int] | None = None,
 ) -> None:
     """Refuse a graph that disagrees with the tensors a load path makes from the blob header
     (shared or external initializers: onnxruntime takes their type and shape from the header, and
     replaces every initializer of that name, subgraphs' too): each listed tensor must be exactly one
     initializer of the main graph, of the header's data type and dims, and no other initializer,
-    sparse initializer or ``Constant`` output anywhere in the model may have its name."""
+    sparse initializer or ``Constant`` output anywhere in the model may have its name. ``inits``
+    (at least every main-graph initializer holding one of the ``named`` positions: ``_fields_holding``
+    of the listed names) saves reading them again."""
     wanted = {t.name: t for t in tensors}
     if not wanted:
         return
     flat = model if isinstance(model, bytes) else bytes(model)
+    if named is None:
+        named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in wanted})
     if inits is None:
-        inits = _main_initializers(memoryview(flat))
-    if _defined_once(flat, wanted, inits):
+        inits = _main_initializers(flat, only=sorted(named))
+    if _defined_once(flat, wanted, inits, named):
         main = {init.name: (init.elem_type, init.dims) for init in inits if init.name in wanted}
         _compare(wanted, main, set())
     else:
         _walk_header_tensors(flat, wanted)
 
 
-def _defined_once(flat: bytes, wanted: Mapping[str, TensorRef], inits: Sequence[_Initializer]) -> bool:
+def _defined_once(
+    flat: bytes, wanted: Mapping[str, TensorRef], inits: Sequence[_Initializer], named: set[int] | None = None
+) -> bool:
     """Whether the scan proves that no tensor or ``Constant`` output outside the main graph's
-    initializers has a wanted name, and no wanted name is two of them (False: it cannot tell)."""
-    names = {name.encode("utf-8") for name in wanted}
+    initializers has a wanted name, and no wanted name is two of them (False: it cannot tell).
+    ``inits`` must hold every main-graph initializer with a name field among ``named`` (where the
+    name fields holding a wanted name start, ``_fields_holding``)."""
+    if named is None:
+        named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in wanted})
     own: set[int] = set()
     seen: set[str] = set()
     for init in inits:
@@ -115,7 +128,7 @@ def _defined_once(flat: bytes, wanted: Mapping[str, TensorRef], inits: Sequence[
             return False
         seen.add(init.name)
         own.update(init.name_at)
-    if not _fields_holding(flat, _NAME_KEY, names) <= own:
+    if not named <= own:
         return False
     return b"Constant" not in flat or not _constant_outputs(flat) & wanted.keys()
 
@@ -184,64 +197,35 @@ def _varint_or_none(flat: bytes, pos: int, size: int) -> tuple[int, int]:
         return -1, -1
 
 
-def _main_initializers(data: memoryview, references: bool = False) -> list[_Initializer]:
-    """Every initializer of the main graph (each ModelProto.graph field: protobuf merges them)."""
+def _main_initializers(
+    data: bytes | memoryview, references: bool = False, only: Sequence[int] | None = None
+) -> list[_Initializer]:
+    """Every initializer of the main graph (each ModelProto.graph field: protobuf merges them); with
+    ``only`` (sorted byte positions), just those whose bytes hold one of them (the rest are skipped
+    unread: a load reads only its weights' initializers)."""
     inits: list[_Initializer] = []
     for number, wire, a, b in _fields(data, 0, len(data)):
         if number == 7 and wire == 2:
             for field, kind, c, d in _fields(data, a, b):
-                if field == 5 and kind == 2:
+                if field == 5 and kind == 2 and (only is None or _holds(only, c, d)):
                     inits.append(_initializer(data, c, d, references))
     return inits
 
 
-def _initializer(data: memoryview, start: int, end: int, references: bool) -> _Initializer:
+def _initializer(data: bytes | memoryview, start: int, end: int, references: bool) -> _Initializer:
     """A TensorProto (a main-graph initializer, or any for the walk); its external-data entries read
     only for ``references``."""
-    name, name_at, elem_type, dims, entries, location = "", [], 0, [], [], 0
-    for number, wire, a, b in _fields(data, start, end):
-        if number == _TENSOR_NAME and wire == 2:
-            name = _string(data, a, b)
-            name_at.append(a)
-        elif number == _TENSOR_DATA_TYPE and wire == 0:
-            elem_type = _int32(a)
-        elif number == _TENSOR_DIMS:
-            _read_dims(data, wire, a, b, dims)
-        elif number == _TENSOR_DATA_LOCATION and wire == 0:
-            location = _int32(a)
-        elif number == _TENSOR_EXTERNAL_DATA and wire == 2 and references:
-            entries.append(_entry(data, a, b))
-    ref = ExternalRef(name, tuple(entries), True) if location == _EXTERNAL or entries else None
-    return _Initializer(name, tuple(name_at), elem_type, _signed(dims), (start, end), ref)
+    tensor = read_tensor(data, start, end, dims=True, entries=references)
+    entries = tensor.entries
+    ref = ExternalRef(tensor.name, entries, True) if tensor.location == _EXTERNAL or entries else None
+    return _Initializer(
+        tensor.name, tensor.name_at, tensor.elem_type, _signed(tensor.dims), (start, end), ref
+    )
 
 
-def _entry(data: memoryview, a: int, b: int) -> tuple[str, str]:
-    """An external-data entry's key and value (repeated fields: the last one counts)."""
-    if b - a >= 4 and data[a] == 0x0A and data[a + 1] < 0x80:  # as writers lay it out: key, value
-        middle = a + 2 + data[a + 1]
-        if middle + 2 <= b and data[middle] == 0x12 and middle + 2 + data[middle + 1] == b:
-            return _string(data, a + 2, middle), _string(data, middle + 2, b)
-    pair = {1: "", 2: ""}
-    for field, kind, c, d in _fields(data, a, b):
-        if field in pair and kind == 2:
-            pair[field] = _string(data, c, d)
-    return pair[1], pair[2]
-
-
-def _read_dims(data: memoryview, wire: int, a: int, b: int, dims: list[int]) -> None:
-    """TensorProto.dims: int64, repeated, packed or not."""
-    if wire == 0:
-        dims.append(a)
-    elif wire == 2:
-        pos = a
-        while pos < b:
-            value, pos = _varint(data, pos, b)
-            dims.append(value & _LOW_64)  # int64: the low 64 bits, as protobuf reads them
-
-
-def _signed(dims: list[int]) -> tuple[int, ...]:
+def _signed(dims: tuple[int, ...]) -> tuple[int, ...]:
     if all(d < 1 << 63 for d in dims):
-        return tuple(dims)
+        return dims
     return tuple(d - (1 << 64) if d >= 1 << 63 else d for d in dims)
 
 

@@ -79,9 +79,9 @@ def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, i
             raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
 
 
-def string(data: memoryview, start: int, end: int) -> str:
+def string(data: bytes | memoryview, start: int, end: int) -> str:
     try:
-        return bytes(data[start:end]).decode("utf-8")
+        return str(data[start:end], "utf-8")
     except UnicodeDecodeError:
         raise CorruptBlobError("blob graph is not a valid ONNX model (a name is not UTF-8)") from None
 
