@@ -340,7 +340,7 @@ def _rewrite(
             return None
         return _length_delimited(1, key.encode("utf-8")) + _length_delimited(2, new)
 
-    def tensor(a: int, b: int) -> bytes:
+    def tensor(a: int, b: int) -> list[bytes | memoryview]:
         spans: list[tuple[int, int]] = []
         read = read_tensor(data, a, b, entry_spans=spans)
         length = lengths.get(read.name) if lengths is not None and read.name_at else None
@@ -360,22 +360,27 @@ def _rewrite(
             parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"offset", shift)))
         if length is not None and keys and "length" not in keys:
             parts.append(_length_delimited(_TENSOR_EXTERNAL_DATA, _entry(b"length", length)))
-        return b"".join(parts)
+        return parts
 
-    def edited(a: int, b: int, number: int, edit: Callable[[int, int], bytes]) -> bytes:
+    def edited(
+        a: int, b: int, number: int, edit: Callable[[int, int], list[bytes | memoryview]]
+    ) -> list[bytes | memoryview]:
         """The message ``data[a:b]`` with each length-delimited field ``number`` holding "location"
         replaced by ``edit`` of it and every other field copied verbatim, in runs (a field whose
-        bytes hold no "location" holds no reference: ``external_refs``)."""
+        bytes hold no "location" holds no reference: ``external_refs``): as parts, joined once at
+        the end (a big graph is copied once, not once per level)."""
         parts, run, start = [], a, a
         for n, w, c, d in _fields(data, a, b):
             if n == number and w == 2 and _holds(hits, c, d):
-                parts += [data[run:start], _length_delimited(n, edit(c, d))]
+                inner = edit(c, d)
+                size = sum(map(len, inner))
+                parts += [data[run:start], _varint_bytes(n << 3 | 2), _varint_bytes(size), *inner]
                 run = d
             start = d
         parts.append(data[run:b])
-        return b"".join(parts)
+        return parts
 
-    def graph(a: int, b: int) -> bytes:
+    def graph(a: int, b: int) -> list[bytes | memoryview]:
         return edited(a, b, 5, tensor)
 
-    return edited(0, len(data), 7, graph)
+    return b"".join(edited(0, len(data), 7, graph))
