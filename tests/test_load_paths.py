@@ -109,14 +109,15 @@ def test_every_load_path_loads_matches_and_keeps_its_in_place_promise(
     cases = _probe(version, case_folder, tmp_path)
 
     onnx_auto, ort_memory_auto, ort_file_auto = EXPECTED_AUTO[version]
-    # From 1.32, small raw weights from a blob file load as views of the loader's mapping (onnx-mapped,
-    # forced below, is proven all the same; tests/test_onnx_mapped.py has the choice for big ones);
-    # before it onnxruntime maps the blob file at any size.
-    onnx_file_auto = onnx_auto if version == "1.32.0" else "onnx-mapped"
-    assert cases["onnx-raw"]["auto"] == {"memory": onnx_auto, "file": onnx_file_auto}
-    assert cases["conv-raw"]["auto"]["file"] == onnx_file_auto  # its forced path matches, below
+    # Small raw weights from a blob file load in place as from memory (from 1.32 as views of the
+    # loader's mapping; before it shared, where the door opens); onnx-mapped, forced below, is proven
+    # all the same (tests/test_onnx_mapped.py has the choice for big ones). Before 1.32 onnxruntime
+    # maps the blob file of a conv net, whose door it would refuse, at any size.
+    conv_file_auto = onnx_auto if version == "1.32.0" else "onnx-mapped"
+    assert cases["onnx-raw"]["auto"] == {"memory": onnx_auto, "file": onnx_auto}
+    assert cases["conv-raw"]["auto"]["file"] == conv_file_auto  # its forced path matches, below
     # From its file a conv net loads along that path at once: no refused door first (before 1.32)
-    assert cases["conv-raw"]["used_file"] == {"path": onnx_file_auto, "refused": None, "matches": True}
+    assert cases["conv-raw"]["used_file"] == {"path": conv_file_auto, "refused": None, "matches": True}
     assert cases["ort-raw"]["auto"] == {"memory": ort_memory_auto, "file": ort_file_auto}
     tried = {path for case in cases.values() for path in case["paths"]}
     # The fallbacks are tried in every version: they are what an unproven version gets.

@@ -27,7 +27,7 @@ from pipeline.runtime.loadpaths import (
 )
 from pipeline.runtime.pager import can_page
 from pipeline.runtime.writer import encode_blob
-from tests.models import dense_model
+from tests.models import conv_bn_relu_model, dense_model
 
 X = np.random.default_rng(8).standard_normal((1, 1024)).astype(np.float32)
 
@@ -237,22 +237,29 @@ def test_only_proven_onnxruntime_versions_resolve_the_blob_by_name(tmp_path: Pat
     assert "not one of the versions proven" in why_not(LoadPath.ONNX_MAPPED, checked, "1.30.0", model_file)
 
 
-def test_before_1_32_a_bundle_maps_raw_weights_of_any_size(tmp_path: Path) -> None:
-    """Before onnxruntime 1.32 the shared-initializer door is refused for conv nets, and the refused
-    try plus the copying path cost more than mapping (choose_load_path): a bundle's small raw
-    weights go onnx-mapped too, with prepacking on; from bytes, with prepacking off, from a signed
-    bundle and from 1.32 the choice is unchanged."""
+def test_before_1_32_a_bundle_maps_what_the_shared_door_would_refuse(tmp_path: Path) -> None:
+    """Before onnxruntime 1.32 the shared-initializer door is refused for conv nets, and the
+    copying path costs a first load more than mapping (choose_load_path): a bundle's conv weights go
+    onnx-mapped at any size, with prepacking on. An MLP's small weights, whose door opens, are
+    shared from the loader's mapping as from bytes; from 64 MiB (MAPPED_WEIGHTS_MIN) they are mapped
+    too. From bytes, with prepacking off, from a signed bundle and from 1.32 the choice is unchanged."""
     from pipeline.runtime.blob import check_blob
-    from pipeline.runtime.loadpaths import LoadPath, choose_load_path
+    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, optimizers_read_weights
 
-    blob, _ = onnx_blob()  # 2 MB
-    checked = check_blob(blob)
+    mlp = check_blob(onnx_blob()[0])  # 2 MB
+    graph, weights = split_weights(conv_bn_relu_model(), "net")
+    raw = dataclasses.replace(weights, codec="raw")
+    conv = check_blob(encode_blob(graph, level=3, weights=raw, model_format="onnx", **HEADER_DEFAULTS))
+    assert optimizers_read_weights(conv) and not optimizers_read_weights(mlp)
     model_file = BlobFile(-1, str(tmp_path / "net.onnx.ocb"))
     signed = BlobFile(-1, str(tmp_path / "net.onnx.ocb"), by_name=False)
     for old in ("1.24.4", "1.28.0"):
-        assert choose_load_path(checked, old, model_file=model_file) == LoadPath.ONNX_MAPPED
-        assert choose_load_path(checked, old, model_file=model_file, low_memory=True) != LoadPath.ONNX_MAPPED
-        assert choose_load_path(checked, old, model_file=signed) != LoadPath.ONNX_MAPPED
-        assert choose_load_path(checked, old) == LoadPath.ONNX_SHARED_INITIALIZERS
+        assert choose_load_path(conv, old, model_file=model_file) == LoadPath.ONNX_MAPPED
+        assert choose_load_path(mlp, old, model_file=model_file) == LoadPath.ONNX_SHARED_INITIALIZERS
+        assert choose_load_path(conv, old, model_file=model_file, low_memory=True) != LoadPath.ONNX_MAPPED
+        assert choose_load_path(conv, old, model_file=signed) != LoadPath.ONNX_MAPPED
+        assert choose_load_path(conv, old) == LoadPath.ONNX_EXTERNAL_INITIALIZERS
+        assert choose_load_path(mlp, old) == LoadPath.ONNX_SHARED_INITIALIZERS
     # 1.32 reads the loader's own mapping in place (paged on Linux; small weights: views elsewhere)
-    assert choose_load_path(checked, "1.32.0", model_file=model_file) == LoadPath.ONNX_FILE_BUFFERS
+    for checked in (conv, mlp):
+        assert choose_load_path(checked, "1.32.0", model_file=model_file) == LoadPath.ONNX_FILE_BUFFERS

@@ -79,13 +79,15 @@ SMALL_ORT_MODEL = 1 << 20
 # while they build a session, so no Python pager thread runs until the build is over (shared
 # initializers over the loader's mapping: peak 2.03x; the native library's C pager gets 1.12x there).
 MAPPED_WEIGHTS_MIN = 64 << 20
-# Before 1.32 (no onnx-file-buffers) a bundle's raw weights go onnx-mapped at any size, prepacking on:
-# onnxruntime 1.24.4 and 1.28.0 refuse the shared-initializer door for conv nets (their optimizers
-# read the referenced file), and the refused try plus the copying path cost more than mapping. 1.24.4,
-# bench models from Bundle.session, medians (first load in a fresh process, 7 each / 21 rounds in one):
-# shared-or-copying against mapped, MobileNet 43.1 / 21.3 ms first (23.3 / 23.7 after), ResNet-50
-# 54.8 / 51.0 after, U-Net 207 / 156 first (113 / 85 after), large_graph 165 / 144 first; where the door
-# opens, shared is 1-8% faster (transformer 43.2 / 47.0 first, 22.7 / 23.5 after; 1.28.0 alike).
+# Before 1.32 (no onnx-file-buffers) a bundle's raw weights go onnx-mapped at any size, prepacking on,
+# where onnxruntime 1.24.4 and 1.28.0 would refuse the shared-initializer door (conv nets, whose
+# optimizers read the referenced file: optimizers_read_weights): the refused try, or the copying
+# path, costs more than mapping on a first load. 1.24.4, Bundle.session, medians of first loads in
+# fresh processes: MobileNet copying 29.7 / mapped 22.5 ms, ResNet-18 52.0 / 43.0, PP-OCRv4 det 42.9 /
+# 38.8, rec 57.7 / 50.1 (with the refused try before it, MobileNet 43.1 / 21.3, U-Net 207 / 156).
+# Where the door opens, weights under MAPPED_WEIGHTS_MIN are shared from the loader's mapping as from
+# bytes: first loads / later loads in one process, shared against mapped, transformer 35.0 / 36.7
+# and 19.6 / 22.6 ms, LSTM 12.3 / 14.6 and 3.5 / 3.8, large_graph 95.8 / 100.2 and 77.0 / 77.2.
 # From 1.32 onnx-file-buffers is the in-place door for every model.
 # onnxruntime builds proven to resolve the references of onnx-mapped in the folder the session
 # entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
@@ -127,7 +129,8 @@ def choose_load_path(
 ) -> LoadPath:
     """The fastest path proven for this blob's format, this onnxruntime version and this OS (for
     weights of ``MAPPED_WEIGHTS_MIN`` and more from a blob file, with prepacking on: the leanest;
-    before 1.32, without onnx-file-buffers, any raw weights from a blob file)."""
+    before 1.32, without onnx-file-buffers, any raw weights from a blob file that the shared door
+    would refuse)."""
     installed = parse_version(version)
     header = checked.header
     if header.model_format == ModelFormat.ORT:
@@ -147,12 +150,17 @@ def choose_load_path(
     # From 1.32 the loader's own mapping goes in place, its read pages let go while onnxruntime
     # builds the session (ExtentPager): as lean as onnx-mapped, and no reopening by name.
     paged = installed >= FILE_BUFFERS_SINCE and can_page()
-    by_file = extent is not None and (len(extent) >= MAPPED_WEIGHTS_MIN or installed < FILE_BUFFERS_SINCE)
+    shared = (
+        has_null_file() and installed in SHARED_INITIALIZER_VERSIONS and not optimizers_read_weights(checked)
+    )
+    # before 1.32 (no in-place door for conv nets), mapped unless the shared door will open
+    before = installed < FILE_BUFFERS_SINCE and not shared
+    by_file = extent is not None and (len(extent) >= MAPPED_WEIGHTS_MIN or before)
     if by_file and not paged:
         return LoadPath.ONNX_MAPPED
     if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
         return LoadPath.ONNX_FILE_BUFFERS
-    if has_null_file() and installed in SHARED_INITIALIZER_VERSIONS and not optimizers_read_weights(checked):
+    if shared:
         return LoadPath.ONNX_SHARED_INITIALIZERS
     return LoadPath.ONNX_EXTERNAL_INITIALIZERS
 
