@@ -395,6 +395,19 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
         hidden += padded(14, 0) + b"\x01"
         listing = {**tensors, "c": (0, 16)} if listed else tensors
         cases.append((label, data + field(7, field(5, hidden)), FILE, listing))
+    # an entry whose value length is padded (81 00: 1), then a second value, which protobuf keeps;
+    # the first sized so that reading 0x81 alone as the length ends where the entry ends
+    for label, location, listed in (
+        ("padded value length, then ../", "../" * 41 + "xy", False),
+        ("padded value length, then the weights", FILE, True),
+    ):
+        tensor = numpy_helper.from_array(np.zeros(4, np.float32), "c")
+        tensor.ClearField("raw_data")
+        pair = field(1, b"location") + b"\x12\x81\x00X" + field(2, location.encode())
+        tensor.data_location = TensorProto.EXTERNAL
+        ext = tensor.SerializeToString() + field(13, pair)
+        listing = {**tensors, "c": (0, 16)} if listed else tensors
+        cases.append((label, data + field(7, field(5, ext)), FILE, listing))
     # nesting at and past the limit
     for levels in (20, 21, 22, 23):
         graph = field(5, ext_constant("c").SerializeToString())
