@@ -79,16 +79,12 @@ SMALL_ORT_MODEL = 1 << 20
 # while they build a session, so no Python pager thread runs until the build is over (shared
 # initializers over the loader's mapping: peak 2.03x; the native library's C pager gets 1.12x there).
 MAPPED_WEIGHTS_MIN = 64 << 20
-# Before 1.32 (no onnx-file-buffers) a bundle's raw weights go onnx-mapped at any size, prepacking on,
-# where onnxruntime 1.24.4 and 1.28.0 would refuse the shared-initializer door (conv nets, whose
-# optimizers read the referenced file: optimizers_read_weights): the refused try, or the copying
-# path, costs more than mapping on a first load. 1.24.4, Bundle.session, medians of first loads in
-# fresh processes: MobileNet copying 29.7 / mapped 22.5 ms, ResNet-18 52.0 / 43.0, PP-OCRv4 det 42.9 /
-# 38.8, rec 57.7 / 50.1 (with the refused try before it, MobileNet 43.1 / 21.3, U-Net 207 / 156).
-# Where the door opens, weights under MAPPED_WEIGHTS_MIN are shared from the loader's mapping as from
-# bytes: first loads / later loads in one process, shared against mapped, transformer 35.0 / 36.7
-# and 19.6 / 22.6 ms, LSTM 12.3 / 14.6 and 3.5 / 3.8, large_graph 95.8 / 100.2 and 77.0 / 77.2.
-# From 1.32 onnx-file-buffers is the in-place door for every model.
+# Before 1.32 a bundle's raw weights go onnx-mapped at any size (prepacking on) where 1.24.4 and
+# 1.28.0 would refuse the shared door (conv nets: optimizers_read_weights): copying costs a first load
+# more (1.24.4, Bundle.session, first loads in fresh processes, copying / mapped: MobileNet 29.7 / 22.5
+# ms, ResNet-18 52.0 / 43.0, PP-OCRv4 det 42.9 / 38.8). Where the door opens, weights under
+# MAPPED_WEIGHTS_MIN are shared from the loader's mapping (shared / mapped, first and later loads:
+# transformer 35.0 / 36.7 and 19.6 / 22.6 ms, LSTM 12.3 / 14.6 and 3.5 / 3.8). See bundle-format.md.
 # onnxruntime builds proven to resolve the references of onnx-mapped in the folder the session
 # entry names (tests/test_load_paths.py, every cook's runtime check): one that ignored the entry
 # would look for the blob's name in the current directory instead.
