@@ -15,7 +15,9 @@ from runtime_helpers import split_weights
 
 from pipeline.runtime.errors import CorruptBlobError
 from pipeline.runtime.graphcheck import (
+    _NAME_KEY,
     _defined_once,
+    _fields_holding,
     _main_initializers,
     _walk_header_tensors,
     check_header_tensors,
@@ -26,6 +28,11 @@ from pipeline.runtime.protowire import fields
 from tests.models import conv_bn_relu_model, dense_model
 
 REDEFINED = "is defined again outside the main graph's initializers"
+
+
+def _named(graph: bytes, wanted) -> set[int]:
+    """Where the name fields holding a wanted name start (what check_header_tensors passes)."""
+    return _fields_holding(graph, _NAME_KEY, {name.encode("utf-8") for name in wanted})
 
 
 def _varint(value: int, padding: int = 0) -> bytes:
@@ -100,7 +107,9 @@ def _cooked(model: onnx.ModelProto, name: str = "net") -> tuple[bytes, list]:
 def test_a_cooked_graph_is_proven_from_its_initializers_alone(make) -> None:
     graph, tensors = make()
     wanted = {t.name: t for t in tensors}
-    assert wanted and _defined_once(graph, wanted, _main_initializers(memoryview(graph)))
+    assert wanted and _defined_once(
+        graph, wanted, _main_initializers(memoryview(graph)), _named(graph, wanted)
+    )
     check_weight_graph(graph, "net.onnx.data", tensors)
 
 
@@ -108,7 +117,7 @@ def test_subgraphs_and_constants_of_other_names_need_no_walk() -> None:
     _, graph, tensors = _with_branch_graph()
     assert b"Constant" in graph and b"branch_only" in graph
     wanted = {t.name: t for t in tensors}
-    assert _defined_once(graph, wanted, _main_initializers(memoryview(graph)))
+    assert _defined_once(graph, wanted, _main_initializers(memoryview(graph)), _named(graph, wanted))
     check_header_tensors(graph, tensors)
 
 
@@ -125,7 +134,9 @@ def test_a_redefinition_is_seen_in_any_varint_encoding(key_padding: int, length_
         assert onnx.ModelProto.FromString(hostile).graph.node[-1].op_type == "If"
         assert len(onnx.ModelProto.FromString(hostile).graph.node) == len(main.graph.node) + 1
     wanted = {t.name: t for t in tensors}
-    assert not _defined_once(hostile, wanted, _main_initializers(memoryview(hostile)))
+    assert not _defined_once(
+        hostile, wanted, _main_initializers(memoryview(hostile)), _named(hostile, wanted)
+    )
     with pytest.raises(CorruptBlobError, match=REDEFINED):
         check_header_tensors(hostile, tensors)
     with pytest.raises(CorruptBlobError, match=REDEFINED):
@@ -138,7 +149,8 @@ def test_a_constant_named_as_a_weight_is_refused() -> None:
     model.graph.node[-1].attribute[0].g.node[0].output[0] = weight
     model.graph.node[-1].attribute[0].g.output[0].name = weight
     graph, tensors = _cooked(model)
-    assert not _defined_once(graph, {t.name: t for t in tensors}, _main_initializers(memoryview(graph)))
+    wanted = {t.name: t for t in tensors}
+    assert not _defined_once(graph, wanted, _main_initializers(memoryview(graph)), _named(graph, wanted))
     with pytest.raises(CorruptBlobError, match=REDEFINED):
         check_header_tensors(graph, tensors)
 

@@ -113,14 +113,12 @@ def check_header_tensors(
 
 
 def _defined_once(
-    flat: bytes, wanted: Mapping[str, TensorRef], inits: Sequence[_Initializer], named: set[int] | None = None
+    flat: bytes, wanted: Mapping[str, TensorRef], inits: Sequence[_Initializer], named: set[int]
 ) -> bool:
     """Whether the scan proves that no tensor or ``Constant`` output outside the main graph's
     initializers has a wanted name, and no wanted name is two of them (False: it cannot tell).
     ``inits`` must hold every main-graph initializer with a name field among ``named`` (where the
     name fields holding a wanted name start, ``_fields_holding``)."""
-    if named is None:
-        named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in wanted})
     own: set[int] = set()
     seen: set[str] = set()
     for init in inits:

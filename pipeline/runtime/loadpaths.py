@@ -146,15 +146,15 @@ def choose_load_path(
     # From 1.32 the loader's own mapping goes in place, its read pages let go while onnxruntime
     # builds the session (ExtentPager): as lean as onnx-mapped, and no reopening by name.
     paged = installed >= FILE_BUFFERS_SINCE and can_page()
-    shared = (
-        has_null_file() and installed in SHARED_INITIALIZER_VERSIONS and not optimizers_read_weights(checked)
-    )
-    # before 1.32 (no in-place door for conv nets), mapped unless the shared door will open
+    buffers = installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous()
+    # asked only where file-buffers is not taken; before 1.32 mapped unless the shared door opens
+    shared = not buffers and has_null_file() and installed in SHARED_INITIALIZER_VERSIONS
+    shared = shared and not optimizers_read_weights(checked)
     before = installed < FILE_BUFFERS_SINCE and not shared
     by_file = extent is not None and (len(extent) >= MAPPED_WEIGHTS_MIN or before)
     if by_file and not paged:
         return LoadPath.ONNX_MAPPED
-    if installed >= FILE_BUFFERS_SINCE and checked.weights_contiguous():
+    if buffers:
         return LoadPath.ONNX_FILE_BUFFERS
     if shared:
         return LoadPath.ONNX_SHARED_INITIALIZERS
