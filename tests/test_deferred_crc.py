@@ -23,6 +23,7 @@ from pipeline.runtime.loadpaths import (
     defer_raw_check_min,
     why_not,
 )
+from pipeline.runtime.rawcheck import LOW_MEMORY_CHECK_FIRST_MIN
 from tests.models import large_matmul_model
 
 ROWS, COLUMNS = 1024, 1536  # 6 MiB of float32 weights: over DEFER_RAW_CHECK_MIN
@@ -101,6 +102,45 @@ def test_only_large_content_goes_beside_an_onnxruntime_that_holds_the_gil() -> N
     assert defer_raw_check_min("1.24.4") == defer_raw_check_min("1.28.0") == DEFER_RAW_CHECK_MIN_GIL_HELD
     assert defer_raw_check_min("1.32.0") == defer_raw_check_min("1.33.1") == DEFER_RAW_CHECK_MIN
     assert DEFER_RAW_CHECK_MIN < DEFER_RAW_CHECK_MIN_GIL_HELD
+
+
+def stages_of_a_damaged_load(blob: bytes, index: int, low_memory: bool) -> list[tuple[str, float]]:
+    """The progress reports of loading ``blob`` with byte ``index`` flipped (which must be refused)."""
+    reports: list[tuple[str, float]] = []
+    with pytest.raises(ChecksumMismatchError, match=r"weights frame 1 of 1 is damaged: CRC-32"):
+        session_from_blob(
+            flipped(blob, index),
+            providers=CPU,
+            low_memory=low_memory,
+            progress=lambda stage, fraction: reports.append((stage, fraction)),
+        )
+    return reports
+
+
+def test_with_low_memory_large_raw_content_is_checked_before_onnxruntime_is_called(large: tuple) -> None:
+    """Without prepacking, onnxruntime's build is too short to hide a large check, and the threads it
+    starts spin and take the cores a check beside it needs (docs/design.md): from
+    LOW_MEMORY_CHECK_FIRST_MIN the damage is found before onnxruntime sees the bytes. Below it, and
+    with prepacking, the check still runs beside the build."""
+    rows = LOW_MEMORY_CHECK_FIRST_MIN // (4 * 1024)
+    big = make_weighted_blob(large_matmul_model(rows, 1024, seed=8), "raw")[0]
+    x = np.random.default_rng(9).standard_normal((1, rows)).astype(np.float32)
+    weights = np.random.default_rng(8).standard_normal((rows, 1024)).astype(np.float32)  # the model's
+    session = session_from_blob(big, providers=CPU, low_memory=True)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ weights, rtol=1e-4, atol=1e-3)
+    frame = raw_frame(big, "weights")
+    assert frame.content_size >= LOW_MEMORY_CHECK_FIRST_MIN
+    stages = stages_of_a_damaged_load(big, frame.data_offset + frame.content_size - 1, low_memory=True)
+    assert [stage for stage, _ in stages] == ["decompress"]  # refused before the session stage
+    stages = stages_of_a_damaged_load(big, frame.data_offset + 7, low_memory=False)
+    assert ("session", 0.0) in stages  # prepacking on: beside the build
+    source = large[0]
+    small = make_weighted_blob(onnx.load_from_string(source), "raw")[0]
+    small_frame = raw_frame(small, "weights")
+    assert max(DEFER_RAW_CHECK_MIN, DEFER_RAW_CHECK_MIN_GIL_HELD) <= small_frame.content_size
+    assert small_frame.content_size < LOW_MEMORY_CHECK_FIRST_MIN
+    stages = stages_of_a_damaged_load(small, small_frame.data_offset + 7, low_memory=True)
+    assert ("session", 0.0) in stages
 
 
 def test_small_blobs_are_refused_the_same_way(tmp_path: Path) -> None:

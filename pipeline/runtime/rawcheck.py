@@ -12,6 +12,14 @@ from concurrent.futures import wait
 from .errors import ChecksumMismatchError, CorruptBlobError
 from .frames import RAW_CRC_PIECE, Frame, check_piece, check_raw, crc_count, helper, raw_pieces
 
+# With low_memory (no prepacking) a session over this much raw content is checked first, on every
+# core: onnxruntime builds it in a few milliseconds, then its new intra-op threads spin (about 35 ms
+# of a core each, measured: 1.24.4 and 1.32) and take the cores a check beside them needs. 268 MB
+# MatMul model from bytes, medians of alternating rounds: 37 against 62 ms (ORT, 1.32), 42 against
+# 68 (ONNX, 1.24.4). Below it a conv net's build hides the check (ONNX ResNet-18, 45 MB, 1.24.4:
+# 13 ms beside, 18 first; U-Net, 58 MB: 110 / 142). docs/design.md, "Where load time goes".
+LOW_MEMORY_CHECK_FIRST_MIN = 64 << 20
+
 
 def whole_crcs(frames: Sequence[Frame], where: str = "blob") -> list[tuple[Frame, int]]:
     """Each raw frame with the CRC-32 of its whole content, combined from its pieces' CRC-32s (as

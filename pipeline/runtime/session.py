@@ -32,7 +32,7 @@ from .memblob import MemoryBlob
 from .options import mark_holding, refuse_holding
 from .options import session_options_for as session_options_for  # re-exported
 from .pager import create_session
-from .rawcheck import Background, whole_crcs
+from .rawcheck import LOW_MEMORY_CHECK_FIRST_MIN, Background, whole_crcs
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -137,11 +137,14 @@ def session_from_blob(
     # are refused by the layout checks above and by onnxruntime's own parsers): read them while
     # onnxruntime builds the session, which releases the GIL, instead of before it. 268 MB of
     # weights: 64 ms of CRC that no longer add to the load (docs/design.md, "Loading from memory").
-    if checked.raw_bytes() < defer_raw_check_min(onnxruntime.__version__):
+    raw = checked.raw_bytes()
+    if raw < defer_raw_check_min(onnxruntime.__version__) or (
+        low_memory and raw >= LOW_MEMORY_CHECK_FIRST_MIN
+    ):
         checked.check_raw()
         return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
-    # Without prepacking onnxruntime is done in a millisecond and the check is all that is left:
-    # every core for it. Else a thread beside onnxruntime's build: from 1.32, which lets go of the
+    # Without prepacking (and under LOW_MEMORY_CHECK_FIRST_MIN) every core beside a short build.
+    # Else a thread beside onnxruntime's build: from 1.32, which lets go of the
     # GIL, piece by piece, and the caller's thread takes the pieces left once the session is made;
     # before, in one zlib call per raw section: zlib lets go of the GIL for the whole call, and
     # onnxruntime 1.24.4 and 1.28.0 hold the GIL while they build a session (a check piece by piece
