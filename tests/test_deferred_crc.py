@@ -14,6 +14,7 @@ from runtime_helpers import CPU, make_blob, make_weighted_blob, to_ort_format
 
 from pipeline.runtime import load_info, session_from_blob
 from pipeline.runtime.blob import check_blob
+from pipeline.runtime.constants import ModelFormat
 from pipeline.runtime.errors import ChecksumMismatchError
 from pipeline.runtime.header import read_header
 from pipeline.runtime.loadpaths import (
@@ -104,10 +105,12 @@ def test_only_large_content_goes_beside_an_onnxruntime_that_holds_the_gil() -> N
     assert DEFER_RAW_CHECK_MIN < DEFER_RAW_CHECK_MIN_GIL_HELD
 
 
-def stages_of_a_damaged_load(blob: bytes, index: int, low_memory: bool) -> list[tuple[str, float]]:
+def stages_of_a_damaged_load(
+    blob: bytes, index: int, section: str, low_memory: bool
+) -> list[tuple[str, float]]:
     """The progress reports of loading ``blob`` with byte ``index`` flipped (which must be refused)."""
     reports: list[tuple[str, float]] = []
-    with pytest.raises(ChecksumMismatchError, match=r"weights frame 1 of 1 is damaged: CRC-32"):
+    with pytest.raises(ChecksumMismatchError, match=rf"{section} frame 1 of 1 is damaged: CRC-32"):
         session_from_blob(
             flipped(blob, index),
             providers=CPU,
@@ -117,29 +120,41 @@ def stages_of_a_damaged_load(blob: bytes, index: int, low_memory: bool) -> list[
     return reports
 
 
-def test_with_low_memory_large_raw_content_is_checked_before_onnxruntime_is_called(large: tuple) -> None:
+@pytest.mark.parametrize("model_format", [ModelFormat.ONNX, ModelFormat.ORT])
+def test_with_low_memory_large_raw_content_is_checked_before_onnxruntime_is_called(
+    large: tuple, model_format: ModelFormat, tmp_path: Path
+) -> None:
     """Without prepacking, onnxruntime's build is too short to hide a large check, and the threads it
     starts spin and take the cores a check beside it needs (docs/design.md): from
-    LOW_MEMORY_CHECK_FIRST_MIN the damage is found before onnxruntime sees the bytes. Below it, and
-    with prepacking, the check still runs beside the build."""
-    rows = LOW_MEMORY_CHECK_FIRST_MIN // (4 * 1024)
-    big = make_weighted_blob(large_matmul_model(rows, 1024, seed=8), "raw")[0]
+    LOW_MEMORY_CHECK_FIRST_MIN (16 MiB for ORT, whose build is the shortest; 64 MiB for ONNX) the
+    damage is found before onnxruntime sees the bytes. Below it, and with prepacking, the check runs
+    beside the build."""
+
+    def blob_of(model: onnx.ModelProto) -> tuple[bytes, str]:
+        if model_format == ModelFormat.ONNX:
+            return make_weighted_blob(model, "raw")[0], "weights"
+        ort = to_ort_format(model.SerializeToString(), tmp_path)
+        return make_blob(ort, "ort", graph_codec="raw"), "graph"
+
+    rows = LOW_MEMORY_CHECK_FIRST_MIN[model_format] // (4 * 1024)
+    big, section = blob_of(large_matmul_model(rows, 1024, seed=8))
     x = np.random.default_rng(9).standard_normal((1, rows)).astype(np.float32)
     weights = np.random.default_rng(8).standard_normal((rows, 1024)).astype(np.float32)  # the model's
     session = session_from_blob(big, providers=CPU, low_memory=True)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ weights, rtol=1e-4, atol=1e-3)
-    frame = raw_frame(big, "weights")
-    assert frame.content_size >= LOW_MEMORY_CHECK_FIRST_MIN
-    stages = stages_of_a_damaged_load(big, frame.data_offset + frame.content_size - 1, low_memory=True)
+    frame = raw_frame(big, section)
+    assert frame.content_size >= LOW_MEMORY_CHECK_FIRST_MIN[model_format]
+    weight_byte = frame.data_offset + frame.content_size - 4096  # onnxruntime would load it
+    stages = stages_of_a_damaged_load(big, weight_byte, section, low_memory=True)
     assert [stage for stage, _ in stages] == ["decompress"]  # refused before the session stage
-    stages = stages_of_a_damaged_load(big, frame.data_offset + 7, low_memory=False)
+    stages = stages_of_a_damaged_load(big, weight_byte, section, low_memory=False)
     assert ("session", 0.0) in stages  # prepacking on: beside the build
-    source = large[0]
-    small = make_weighted_blob(onnx.load_from_string(source), "raw")[0]
-    small_frame = raw_frame(small, "weights")
+    small, section = blob_of(onnx.load_from_string(large[0]))
+    small_frame = raw_frame(small, section)
     assert max(DEFER_RAW_CHECK_MIN, DEFER_RAW_CHECK_MIN_GIL_HELD) <= small_frame.content_size
-    assert small_frame.content_size < LOW_MEMORY_CHECK_FIRST_MIN
-    stages = stages_of_a_damaged_load(small, small_frame.data_offset + 7, low_memory=True)
+    assert small_frame.content_size < LOW_MEMORY_CHECK_FIRST_MIN[model_format]
+    weight_byte = small_frame.data_offset + small_frame.content_size - 4096
+    stages = stages_of_a_damaged_load(small, weight_byte, section, low_memory=True)
     assert ("session", 0.0) in stages
 
 

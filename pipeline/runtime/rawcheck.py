@@ -9,16 +9,20 @@ import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import wait
 
+from .constants import ModelFormat
 from .errors import ChecksumMismatchError, CorruptBlobError
 from .frames import RAW_CRC_PIECE, Frame, check_piece, check_raw, crc_count, helper, raw_pieces
 
 # With low_memory (no prepacking) a session over this much raw content is checked first, on every
-# core: onnxruntime builds it in a few milliseconds, then its new intra-op threads spin (about 35 ms
-# of a core each, measured: 1.24.4 and 1.32) and take the cores a check beside them needs. 268 MB
-# MatMul model from bytes, medians of alternating rounds: 37 against 62 ms (ORT, 1.32), 42 against
-# 68 (ONNX, 1.24.4). Below it a conv net's build hides the check (ONNX ResNet-18, 45 MB, 1.24.4:
-# 13 ms beside, 18 first; U-Net, 58 MB: 110 / 142). docs/design.md, "Where load time goes".
-LOW_MEMORY_CHECK_FIRST_MIN = 64 << 20
+# core, instead of beside the build: onnxruntime builds an in-place session in a few milliseconds
+# (an ORT model's graph is saved optimized), and its new intra-op threads then spin (about 35 ms of a
+# core each, measured: 1.24.4 and 1.32), taking the cores the check beside them needs. An ONNX build
+# optimizes the graph again, which hides more of it. Medians of alternating rounds from bytes,
+# checked first / beside: the 268 MB MatMul model 37 / 62 ms (ORT, 1.32), 42 / 68 (ONNX, 1.24.4);
+# ORT U-Net (58 MB) 12 / 19 (1.32), 11 / 17 (1.28); ORT MatMul stacks of 16 and 32 MB 4.5 / 6.6 and
+# 8.2 / 11.4; ONNX U-Net 142 / 125 (1.24.4), whose layout pass copies every conv weight.
+# docs/design.md, "Where load time goes".
+LOW_MEMORY_CHECK_FIRST_MIN = {ModelFormat.ORT: 16 << 20, ModelFormat.ONNX: 64 << 20}
 
 
 def whole_crcs(frames: Sequence[Frame], where: str = "blob") -> list[tuple[Frame, int]]:

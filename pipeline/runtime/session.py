@@ -138,17 +138,15 @@ def session_from_blob(
     # onnxruntime builds the session, which releases the GIL, instead of before it. 268 MB of
     # weights: 64 ms of CRC that no longer add to the load (docs/design.md, "Loading from memory").
     raw = checked.raw_bytes()
-    if raw < defer_raw_check_min(onnxruntime.__version__) or (
-        low_memory and raw >= LOW_MEMORY_CHECK_FIRST_MIN
-    ):
+    first = LOW_MEMORY_CHECK_FIRST_MIN[checked.header.model_format] if low_memory else 1 << 62
+    if raw < defer_raw_check_min(onnxruntime.__version__) or raw >= first:
         checked.check_raw()
         return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
-    # Without prepacking (and under LOW_MEMORY_CHECK_FIRST_MIN) every core beside a short build.
-    # Else a thread beside onnxruntime's build: from 1.32, which lets go of the
-    # GIL, piece by piece, and the caller's thread takes the pieces left once the session is made;
-    # before, in one zlib call per raw section: zlib lets go of the GIL for the whole call, and
-    # onnxruntime 1.24.4 and 1.28.0 hold the GIL while they build a session (a check piece by piece
-    # would wait for the whole build).
+    # Without prepacking, under LOW_MEMORY_CHECK_FIRST_MIN: every core beside the build. Else a thread
+    # beside it: from 1.32, which lets go of the GIL, piece by piece, and the caller's thread takes
+    # the pieces left once the session is made; before, in one zlib call per raw section: zlib lets go
+    # of the GIL for the whole call, and onnxruntime 1.24.4 and 1.28.0 hold the GIL while they build a
+    # session (a check piece by piece would wait for the whole build).
     if low_memory:
         crc = Background(lambda: checked.check_raw(threads=None))
     elif parse_version(onnxruntime.__version__) >= GIL_RELEASED_SINCE and (beside := checked.check_beside()):
