@@ -221,7 +221,7 @@ void oc_release_pages(const void *map, size_t size);
  * runs w = 0), and wait for all; falls back to running them in turn where a thread cannot start. */
 void oc_run_parallel(void (*task)(void *context, size_t worker), void *context, size_t workers);
 /* While onnxruntime builds a session from a read-only file mapping, keep the mapping's resident
- * pages released (Linux: MADV_DONTNEED every couple of milliseconds; the pages come back from the
+ * pages released (Linux: MADV_DONTNEED every millisecond; the pages come back from the
  * page cache when read again, unchanged), so that the pages prepacking has read do not stay beside
  * the packed copies. NULL where not supported; oc_pager_stop(NULL) is fine. */
 typedef struct oc_pager oc_pager;
