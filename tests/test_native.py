@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -365,17 +366,36 @@ def test_oc_run_gives_the_python_loaders_outputs(
             path = folder / f"in-{value.name}.npy"
             np.save(path, feeds[value.name])
             args += ["--in", path]
-        ways = {"out": ["--bundle", bundles / platform, "--model", name]}
+        run = OcRun(native, library, args, folder, label=f"{platform}/{name} in {version}")
+        run.expect(["--bundle", bundles / platform, "--model", name], "out", expected)
         if version == VERSIONS[-1]:  # the blob file read into memory, as an engine reads its archive
-            ways["out-blob"] = ["--blob", bundles / platform / bundle.info(name)["file"]]
-        for out, how in ways.items():
-            run_native([native / "oc-run", *how, "--ort", library, *args, "--out", folder / out])
-            for output, want in expected.items():
-                got = np.load(folder / out / f"{output.replace('/', '_')}.npy")
-                assert got.dtype == want.dtype and got.shape == want.shape, (platform, version, name, output)
-                np.testing.assert_allclose(
-                    got, want, rtol=1e-5, atol=1e-6, err_msg=f"{platform}/{name} in {version} ({how[0]})"
-                )
+            run.expect(["--blob", bundles / platform / bundle.info(name)["file"]], "out-blob", expected)
+
+
+def oc_run_file_name(output: str) -> str:
+    """The file name oc-run gives an output (docs/native.md, "oc-run"), for names under 200 bytes."""
+    return "".join("_" if c in '/\\:*?"<>|' or ord(c) < 32 else c for c in output)
+
+
+@dataclass(frozen=True)
+class OcRun:
+    """oc-run of one model on the inputs ``args`` (``--in`` files), in one onnxruntime library."""
+
+    native: Path
+    library: Path
+    args: list
+    folder: Path
+    label: str
+
+    def expect(self, how: list, out: str, expected: dict[str, np.ndarray]) -> None:
+        """oc-run ``how`` (``--bundle``/``--model`` or ``--blob``) writes ``expected`` into ``out``."""
+        run_native(
+            [self.native / "oc-run", *how, "--ort", self.library, *self.args, "--out", self.folder / out]
+        )
+        for output, want in expected.items():
+            got = np.load(self.folder / out / f"{oc_run_file_name(output)}.npy")
+            assert got.dtype == want.dtype and got.shape == want.shape, (self.label, output)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{self.label} ({how[0]})")
 
 
 def _mutations(blob: bytes, rng: random.Random, count: int) -> list[bytes]:

@@ -19,15 +19,10 @@ from bench.real import fetch, write_assets
 from pipeline.layout import verify_data_path
 from pipeline.runtime import open_bundle
 from tests.test_dodo import doit, run_session
-from tests.test_native import PLATFORMS, VERSIONS, native, ort_library, run_native  # noqa: F401
+from tests.test_native import PLATFORMS, VERSIONS, OcRun, native, ort_library  # noqa: F401
 
 PACKAGE = ("pypi", "silero-vad==6.2.3")
 MODELS = 6  # distinct models in that wheel (bench/results-real.md lists them)
-
-
-def file_name(output: str) -> str:
-    """The file name oc-run gives an output (docs/native.md, "oc-run"), for names under 200 bytes."""
-    return "".join("_" if c in '/\\:*?"<>|' or ord(c) < 32 else c for c in output)
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +76,7 @@ def test_real_models_give_the_python_loaders_outputs_through_oc_run(
             folder.mkdir(exist_ok=True)
             np.save(path, feeds[value["name"]])
             args += ["--in", path]
-        ways = {"out": ["--bundle", real_build / platform, "--model", name]}
+        run = OcRun(native, library, args, folder, label=f"{platform}/{name} in {version}")
+        run.expect(["--bundle", real_build / platform, "--model", name], "out", expected)
         if version == VERSIONS[-1]:  # the blob file's bytes in memory, as an engine reads its archive
-            ways["out-blob"] = ["--blob", real_build / platform / manifest[name]["file"]]
-        for out, how in ways.items():
-            run_native([native / "oc-run", *how, "--ort", library, *args, "--out", folder / out])
-            for output, want in expected.items():
-                got = np.load(folder / out / f"{file_name(output)}.npy")
-                assert got.dtype == want.dtype and got.shape == want.shape, (platform, version, name, output)
-                np.testing.assert_allclose(
-                    got, want, rtol=1e-5, atol=1e-6, err_msg=f"{platform}/{name} in {version} ({how[0]})"
-                )
+            run.expect(["--blob", real_build / platform / manifest[name]["file"]], "out-blob", expected)
