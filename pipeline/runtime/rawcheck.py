@@ -20,7 +20,7 @@ from .frames import RAW_CRC_PIECE, Frame, check_piece, check_raw, crc_count, hel
 # optimizes the graph again, which hides more of it. Medians of alternating rounds from bytes,
 # checked first / beside: the 268 MB MatMul model 37 / 62 ms (ORT, 1.32), 42 / 68 (ONNX, 1.24.4);
 # ORT U-Net (58 MB) 12 / 19 (1.32), 11 / 17 (1.28); ORT MatMul stacks of 16 and 32 MB 4.5 / 6.6 and
-# 8.2 / 11.4; ONNX U-Net 142 / 125 (1.24.4), whose layout pass copies every conv weight.
+# 8.2 / 11.4; ONNX U-Net 142 / 125 (1.24.4), whose layout pass rewrites every conv weight.
 # docs/design.md, "Where load time goes".
 LOW_MEMORY_CHECK_FIRST_MIN = {ModelFormat.ORT: 16 << 20, ModelFormat.ONNX: 64 << 20}
 

@@ -138,8 +138,8 @@ def session_from_blob(
     # onnxruntime builds the session, which releases the GIL, instead of before it. 268 MB of
     # weights: 64 ms of CRC that no longer add to the load (docs/design.md, "Loading from memory").
     raw = checked.raw_bytes()
-    first = LOW_MEMORY_CHECK_FIRST_MIN[checked.header.model_format] if low_memory else 1 << 62
-    if raw < defer_raw_check_min(onnxruntime.__version__) or raw >= first:
+    large_unpacked = low_memory and raw >= LOW_MEMORY_CHECK_FIRST_MIN[checked.header.model_format]
+    if raw < defer_raw_check_min(onnxruntime.__version__) or large_unpacked:
         checked.check_raw()
         return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
     # Without prepacking, under LOW_MEMORY_CHECK_FIRST_MIN: every core beside the build. Else a thread
