@@ -709,7 +709,8 @@ def test_inspect_blob_prints_the_header(bundle_dir: Path) -> None:
     header = read_header(path.read_bytes())[0]
     assert printed == {"file": str(path), **header.to_dict()}
     assert commands.splitlines() == stock_unpack_commands(header, str(path))
-    assert commands.splitlines()[0].startswith(f"tail -c +{header.frames[0].offset + 1} {path} | head -c ")
+    first = header.frames[0]
+    assert commands.splitlines()[0].startswith(f"head -c {first.offset + first.size} {path} | tail -c +")
 
 
 def test_inspect_bundle_lists_its_models(bundle_dir: Path) -> None:

@@ -254,7 +254,9 @@ def test_unpack_command_writes_a_model_and_weights_file_onnxruntime_loads(tmp_pa
 
 
 def unpack_with_stock_tools(blob: bytes, file_name: str, tmp_path: Path) -> Path:
-    """Run the commands `inspect` prints for ``blob`` (under `set -eu`); the folder they wrote."""
+    """Run the commands `inspect` prints for ``blob`` under `set -euo pipefail`, as a careful build
+    script would; the folder they wrote. The weights (1.7 MB) follow the graph's extent, so a
+    recipe whose pipe stops reading early fails here every time (SIGPIPE, exit 141)."""
     path = tmp_path / file_name
     path.write_bytes(blob)
     shown = subprocess.run(
@@ -266,8 +268,7 @@ def unpack_with_stock_tools(blob: bytes, file_name: str, tmp_path: Path) -> Path
     commands = shown.split("# unpack with stock tools:\n", 1)[1]
     work = tmp_path / "stock"
     work.mkdir()
-    # `set -e` without pipefail: `tail | head` ends tail with SIGPIPE by design, as in any shell.
-    subprocess.run(["bash", "-c", f"set -eu\n{commands}"], cwd=work, check=True)
+    subprocess.run(["bash", "-c", f"set -euo pipefail\n{commands}"], cwd=work, check=True)
     return work
 
 

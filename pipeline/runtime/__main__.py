@@ -123,7 +123,11 @@ def stock_unpack_commands(header: BlobHeader, blob: str) -> list[str]:
 
 def _frame_commands(frames: list[Frame], blob: str, output: str) -> list[str]:
     """One command per raw frame (its content cut out) or run of adjacent zstd frames (decoded in
-    one go: zstd reads concatenated frames), appending to ``output`` in order."""
+    one go: zstd reads concatenated frames), appending to ``output`` in order.
+
+    ``head`` cuts the end and ``tail`` the start, in that order: every command of the pipe reads
+    its input to the end, so none dies of SIGPIPE and the recipe holds in a ``set -o pipefail``
+    script (``tail | head`` exits 141 there whenever ``head`` stops reading first)."""
     runs: list[list[Frame]] = []
     for frame in frames:
         if (
@@ -139,14 +143,12 @@ def _frame_commands(frames: list[Frame], blob: str, output: str) -> list[str]:
         redirect = ">" if index == 0 else ">>"
         first = run[0]
         if first.codec == "raw":
-            lines.append(
-                f"tail -c +{first.data_offset + 1} {blob} | head -c {first.content_size} {redirect} {output}"
-            )
+            end = first.data_offset + first.content_size
+            lines.append(f"head -c {end} {blob} | tail -c +{first.data_offset + 1} {redirect} {output}")
         else:
-            size = sum(f.size for f in run)
-            lines.append(
-                f"tail -c +{first.offset + 1} {blob} | head -c {size} | zstd -dcq {redirect} {output}"
-            )
+            end = first.offset + sum(f.size for f in run)
+            cut = f"head -c {end} {blob} | tail -c +{first.offset + 1}"
+            lines.append(f"{cut} | zstd -dcq {redirect} {output}")
     return lines
 
 
