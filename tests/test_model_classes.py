@@ -133,6 +133,79 @@ def test_a_deep_conv_net_is_verified_at_224_with_its_batch_at_one(tmp_path: Path
     assert entry["verification"]["outputs"][0]["ok"]
 
 
+def audio_frontend_model() -> onnx.ModelProto:
+    """An audio frontend as onnx-asr ships them (Whisper, Kaldi, NeMo features): waveforms [batch_size,
+    N] and their lengths [batch_size] -> a power spectrogram by STFT over 400-sample frames, and the
+    frame counts; signals shorter than one frame cannot run it."""
+    window = np.hanning(400).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Unsqueeze", ["waveforms", "last"], ["signal"]),
+            helper.make_node("STFT", ["signal", "step", "window"], ["spectrum"], onesided=1),
+            helper.make_node("ReduceSumSquare", ["spectrum"], ["features"], axes=[-1], keepdims=0),
+            helper.make_node("Div", ["waveforms_lens", "step"], ["features_lens"]),
+        ],
+        "audio_frontend",
+        [
+            helper.make_tensor_value_info("waveforms", TensorProto.FLOAT, ["batch_size", "N"]),
+            helper.make_tensor_value_info("waveforms_lens", TensorProto.INT64, ["batch_size"]),
+        ],
+        [
+            helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch_size", None, 201]),
+            helper.make_tensor_value_info("features_lens", TensorProto.INT64, ["batch_size"]),
+        ],
+        [
+            numpy_helper.from_array(np.array([-1], np.int64), "last"),
+            numpy_helper.from_array(np.array(160, np.int64), "step"),
+            numpy_helper.from_array(window, "window"),
+        ],
+    )
+    return model_of(graph, opset=17)
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_an_audio_frontend_is_verified_at_a_signals_length(tmp_path: Path, platform: str) -> None:
+    """A 400-sample STFT window fits neither 1, 32 nor 224 samples: a free signal length (the last
+    axis of a float input, beside a batch) is then tried at 16000 (a second at 16 kHz), with the batch
+    at 1 though the lengths input [batch_size] has it too."""
+    assets = tmp_path / "assets"
+    save(audio_frontend_model(), assets, "frontend")
+    entry = cook(job_for(assets, "frontend", shipped_settings(platform), tmp_path / "build"))
+    verification = entry["verification"]
+    assert verification["default_dims"] == {"batch_size": 1, "N": 16000}
+    assert [output["ok"] for output in verification["outputs"]] == [True, True]
+    assert "(synthesized inputs, N=16000, batch_size=1)" in _summary(entry)
+    settings = shipped_settings(platform)
+    blob = blob_path(tmp_path / "build" / platform, "frontend", settings.format).read_bytes()
+    feeds = {
+        "waveforms": np.random.default_rng(RNG_SEED).standard_normal((2, 4000)).astype(np.float32),
+        "waveforms_lens": np.array([4000, 3200], np.int64),
+    }
+    got = session_from_blob(blob, providers=CPU).run(None, feeds)
+    want = onnxruntime.InferenceSession(audio_frontend_model().SerializeToString(), providers=CPU).run(
+        None, feeds
+    )
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-3)
+    assert got[0].shape == (2, 23, 201) and got[1].tolist() == [25, 20]
+
+
+def test_a_signal_that_no_size_runs_names_the_sizes_tried(tmp_path: Path) -> None:
+    """Where 16000 samples do not run the model either, the error says that size was tried."""
+    model = audio_frontend_model()
+    model.graph.initializer[2].CopyFrom(
+        numpy_helper.from_array(np.hanning(16001).astype(np.float32), "window")
+    )
+    assets = tmp_path / "assets"
+    save(model, assets, "long")
+    with pytest.raises(
+        ModelError,
+        match=r"N, which verify_dims does not size, at 1, then 32, then 224 \(a "
+        r"leading batch at 1\), then 16000 \(a signal's length, the rest at 1\), then each at 1 "
+        r"or 2 \(3 combinations\).*`verify_dims: \{batch_size: <size>, N: <size>\}`",
+    ):
+        cook(job_for(assets, "long", shipped_settings("windows-dml"), tmp_path / "build"))
+
+
 def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
     """A 225x225 convolution runs on neither 1x1, 32x32 nor 224x224 (nor 1 or 2 each): the error
     names the dims, the sizes tried and the fixes, and verify_dims then cooks the model."""

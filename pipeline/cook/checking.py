@@ -16,9 +16,11 @@ import onnxruntime
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
     RETRY_DIM_SIZE,
+    SIGNAL_DIM_SIZE,
     WIDE_DIM_SIZE,
     bound_sizes,
     combinations_count,
+    signal_sizes,
     unsized_dims,
     wide_sizes,
 )
@@ -78,13 +80,16 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
         return VerifyInputs(feeds, "synthesized", sizes, tried, outputs=outputs)
     # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
     # RETRY_DIM_SIZE (all of them: which are spatial is not known), then at WIDE_DIM_SIZE but for a
-    # leading batch (a deep conv net downsamples 32 to nothing). The outputs of a run that passes
-    # are the verification's reference: the source is not run again for them.
+    # leading batch (a deep conv net downsamples 32 to nothing), then a signal's length at
+    # SIGNAL_DIM_SIZE (an audio frontend's STFT window is 400 samples), before the combinations of
+    # 1 and 2, which onnxruntime may crash on (an integer division by a length of 0 frames). The
+    # outputs of a run that passes are the verification's reference: the source is not run again.
     for size, retried in (
         (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
         (WIDE_DIM_SIZE, wide_sizes(model, unsized)),
+        (SIGNAL_DIM_SIZE, signal_sizes(model, unsized)),
     ):
-        if retried == sizes:  # only a batch is free: 224 would be the run at 1 again
+        if retried is None or retried == sizes:  # no signal; only a batch is free (the run at 1 again)
             continue
         try:
             wider = synthesize_inputs(
@@ -97,8 +102,8 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
             return VerifyInputs(wider, "synthesized", retried, tried, outputs=outputs)
     # Dims bound to each other (a KV cache's total = past + new): each at 1 or 2
     bound = combinations_count(unsized)
-    found = _first_runnable(job, model, dims, unsized)
-    if found is not None:
+    found = run_isolated(lambda: _first_runnable(job, model, dims, unsized))
+    if found is not None and not isinstance(found, Crash):
         feeds, sizes = found
     return VerifyInputs(feeds, "synthesized", sizes, tried, bound)
 
@@ -130,11 +135,18 @@ def _first_runnable(
 
 
 def _source_outputs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The source's outputs on ``feeds``; None where onnxruntime cannot run it on them."""
+    """The source's outputs on ``feeds``; None where onnxruntime cannot run it on them.
+
+    In a child process of its own (``run_isolated``): onnxruntime crashes on some models at sizes
+    they do not take (onnx-asr's WeSpeaker frontend divides by a frame count of 0 with SIGFPE at a
+    batch of 2 and fewer than 400 samples), and such a size is one more that does not run, not the
+    end of the cook. Where every size fails, the caller runs the first again for its message."""
+    memo = reference_memo_dir(job.platform_dir.parent)
     try:
-        return reference_outputs(model, feeds, job.platform_dir, reference_memo_dir(job.platform_dir.parent))
+        outputs = run_isolated(lambda: reference_outputs(model, feeds, job.platform_dir, memo))
     except Exception:  # onnxruntime's errors on the source; the caller reports them
         return None
+    return None if isinstance(outputs, Crash) else outputs
 
 
 def _source_reference(job: CookJob, model: onnx.ModelProto, inputs: VerifyInputs) -> dict[str, Any]:

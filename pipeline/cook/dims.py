@@ -3,7 +3,9 @@
 A dimension that ``verify_dims`` does not size is *free*: it is 1, as onnxruntime's perf test and
 Polygraphy take free dimensions, then RETRY_DIM_SIZE where the source cannot run at 1 (a conv net
 over a free height and width), then WIDE_DIM_SIZE with a leading batch at 1 (a deep conv net that
-downsamples 32 to nothing). Dimensions bound to each other (a decoder with a KV cache, whose
+downsamples 32 to nothing), then SIGNAL_DIM_SIZE for a signal's length (an audio frontend's samples,
+which its STFT window or resampling filter needs more of than 224) with the rest at 1. Dimensions
+bound to each other (a decoder with a KV cache, whose
 attention mask spans the past and the new tokens: ``total = past + seq``) run with none of those:
 then each free dimension is tried at 1 or 2 (``bound_sizes``). A dimension whose name is an
 expression of others (``past_sequence_length + 1``, as exporters write derived dimensions) is not
@@ -20,11 +22,22 @@ import onnx
 
 from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 
+_FLOATS = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.BFLOAT16,
+}
+
 DEFAULT_DIM_SIZE = 1
 RETRY_DIM_SIZE = 32
 # Last size tried for free dims, where 32 does not run either: an image model's own (ImageNet's 224;
 # a deep conv net downsamples 32 to nothing), with a leading batch dimension left at 1
 WIDE_DIM_SIZE = 224
+# Last size tried for a free signal length (``signal_sizes``), where 224 does not run either: one
+# second at 16 kHz, longer than an audio frontend's STFT window (Whisper's and Kaldi's 400 samples,
+# a music model's 2048) or a resampler's filter
+SIGNAL_DIM_SIZE = 16000
 UNNAMED = "?"  # a dimension with neither a size nor a name (verify_dims cannot name it)
 # Sizes of free dimensions bound to each other: each 1 or 2, at most this many combinations
 BOUND_SIZES = (1, 2)
@@ -117,9 +130,41 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
 
 
 def wide_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int]:
-    """WIDE_DIM_SIZE for each of ``unsized``, but 1 for a batch: a free dimension that is only ever
-    the first axis of inputs of rank 2 or more (224 images of 224x224 would be 134 MB of input and a
-    long run, to learn nothing more)."""
+    """WIDE_DIM_SIZE for each of ``unsized``, but 1 for a batch (``_batches``: 224 images of 224x224
+    would be 134 MB of input and a long run, to learn nothing more)."""
+    batch = _batches(_axes(model))
+    return {name: DEFAULT_DIM_SIZE if name in batch else WIDE_DIM_SIZE for name in unsized}
+
+
+def signal_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int] | None:
+    """SIGNAL_DIM_SIZE for each of ``unsized`` that is a signal's length, 1 for the rest; None where
+    none is. A signal's length is the last axis of a floating-point input whose other axes are
+    fixed or a batch (``[batch, samples]``, ``[batch, channels, samples]``, ``[samples]``): an audio
+    frontend or resampler, whose window does not fit 224 samples. A free axis before the last
+    (``[batch, frames, 80]`` features, an image's height) is not one: those ran at 224."""
+    axes = _axes(model)
+    batch = _batches(axes)
+    signals = set()
+    for value in feed_inputs(model.graph):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is None or tensor_type.elem_type not in _FLOATS or not tensor_type.shape.dim:
+            continue
+        *before, last = tensor_type.shape.dim
+        if fixed_size(last) is not None or not last.dim_param or expression_names(last.dim_param):
+            continue
+        if all(
+            fixed_size(dim) is not None or (i == 0 and dim.dim_param in batch) for i, dim in enumerate(before)
+        ):
+            signals.add(last.dim_param)
+    signals &= set(unsized) - batch
+    if not signals:
+        return None
+    return {name: SIGNAL_DIM_SIZE if name in signals else DEFAULT_DIM_SIZE for name in unsized}
+
+
+def _axes(model: onnx.ModelProto) -> dict[str, set[tuple[int, bool]]]:
+    """Each free dimension's label -> the (axis, in an input of rank 2 or more and named plainly)
+    places it takes."""
     axes: dict[str, set[tuple[int, bool]]] = {}
     for value in feed_inputs(model.graph):
         tensor_type = input_tensor_type(value)
@@ -132,14 +177,19 @@ def wide_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int]:
             names = expression_names(dim.dim_param) if dim.dim_param else None
             for label in names if names is not None else [dim.dim_param or UNNAMED]:
                 axes.setdefault(label, set()).add((axis, rank >= 2 and names is None))
-    # Dims without a name share one size (verify_dims cannot tell them apart): where one of them is
-    # a leading batch, they all stay 1
-    batch = {
+    return axes
+
+
+def _batches(axes: Mapping[str, set[tuple[int, bool]]]) -> set[str]:
+    """The free dimensions that are a batch: only ever the first axis, of one input of rank 2 or more
+    at least (a per-item input such as ``lengths [batch]`` beside ``waveforms [batch, samples]``
+    shares it). Dims without a name share one size (verify_dims cannot tell them apart): where one
+    of them is a leading batch, they all are."""
+    return {
         name
         for name, where in axes.items()
-        if where == {(0, True)} or (name == UNNAMED and (0, True) in where)
+        if (0, True) in where and (name == UNNAMED or all(axis == 0 for axis, _ in where))
     }
-    return {name: DEFAULT_DIM_SIZE if name in batch else WIDE_DIM_SIZE for name in unsized}
 
 
 def bound_sizes(free: list[str]) -> Iterator[dict[str, int]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from pipeline.cook.dims import DEFAULT_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, dim_size
+from pipeline.cook.dims import DEFAULT_DIM_SIZE, SIGNAL_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, dim_size
 from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 from pipeline.errors import VerifyError
 
@@ -36,9 +36,8 @@ def synthesized_hint(
     """What to do when the source cannot run on synthesized inputs: what they were (the dims in
     ``free`` given each size in ``tried``, then ``bound`` combinations of 1 and 2), and the fixes."""
     named = [d for d in free if d != UNNAMED]
-    sizes = ", then ".join(
-        f"{size} (a leading batch at 1)" if size == WIDE_DIM_SIZE else str(size) for size in tried
-    )
+    notes = {WIDE_DIM_SIZE: " (a leading batch at 1)", SIGNAL_DIM_SIZE: " (a signal's length, the rest at 1)"}
+    sizes = ", then ".join(f"{size}{notes.get(size, '')}" for size in tried)
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
