@@ -438,6 +438,17 @@ MESSAGES = {
         None,
         r"operator 'Frobnicate' of domain 'com\.studio' is unknown to onnxruntime.*`skip_platforms`",
     ),
+    "extensions-op": (
+        _graph(
+            [helper.make_node("StringLower", ["x"], ["y"], domain="ai.onnx.contrib")],
+            [helper.make_tensor_value_info("x", TensorProto.STRING, ["n"])],
+            [helper.make_tensor_value_info("y", TensorProto.STRING, ["n"])],
+            extra=(helper.make_opsetid("ai.onnx.contrib", 1),),
+        ),
+        None,
+        r"operator 'StringLower' of domain 'ai\.onnx\.contrib' is unknown to onnxruntime \(a custom "
+        r"operator\) \(onnxruntime-extensions' domain: cook the network alone, .*`skip_platforms`",
+    ),
     "opset-too-new": (
         _graph([helper.make_node("Relu", ["x"], ["y"])], [_X], [_Y], opset=30),
         None,

@@ -163,10 +163,17 @@ def _hint(message: str, opset: int) -> str:
     unknown = re.search(r"(\S+):(\S+)\(-?\d+\) is not a registered function/op", message)
     if unknown:
         domain, op = unknown.groups()
+        extensions = (
+            " (onnxruntime-extensions' domain: cook the network alone, and run its tokenizer or image or "
+            "audio codec in the game's own code around it)"
+            if domain == "ai.onnx.contrib"
+            else ""
+        )
         return (
-            f"; operator {op!r} of domain {domain!r} is unknown to onnxruntime (a custom operator): the "
-            "cooker optimizes and verifies with onnxruntime, so re-export the model with standard ONNX "
-            "operators, or leave it out of this platform with `skip_platforms` in its .cook.yaml"
+            f"; operator {op!r} of domain {domain!r} is unknown to onnxruntime (a custom operator)"
+            f"{extensions}: the cooker optimizes and verifies with onnxruntime, which registers no "
+            "custom-operator library, so re-export the model with standard ONNX operators, or leave it "
+            "out of this platform with `skip_platforms` in its .cook.yaml"
         )
     return ""
 
