@@ -199,11 +199,71 @@ def test_a_signal_that_no_size_runs_names_the_sizes_tried(tmp_path: Path) -> Non
     save(model, assets, "long")
     with pytest.raises(
         ModelError,
-        match=r"N, which verify_dims does not size, at 1, then 32, then 224 \(a "
+        match=r"N, which verify_dims does not size, at 1, then 32, then 224 \(a named "
         r"leading batch at 1\), then 16000 \(a signal's length, the rest at 1\), then each at 1 "
         r"or 2 \(3 combinations\).*`verify_dims: \{batch_size: <size>, N: <size>\}`",
     ):
         cook(job_for(assets, "long", shipped_settings("windows-dml"), tmp_path / "build"))
+
+
+def unnamed_state_model() -> onnx.ModelProto:
+    """As Silero VAD takes its inputs: ``input [?, ?]`` (a batch of sample chunks) and ``state [2, ?,
+    4]`` (the batch again, on its second axis), all dims without a name. A reflecting pad of 32
+    samples needs chunks of 33 or more, and the state's batch must be the input's."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Pad", ["input", "pads"], ["padded"], mode="reflect"),
+            helper.make_node("ReduceSum", ["state", "axes"], ["summed"], keepdims=0),
+            helper.make_node("Unsqueeze", ["summed", "one"], ["column"]),
+            helper.make_node("Add", ["padded", "column"], ["output"]),
+        ],
+        "unnamed_state",
+        [
+            helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, None]),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, None, 4]),
+        ],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [None, None])],
+        [
+            numpy_helper.from_array(np.array([0, 32, 0, 32], np.int64), "pads"),
+            numpy_helper.from_array(np.array([0, 2], np.int64), "axes"),
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+        ],
+    )
+    return model_of(graph, opset=18)
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_dims_without_a_name_over_a_batch_are_tried_at_224_where_the_inputs_stay_small(
+    tmp_path: Path, platform: str
+) -> None:
+    """Dims without a name share one size, so a leading batch among them held them all at 1 in the
+    224 try: a model that runs at none of 1 and 32 (Silero VAD) failed unconfigured. Where the inputs
+    stay small (here 200 kB) the try sizes them all, batch included, at 224."""
+    assets = tmp_path / "assets"
+    save(unnamed_state_model(), assets, "vad")
+    entry = cook(job_for(assets, "vad", shipped_settings(platform), tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"?": 224}
+    assert entry["verification"]["outputs"][0]["ok"]
+    assert "(synthesized inputs, ?=224)" in _summary(entry)
+
+
+def test_an_image_batch_without_a_name_is_not_tried_at_224(tmp_path: Path) -> None:
+    """224 images of 3x224x224 (134 MB) are past the small-input bound: dims without a name over a
+    batch stay 1 there, so the 224 try would run nothing new and is not made."""
+    weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, 33, 33)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        "deep",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, None, None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4, None, None])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    assets = tmp_path / "assets"
+    save(model_of(graph, opset=17), assets, "deep")
+    with pytest.raises(
+        ModelError, match=r"dimension\(s\) \?, which verify_dims does not size, at 1, then 32\)"
+    ):
+        cook(job_for(assets, "deep", shipped_settings("windows-dml"), tmp_path / "build"))
 
 
 def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
@@ -214,8 +274,8 @@ def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_pat
     with pytest.raises(
         ModelError,
         match=r"cannot run the source model on the verification inputs \(synthesized\): .*height, width, "
-        r"which verify_dims does not size, at 1, then 32, then 224 \(a leading batch at 1\), then each at "
-        r"1 or 2 \(3 combinations\)"
+        r"which verify_dims does not size, at 1, then 32, then 224 \(a named leading batch at 1\), then "
+        r"each at 1 or 2 \(3 combinations\)"
         r".*conv\.inputs\.npz.*`verify_dims: \{height: <size>, width: <size>\}` to .*conv\.cook\.yaml"
         r" \(a model exported by tracing often runs only at the sizes it was traced with\)",
     ):

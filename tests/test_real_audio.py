@@ -1,12 +1,15 @@
-"""Real audio frontends with no sample inputs: onnx-asr's preprocessors (Whisper, Kaldi, NeMo,
-GigaAM and WeSpeaker features, resamplers between 8 and 48 kHz: STFT, DFT and Scan graphs over
-``waveforms [batch_size, N]`` and ``waveforms_lens [batch_size]``), fetched from PyPI as
-``python -m bench.real`` fetches its corpus and cooked with the real doit and no ``.cook.yaml``.
+"""Real audio models cooked with no sample inputs and no ``.cook.yaml``: onnx-asr's preprocessors
+(Whisper, Kaldi, NeMo, GigaAM and WeSpeaker features, resamplers between 8 and 48 kHz: STFT, DFT and
+Scan graphs over ``waveforms [batch_size, N]`` and ``waveforms_lens [batch_size]``) and silero-vad's
+six voice activity detectors, fetched from PyPI as ``python -m bench.real`` fetches its corpus
+(without the sample inputs it writes for the detectors) and cooked with the real doit.
 
 Before the cook tried a signal's length (16000 samples), the GigaAM v3 and WeSpeaker frontends,
 whose 400-sample window fits none of 1, 32 and 224 samples, failed to cook; and WeSpeaker's crashed
 the cook: onnxruntime dies of SIGFPE on it at a batch of 2 or more with fewer samples than a window,
-which the sizes tried before 16000 are (tests/test_model_classes.py has a built model of the class).
+which the sizes tried before 16000 are. Silero VAD v5 (``input [?, ?]``, ``state [2, ?, 128]``)
+runs at 224 only, which the cook did not try while its dims without a name included a batch.
+tests/test_model_classes.py has a built model of each class.
 """
 
 from __future__ import annotations
@@ -24,22 +27,26 @@ from bench.real import fetch, write_assets
 from pipeline.runtime import open_bundle
 from tests.test_dodo import doit, run_session
 
-PACKAGE = ("pypi", "onnx-asr==0.12.0")
+PACKAGES = (("pypi", "onnx-asr==0.12.0"), ("pypi", "silero-vad==6.2.3"))
 PLATFORMS = ("android", "windows-dml")
 CPU = ["CPUExecutionProvider"]
+FRONTENDS = "onnx_asr_"  # the preprocessors' model names start so (bench.real's naming)
 # The frontends whose window 224 samples do not fill (GigaAM v3's STFT, WeSpeaker's Scan of frames)
 NEED_A_SIGNAL = ("gigaam_v3", "gigaam_v3_conv", "wespeaker")
+SILERO_V5 = "silero_vad_data_silero_vad"  # dims without a name, over a batch
 
 
 @pytest.fixture(scope="module")
 def cooked(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[Path], Path]) -> Path:
-    """The package's models cooked for android and windows-dml: the project folder."""
+    """The packages' models cooked for android and windows-dml: the project folder."""
     project = project_copier(tmp_path_factory.mktemp("audio") / "project")
     shutil.rmtree(project / "assets")  # the example assets: other tests cook those
     for profile in (project / "platforms").glob("*.yaml"):
         if profile.stem not in PLATFORMS:
             profile.unlink()
-    write_assets(fetch((PACKAGE,), project.parent / "packages"), project / "assets")
+    write_assets(fetch(PACKAGES, project.parent / "packages"), project / "assets")
+    for inputs in (project / "assets").glob("*.inputs.npz"):  # what bench.real ships for the detectors
+        inputs.unlink()
     run = doit(project, "cook")
     assert run.returncode == 0, run.output
     return project
@@ -47,17 +54,16 @@ def cooked(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[P
 
 @pytest.mark.slow
 @pytest.mark.parametrize("platform", PLATFORMS)
-def test_every_frontend_cooks_unconfigured_and_the_long_windows_at_a_signals_length(
-    cooked: Path, platform: str
-) -> None:
+def test_every_model_cooks_unconfigured_at_the_sizes_its_class_needs(cooked: Path, platform: str) -> None:
     assets = sorted(p.stem for p in (cooked / "assets").glob("*.onnx"))
     manifest = json.loads((cooked / "build" / platform / "manifest.json").read_text())["models"]
-    assert sorted(manifest) == assets and len(assets) >= 25
+    assert sorted(manifest) == assets and len(assets) >= 34
     for model, entry in manifest.items():
         verification = entry["verification"]
         assert verification["inputs"] == "synthesized" and all(o["ok"] for o in verification["outputs"])
         if model.endswith(NEED_A_SIGNAL):
             assert verification["default_dims"] == {"N": 16000, "batch_size": 1}, model
+    assert manifest[SILERO_V5]["verification"]["default_dims"] == {"?": 224}
 
 
 @pytest.mark.slow
@@ -73,11 +79,33 @@ def test_cooked_frontends_compute_what_their_sources_do_on_a_batch_of_speech_len
         "waveforms": (rng.standard_normal((2, 16000)) * 0.1).astype(np.float32),
         "waveforms_lens": np.array([16000, 9600], np.int64),
     }
-    for model in sorted(bundle.names):
-        got = run_session(bundle.session(model, providers=CPU), feeds)
-        source = onnxruntime.InferenceSession(str(cooked / "assets" / f"{model}.onnx"), providers=CPU)
-        want = run_session(source, feeds)
-        assert got.keys() == want.keys()
-        for name, value in want.items():
-            assert got[name].shape == value.shape, (model, name)
-            np.testing.assert_allclose(got[name], value, rtol=1e-3, atol=1e-3, err_msg=f"{model}: {name}")
+    frontends = sorted(name for name in bundle.names if name.startswith(FRONTENDS))
+    assert len(frontends) == 29
+    for model in frontends:
+        assert_same_outputs(cooked, bundle.session(model, providers=CPU), model, feeds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_cooked_silero_v5_computes_what_its_source_does_on_a_16khz_chunk(cooked: Path, platform: str) -> None:
+    """The detector as it is used (a 512-sample chunk at 16 kHz, a zero state), which the cook's
+    synthesized inputs (224 chunks of 224, a sample rate of 0 or 1) never ran."""
+    feeds = {
+        "input": (np.random.default_rng(3).standard_normal((1, 512)) * 0.1).astype(np.float32),
+        "state": np.zeros((2, 1, 128), np.float32),
+        "sr": np.array(16000, np.int64),
+    }
+    session = open_bundle(cooked / "build" / platform).session(SILERO_V5, providers=CPU)
+    assert_same_outputs(cooked, session, SILERO_V5, feeds)
+
+
+def assert_same_outputs(
+    project: Path, session: onnxruntime.InferenceSession, model: str, feeds: dict[str, np.ndarray]
+) -> None:
+    got = run_session(session, feeds)
+    source = onnxruntime.InferenceSession(str(project / "assets" / f"{model}.onnx"), providers=CPU)
+    want = run_session(source, feeds)
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        assert got[name].shape == value.shape, (model, name)
+        np.testing.assert_allclose(got[name], value, rtol=1e-3, atol=1e-3, err_msg=f"{model}: {name}")

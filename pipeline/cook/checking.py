@@ -86,7 +86,7 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
     # outputs of a run that passes are the verification's reference: the source is not run again.
     for size, retried in (
         (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
-        (WIDE_DIM_SIZE, wide_sizes(model, unsized)),
+        (WIDE_DIM_SIZE, wide_sizes(model, unsized, dims)),
         (SIGNAL_DIM_SIZE, signal_sizes(model, unsized)),
     ):
         if retried is None or retried == sizes:  # no signal; only a batch is free (the run at 1 again)

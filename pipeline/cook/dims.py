@@ -3,7 +3,8 @@
 A dimension that ``verify_dims`` does not size is *free*: it is 1, as onnxruntime's perf test and
 Polygraphy take free dimensions, then RETRY_DIM_SIZE where the source cannot run at 1 (a conv net
 over a free height and width), then WIDE_DIM_SIZE with a leading batch at 1 (a deep conv net that
-downsamples 32 to nothing), then SIGNAL_DIM_SIZE for a signal's length (an audio frontend's samples,
+downsamples 32 to nothing; dims without a name, which share one size, all at 224 where the inputs
+stay small), then SIGNAL_DIM_SIZE for a signal's length (an audio frontend's samples,
 which its STFT window or resampling filter needs more of than 224) with the rest at 1. Dimensions
 bound to each other (a decoder with a KV cache, whose
 attention mask spans the past and the new tokens: ``total = past + seq``) run with none of those:
@@ -22,6 +23,19 @@ import onnx
 
 from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 
+_ITEM_SIZES = {
+    onnx.TensorProto.FLOAT: 4,
+    onnx.TensorProto.FLOAT16: 2,
+    onnx.TensorProto.BFLOAT16: 2,
+    onnx.TensorProto.DOUBLE: 8,
+    onnx.TensorProto.INT64: 8,
+    onnx.TensorProto.INT32: 4,
+    onnx.TensorProto.INT16: 2,
+    onnx.TensorProto.UINT16: 2,
+    onnx.TensorProto.INT8: 1,
+    onnx.TensorProto.UINT8: 1,
+    onnx.TensorProto.BOOL: 1,
+}
 _FLOATS = {
     onnx.TensorProto.FLOAT,
     onnx.TensorProto.FLOAT16,
@@ -34,6 +48,8 @@ RETRY_DIM_SIZE = 32
 # Last size tried for free dims, where 32 does not run either: an image model's own (ImageNet's 224;
 # a deep conv net downsamples 32 to nothing), with a leading batch dimension left at 1
 WIDE_DIM_SIZE = 224
+# The most input the wide tier synthesizes with dims without a name at 224, a leading batch included
+WIDE_UNNAMED_MAX_BYTES = 8 << 20
 # Last size tried for a free signal length (``signal_sizes``), where 224 does not run either: one
 # second at 16 kHz, longer than an audio frontend's STFT window (Whisper's and Kaldi's 400 samples,
 # a music model's 2048) or a resampler's filter
@@ -129,11 +145,37 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
     return unsized
 
 
-def wide_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int]:
+def wide_sizes(model: onnx.ModelProto, unsized: list[str], dims: Mapping[str, int]) -> dict[str, int]:
     """WIDE_DIM_SIZE for each of ``unsized``, but 1 for a batch (``_batches``: 224 images of 224x224
-    would be 134 MB of input and a long run, to learn nothing more)."""
+    would be 134 MB of input and a long run, to learn nothing more).
+
+    Dims without a name share one size, so where one of them is a leading batch the others would
+    stay 1 too, and the tier would run nothing new (Silero VAD's ``input [?, ?]`` and ``state [2,
+    ?, 128]``, which run at 224 and at no smaller size). Those are 224 batch and all, where the
+    inputs stay within WIDE_UNNAMED_MAX_BYTES (Silero's: 430 kB; an image model's 224 images would not)."""
     batch = _batches(_axes(model))
-    return {name: DEFAULT_DIM_SIZE if name in batch else WIDE_DIM_SIZE for name in unsized}
+    sizes = {name: DEFAULT_DIM_SIZE if name in batch else WIDE_DIM_SIZE for name in unsized}
+    if UNNAMED in batch:
+        wider = {**sizes, UNNAMED: WIDE_DIM_SIZE}
+        if input_bytes(model, dims, wider) <= WIDE_UNNAMED_MAX_BYTES:
+            return wider
+    return sizes
+
+
+def input_bytes(model: onnx.ModelProto, dims: Mapping[str, int], free: Mapping[str, int]) -> int:
+    """How many bytes the model's tensor inputs take with these sizes."""
+    total = 0
+    for value in feed_inputs(model.graph):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is None:
+            continue
+        count = 1
+        for dim in tensor_type.shape.dim:
+            known = fixed_size(dim)
+            count *= known if known is not None else dim_size(dim.dim_param, dims, free)
+        itemsize = _ITEM_SIZES.get(tensor_type.elem_type, 8)
+        total += count * itemsize
+    return total
 
 
 def signal_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int] | None:

@@ -36,7 +36,10 @@ def synthesized_hint(
     """What to do when the source cannot run on synthesized inputs: what they were (the dims in
     ``free`` given each size in ``tried``, then ``bound`` combinations of 1 and 2), and the fixes."""
     named = [d for d in free if d != UNNAMED]
-    notes = {WIDE_DIM_SIZE: " (a leading batch at 1)", SIGNAL_DIM_SIZE: " (a signal's length, the rest at 1)"}
+    notes = {
+        WIDE_DIM_SIZE: " (a named leading batch at 1)",
+        SIGNAL_DIM_SIZE: " (a signal's length, the rest at 1)",
+    }
     sizes = ", then ".join(f"{size}{notes.get(size, '')}" for size in tried)
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
