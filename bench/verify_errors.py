@@ -323,8 +323,10 @@ def _rule(
         f"`verify_scale` ({DEFAULT_VERIFY_SCALE:g}) and its `of_range` at most {OF_RANGE_FACTOR:g} times "
         f"that, each bound raised to {NOISE_FACTOR:g} times the source's own rounding noise (optimizations "
         f"off against onnxruntime's default level, same inputs) where that is more, up to "
-        f"{NOISE_CAP:g} times the fixed bound; non-finite values must match. Explicit rtol/atol turn the "
-        "second branch off.",
+        f"{NOISE_CAP:g} times the fixed bound; non-finite values must match. An output that misses both "
+        "also verifies when it is within the fixed bounds of the source's output at onnxruntime's default "
+        "level (a selection over near-ties, reordered by that level's rounding: docs/design.md). Explicit "
+        "rtol/atol turn the second and third branches off.",
         "",
     ]
     if rows:

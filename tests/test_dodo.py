@@ -772,7 +772,7 @@ def test_settings_that_do_not_resolve_are_all_reported_before_cooking(project: P
 
 
 def test_a_cook_line_names_the_model_not_its_staging_file_and_explains_a_larger_blob() -> None:
-    from pipeline.build.actions import _summary
+    from pipeline.build.summary import cook_line
 
     entry = {
         "name": "vision/detector",
@@ -783,8 +783,8 @@ def test_a_cook_line_names_the_model_not_its_staging_file_and_explains_a_larger_
         "source_size": 7_123,
         "verification": {"inputs": "synthesized", "outputs": [{"max_abs": 2e-7}]},
     }
-    line = _summary(entry)
+    line = cook_line(entry)
     assert line.startswith("android:vision/detector: ort blob of 9,271 B from 7,123 B of source (larger: ")
     assert ".entries" not in line and "kernel tables" in line and "max abs error 2e-07" in line
-    smaller = _summary(entry | {"format": "onnx", "blob_size": 5_000})
+    smaller = cook_line(entry | {"format": "onnx", "blob_size": 5_000})
     assert "larger" not in smaller and smaller.startswith("android:vision/detector: onnx blob of 5,000 B")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime.tools.ort_format_model  # noqa: F401  (puts ort_flatbuffers_py on sys.path)
 import pytest
@@ -151,6 +153,60 @@ def test_merged_operator_lists_equal_onnxruntimes_own_config_byte_for_byte(tmp_p
         applied_variant_path(platform_dir, name).write_bytes(applied_variant(jobs[name]))
     opconfig.write_operator_configs(platform_dir, without)
     assert {config: (platform_dir / config).read_text() for config in expected} == expected
+
+
+def slice_model(opset: int) -> onnx.ModelProto:
+    """x [4, 8] -> its first two rows, by a Slice of ``opset``: before opset 10 the bounds are
+    attributes (onnxruntime records the types of input 0 only), from 10 on they are inputs (input 1's
+    type too)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tests.models import model_of
+
+    if opset < 10:
+        nodes, inits = [helper.make_node("Slice", ["x"], ["y"], starts=[0], ends=[2], axes=[0])], []
+    else:
+        nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])]
+        inits = [
+            numpy_helper.from_array(np.array([v], np.int64), n)
+            for n, v in (("starts", 0), ("ends", 2), ("axes", 0))
+        ]
+    graph = helper.make_graph(
+        nodes,
+        "slice",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        inits,
+    )
+    return model_of(graph, opset=opset, ir_version=7)
+
+
+def test_type_records_of_an_operator_at_two_opsets_merge_as_onnxruntimes_own_config(tmp_path: Path) -> None:
+    """A Slice of opset 9 (one typed input) beside a Slice of opset 13 (two): the merge of their type
+    records stopped the manifest with a TypeError traceback (a key only one record has); it must
+    write what onnxruntime's create_config_from_models writes from the cooked files."""
+    from onnxruntime.tools.ort_format_model.utils import create_config_from_models
+
+    assets = tmp_path / "assets"
+    save(slice_model(9), assets, "old")
+    save(slice_model(13), assets, "new")
+    settings = settings_for(tmp_path, RUNTIME_REDUCED + "type_reduction: true\n")
+    platform_dir = tmp_path / "build" / "target"
+    jobs = {name: job_for(assets, name, settings, tmp_path / "build") for name in ("new", "old")}
+    entries = {name: cook(job) for name, job in jobs.items()}
+    records = [json.loads(entries[name]["operators"]["types"]["ai.onnx;Slice"]) for name in ("new", "old")]
+    assert sorted(records[0]["inputs"]) == ["0", "1"] and sorted(records[1]["inputs"]) == ["0"]
+
+    files = tmp_path / "files"
+    files.mkdir()
+    for name in entries:  # the shipped models and their saved optimizations applied, as the cook lists
+        (files / f"{name}.ort").write_bytes(decode_blob(blob_path(platform_dir, name, "ort").read_bytes())[1])
+        (files / f"{name}.applied.ort").write_bytes(applied_variant(jobs[name]))
+    create_config_from_models(sorted(files.iterdir()), tmp_path / "expected", enable_type_reduction=True)
+
+    opconfig.write_operator_configs(platform_dir, entries)
+    expected = (tmp_path / "expected").read_text().replace(f"{files}/", "")
+    assert (platform_dir / layout.OPS_AND_TYPES_CONFIG).read_text() == expected
 
 
 def test_no_config_without_reduced_build(tmp_path: Path) -> None:

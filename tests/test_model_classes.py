@@ -15,8 +15,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.actions import _summary
 from pipeline.build.run_job import cook
+from pipeline.build.summary import cook_line
 from pipeline.errors import ModelError, VerifyError
 from pipeline.layout import blob_path
 from pipeline.runtime import session_from_blob
@@ -51,7 +51,7 @@ def test_symbolic_dims_without_a_size_are_verified_at_one(tmp_path: Path, platfo
     verification = entry["verification"]
     assert verification["default_dims"] == {"batch": 1, "seq": 1}
     assert all(output["ok"] for output in verification["outputs"])
-    assert "(synthesized inputs, batch=1, seq=1)" in _summary(entry)
+    assert "(synthesized inputs, batch=1, seq=1)" in cook_line(entry)
     # verify_dims still wins where given; the dims it gives are not defaulted
     entry = cook(job_for(assets, "emb", shipped_settings(platform, verify_dims={"seq": 5}), tmp_path / "b2"))
     assert entry["verification"]["default_dims"] == {"batch": 1}
@@ -80,7 +80,7 @@ def test_a_conv_net_over_free_height_and_width_is_verified_at_the_second_size(tm
     entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"height": 32, "width": 32}
     assert entry["verification"]["outputs"][0]["ok"]
-    assert "(synthesized inputs, height=32, width=32)" in _summary(entry)
+    assert "(synthesized inputs, height=32, width=32)" in cook_line(entry)
 
 
 def test_dims_without_a_name_are_tried_at_the_second_size_too(tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_an_audio_frontend_is_verified_at_a_signals_length(tmp_path: Path, platf
     verification = entry["verification"]
     assert verification["default_dims"] == {"batch_size": 1, "N": 16000}
     assert [output["ok"] for output in verification["outputs"]] == [True, True]
-    assert "(synthesized inputs, N=16000, batch_size=1)" in _summary(entry)
+    assert "(synthesized inputs, N=16000, batch_size=1)" in cook_line(entry)
     settings = shipped_settings(platform)
     blob = blob_path(tmp_path / "build" / platform, "frontend", settings.format).read_bytes()
     feeds = {
@@ -244,7 +244,7 @@ def test_dims_without_a_name_over_a_batch_are_tried_at_224_where_the_inputs_stay
     entry = cook(job_for(assets, "vad", shipped_settings(platform), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"?": 224}
     assert entry["verification"]["outputs"][0]["ok"]
-    assert "(synthesized inputs, ?=224)" in _summary(entry)
+    assert "(synthesized inputs, ?=224)" in cook_line(entry)
 
 
 def test_an_image_batch_without_a_name_is_not_tried_at_224(tmp_path: Path) -> None:
@@ -584,7 +584,7 @@ def test_dims_bound_to_each_other_are_found_at_one_or_two(tmp_path: Path) -> Non
     entry = cook(job_for(assets, "decoder", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"batch": 1, "seq": 1, "total": 2, "past": 1}
     assert entry["verification"]["outputs"][0]["ok"]
-    assert "(synthesized inputs, batch=1, past=1, seq=1, total=2)" in _summary(entry)
+    assert "(synthesized inputs, batch=1, past=1, seq=1, total=2)" in cook_line(entry)
 
 
 def test_a_dim_named_by_an_expression_is_computed_from_the_others(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ still catches a wrong one (docs/verification.md has the measurements behind it).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,15 +137,115 @@ def test_a_broken_model_fails_the_default_rule(model_name: str, breakage: str) -
     source = SMALL_MODELS[model_name]()
     feeds = feeds_for(source)
     reference = reference_outputs(source, feeds)
+    default_level = reference_outputs(source, feeds, optimized=True)  # as the cook passes it
     settings = shipped_settings("windows-dml")
     assert settings.verify_scale == DEFAULT_VERIFY_SCALE
-    verify(make_blob(source.SerializeToString(), "onnx"), reference, feeds, settings)  # the intact one passes
+    intact = verify(
+        make_blob(source.SerializeToString(), "onnx"), reference, feeds, settings, None, default_level
+    )
+    assert all(r.passed_by in ("elementwise", "scale") for r in intact)
 
     broken = BREAKAGES[breakage](source)
     with pytest.raises(
         VerifyError, match=r"outputs differ from the source .* largest error .* raise `verify_scale`"
     ):
-        verify(make_blob(broken.SerializeToString(), "onnx"), reference, feeds, settings)
+        verify(make_blob(broken.SerializeToString(), "onnx"), reference, feeds, settings, None, default_level)
+
+
+def test_an_output_as_onnxruntimes_default_level_computes_it_verifies_by_that_reference() -> None:
+    """A selection over near-ties (TopK) comes out in another order once onnxruntime's default level
+    rounds differently: here the unoptimized reference's rows are reversed, as such a reorder would,
+    and the default-level one is the blob's own. The output verifies by the default level, with its
+    figures against it; without that reference, or with explicit tolerances (verify_scale off: the
+    strict rule against the unoptimized source), it does not."""
+    source = mlp_model()
+    feeds = feeds_for(source)
+    blob = make_blob(source.SerializeToString(), "onnx")
+    default_level = reference_outputs(source, feeds, optimized=True)
+    reordered = {name: value[..., ::-1].copy() for name, value in reference_outputs(source, feeds).items()}
+    settings = shipped_settings("windows-dml")
+
+    (result,) = verify(blob, reordered, feeds, settings, None, default_level)
+    assert result.ok and result.passed_by == "default-level" and result.rel_l2 <= settings.verify_scale
+    with pytest.raises(VerifyError, match="outputs differ from the source"):
+        verify(blob, reordered, feeds, settings)
+    with pytest.raises(VerifyError, match="verify_scale is off"):
+        verify(blob, reordered, feeds, replace(settings, verify_scale=0.0), None, default_level)
+    moved = {name: value + 1.0 for name, value in default_level.items()}  # neither reference
+    with pytest.raises(VerifyError, match="outputs differ from the source"):
+        verify(blob, reordered, feeds, settings, None, moved)
+
+
+def test_the_outputs_a_selection_computes_are_found_in_graphs_subgraphs_and_functions() -> None:
+    """Only outputs computed from a TopK, ArgMax, ArgMin, NonMaxSuppression or Unique may verify
+    against the source's default level: downstream of one through any node, an If's branch or a
+    local function; not an output beside it."""
+    from onnx import TensorProto, helper
+
+    from pipeline.cook.verify import selection_outputs
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("boxes", "plain")]
+    graph = helper.make_graph(
+        [
+            helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1),
+            helper.make_node("Relu", ["values"], ["boxes"]),
+            helper.make_node("Sigmoid", ["x"], ["plain"]),
+        ],
+        "g",
+        [x, k],
+        outputs,
+    )
+    assert selection_outputs(helper.make_model(graph)) == {"boxes"}
+
+    # a branch that takes an argmax of an outer value: the If's output is one
+    branch = helper.make_graph(
+        [helper.make_node("ArgMax", ["x"], ["best"], axis=1)],
+        "then",
+        [],
+        [helper.make_tensor_value_info("best", TensorProto.INT64, None)],
+    )
+    plain = helper.make_graph(
+        [helper.make_node("Identity", ["k"], ["same"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("same", TensorProto.INT64, None)],
+    )
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    nested = helper.make_graph(
+        [
+            helper.make_node("If", ["cond"], ["picked"], then_branch=branch, else_branch=plain),
+            helper.make_node("Neg", ["x"], ["negated"]),
+        ],
+        "g",
+        [x, k, cond],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("picked", "negated")],
+    )
+    assert selection_outputs(helper.make_model(nested)) == {"picked"}
+
+    # a local function that holds a NonMaxSuppression, called by the graph
+    nms = helper.make_function(
+        "studio",
+        "Detect",
+        ["b", "s"],
+        ["kept"],
+        [helper.make_node("NonMaxSuppression", ["b", "s"], ["kept"])],
+        [helper.make_opsetid("", 17)],
+    )
+    called = helper.make_graph(
+        [helper.make_node("Detect", ["x", "k"], ["detections"], domain="studio")],
+        "g",
+        [x, k],
+        [helper.make_tensor_value_info("detections", TensorProto.INT64, None)],
+    )
+    model = helper.make_model(
+        called,
+        functions=[nms],
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("studio", 1)],
+    )
+    assert selection_outputs(model) == {"detections"}
+    assert selection_outputs(mlp_model()) == set()
 
 
 def two_outputs_model() -> onnx.ModelProto:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from doit.exceptions import TaskFailed
 
 from pipeline.build.stamps import record
+from pipeline.build.summary import cook_line
 from pipeline.cook.job import CookJob, RuntimeCheck
 from pipeline.cook.key import BUNDLE_FORMAT, canonical_json
 from pipeline.errors import CookError
@@ -124,7 +125,7 @@ def _failed(exc: CookError, cache: CookCache | None) -> str:
 
 
 def _print_summary(entry: Mapping[str, Any], cache: CookCache | None) -> None:
-    summary = _summary(entry) + (" (from the cook cache)" if cache is not None and cache.hit else "")
+    summary = cook_line(entry) + (" (from the cook cache)" if cache is not None and cache.hit else "")
     lines = [summary, *(cache.notes if cache is not None else [])]
     sys.stdout.write("\n".join(lines) + "\n")  # one write: lines stay whole under `doit -n`
 
@@ -174,37 +175,6 @@ def fail_unusable(problem: str) -> TaskFailed:
     """The action of a model that could not be planned (its name, its settings file): the problem
     found when the tasks were loaded, now, as this model's failure."""
     return TaskFailed(problem)
-
-
-def _summary(entry: Mapping[str, Any]) -> str:
-    verification = entry["verification"]
-    if "outputs" in verification:
-        worst = max((o["max_abs"] for o in verification["outputs"]), default=0.0)
-        dims = "".join(f", {d}={n}" for d, n in verification.get("default_dims", {}).items())
-        checked = f"verified ({verification['inputs']} inputs{dims}), max abs error {worst:.2g}"
-    else:
-        checked = "NOT verified (verify: false)"
-    size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
-    if entry["blob_size"] > entry["source_size"]:
-        size += f" ({_why_larger(entry)})"
-    # The shipped name (<model>.<content hash>.<format>.ocb) is given when the manifest is written.
-    line = f"{entry['settings']['platform']}:{entry['name']}: {entry['format']} blob of {size}, {checked}"
-    for fallback in entry.get("fallbacks", []):
-        if "disabled_optimizers" in fallback:
-            done = f"without {', '.join(fallback['disabled_optimizers'])}"
-        else:
-            done = "with " + ", ".join(f"{k} {v}" for k, v in fallback["used"].items())
-        line += f"\n  warning: {entry['name']} cooked {done}: {fallback['why']}"
-    return line
-
-
-def _why_larger(entry: Mapping[str, Any]) -> str:
-    """Why a blob can be larger than its source: what the blob adds, and why compression did not
-    make up for it."""
-    added = ["the blob's header and checksums"]
-    if entry["format"] == "ort":
-        added.append("the ORT format's kernel tables")
-    return f"larger: {' and '.join(added)}; float weights barely compress"
 
 
 def run_manifest(

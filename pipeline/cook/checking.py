@@ -39,7 +39,15 @@ from pipeline.cook.precision import (
 from pipeline.cook.precision import accuracy as precision_accuracy
 from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead
-from pipeline.cook.verify import CPU_ONLY, RANDOM_SEED, reference_outputs, rounding_noise, verify
+from pipeline.cook.verify import (
+    CPU_ONLY,
+    DEFAULT_LEVEL,
+    RANDOM_SEED,
+    reference_outputs,
+    rounding_noise,
+    selection_outputs,
+    verify,
+)
 from pipeline.errors import ModelError, VerifyError
 from pipeline.isolate import Crash, run_isolated
 from pipeline.layout import (
@@ -192,9 +200,21 @@ def verify_blob(
             reference = _source_reference(job, model, inputs)
         except Exception as exc:  # onnxruntime errors on the source itself
             raise _cannot_run(job, "the source model", exc, inputs) from None
-        noise = _rounding_noise(model, feeds, reference, job) if settings.verify_scale else {}
+        noise, default_level = (
+            _rounding_noise(model, feeds, reference, job) if settings.verify_scale else ({}, {})
+        )
+        # Only outputs a selection computes may take the default level as their reference: elsewhere
+        # a difference between the source's two runs is precision lost (MatMulNBits' int8
+        # activations), which takes the user's verify_scale
+        selected = selection_outputs(model)
+        default_level = {name: value for name, value in default_level.items() if name in selected}
     with step("verify: the cooked blob, through the loader"):
-        results = verify(blob, reference, feeds, settings, noise)
+        results = verify(blob, reference, feeds, settings, noise, default_level)
+    # The runtime check compares the target's outputs with what each output verified against
+    stored = {
+        name: default_level[name] if result.passed_by == DEFAULT_LEVEL else value
+        for (name, value), result in zip(reference.items(), results, strict=True)
+    }
     report = {
         "inputs": origin,
         **({"default_dims": inputs.free_dims} if inputs.free_dims else {}),
@@ -204,14 +224,15 @@ def verify_blob(
         **({"atol_of_range": of_range} if (of_range := VERIFY_ATOL_OF_RANGE.get(settings.precision)) else {}),
         "outputs": [asdict(r) for r in results],
     }
-    return report, _verify_data(feeds, reference)
+    return report, _verify_data(feeds, stored)
 
 
 def _rounding_noise(
     model: onnx.ModelProto, feeds: Mapping[str, Any], reference: Mapping[str, Any], job: CookJob
-) -> dict[str, tuple[float, float]]:
+) -> tuple[dict[str, tuple[float, float]], dict[str, Any]]:
     """How far onnxruntime's own default-level optimizations move the source's outputs on these
-    inputs (pipeline.cook.verify.rounding_noise); none where that run fails (the fixed scale applies)."""
+    inputs (pipeline.cook.verify.rounding_noise), and those outputs; none where that run fails (the
+    fixed scale applies)."""
 
     def run() -> dict[str, Any]:
         memo = reference_memo_dir(job.platform_dir.parent)
@@ -222,8 +243,10 @@ def _rounding_noise(
         # (a segfault in a level-3 optimizer), which is as uninformative here as a refusal
         optimized = run_isolated(run)
     except Exception:  # an optimizer onnxruntime applies at its default level fails on this model
-        return {}
-    return {} if isinstance(optimized, Crash) else rounding_noise(reference, optimized)
+        return {}, {}
+    if isinstance(optimized, Crash):
+        return {}, {}
+    return rounding_noise(reference, optimized), optimized
 
 
 def refuse_meaningless(feeds: Mapping[str, Any], origin: str) -> None:

@@ -39,7 +39,8 @@ class OutputDifference:
     rel_l2: float = 0.0  # ||got - want|| / ||want|| (Euclidean norms over the whole output)
     cosine: float = 1.0  # of got and want as vectors; 1.0 when both are zero
     # Which rule passed it: "elementwise" (rtol/atol), "scale" (rel_l2 and of_range within the fixed
-    # bounds), "noise" (within them raised to the source's own rounding noise); "" if none.
+    # bounds), "noise" (within them raised to the source's own rounding noise), "default-level"
+    # (within them of the source's output at onnxruntime's default level: verify.verify); "" if none.
     passed_by: str = "elementwise"
     # The element with the largest error: its index and both values ("" when nothing differs).
     worst: str = ""

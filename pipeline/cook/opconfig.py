@@ -177,6 +177,8 @@ def _union(a: Any, b: Any) -> Any:
     seeing both models (sets of types per input/output index, or sets of type triples)."""
     if a is None:
         return b
+    if b is None:  # a key only one model's record has (an input index only its graph feeds)
+        return a
     if isinstance(a, dict):
         return {key: _union(a.get(key), b.get(key)) for key in a.keys() | b.keys()}
     return sorted({tuple(x) if isinstance(x, list) else x for x in [*a, *b]})

@@ -11,6 +11,7 @@ import io
 import math
 import zipfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ from pipeline.runtime import BundleError, session_from_blob
 from pipeline.settings.resolve import CookSettings
 
 CPU_ONLY = ["CPUExecutionProvider"]
+# OutputDifference.passed_by of an output that matches the source's default-level output (verify)
+DEFAULT_LEVEL = "default-level"
+# Operators whose results jump where their inputs nearly tie: any rounding may reorder or swap what
+# they select. Outputs computed from one may verify against the source's default level.
+SELECTIONS = frozenset({"TopK", "ArgMax", "ArgMin", "NonMaxSuppression", "Unique"})
 # The cooker loads the blob it just wrote whatever its size (games keep the loader's 2 GiB guard).
 TRUSTED_SIZE = 1 << 62
 # Bump when what reference_outputs computes changes: remembered references are then recomputed.
@@ -188,9 +194,18 @@ def verify(
     feeds: Mapping[str, np.ndarray],
     settings: CookSettings,
     noise: Mapping[str, tuple[float, float]] | None = None,
+    default_level: Mapping[str, Any] | None = None,
 ) -> list[OutputDifference]:
     """Run the cooked blob through the runtime loader on the CPU and compare every output (``noise``:
-    each output's rounding noise, ``rounding_noise``)."""
+    each output's rounding noise, ``rounding_noise``).
+
+    An output the unoptimized source's refuses also verifies where it is within the fixed bounds of
+    its ``default_level`` output, the source's at onnxruntime's default level (what a session of the
+    source file computes): ``passed_by`` DEFAULT_LEVEL. The cook passes those of the outputs a
+    selection computes only (``selection_outputs``: TopK, NMS, argmax over near-ties): a YOLO
+    end-to-end detector's top 300 boxes come out in another order once the default level fuses its
+    convolutions, and the cooked model, loaded at that level, gives exactly the source's
+    default-level boxes."""
     try:
         onnxruntime.set_seed(RANDOM_SEED)
         session = session_from_blob(blob, providers=CPU_ONLY, max_model_size=TRUSTED_SIZE)
@@ -205,9 +220,87 @@ def verify(
         raise VerifyError(f"the cooked model lacks output(s) {missing}")
     of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
     results = compare(reference, actual, settings.rtol, settings.atol, of_range, settings.verify_scale, noise)
+    if default_level and settings.verify_scale:
+        results = [
+            result if result.ok else _against_default_level(result, default_level, actual, settings, of_range)
+            for result in results
+        ]
     failed = [r for r in results if not r.ok]
     if failed:
         raise VerifyError(
             failure_message(failed, settings.rtol, settings.atol, of_range, settings.verify_scale)
         )
     return results
+
+
+def _against_default_level(
+    result: OutputDifference,
+    default_level: Mapping[str, Any],
+    actual: Mapping[str, Any],
+    settings: CookSettings,
+    of_range: float,
+) -> OutputDifference:
+    """``result`` again against the source's default-level output, within the fixed bounds (not
+    raised by noise): passed by DEFAULT_LEVEL, with its figures and the unoptimized run's noise;
+    else ``result`` as it was."""
+    if result.name not in default_level:
+        return result
+    (again,) = compare(
+        {result.name: default_level[result.name]},
+        {result.name: actual[result.name]},
+        settings.rtol,
+        settings.atol,
+        of_range,
+        settings.verify_scale,
+    )
+    if not again.ok:
+        return result
+    return replace(
+        again, passed_by=DEFAULT_LEVEL, noise_rel_l2=result.noise_rel_l2, noise_of_range=result.noise_of_range
+    )
+
+
+def selection_outputs(model: onnx.ModelProto) -> set[str]:
+    """The model's outputs computed from a selection (SELECTIONS of the default domain, in the main
+    graph, a subgraph or a local function): a YOLO detector's top boxes, a classifier's argmax.
+    A node with subgraphs reads every name they read (outer-scope values included)."""
+    functions = {(f.domain, f.name): f for f in model.functions}
+    selecting: dict[tuple[str, str], bool] = {}
+
+    def selects(node: onnx.NodeProto) -> bool:
+        if node.domain in ("", "ai.onnx") and node.op_type in SELECTIONS:
+            return True
+        key = (node.domain, node.op_type)
+        if key in functions:
+            if key not in selecting:
+                selecting[key] = False  # a function that calls itself is not a selection by that call
+                selecting[key] = any(selects(inner) for inner in functions[key].node)
+            return selecting[key]
+        return any(selects(inner) for graph in _subgraphs(node) for inner in graph.node)
+
+    def reads(node: onnx.NodeProto) -> set[str]:
+        names = set(node.input)
+        for graph in _subgraphs(node):
+            names |= {name for inner in graph.node for name in reads(inner)}
+        return names
+
+    nodes = [(node, selects(node), reads(node)) for node in model.graph.node]
+    tainted: set[str] = set()
+    grown = True
+    while grown:  # to a fixed point: a valid graph is sorted, but nothing here relies on it
+        before = len(tainted)
+        for node, selecting_node, read in nodes:
+            if selecting_node or not read.isdisjoint(tainted):
+                tainted.update(name for name in node.output if name)
+        grown = len(tainted) > before
+    return {output.name for output in model.graph.output if output.name in tainted}
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    found = []
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            found.append(attribute.g)
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            found.extend(attribute.graphs)
+    return found

@@ -1,0 +1,50 @@
+"""The line each cook prints (and the report shows): what was cooked, its size, how it verified.
+
+Loaded with the tasks on every doit command: the standard library only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def cook_line(entry: Mapping[str, Any]) -> str:
+    """The line a cook prints: the blob, its size against the source's and why, how it verified,
+    and a warning line per fallback the cook took."""
+    verification = entry["verification"]
+    if "outputs" in verification:
+        worst = max((o["max_abs"] for o in verification["outputs"]), default=0.0)
+        dims = "".join(f", {d}={n}" for d, n in verification.get("default_dims", {}).items())
+        checked = f"verified ({verification['inputs']} inputs{dims}), max abs error {worst:.2g}"
+        if moved := ", ".join(  # its figures are then against the source's default-level run (cook.verify)
+            f"{o['name']!r} by relative L2 {o['noise_rel_l2']:.2g}"
+            for o in verification["outputs"]
+            if o.get("passed_by") == "default-level"
+        ):
+            checked += (
+                f" against onnxruntime's default-level run of the source, which moves {moved} from its "
+                "unoptimized run (a selection such as TopK over near-ties, reordered)"
+            )
+    else:
+        checked = "NOT verified (verify: false)"
+    size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
+    if entry["blob_size"] > entry["source_size"]:
+        size += f" ({_why_larger(entry)})"
+    # The shipped name (<model>.<content hash>.<format>.ocb) is given when the manifest is written.
+    line = f"{entry['settings']['platform']}:{entry['name']}: {entry['format']} blob of {size}, {checked}"
+    for fallback in entry.get("fallbacks", []):
+        if "disabled_optimizers" in fallback:
+            done = f"without {', '.join(fallback['disabled_optimizers'])}"
+        else:
+            done = "with " + ", ".join(f"{k} {v}" for k, v in fallback["used"].items())
+        line += f"\n  warning: {entry['name']} cooked {done}: {fallback['why']}"
+    return line
+
+
+def _why_larger(entry: Mapping[str, Any]) -> str:
+    """Why a blob can be larger than its source: what the blob adds, and why compression did not
+    make up for it."""
+    added = ["the blob's header and checksums"]
+    if entry["format"] == "ort":
+        added.append("the ORT format's kernel tables")
+    return f"larger: {' and '.join(added)}; float weights barely compress"
