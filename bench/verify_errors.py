@@ -324,8 +324,9 @@ def _rule(
         f"that, each bound raised to {NOISE_FACTOR:g} times the source's own rounding noise (optimizations "
         f"off against onnxruntime's default level, same inputs) where that is more, up to "
         f"{NOISE_CAP:g} times the fixed bound; non-finite values must match. An output that misses both "
-        "also verifies when it is within the fixed bounds of the source's output at onnxruntime's default "
-        "level (a selection over near-ties, reordered by that level's rounding: docs/design.md). Explicit "
+        "also verifies, where a selection computes it (TopK, ArgMax, ArgMin, NonMaxSuppression, Unique), "
+        "when it is within the fixed bounds of the source's output at onnxruntime's default level (near-ties "
+        "reordered by that level's rounding: docs/design.md). Explicit "
         "rtol/atol turn the second and third branches off.",
         "",
     ]

@@ -222,9 +222,9 @@ SETTINGS: tuple[Setting, ...] = (
             "an output that misses rtol/atol still verifies when its relative L2 error is at most this "
             "and its largest error at most 10 times this of its largest magnitude, or 4 times what "
             "onnxruntime's own optimizations move the source on the same inputs where that is more "
-            "(float32 rounding through deep networks; docs/verification.md), or when it is within these "
-            "bounds of the source's output at onnxruntime's default level (a TopK over near-ties, "
-            "reordered); applies while rtol and atol keep their defaults, 0 turns it off",
+            "(float32 rounding through deep networks; docs/verification.md), or, for an output a TopK, "
+            "ArgMax or NMS computes, within these bounds of the source's output at onnxruntime's default "
+            "level (near-ties reordered); applies while rtol and atol keep their defaults, 0 turns it off",
             low=0, cooked=_scale_rule),
     Setting("verify", BOOL, True, "compare cooked outputs with the source's"),
     Setting("verify_dims", DIM_SIZES, {},
