@@ -266,6 +266,71 @@ def test_an_image_batch_without_a_name_is_not_tried_at_224(tmp_path: Path) -> No
         cook(job_for(assets, "deep", shipped_settings("windows-dml"), tmp_path / "build"))
 
 
+def all_symbolic_lstm_model() -> onnx.ModelProto:
+    """As madmom's converter writes its beat trackers: ``input [input_dim_0, input_dim_1]`` (frames
+    by features), every dim symbolic, into an LSTM whose W [1, 4 * 3, 7] takes 7 features: no size
+    the cook tries (1, 32, 224, 16000) is 7."""
+    rng = np.random.default_rng(RNG_SEED)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Unsqueeze", ["input", "batch_axis"], ["sequence"]),
+            helper.make_node("LSTM", ["sequence", "W", "R"], ["output"], hidden_size=3),
+        ],
+        "all_symbolic",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["input_dim_0", "input_dim_1"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["input_dim_0", 1, 1, 3])],
+        [
+            numpy_helper.from_array(np.array([1], np.int64), "batch_axis"),
+            numpy_helper.from_array(rng.standard_normal((1, 12, 7)).astype(np.float32), "W"),
+            numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "R"),
+        ],
+    )
+    return model_of(graph, opset=17)
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_a_symbolic_dim_a_weight_sizes_is_given_that_size(tmp_path: Path, platform: str) -> None:
+    assets = tmp_path / "assets"
+    save(all_symbolic_lstm_model(), assets, "beats")
+    entry = cook(job_for(assets, "beats", shipped_settings(platform), tmp_path / "build"))
+    assert entry["verification"]["default_dims"] == {"input_dim_0": 1, "input_dim_1": 7}
+    assert entry["verification"]["outputs"][0]["ok"]
+    # verify_dims still wins over the weight: a size the LSTM refuses fails
+    settings = shipped_settings(platform, verify_dims={"input_dim_1": 8})
+    with pytest.raises(ModelError, match="cannot run the source model"):
+        cook(job_for(assets, "beats", settings, tmp_path / "b2"))
+
+
+def test_the_weights_that_size_a_free_dim_are_found_through_axis_moves() -> None:
+    """MatMul (the input's last axis), Gemm (transA/transB), Conv (channels times groups), RNNs (the
+    feature axis), through Unsqueeze and Transpose; two weights that disagree leave the dim free."""
+    from pipeline.cook.dims import pinned_sizes
+
+    rng = np.random.default_rng(RNG_SEED)
+
+    def model(nodes: list, shape: list, weights: dict) -> onnx.ModelProto:
+        inits = [numpy_helper.from_array(v, k) for k, v in weights.items()]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+        y = helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)
+        return model_of(helper.make_graph(nodes, "g", [x], [y], inits), opset=17)
+
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    assert pinned_sizes(model([helper.make_node("MatMul", ["x", "w"], ["y"])], ["n", "k"], {"w": w})) == {
+        "k": 5
+    }
+    gemm = helper.make_node("Gemm", ["x", "w"], ["y"], transA=1, transB=1)
+    assert pinned_sizes(model([gemm], ["k", "n"], {"w": w})) == {"k": 4}
+    conv = helper.make_node("Conv", ["t", "w"], ["y"], group=2)
+    transpose = helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])  # NHWC -> NCHW
+    kernel = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    assert pinned_sizes(model([transpose, conv], ["b", "h", "w_", "c"], {"w": kernel})) == {"c": 6}
+    both = [helper.make_node("MatMul", ["x", "w"], ["y1"]), helper.make_node("MatMul", ["x", "v"], ["y"])]
+    v = rng.standard_normal((6, 4)).astype(np.float32)
+    assert pinned_sizes(model(both, ["n", "k"], {"w": w, "v": v})) == {}
+    assert pinned_sizes(all_symbolic_lstm_model()) == {"input_dim_1": 7}
+    assert pinned_sizes(symbolic_conv_model(3)) == {}  # its channels are fixed: nothing to pin
+
+
 def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
     """A 225x225 convolution runs on neither 1x1, 32x32 nor 224x224 (nor 1 or 2 each): the error
     names the dims, the sizes tried and the fixes, and verify_dims then cooks the model."""

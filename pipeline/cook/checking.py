@@ -20,6 +20,7 @@ from pipeline.cook.dims import (
     WIDE_DIM_SIZE,
     bound_sizes,
     combinations_count,
+    pinned_sizes,
     signal_sizes,
     unsized_dims,
     wide_sizes,
@@ -69,6 +70,8 @@ class VerifyInputs:
     bound: int = 0  # then how many combinations of 1 and 2 (dims bound to each other)
     # the source's outputs on ``feeds`` where finding them ran it (not run again to verify)
     outputs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # those of free_dims a weight sizes (dims.pinned_sizes): that size in every try
+    pinned: dict[str, int] = field(default_factory=dict)
 
 
 def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyInputs:
@@ -79,13 +82,15 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
         return VerifyInputs(as_input_types(model, feeds), asset.inputs_path.name)
     settings_hint, inputs_hint = _hints(job)
     dims = dict(job.settings.verify_dims)
+    pinned = {label: size for label, size in pinned_sizes(model).items() if label not in dims}
+    dims |= pinned
     unsized = unsized_dims(model, dims)
     feeds = synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint)
     if not unsized:
-        return VerifyInputs(feeds, "synthesized")
+        return VerifyInputs(feeds, "synthesized", dict(pinned), pinned=pinned)
     sizes, tried, bound = dict.fromkeys(unsized, DEFAULT_DIM_SIZE), (DEFAULT_DIM_SIZE,), 0
     if (outputs := _source_outputs(job, model, feeds)) is not None:
-        return VerifyInputs(feeds, "synthesized", sizes, tried, outputs=outputs)
+        return VerifyInputs(feeds, "synthesized", sizes | pinned, tried, outputs=outputs, pinned=pinned)
     # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
     # RETRY_DIM_SIZE (all of them: which are spatial is not known), then at WIDE_DIM_SIZE but for a
     # leading batch (a deep conv net downsamples 32 to nothing), then a signal's length at
@@ -107,13 +112,13 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
             continue
         tried += (size,)
         if (outputs := _source_outputs(job, model, wider)) is not None:
-            return VerifyInputs(wider, "synthesized", retried, tried, outputs=outputs)
+            return VerifyInputs(wider, "synthesized", retried | pinned, tried, outputs=outputs, pinned=pinned)
     # Dims bound to each other (a KV cache's total = past + new): each at 1 or 2
     bound = combinations_count(unsized)
     found = run_isolated(lambda: _first_runnable(job, model, dims, unsized))
     if found is not None and not isinstance(found, Crash):
         feeds, sizes = found
-    return VerifyInputs(feeds, "synthesized", sizes, tried, bound)
+    return VerifyInputs(feeds, "synthesized", sizes | pinned, tried, bound, pinned=pinned)
 
 
 def _first_runnable(
@@ -178,8 +183,9 @@ def _cannot_run(job: CookJob, what: str, exc: BaseException, inputs: VerifyInput
     settings_hint, inputs_hint = _hints(job)
     hint = ""
     if inputs.origin == "synthesized":
-        free = list(inputs.free_dims)
-        hint = f"; {synthesized_hint(free, inputs.tried, inputs_hint, settings_hint, inputs.bound)}"
+        free = [dim for dim in inputs.free_dims if dim not in inputs.pinned]
+        made = synthesized_hint(free, inputs.tried, inputs_hint, settings_hint, inputs.bound, inputs.pinned)
+        hint = f"; {made}"
     return ModelError(
         f"onnxruntime cannot run {what} on the verification inputs ({inputs.origin}): {exc}{hint}"
     )

@@ -10,7 +10,8 @@ bound to each other (a decoder with a KV cache, whose
 attention mask spans the past and the new tokens: ``total = past + seq``) run with none of those:
 then each free dimension is tried at 1 or 2 (``bound_sizes``). A dimension whose name is an
 expression of others (``past_sequence_length + 1``, as exporters write derived dimensions) is not
-free: it is computed from them.
+free: it is computed from them. A free dimension a weight sizes (``pinned_sizes``: the feature axis
+an LSTM's or MatMul's constant weight takes) has that size in every try.
 """
 
 from __future__ import annotations
@@ -251,3 +252,102 @@ def bound_sizes(free: list[str]) -> Iterator[dict[str, int]]:
 def combinations_count(free: list[str]) -> int:
     """How many combinations bound_sizes tries for ``free``."""
     return 0 if len(free) < 2 else min(MAX_BOUND_TRIES, 2 ** len(free) - 1)
+
+
+# Operators that keep each axis of their first input where it was (a free dim stays itself)
+_AXIS_KEEPING = frozenset(
+    {
+        "Identity",
+        "Cast",
+        "Relu",
+        "Sigmoid",
+        "Tanh",
+        "Neg",
+        "Abs",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "LeakyRelu",
+        "Clip",
+        "Dropout",
+        "Softplus",
+        "Elu",
+        "Selu",
+        "HardSigmoid",
+        "Erf",
+    }
+)
+
+
+def pinned_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """Free dims whose size a weight fixes: the first input of a MatMul, Gemm, Conv, LSTM, GRU or RNN
+    with a constant weight, reached from a graph input through Unsqueeze, Transpose and operators
+    that keep axes. A converter that leaves every dim symbolic (madmom's: ``input [input_dim_0,
+    input_dim_1]`` into an LSTM whose W is [1, 100, 266]) makes a model that runs at that size only,
+    which no tried size finds. A dim two weights size differently is left free (the error names it)."""
+    graph = model.graph
+    weights = {tensor.name: list(tensor.dims) for tensor in graph.initializer}
+    axes_of: dict[str, list[str | None]] = {}  # tensor -> the free dim label at each of its axes
+    for value in feed_inputs(graph):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is not None and tensor_type.HasField("shape"):
+            axes_of[value.name] = [
+                dim.dim_param
+                if fixed_size(dim) is None and dim.dim_param and expression_names(dim.dim_param) is None
+                else None
+                for dim in tensor_type.shape.dim
+            ]
+    found: dict[str, set[int]] = {}
+    for node in graph.node:
+        if not node.input or node.input[0] not in axes_of or node.domain not in ("", "ai.onnx"):
+            continue
+        axes = axes_of[node.input[0]]
+        attributes = {attribute.name: attribute for attribute in node.attribute}
+        weight = weights.get(node.input[1]) if len(node.input) > 1 else None
+        where: tuple[int, int] | None = None  # (axis of the input, the size the weight gives it)
+        if node.op_type in _AXIS_KEEPING:
+            axes_of[node.output[0]] = axes
+        elif node.op_type == "Transpose":
+            perm = list(attributes["perm"].ints) if "perm" in attributes else list(range(len(axes)))[::-1]
+            if sorted(perm) == list(range(len(axes))):
+                axes_of[node.output[0]] = [axes[i] for i in perm]
+        elif node.op_type == "Unsqueeze":
+            inserted = _unsqueeze_axes(node, attributes, graph)
+            if inserted is not None:
+                rank, out = len(axes) + len(inserted), list(axes)
+                for axis in sorted(a % rank for a in inserted):
+                    out.insert(axis, None)
+                axes_of[node.output[0]] = out
+        elif weight is None:
+            continue
+        elif node.op_type == "MatMul" and len(weight) >= 2 and axes:
+            where = (len(axes) - 1, weight[-2])
+        elif node.op_type == "Gemm" and len(weight) == 2 and len(axes) == 2:
+            trans_a, trans_b = (attributes[k].i if k in attributes else 0 for k in ("transA", "transB"))
+            where = (0 if trans_a else 1, weight[1 if trans_b else 0])
+        elif node.op_type == "Conv" and len(weight) >= 3 and len(axes) == len(weight):
+            where = (1, weight[1] * (attributes["group"].i if "group" in attributes else 1))
+        elif node.op_type in ("LSTM", "GRU", "RNN") and len(weight) == 3 and len(axes) == 3:
+            where = (2, weight[2])
+        if where is not None and axes[where[0]] is not None and where[1] > 0:
+            found.setdefault(axes[where[0]], set()).add(where[1])  # type: ignore[arg-type]
+    return {label: sizes.pop() for label, sizes in found.items() if len(sizes) == 1}
+
+
+def _unsqueeze_axes(
+    node: onnx.NodeProto, attributes: Mapping[str, onnx.AttributeProto], graph: onnx.GraphProto
+) -> list[int] | None:
+    """Unsqueeze's axes: its attribute (before opset 13) or its constant second input, else None."""
+    if "axes" in attributes:
+        return list(attributes["axes"].ints)
+    if len(node.input) < 2:
+        return None
+    for tensor in graph.initializer:
+        if tensor.name == node.input[1] and tensor.data_type == onnx.TensorProto.INT64:
+            return [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
+    for constant in graph.node:
+        if constant.op_type == "Constant" and constant.output and constant.output[0] == node.input[1]:
+            for attribute in constant.attribute:
+                if attribute.name == "value" and attribute.t.data_type == onnx.TensorProto.INT64:
+                    return [int(v) for v in onnx.numpy_helper.to_array(attribute.t).reshape(-1)]
+    return None

@@ -31,10 +31,16 @@ _KINDS = {
 
 
 def synthesized_hint(
-    free: list[str], tried: tuple[int, ...], where: str, settings_path: str, bound: int = 0
+    free: list[str],
+    tried: tuple[int, ...],
+    where: str,
+    settings_path: str,
+    bound: int = 0,
+    pinned: Mapping[str, int] | None = None,
 ) -> str:
     """What to do when the source cannot run on synthesized inputs: what they were (the dims in
-    ``free`` given each size in ``tried``, then ``bound`` combinations of 1 and 2), and the fixes."""
+    ``free`` given each size in ``tried``, then ``bound`` combinations of 1 and 2; ``pinned`` dims at
+    the size a weight gives them), and the fixes."""
     named = [d for d in free if d != UNNAMED]
     notes = {
         WIDE_DIM_SIZE: " (a named leading batch at 1)",
@@ -48,6 +54,9 @@ def synthesized_hint(
     )
     if free:
         text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
+    if pinned:
+        sized = ", ".join(f"{name} at {size}" for name, size in pinned.items())
+        text += f"; {sized}, the size the weight of its first MatMul, Gemm, Conv or recurrent node gives it"
     text += f"); if the model needs other values, ship sample inputs as {where} (numpy.savez"
     text += ", keys = input names)"
     if named:
