@@ -109,3 +109,32 @@ def assert_same_outputs(
     for name, value in want.items():
         assert got[name].shape == value.shape, (model, name)
         np.testing.assert_allclose(got[name], value, rtol=1e-3, atol=1e-3, err_msg=f"{model}: {name}")
+
+
+@pytest.mark.slow
+def test_openvinos_refusal_of_dynamic_shapes_names_the_fixed_dims_that_load(
+    cooked: Path, tmp_path: Path, project_copier: Callable[[Path], Path]
+) -> None:
+    """OpenVINO's CPU plugin compiles no dynamic shape ("to_shape was called on a dynamic shape" for
+    the Kaldi frontend's Range), so the runtime check in onnxruntime-openvino refuses the model; its
+    message names the model's free dims to fix for the platform, and with them fixed it loads."""
+    project = project_copier(tmp_path / "project")
+    shutil.rmtree(project / "assets")
+    for profile in (project / "platforms").glob("*.yaml"):
+        if profile.stem != "linux-openvino":
+            profile.unlink()
+    (project / "assets").mkdir()
+    kaldi = f"{FRONTENDS}preprocessors_data_kaldi"
+    shutil.copy2(cooked / "assets" / f"{kaldi}.onnx", project / "assets" / f"{kaldi}.onnx")
+
+    refused = doit(project, "cook")
+    assert refused.returncode != 0
+    fixed = "`platforms: {linux-openvino: {fixed_dims: {batch_size: <size>, N: <size>}}}`"
+    assert f"fix its dims at the sizes the game feeds there, {fixed} in its .cook.yaml" in refused.output
+
+    settings = "platforms: {linux-openvino: {fixed_dims: {batch_size: 1, N: 16000}}}\n"
+    (project / "assets" / f"{kaldi}.cook.yaml").write_text(settings)
+    run = doit(project, "cook")
+    assert run.returncode == 0, run.output
+    manifest = json.loads((project / "build" / "linux-openvino" / "manifest.json").read_text())
+    assert manifest["models"][kaldi]["inputs"][0]["shape"] == [1, 16000]

@@ -232,7 +232,7 @@ def placement_of(
         failed = {"measured": False, "reason": "the session failed", "preferred": preferred}
         return {**failed, "measured_with": measured_with}, (
             f"{preferred} ({measured_with}) could not create a session: {exc}. Nothing was retried on the "
-            f"CPU; {_session_hint(blob, header, settings or {})}"
+            f"CPU; {_session_hint(blob, header, settings or {}, str(exc))}"
         )
     except Exception as exc:  # noqa: BLE001  onnxruntime's run errors
         failed = {"measured": False, "reason": "the model failed to run", "preferred": preferred}
@@ -251,26 +251,35 @@ def placement_of(
     return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
 
 
-def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any]) -> str:
+_OUT = "take the EP out of `execution_providers` (or `skip_platforms` for this model)"
+
+
+def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any], error: str) -> str:
     """What to try when the preferred EP cannot create a session: a graph input that is also a graph
-    output (OpenVINO: "Duplicate definition of name") is named, since only the exporter can fix it."""
+    output (OpenVINO: "Duplicate definition of name") is named, since only the exporter can fix it;
+    an EP that compiles no dynamic shape (OpenVINO's CPU plugin: "dynamic rank") gets the model's
+    named free dims fixed (onnx-asr's Kaldi, NeMo, GigaAM and WeSpeaker frontends load so)."""
     try:
         cpu = session_from_blob(blob, providers=CPU_ONLY)
         inputs = {value.name for value in cpu.get_inputs()}
         passed = [value.name for value in cpu.get_outputs() if value.name in inputs]
+        free = dict.fromkeys(d for v in cpu.get_inputs() for d in v.shape if isinstance(d, str) and d)
     except Exception:  # noqa: BLE001  the generic advice then
-        passed = []
+        passed, free = [], {}
+    if "dynamic" in error and free:
+        sized = ", ".join(f"{dim}: <size>" for dim in free)
+        fixed = f"`platforms: {{{header.platform}: {{fixed_dims: {{{sized}}}}}}}`"
+        return f"fix its dims at the sizes the game feeds there, {fixed} in its .cook.yaml; or {_OUT}"
     if passed:
         return (
             f"graph output(s) {', '.join(map(repr, passed))} are also graph inputs, which some EPs refuse: "
-            "export the model with an Identity node before each such output (an output name of its own), "
-            "or take the EP out of `execution_providers` (or `skip_platforms` for this model)"
+            f"export the model with an Identity node before each such output (a name of its own), or {_OUT}"
         )
     lower = lower_level_helps(settings.get("optimization_level"))
     advice = "try `optimization_level: basic` for this model; or " if lower else ""
     if header.model_format == "ort":
         advice += f"as ONNX: {onnx_instead_for(header.platform, settings)}; or "
-    return advice + "take the EP out of `execution_providers` (or `skip_platforms` for this model)"
+    return advice + _OUT
 
 
 def load_paths(
