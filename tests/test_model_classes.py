@@ -26,6 +26,13 @@ from tests.test_cook import job_for, save, shipped_settings
 CPU = ["CPUExecutionProvider"]
 
 
+def cook_unconfigured(model: onnx.ModelProto, name: str, platform: str, tmp_path: Path) -> dict:
+    """``model`` saved as ``tmp_path/assets/<name>.onnx`` and cooked with the platform's shipped
+    settings and no .cook.yaml: its manifest entry."""
+    save(model, tmp_path / "assets", name)
+    return cook(job_for(tmp_path / "assets", name, shipped_settings(platform), tmp_path / "build"))
+
+
 def embedding_model() -> onnx.ModelProto:
     """ids [batch, seq] int64 -> mean of their embeddings [batch, 8]: both dims symbolic, as exporters
     leave a batch and a sequence length."""
@@ -168,9 +175,7 @@ def test_an_audio_frontend_is_verified_at_a_signals_length(tmp_path: Path, platf
     """A 400-sample STFT window fits neither 1, 32 nor 224 samples: a free signal length (the last
     axis of a float input, beside a batch) is then tried at 16000 (a second at 16 kHz), with the batch
     at 1 though the lengths input [batch_size] has it too."""
-    assets = tmp_path / "assets"
-    save(audio_frontend_model(), assets, "frontend")
-    entry = cook(job_for(assets, "frontend", shipped_settings(platform), tmp_path / "build"))
+    entry = cook_unconfigured(audio_frontend_model(), "frontend", platform, tmp_path)
     verification = entry["verification"]
     assert verification["default_dims"] == {"batch_size": 1, "N": 16000}
     assert [output["ok"] for output in verification["outputs"]] == [True, True]
@@ -239,9 +244,7 @@ def test_dims_without_a_name_over_a_batch_are_tried_at_224_where_the_inputs_stay
     """Dims without a name share one size, so a leading batch among them held them all at 1 in the
     224 try: a model that runs at none of 1 and 32 (Silero VAD) failed unconfigured. Where the inputs
     stay small (here 200 kB) the try sizes them all, batch included, at 224."""
-    assets = tmp_path / "assets"
-    save(unnamed_state_model(), assets, "vad")
-    entry = cook(job_for(assets, "vad", shipped_settings(platform), tmp_path / "build"))
+    entry = cook_unconfigured(unnamed_state_model(), "vad", platform, tmp_path)
     assert entry["verification"]["default_dims"] == {"?": 224}
     assert entry["verification"]["outputs"][0]["ok"]
     assert "(synthesized inputs, ?=224)" in cook_line(entry)
@@ -290,15 +293,13 @@ def all_symbolic_lstm_model() -> onnx.ModelProto:
 
 @pytest.mark.parametrize("platform", ["android", "windows-dml"])
 def test_a_symbolic_dim_a_weight_sizes_is_given_that_size(tmp_path: Path, platform: str) -> None:
-    assets = tmp_path / "assets"
-    save(all_symbolic_lstm_model(), assets, "beats")
-    entry = cook(job_for(assets, "beats", shipped_settings(platform), tmp_path / "build"))
+    entry = cook_unconfigured(all_symbolic_lstm_model(), "beats", platform, tmp_path)
     assert entry["verification"]["default_dims"] == {"input_dim_0": 1, "input_dim_1": 7}
     assert entry["verification"]["outputs"][0]["ok"]
     # verify_dims still wins over the weight: a size the LSTM refuses fails
     settings = shipped_settings(platform, verify_dims={"input_dim_1": 8})
     with pytest.raises(ModelError, match="cannot run the source model"):
-        cook(job_for(assets, "beats", settings, tmp_path / "b2"))
+        cook(job_for(tmp_path / "assets", "beats", settings, tmp_path / "b2"))
 
 
 def test_the_weights_that_size_a_free_dim_are_found_through_axis_moves() -> None:

@@ -25,6 +25,7 @@ import pytest
 
 from bench.real import fetch, write_assets
 from pipeline.runtime import open_bundle
+from tests.realmodels import bare_project
 from tests.test_dodo import doit, run_session
 
 PACKAGES = (("pypi", "onnx-asr==0.12.0"), ("pypi", "silero-vad==6.2.3"))
@@ -39,11 +40,7 @@ SILERO_V5 = "silero_vad_data_silero_vad"  # dims without a name, over a batch
 @pytest.fixture(scope="module")
 def cooked(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[Path], Path]) -> Path:
     """The packages' models cooked for android and windows-dml: the project folder."""
-    project = project_copier(tmp_path_factory.mktemp("audio") / "project")
-    shutil.rmtree(project / "assets")  # the example assets: other tests cook those
-    for profile in (project / "platforms").glob("*.yaml"):
-        if profile.stem not in PLATFORMS:
-            profile.unlink()
+    project = bare_project(project_copier, tmp_path_factory.mktemp("audio") / "project", PLATFORMS)
     write_assets(fetch(PACKAGES, project.parent / "packages"), project / "assets")
     for inputs in (project / "assets").glob("*.inputs.npz"):  # what bench.real ships for the detectors
         inputs.unlink()
@@ -118,12 +115,7 @@ def test_openvinos_refusal_of_dynamic_shapes_names_the_fixed_dims_that_load(
     """OpenVINO's CPU plugin compiles no dynamic shape ("to_shape was called on a dynamic shape" for
     the Kaldi frontend's Range), so the runtime check in onnxruntime-openvino refuses the model; its
     message names the model's free dims to fix for the platform, and with them fixed it loads."""
-    project = project_copier(tmp_path / "project")
-    shutil.rmtree(project / "assets")
-    for profile in (project / "platforms").glob("*.yaml"):
-        if profile.stem != "linux-openvino":
-            profile.unlink()
-    (project / "assets").mkdir()
+    project = bare_project(project_copier, tmp_path / "project", ["linux-openvino"])
     kaldi = f"{FRONTENDS}preprocessors_data_kaldi"
     shutil.copy2(cooked / "assets" / f"{kaldi}.onnx", project / "assets" / f"{kaldi}.onnx")
 

