@@ -24,19 +24,6 @@ import onnx
 
 from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 
-_ITEM_SIZES = {
-    onnx.TensorProto.FLOAT: 4,
-    onnx.TensorProto.FLOAT16: 2,
-    onnx.TensorProto.BFLOAT16: 2,
-    onnx.TensorProto.DOUBLE: 8,
-    onnx.TensorProto.INT64: 8,
-    onnx.TensorProto.INT32: 4,
-    onnx.TensorProto.INT16: 2,
-    onnx.TensorProto.UINT16: 2,
-    onnx.TensorProto.INT8: 1,
-    onnx.TensorProto.UINT8: 1,
-    onnx.TensorProto.BOOL: 1,
-}
 _FLOATS = {
     onnx.TensorProto.FLOAT,
     onnx.TensorProto.FLOAT16,
@@ -174,8 +161,7 @@ def input_bytes(model: onnx.ModelProto, dims: Mapping[str, int], free: Mapping[s
         for dim in tensor_type.shape.dim:
             known = fixed_size(dim)
             count *= known if known is not None else dim_size(dim.dim_param, dims, free)
-        itemsize = _ITEM_SIZES.get(tensor_type.elem_type, 8)
-        total += count * itemsize
+        total += count * onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).itemsize
     return total
 
 
