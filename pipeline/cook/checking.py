@@ -212,8 +212,9 @@ def verify_blob(
         # Only outputs a selection computes may take the default level as their reference: elsewhere
         # a difference between the source's two runs is precision lost (MatMulNBits' int8
         # activations), which takes the user's verify_scale
-        selected = selection_outputs(model)
-        default_level = {name: value for name, value in default_level.items() if name in selected}
+        if default_level:
+            selected = selection_outputs(model)
+            default_level = {name: value for name, value in default_level.items() if name in selected}
     with step("verify: the cooked blob, through the loader"):
         results = verify(blob, reference, feeds, settings, noise, default_level)
     # The runtime check compares the target's outputs with what each output verified against

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 
 import onnx
@@ -157,12 +158,19 @@ def input_bytes(model: onnx.ModelProto, dims: Mapping[str, int], free: Mapping[s
         tensor_type = input_tensor_type(value)
         if tensor_type is None:
             continue
-        count = 1
-        for dim in tensor_type.shape.dim:
-            known = fixed_size(dim)
-            count *= known if known is not None else dim_size(dim.dim_param, dims, free)
+        count = math.prod(input_shape(tensor_type, dims, free))
         total += count * onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).itemsize
     return total
+
+
+def input_shape(
+    tensor_type: onnx.TypeProto.Tensor, dims: Mapping[str, int], free: int | Mapping[str, int]
+) -> list[int]:
+    """An input's shape with its symbolic dims sized (``dim_size``)."""
+    return [
+        known if (known := fixed_size(dim)) is not None else dim_size(dim.dim_param, dims, free)
+        for dim in tensor_type.shape.dim
+    ]
 
 
 def signal_sizes(model: onnx.ModelProto, unsized: list[str]) -> dict[str, int] | None:
@@ -284,6 +292,7 @@ def pinned_sizes(model: onnx.ModelProto) -> dict[str, int]:
                 for dim in tensor_type.shape.dim
             ]
     found: dict[str, set[int]] = {}
+    constants: dict[str, onnx.TensorProto] | None = None  # made at the first Unsqueeze that needs it
     for node in graph.node:
         if not node.input or node.input[0] not in axes_of or node.domain not in ("", "ai.onnx"):
             continue
@@ -298,7 +307,9 @@ def pinned_sizes(model: onnx.ModelProto) -> dict[str, int]:
             if sorted(perm) == list(range(len(axes))):
                 axes_of[node.output[0]] = [axes[i] for i in perm]
         elif node.op_type == "Unsqueeze":
-            inserted = _unsqueeze_axes(node, attributes, graph)
+            if constants is None:
+                constants = _constants(graph)
+            inserted = _unsqueeze_axes(node, attributes, constants)
             if inserted is not None:
                 rank, out = len(axes) + len(inserted), list(axes)
                 for axis in sorted(a % rank for a in inserted):
@@ -321,19 +332,25 @@ def pinned_sizes(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _unsqueeze_axes(
-    node: onnx.NodeProto, attributes: Mapping[str, onnx.AttributeProto], graph: onnx.GraphProto
+    node: onnx.NodeProto,
+    attributes: Mapping[str, onnx.AttributeProto],
+    constants: Mapping[str, onnx.TensorProto],
 ) -> list[int] | None:
     """Unsqueeze's axes: its attribute (before opset 13) or its constant second input, else None."""
     if "axes" in attributes:
         return list(attributes["axes"].ints)
-    if len(node.input) < 2:
+    tensor = constants.get(node.input[1]) if len(node.input) > 1 else None
+    if tensor is None or tensor.data_type != onnx.TensorProto.INT64:
         return None
-    for tensor in graph.initializer:
-        if tensor.name == node.input[1] and tensor.data_type == onnx.TensorProto.INT64:
-            return [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
-    for constant in graph.node:
-        if constant.op_type == "Constant" and constant.output and constant.output[0] == node.input[1]:
-            for attribute in constant.attribute:
-                if attribute.name == "value" and attribute.t.data_type == onnx.TensorProto.INT64:
-                    return [int(v) for v in onnx.numpy_helper.to_array(attribute.t).reshape(-1)]
-    return None
+    return [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
+
+
+def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """The graph's initializers and Constant nodes' tensors, by name."""
+    found = {tensor.name: tensor for tensor in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    found[node.output[0]] = attribute.t
+    return found

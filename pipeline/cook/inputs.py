@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from pipeline.cook.dims import DEFAULT_DIM_SIZE, SIGNAL_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, dim_size
+from pipeline.cook.dims import DEFAULT_DIM_SIZE, SIGNAL_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, input_shape
 from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 from pipeline.errors import VerifyError
 
@@ -92,13 +92,7 @@ def synthesize_inputs(
                 "neither synthesize one nor read one from .inputs.npz (arrays only); set `verify: false` "
                 "in its .cook.yaml to cook it unverified"
             )
-        shape = []
-        for dim in tensor_type.shape.dim:
-            known = fixed_size(dim)
-            if known is not None:
-                shape.append(known)
-            else:
-                shape.append(dim_size(dim.dim_param, dims, free))
+        shape = input_shape(tensor_type, dims, free)
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
         size = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn as float64 first
         if size > MAX_SYNTHESIZED_BYTES:
