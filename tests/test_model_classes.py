@@ -65,25 +65,29 @@ def test_symbolic_dims_without_a_size_are_verified_at_one(tmp_path: Path, platfo
 
 
 def symbolic_conv_model(
-    kernel: int, dims: tuple = ("height", "width"), batch: int | str = 1
+    kernel: int, dims: tuple = ("height", "width"), batch: int | str = 1, *, seen: bool = True
 ) -> onnx.ModelProto:
     """x [batch, 3, *dims] -> a ``kernel`` x ``kernel`` convolution without padding: inputs smaller
-    than the kernel cannot run it (``dims``: names, or None for dims without a name)."""
+    than the kernel cannot run it (``dims``: names, or None for dims without a name). ``seen=False``
+    puts a Pad of nothing before it, which the cook's walk to a convolution does not follow: its
+    free dims are then not known to be what the convolution slides over."""
     weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, kernel, kernel)).astype(np.float32)
+    pad = [] if seen else [helper.make_node("Pad", ["x", "no_pads"], ["x_padded"])]
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        [*pad, helper.make_node("Conv", ["x" if seen else "x_padded", "w"], ["y"])],
         "symbolic_conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, *dims])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, None, None])],
-        [numpy_helper.from_array(weight, "w")],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.zeros(8, np.int64), "no_pads")],
     )
     return model_of(graph, opset=17)
 
 
 def test_a_conv_net_over_free_height_and_width_is_verified_at_the_second_size(tmp_path: Path) -> None:
-    """A 3x3 convolution cannot run on 1x1: the free dims are then tried at 32, and the cook says so."""
+    """A 3x3 convolution the cook does not see as one (behind a Pad) cannot run on 1x1: the free dims
+    are then tried at 32, and the cook says so."""
     assets = tmp_path / "assets"
-    save(symbolic_conv_model(3), assets, "conv")
+    save(symbolic_conv_model(3, seen=False), assets, "conv")
     entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"height": 32, "width": 32}
     assert entry["verification"]["outputs"][0]["ok"]
@@ -92,10 +96,10 @@ def test_a_conv_net_over_free_height_and_width_is_verified_at_the_second_size(tm
 
 def test_dims_without_a_name_are_tried_at_the_second_size_too(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
-    save(symbolic_conv_model(3, (None, None)), assets, "conv")
+    save(symbolic_conv_model(3, (None, None), seen=False), assets, "conv")
     entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"?": 32} and entry["verification"]["outputs"][0]["ok"]
-    save(symbolic_conv_model(225, (None, None)), assets, "big")
+    save(symbolic_conv_model(225, (None, None), seen=False), assets, "big")
     with pytest.raises(ModelError) as failure:
         cook(job_for(assets, "big", shipped_settings("windows-dml"), tmp_path / "build"))
     message = str(failure.value)
@@ -114,7 +118,8 @@ def test_a_free_dim_written_as_minus_one_is_free(tmp_path: Path, platform: str) 
     save(model, assets, "paddle")
     settings = shipped_settings(platform)
     entry = cook(job_for(assets, "paddle", settings, tmp_path / "build"))
-    assert entry["verification"]["default_dims"] == {"?": 32} and entry["verification"]["outputs"][0]["ok"]
+    # all dims without a name: the batch too is at the size the convolution slides over
+    assert entry["verification"]["default_dims"] == {"?": 64} and entry["verification"]["outputs"][0]["ok"]
     assert entry["inputs"][0]["shape"] == [None, 3, None, None]
     assert entry["outputs"][0]["shape"] == [None, 4, None, None]
     blob = blob_path(tmp_path / "build" / platform, "paddle", settings.format).read_bytes()
@@ -131,10 +136,10 @@ def test_a_free_dim_written_as_minus_one_is_free(tmp_path: Path, platform: str) 
 
 
 def test_a_deep_conv_net_is_verified_at_224_with_its_batch_at_one(tmp_path: Path) -> None:
-    """A 33x33 convolution (a net that downsamples 32x32 to nothing) runs on neither 1 nor 32: the
-    free dims are then tried at 224, but for the batch, which stays 1."""
+    """A 65x65 convolution (a net that downsamples 64x64 to nothing) runs on none of 64, 1 and 32:
+    the free dims are then tried at 224, but for the batch, which stays 1."""
     assets = tmp_path / "assets"
-    save(symbolic_conv_model(33, batch="batch"), assets, "deep")
+    save(symbolic_conv_model(65, batch="batch"), assets, "deep")
     entry = cook(job_for(assets, "deep", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"batch": 1, "height": 224, "width": 224}
     assert entry["verification"]["outputs"][0]["ok"]
@@ -253,7 +258,7 @@ def test_dims_without_a_name_over_a_batch_are_tried_at_224_where_the_inputs_stay
 def test_an_image_batch_without_a_name_is_not_tried_at_224(tmp_path: Path) -> None:
     """224 images of 3x224x224 (134 MB) are past the small-input bound: dims without a name over a
     batch stay 1 there, so the 224 try would run nothing new and is not made."""
-    weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, 33, 33)).astype(np.float32)
+    weight = np.random.default_rng(RNG_SEED).standard_normal((4, 3, 65, 65)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"])],
         "deep",
@@ -264,7 +269,9 @@ def test_an_image_batch_without_a_name_is_not_tried_at_224(tmp_path: Path) -> No
     assets = tmp_path / "assets"
     save(model_of(graph, opset=17), assets, "deep")
     with pytest.raises(
-        ModelError, match=r"dimension\(s\) \?, which verify_dims does not size, at 1, then 32\)"
+        ModelError,
+        match=r"dimension\(s\) \?, which verify_dims does not size, at 64 \(what a convolution slides "
+        r"over, the rest at 1\), then 1, then 32\)",
     ):
         cook(job_for(assets, "deep", shipped_settings("windows-dml"), tmp_path / "build"))
 
@@ -305,7 +312,7 @@ def test_a_symbolic_dim_a_weight_sizes_is_given_that_size(tmp_path: Path, platfo
 def test_the_weights_that_size_a_free_dim_are_found_through_axis_moves() -> None:
     """MatMul (the input's last axis), Gemm (transA/transB), Conv (channels times groups), RNNs (the
     feature axis), through Unsqueeze and Transpose; two weights that disagree leave the dim free."""
-    from pipeline.cook.dims import pinned_sizes
+    from pipeline.cook.axiswalk import pinned_sizes
 
     rng = np.random.default_rng(RNG_SEED)
 
@@ -333,14 +340,15 @@ def test_the_weights_that_size_a_free_dim_are_found_through_axis_moves() -> None
 
 
 def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
-    """A 225x225 convolution runs on neither 1x1, 32x32 nor 224x224 (nor 1 or 2 each): the error
+    """A 225x225 convolution runs on none of 64x64, 1x1, 32x32 and 224x224 (nor 1 or 2 each): the error
     names the dims, the sizes tried and the fixes, and verify_dims then cooks the model."""
     assets = tmp_path / "assets"
     save(symbolic_conv_model(225), assets, "conv")
     with pytest.raises(
         ModelError,
         match=r"cannot run the source model on the verification inputs \(synthesized\): .*height, width, "
-        r"which verify_dims does not size, at 1, then 32, then 224 \(a named leading batch at 1\), then "
+        r"which verify_dims does not size, at 64 \(what a convolution slides over, the rest at 1\), "
+        r"then 1, then 32, then 224 \(a named leading batch at 1\), then "
         r"each at 1 or 2 \(3 combinations\)"
         r".*conv\.inputs\.npz.*`verify_dims: \{height: <size>, width: <size>\}` to .*conv\.cook\.yaml"
         r" \(a model exported by tracing often runs only at the sizes it was traced with\)",

@@ -351,12 +351,13 @@ def test_an_ep_that_fails_at_run_time_fails_the_check_naming_the_way_out(tmp_pat
 
 
 def test_an_ep_that_fails_only_at_synthesized_sizes_is_checked_at_the_sizes_given(tmp_path: Path) -> None:
-    """A 2x2 max pool (stride 2, ceil mode) over a free height and width, as PaddleOCR's recognizers
-    have: the CPU EP pools a 1x1 input to 1x1, and the cook verifies it there; OpenVINO refuses a
-    kernel larger than its input. The failure names the synthesized sizes and `verify_dims`; given
-    sizes the game uses, the check runs those and passes."""
+    """A max pool in ceil mode whose kernel is larger than the synthesized input, as PaddleOCR's
+    recognizers have a 2x2 one over a free height and width: the CPU EP pools a 64x64 input with a
+    65x65 kernel to 1x1, and the cook verifies it there; OpenVINO refuses a kernel larger than its
+    input. The failure names the synthesized sizes and `verify_dims`; given sizes the game uses,
+    the check runs those and passes."""
     graph = helper.make_graph(
-        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)],
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[65, 65], strides=[65, 65], ceil_mode=1)],
         "pool",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "height", "width"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None, None])],
@@ -366,16 +367,16 @@ def test_an_ep_that_fails_only_at_synthesized_sizes_is_checked_at_the_sizes_give
     onnx.save(model_of(graph, opset=17), assets / "pool.onnx")
     settings = shipped_settings("linux-openvino")
     entry = cook(job_for(assets, "pool", settings, tmp_path / "cooked"))
-    assert entry["verification"]["default_dims"] == {"height": 1, "width": 1}
+    assert entry["verification"]["default_dims"] == {"height": 64, "width": 64}
     platform_dir = tmp_path / "cooked" / "linux-openvino"
     with pytest.raises(RuntimeCheckError) as failure:
         run_check(check_of(platform_dir, ["pool"], "onnxruntime-openvino", OPENVINO_VERSION))
     message = str(failure.value)
     assert "pool: fails to run on OpenVINOExecutionProvider" in message
-    assert "synthesized inputs (height=1, width=1)" in message
+    assert "synthesized inputs (height=64, width=64)" in message
     assert "`verify_dims` in pool.cook.yaml" in message
 
-    sized = shipped_settings("linux-openvino", verify_dims={"height": 48, "width": 320})
+    sized = shipped_settings("linux-openvino", verify_dims={"height": 96, "width": 320})
     cook(job_for(assets, "pool", sized, tmp_path / "sized"))
     sized_dir = tmp_path / "sized" / "linux-openvino"
     run_check(check_of(sized_dir, ["pool"], "onnxruntime-openvino", OPENVINO_VERSION))

@@ -13,14 +13,15 @@ import numpy as np
 import onnx
 import onnxruntime
 
+from pipeline.cook.axiswalk import pinned_sizes, spatial_sizes
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
     RETRY_DIM_SIZE,
     SIGNAL_DIM_SIZE,
+    SPATIAL_DIM_SIZE,
     WIDE_DIM_SIZE,
     bound_sizes,
     combinations_count,
-    pinned_sizes,
     signal_sizes,
     unsized_dims,
     wide_sizes,
@@ -88,25 +89,33 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
     feeds = synthesize_inputs(model, dims, settings_hint=settings_hint, inputs_hint=inputs_hint)
     if not unsized:
         return VerifyInputs(feeds, "synthesized", dict(pinned), pinned=pinned)
-    sizes, tried, bound = dict.fromkeys(unsized, DEFAULT_DIM_SIZE), (DEFAULT_DIM_SIZE,), 0
-    if (outputs := _source_outputs(job, model, feeds)) is not None:
-        return VerifyInputs(feeds, "synthesized", sizes | pinned, tried, outputs=outputs, pinned=pinned)
-    # A conv net over a free height and width cannot run on 1x1: then the free dims are tried at
-    # RETRY_DIM_SIZE (all of them: which are spatial is not known), then at WIDE_DIM_SIZE but for a
-    # leading batch (a deep conv net downsamples 32 to nothing), then a signal's length at
-    # SIGNAL_DIM_SIZE (an audio frontend's STFT window is 400 samples), before the combinations of
-    # 1 and 2, which onnxruntime may crash on (an integer division by a length of 0 frames). The
-    # outputs of a run that passes are the verification's reference: the source is not run again.
-    for size, retried in (
+    sizes, tried, bound = dict.fromkeys(unsized, DEFAULT_DIM_SIZE), (), 0
+    # A convolution's free height and width are tried at SPATIAL_DIM_SIZE first: at 1 its kernels
+    # read only their centre taps. Then every free dim at 1; where a conv net cannot run on 1x1,
+    # at RETRY_DIM_SIZE (all of them), then at WIDE_DIM_SIZE but for a leading batch (a deep conv
+    # net downsamples 32 to nothing), then a signal's length at SIGNAL_DIM_SIZE (an audio
+    # frontend's STFT window is 400 samples), before the combinations of 1 and 2, which onnxruntime
+    # may crash on (an integer division by a length of 0 frames). The outputs of a run that passes
+    # are the verification's reference: the source is not run again.
+    tiers = (
+        (SPATIAL_DIM_SIZE, spatial_sizes(model, unsized, dims)),
+        (DEFAULT_DIM_SIZE, sizes),
         (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
         (WIDE_DIM_SIZE, wide_sizes(model, unsized, dims)),
         (SIGNAL_DIM_SIZE, signal_sizes(model, unsized)),
-    ):
-        if retried is None or retried == sizes:  # no signal; only a batch is free (the run at 1 again)
+    )
+    done: list[dict[str, int]] = []
+    for size, retried in tiers:
+        if retried is None or retried in done:  # no such dims; only a batch is free (a run again)
             continue
+        done.append(retried)
         try:
-            wider = synthesize_inputs(
-                model, dims, free=retried, settings_hint=settings_hint, inputs_hint=inputs_hint
+            wider = (
+                feeds
+                if retried is sizes
+                else synthesize_inputs(
+                    model, dims, free=retried, settings_hint=settings_hint, inputs_hint=inputs_hint
+                )
             )
         except VerifyError:  # too large to synthesize (224 with the batch at 1 may not be)
             continue

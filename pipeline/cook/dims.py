@@ -1,17 +1,19 @@
 """The symbolic dimensions of a model's inputs, when the cook synthesizes verification inputs.
 
-A dimension that ``verify_dims`` does not size is *free*: it is 1, as onnxruntime's perf test and
-Polygraphy take free dimensions, then RETRY_DIM_SIZE where the source cannot run at 1 (a conv net
-over a free height and width), then WIDE_DIM_SIZE with a leading batch at 1 (a deep conv net that
-downsamples 32 to nothing; dims without a name, which share one size, all at 224 where the inputs
-stay small), then SIGNAL_DIM_SIZE for a signal's length (an audio frontend's samples,
-which its STFT window or resampling filter needs more of than 224) with the rest at 1. Dimensions
-bound to each other (a decoder with a KV cache, whose
-attention mask spans the past and the new tokens: ``total = past + seq``) run with none of those:
-then each free dimension is tried at 1 or 2 (``bound_sizes``). A dimension whose name is an
-expression of others (``past_sequence_length + 1``, as exporters write derived dimensions) is not
-free: it is computed from them. A free dimension a weight sizes (``pinned_sizes``: the feature axis
-an LSTM's or MatMul's constant weight takes) has that size in every try.
+A dimension that ``verify_dims`` does not size is *free*. Where a convolution or pooling slides
+over it (``axiswalk.spatial_sizes``), it is first SPATIAL_DIM_SIZE, the rest at 1. Then every free
+dimension is 1, as onnxruntime's perf test and Polygraphy take free dimensions, then
+RETRY_DIM_SIZE where the source cannot run at 1 (a conv net over a free height and width), then
+WIDE_DIM_SIZE with a leading batch at 1 (a deep conv net that downsamples 32 to nothing; dims
+without a name, which share one size, all at 224 where the inputs stay small), then
+SIGNAL_DIM_SIZE for a signal's length (an audio frontend's samples, which its STFT window or
+resampling filter needs more of than 224) with the rest at 1. Dimensions bound to each other (a
+decoder with a KV cache, whose attention mask spans the past and the new tokens: ``total = past +
+seq``) run with none of those: then each free dimension is tried at 1 or 2 (``bound_sizes``). A
+dimension whose name is an expression of others (``past_sequence_length + 1``, as exporters write
+derived dimensions) is not free: it is computed from them. A free dimension a weight sizes
+(``axiswalk.pinned_sizes``: the feature axis an LSTM's or MatMul's constant weight takes) has that
+size in every try.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ WIDE_UNNAMED_MAX_BYTES = 8 << 20
 # second at 16 kHz, longer than an audio frontend's STFT window (Whisper's and Kaldi's 400 samples,
 # a music model's 2048) or a resampler's filter
 SIGNAL_DIM_SIZE = 16000
+# First size tried for the free dims a convolution or pooling slides over (``axiswalk.spatial_sizes``:
+# an image's height and width), the rest at 1, before every other size: at 1 a 3x3 kernel reads only
+# its centre tap, so a blob whose other taps were wrong would verify (measured: PP-OCRv5's recognizer
+# with the left column of every 3-wide kernel scaled by 1.1 gives the source's outputs exactly at a
+# width of 1, and differs by 0.25 at 32 and 0.19 at 64). 64 leaves a 2x2 map after a 32x stride,
+# where every tap of a 3x3 kernel reads the input.
+SPATIAL_DIM_SIZE = 64
+# The most input the spatial tier synthesizes (a [1, 512, H, W] feature map at 64x64 would be 8 MiB)
+SPATIAL_MAX_BYTES = 8 << 20
 UNNAMED = "?"  # a dimension with neither a size nor a name (verify_dims cannot name it)
 # Sizes of free dimensions bound to each other: each 1 or 2, at most this many combinations
 BOUND_SIZES = (1, 2)
@@ -246,111 +257,3 @@ def bound_sizes(free: list[str]) -> Iterator[dict[str, int]]:
 def combinations_count(free: list[str]) -> int:
     """How many combinations bound_sizes tries for ``free``."""
     return 0 if len(free) < 2 else min(MAX_BOUND_TRIES, 2 ** len(free) - 1)
-
-
-# Operators that keep each axis of their first input where it was (a free dim stays itself)
-_AXIS_KEEPING = frozenset(
-    {
-        "Identity",
-        "Cast",
-        "Relu",
-        "Sigmoid",
-        "Tanh",
-        "Neg",
-        "Abs",
-        "Exp",
-        "Log",
-        "Sqrt",
-        "LeakyRelu",
-        "Clip",
-        "Dropout",
-        "Softplus",
-        "Elu",
-        "Selu",
-        "HardSigmoid",
-        "Erf",
-    }
-)
-
-
-def pinned_sizes(model: onnx.ModelProto) -> dict[str, int]:
-    """Free dims whose size a weight fixes: the first input of a MatMul, Gemm, Conv, LSTM, GRU or RNN
-    with a constant weight, reached from a graph input through Unsqueeze, Transpose and operators
-    that keep axes. A converter that leaves every dim symbolic (madmom's: ``input [input_dim_0,
-    input_dim_1]`` into an LSTM whose W is [1, 100, 266]) makes a model that runs at that size only,
-    which no tried size finds. A dim two weights size differently is left free (the error names it)."""
-    graph = model.graph
-    weights = {tensor.name: list(tensor.dims) for tensor in graph.initializer}
-    axes_of: dict[str, list[str | None]] = {}  # tensor -> the free dim label at each of its axes
-    for value in feed_inputs(graph):
-        tensor_type = input_tensor_type(value)
-        if tensor_type is not None and tensor_type.HasField("shape"):
-            axes_of[value.name] = [
-                dim.dim_param
-                if fixed_size(dim) is None and dim.dim_param and expression_names(dim.dim_param) is None
-                else None
-                for dim in tensor_type.shape.dim
-            ]
-    found: dict[str, set[int]] = {}
-    constants: dict[str, onnx.TensorProto] | None = None  # made at the first Unsqueeze that needs it
-    for node in graph.node:
-        if not node.input or node.input[0] not in axes_of or node.domain not in ("", "ai.onnx"):
-            continue
-        axes = axes_of[node.input[0]]
-        attributes = {attribute.name: attribute for attribute in node.attribute}
-        weight = weights.get(node.input[1]) if len(node.input) > 1 else None
-        where: tuple[int, int] | None = None  # (axis of the input, the size the weight gives it)
-        if node.op_type in _AXIS_KEEPING:
-            axes_of[node.output[0]] = axes
-        elif node.op_type == "Transpose":
-            perm = list(attributes["perm"].ints) if "perm" in attributes else list(range(len(axes)))[::-1]
-            if sorted(perm) == list(range(len(axes))):
-                axes_of[node.output[0]] = [axes[i] for i in perm]
-        elif node.op_type == "Unsqueeze":
-            if constants is None:
-                constants = _constants(graph)
-            inserted = _unsqueeze_axes(node, attributes, constants)
-            if inserted is not None:
-                rank, out = len(axes) + len(inserted), list(axes)
-                for axis in sorted(a % rank for a in inserted):
-                    out.insert(axis, None)
-                axes_of[node.output[0]] = out
-        elif weight is None:
-            continue
-        elif node.op_type == "MatMul" and len(weight) >= 2 and axes:
-            where = (len(axes) - 1, weight[-2])
-        elif node.op_type == "Gemm" and len(weight) == 2 and len(axes) == 2:
-            trans_a, trans_b = (attributes[k].i if k in attributes else 0 for k in ("transA", "transB"))
-            where = (0 if trans_a else 1, weight[1 if trans_b else 0])
-        elif node.op_type == "Conv" and len(weight) >= 3 and len(axes) == len(weight):
-            where = (1, weight[1] * (attributes["group"].i if "group" in attributes else 1))
-        elif node.op_type in ("LSTM", "GRU", "RNN") and len(weight) == 3 and len(axes) == 3:
-            where = (2, weight[2])
-        if where is not None and axes[where[0]] is not None and where[1] > 0:
-            found.setdefault(axes[where[0]], set()).add(where[1])  # type: ignore[arg-type]
-    return {label: sizes.pop() for label, sizes in found.items() if len(sizes) == 1}
-
-
-def _unsqueeze_axes(
-    node: onnx.NodeProto,
-    attributes: Mapping[str, onnx.AttributeProto],
-    constants: Mapping[str, onnx.TensorProto],
-) -> list[int] | None:
-    """Unsqueeze's axes: its attribute (before opset 13) or its constant second input, else None."""
-    if "axes" in attributes:
-        return list(attributes["axes"].ints)
-    tensor = constants.get(node.input[1]) if len(node.input) > 1 else None
-    if tensor is None or tensor.data_type != onnx.TensorProto.INT64:
-        return None
-    return [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
-
-
-def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    """The graph's initializers and Constant nodes' tensors, by name."""
-    found = {tensor.name: tensor for tensor in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    found[node.output[0]] = attribute.t
-    return found

@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from pipeline.cook.dims import DEFAULT_DIM_SIZE, SIGNAL_DIM_SIZE, UNNAMED, WIDE_DIM_SIZE, input_shape
+from pipeline.cook.dims import (
+    DEFAULT_DIM_SIZE,
+    SIGNAL_DIM_SIZE,
+    SPATIAL_DIM_SIZE,
+    UNNAMED,
+    WIDE_DIM_SIZE,
+    input_shape,
+)
 from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 from pipeline.errors import VerifyError
 
@@ -45,6 +52,7 @@ def synthesized_hint(
     notes = {
         WIDE_DIM_SIZE: " (a named leading batch at 1)",
         SIGNAL_DIM_SIZE: " (a signal's length, the rest at 1)",
+        SPATIAL_DIM_SIZE: " (what a convolution slides over, the rest at 1)",
     }
     sizes = ", then ".join(f"{size}{notes.get(size, '')}" for size in tried)
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""

@@ -1,0 +1,206 @@
+"""Where the free dimensions of a model's inputs go: followed from each graph input through the
+operators that keep or move axes, to the first operator that gives an axis a meaning. Two uses, for
+the sizes the cook synthesizes verification inputs at (``dims``, ``checking.feeds_for``):
+
+- ``pinned_sizes``: a free dim whose size a weight fixes (the feature axis an LSTM's or a MatMul's
+  constant weight takes);
+- ``spatial_dims``: the free dims a convolution or pooling slides over (an image's height and
+  width, a 1-D conv's samples), which a size of 1 reduces to each kernel's centre tap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import onnx
+
+from pipeline.cook.dims import (
+    DEFAULT_DIM_SIZE,
+    SPATIAL_DIM_SIZE,
+    SPATIAL_MAX_BYTES,
+    UNNAMED,
+    expression_names,
+    input_bytes,
+)
+from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
+
+# Operators that keep each axis of their first input where it was (a free dim stays itself)
+_AXIS_KEEPING = frozenset(
+    {
+        "Identity",
+        "Cast",
+        "Relu",
+        "Sigmoid",
+        "Tanh",
+        "Neg",
+        "Abs",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "LeakyRelu",
+        "Clip",
+        "Dropout",
+        "Softplus",
+        "Elu",
+        "Selu",
+        "HardSigmoid",
+        "Erf",
+    }
+)
+# Element-wise operators of two inputs: they keep the axes of one where the other is a constant that
+# broadcasts without widening any free axis (an image's normalization: ``(x - mean) / std`` with
+# ``mean [1, 3, 1, 1]``)
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
+# Operators that slide a window over every axis of their first input from the third on
+_SLIDING = frozenset({"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool", "LpPool"})
+
+Labels = list[str | None]  # one entry per axis: the free dim's label, or None (fixed, or an expression)
+
+
+def pinned_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """Free dims whose size a weight fixes: the first input of a MatMul, Gemm, Conv, LSTM, GRU or RNN
+    with a constant weight, reached from a graph input through Unsqueeze, Transpose and operators
+    that keep axes. A converter that leaves every dim symbolic (madmom's: ``input [input_dim_0,
+    input_dim_1]`` into an LSTM whose W is [1, 100, 266]) makes a model that runs at that size only,
+    which no tried size finds. A dim two weights size differently is left free (the error names it),
+    and so is a dim without a name (those share one size)."""
+    weights = {tensor.name: list(tensor.dims) for tensor in model.graph.initializer}
+    found: dict[str, set[int]] = {}
+    for node, axes, attributes in _readers(model.graph):
+        weight = weights.get(node.input[1]) if len(node.input) > 1 else None
+        if weight is None:
+            continue
+        where: tuple[int, int] | None = None  # (axis of the input, the size the weight gives it)
+        if node.op_type == "MatMul" and len(weight) >= 2 and axes:
+            where = (len(axes) - 1, weight[-2])
+        elif node.op_type == "Gemm" and len(weight) == 2 and len(axes) == 2:
+            trans_a, trans_b = (attributes[k].i if k in attributes else 0 for k in ("transA", "transB"))
+            where = (0 if trans_a else 1, weight[1 if trans_b else 0])
+        elif node.op_type == "Conv" and len(weight) >= 3 and len(axes) == len(weight):
+            where = (1, weight[1] * (attributes["group"].i if "group" in attributes else 1))
+        elif node.op_type in ("LSTM", "GRU", "RNN") and len(weight) == 3 and len(axes) == 3:
+            where = (2, weight[2])
+        if where is not None and axes[where[0]] not in (None, UNNAMED) and where[1] > 0:
+            found.setdefault(axes[where[0]], set()).add(where[1])
+    return {label: sizes.pop() for label, sizes in found.items() if len(sizes) == 1}
+
+
+def spatial_dims(model: onnx.ModelProto) -> set[str]:
+    """The free dims that a convolution or pooling slides its window over (UNNAMED for dims without a
+    name): the axes from the third on of its first input, reached from a graph input as above and
+    through element-wise arithmetic with constants (an image's normalization)."""
+    spatial: set[str] = set()
+    for node, axes, _ in _readers(model.graph):
+        if node.op_type in _SLIDING and len(axes) >= 3:
+            spatial.update(label for label in axes[2:] if label is not None)
+    return spatial
+
+
+def spatial_sizes(
+    model: onnx.ModelProto, unsized: list[str], dims: Mapping[str, int]
+) -> dict[str, int] | None:
+    """SPATIAL_DIM_SIZE for each of ``unsized`` that a convolution or pooling slides over, 1 for the
+    rest; None where none is, or where the inputs would pass SPATIAL_MAX_BYTES (dims without a name
+    share one size: a batch among them is that size too)."""
+    spatial = spatial_dims(model) & set(unsized)
+    if not spatial:
+        return None
+    sizes = {name: SPATIAL_DIM_SIZE if name in spatial else DEFAULT_DIM_SIZE for name in unsized}
+    return sizes if input_bytes(model, dims, sizes) <= SPATIAL_MAX_BYTES else None
+
+
+Reader = tuple[onnx.NodeProto, Labels, dict[str, onnx.AttributeProto]]
+
+
+def _readers(graph: onnx.GraphProto) -> Iterator[Reader]:
+    """Each main-graph node of the default domain whose first input carries a graph input's axes
+    (followed through operators that keep, move or insert axes), with the label at each of its axes.
+    The operators that only carry axes on are followed, not yielded."""
+    axes_of: dict[str, Labels] = {}
+    for value in feed_inputs(graph):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is not None and tensor_type.HasField("shape"):
+            axes_of[value.name] = [_label(dim) for dim in tensor_type.shape.dim]
+    constants: dict[str, onnx.TensorProto] | None = None  # made at the first node that needs it
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx") or not node.input or not node.output:
+            continue
+        if node.op_type in _BROADCASTING and len(node.input) == 2:
+            if constants is None:
+                constants = _constants(graph)
+            carried = _broadcast(node, axes_of, constants)
+            if carried is not None:
+                axes_of[node.output[0]] = carried
+            continue
+        if node.input[0] not in axes_of:
+            continue
+        axes = axes_of[node.input[0]]
+        attributes = {attribute.name: attribute for attribute in node.attribute}
+        if node.op_type in _AXIS_KEEPING:
+            axes_of[node.output[0]] = axes
+        elif node.op_type == "Transpose":
+            perm = list(attributes["perm"].ints) if "perm" in attributes else list(range(len(axes)))[::-1]
+            if sorted(perm) == list(range(len(axes))):
+                axes_of[node.output[0]] = [axes[i] for i in perm]
+        elif node.op_type == "Unsqueeze":
+            if constants is None:
+                constants = _constants(graph)
+            inserted = _unsqueeze_axes(node, attributes, constants)
+            if inserted is not None:
+                rank, out = len(axes) + len(inserted), list(axes)
+                for axis in sorted(a % rank for a in inserted):
+                    out.insert(axis, None)
+                axes_of[node.output[0]] = out
+        else:
+            yield node, axes, attributes
+
+
+def _label(dim: onnx.TensorShapeProto.Dimension) -> str | None:
+    if fixed_size(dim) is not None:
+        return None
+    if not dim.dim_param:
+        return UNNAMED
+    return dim.dim_param if expression_names(dim.dim_param) is None else None
+
+
+def _broadcast(
+    node: onnx.NodeProto, axes_of: Mapping[str, Labels], constants: Mapping[str, onnx.TensorProto]
+) -> Labels | None:
+    """The axes of an element-wise node's output, where one input carries axes and the other is a
+    constant that widens none of them (a dim of 1, or at a fixed axis); else None."""
+    carried = [name for name in node.input if name in axes_of]
+    other = next((name for name in node.input if name not in axes_of), None)
+    if len(carried) != 1 or other is None or other not in constants:
+        return None
+    axes, shape = axes_of[carried[0]], list(constants[other].dims)
+    if len(shape) > len(axes):
+        return None
+    aligned = axes[len(axes) - len(shape) :]
+    if any(size != 1 and label is not None for size, label in zip(shape, aligned, strict=True)):
+        return None
+    return axes
+
+
+def _unsqueeze_axes(
+    node: onnx.NodeProto,
+    attributes: Mapping[str, onnx.AttributeProto],
+    constants: Mapping[str, onnx.TensorProto],
+) -> list[int] | None:
+    """Unsqueeze's axes: its attribute (before opset 13) or its constant second input, else None."""
+    if "axes" in attributes:
+        return list(attributes["axes"].ints)
+    tensor = constants.get(node.input[1]) if len(node.input) > 1 else None
+    if tensor is None or tensor.data_type != onnx.TensorProto.INT64:
+        return None
+    return [int(v) for v in onnx.numpy_helper.to_array(tensor).reshape(-1)]
+
+
+def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """The graph's initializers and Constant nodes' tensors, by name."""
+    found = {tensor.name: tensor for tensor in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    found[node.output[0]] = attribute.t
+    return found
