@@ -327,7 +327,10 @@ def _rule(
         "also verifies, where a selection computes it (TopK, ArgMax, ArgMin, NonMaxSuppression, Unique), "
         "when it is within the fixed bounds of the source's output at onnxruntime's default level (near-ties "
         "reordered by that level's rounding: docs/design.md). Explicit "
-        "rtol/atol turn the second and third branches off.",
+        "rtol/atol turn the second and third branches off. Where a cooked model fails on synthesized "
+        "inputs that the source itself is ill-conditioned on (one float32 step up on every input moves "
+        "its outputs past the fixed bounds), the cook verifies again on floats uniform in [0, 1) "
+        "(pipeline/cook/conditioning.py).",
         "",
     ]
     if rows:

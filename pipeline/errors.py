@@ -88,6 +88,9 @@ class GuardError(CookError):
 class VerifyError(CookError):
     """A cooked model does not compute what its source computes."""
 
+    # the outputs that differ (pipeline.cook.compare.OutputDifference), where a comparison failed
+    failed: tuple[Any, ...] = ()
+
 
 def _rebuild(cls: type[CookError], problem: str, context: dict[str, Any]) -> CookError:
     error = cls.__new__(cls)

@@ -16,6 +16,11 @@ def cook_line(entry: Mapping[str, Any]) -> str:
         worst = max((o["max_abs"] for o in verification["outputs"]), default=0.0)
         dims = "".join(f", {d}={n}" for d, n in verification.get("default_dims", {}).items())
         checked = f"verified ({verification['inputs']} inputs{dims}), max abs error {worst:.2g}"
+        if floats := verification.get("floats"):  # normal floats were ill-conditioned (cook.conditioning)
+            checked = checked.replace(" inputs", f" inputs, {floats}", 1) + (
+                " (the source's outputs on floats from a normal distribution move beyond the bounds when "
+                "the inputs move by one float step)"
+            )
         if moved := ", ".join(  # its figures are then against the source's default-level run (cook.verify)
             f"{o['name']!r} by relative L2 {o['noise_rel_l2']:.2g}"
             for o in verification["outputs"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,7 @@ import onnx
 import onnxruntime
 
 from pipeline.cook.axiswalk import pinned_sizes, spatial_sizes
+from pipeline.cook.conditioning import UNIT_FLOATS, ill_conditioned_message, input_swing, swing_text
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
     RETRY_DIM_SIZE,
@@ -30,21 +31,15 @@ from pipeline.cook.inputs import as_input_types, load_inputs, synthesize_inputs,
 from pipeline.cook.job import CookJob
 from pipeline.cook.large import session_input
 from pipeline.cook.precision import (
-    DEFAULT_GATES,
-    INT8_STATIC,
     VERIFY_ATOL_OF_RANGE,
-    gate,
-    gate_error,
-    load_calibration,
     verify_tolerances,
 )
-from pipeline.cook.precision import accuracy as precision_accuracy
-from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead
 from pipeline.cook.verify import (
     CPU_ONLY,
     DEFAULT_LEVEL,
     RANDOM_SEED,
+    differences,
     reference_outputs,
     rounding_noise,
     selection_outputs,
@@ -55,7 +50,7 @@ from pipeline.isolate import Crash, run_isolated
 from pipeline.layout import (
     reference_memo_dir,
 )
-from pipeline.settings.precision_options import resolved as resolved_options
+from pipeline.settings.resolve import CookSettings
 from pipeline.steptimes import step
 
 
@@ -171,7 +166,7 @@ def _source_outputs(job: CookJob, model: onnx.ModelProto, feeds: Mapping[str, An
     return None if isinstance(outputs, Crash) else outputs
 
 
-def _source_reference(job: CookJob, model: onnx.ModelProto, inputs: VerifyInputs) -> dict[str, Any]:
+def source_reference(job: CookJob, model: onnx.ModelProto, inputs: VerifyInputs) -> dict[str, Any]:
     """The source's outputs on ``inputs.feeds``: those found with them, else a run (raises onnxruntime's
     errors)."""
     if inputs.outputs is not None:
@@ -187,7 +182,7 @@ def _hints(job: CookJob) -> tuple[str, str]:
     return str(settings), str(job.asset.path.with_suffix(".inputs.npz"))
 
 
-def _cannot_run(job: CookJob, what: str, exc: BaseException, inputs: VerifyInputs) -> ModelError:
+def cannot_run(job: CookJob, what: str, exc: BaseException, inputs: VerifyInputs) -> ModelError:
     """onnxruntime failed on the verification inputs; where the cook made them up, say how, and the fix."""
     settings_hint, inputs_hint = _hints(job)
     hint = ""
@@ -209,23 +204,17 @@ def verify_blob(
         return {"skipped": "verify is false in the settings"}, None
     with step("verify: the source's outputs"):
         inputs = feeds_for(job, model, read)
-        feeds, origin = inputs.feeds, inputs.origin
-        refuse_meaningless(feeds, origin)
-        try:
-            reference = _source_reference(job, model, inputs)
-        except Exception as exc:  # onnxruntime errors on the source itself
-            raise _cannot_run(job, "the source model", exc, inputs) from None
-        noise, default_level = (
-            _rounding_noise(model, feeds, reference, job) if settings.verify_scale else ({}, {})
-        )
-        # Only outputs a selection computes may take the default level as their reference: elsewhere
-        # a difference between the source's two runs is precision lost (MatMulNBits' int8
-        # activations), which takes the user's verify_scale
-        if default_level:
-            selected = selection_outputs(model)
-            default_level = {name: value for name, value in default_level.items() if name in selected}
+        refuse_meaningless(inputs.feeds, inputs.origin)
+        reference, noise, default_level = _references(job, model, inputs, settings)
+    floats: dict[str, Any] = {}
     with step("verify: the cooked blob, through the loader"):
-        results = verify(blob, reference, feeds, settings, noise, default_level)
+        try:
+            results = verify(blob, reference, inputs.feeds, settings, noise, default_level)
+        except VerifyError as failure:
+            inputs, reference, default_level, results, floats = _on_unit_floats(
+                job, model, blob, settings, inputs, reference, failure
+            )
+    feeds, origin = inputs.feeds, inputs.origin
     # The runtime check compares the target's outputs with what each output verified against
     stored = {
         name: default_level[name] if result.passed_by == DEFAULT_LEVEL else value
@@ -234,6 +223,7 @@ def verify_blob(
     report = {
         "inputs": origin,
         **({"default_dims": inputs.free_dims} if inputs.free_dims else {}),
+        **floats,
         "rtol": settings.rtol,
         "atol": settings.atol,
         "scale": settings.verify_scale,
@@ -241,6 +231,82 @@ def verify_blob(
         "outputs": [asdict(r) for r in results],
     }
     return report, _verify_data(feeds, stored)
+
+
+def _references(
+    job: CookJob, model: onnx.ModelProto, inputs: VerifyInputs, settings: CookSettings
+) -> tuple[dict[str, Any], dict[str, tuple[float, float]], dict[str, Any]]:
+    """The source's outputs on the inputs, their rounding noise, and the default-level outputs of
+    those a selection computes."""
+    try:
+        reference = source_reference(job, model, inputs)
+    except Exception as exc:  # onnxruntime errors on the source itself
+        raise cannot_run(job, "the source model", exc, inputs) from None
+    noise, default_level = (
+        _rounding_noise(model, inputs.feeds, reference, job) if settings.verify_scale else ({}, {})
+    )
+    # Only outputs a selection computes may take the default level as their reference: elsewhere
+    # a difference between the source's two runs is precision lost (MatMulNBits' int8
+    # activations), which takes the user's verify_scale
+    if default_level:
+        selected = selection_outputs(model)
+        default_level = {name: value for name, value in default_level.items() if name in selected}
+    return reference, noise, default_level
+
+
+def _on_unit_floats(
+    job: CookJob,
+    model: onnx.ModelProto,
+    blob: bytes,
+    settings: CookSettings,
+    inputs: VerifyInputs,
+    reference: dict[str, Any],
+    failure: VerifyError,
+) -> tuple[VerifyInputs, dict[str, Any], dict[str, Any], list, dict[str, Any]]:
+    """Verification again on floats uniform in [0, 1), where the synthesized inputs are
+    ill-conditioned for the source (``conditioning``); re-raises ``failure`` where they are not, and
+    says so where sample inputs are."""
+    if not settings.verify_scale:  # explicit rtol/atol: the user's bounds, whatever the inputs' swing
+        raise failure
+    of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
+    memo = reference_memo_dir(job.platform_dir.parent)
+    swung = input_swing(model, inputs.feeds, reference, settings, of_range, job.platform_dir, memo)
+    if not swung:
+        raise failure
+    settings_hint, inputs_hint = _hints(job)
+    if inputs.origin != "synthesized":
+        found = differences(list(failure.failed)) if failure.failed else str(failure)
+        raise VerifyError(
+            f"the cooked model's outputs differ from the source's: {found}; but the source itself is "
+            f"ill-conditioned on {inputs.origin} (one float32 step up on every input moves "
+            f"{swing_text(swung)}), so no bound tells a correct cook from a wrong one on them: make "
+            f"{inputs.origin} from real data the model was made for"
+        ) from None
+    feeds = synthesize_inputs(
+        model,
+        {**dict(job.settings.verify_dims), **inputs.free_dims},
+        settings_hint=settings_hint,
+        inputs_hint=inputs_hint,
+        unit_floats=True,
+    )
+    unit = replace(inputs, feeds=feeds, outputs=None)
+    try:
+        reference, noise, default_level = _references(job, model, unit, settings)
+    except ModelError:  # the source does not run on them: the first inputs' failure stands
+        raise failure from None
+    try:
+        results = verify(blob, reference, feeds, settings, noise, default_level)
+    except VerifyError as again:
+        still = input_swing(model, feeds, reference, settings, of_range, job.platform_dir, memo)
+        if still:
+            found = differences(list(again.failed)) if again.failed else str(again)
+            raise VerifyError(ill_conditioned_message(swung, still, found, inputs_hint)) from None
+        raise VerifyError(
+            f"{again} (on {UNIT_FLOATS}: the source is ill-conditioned on floats from a normal distribution, "
+            f"where one float32 step up on every input moves {swing_text(swung)})"
+        ) from None
+    moved = {r.name: [r.rel_l2, r.of_range] for r in swung}
+    return unit, reference, default_level, results, {"floats": UNIT_FLOATS, "normal_floats_swing": moved}
 
 
 def _rounding_noise(
@@ -295,53 +361,3 @@ def _verify_data(feeds: Mapping[str, Any], reference: Mapping[str, Any]) -> byte
         **{key: value.astype(np.str_) if value.dtype == object else value for key, value in arrays.items()},
     )
     return buffer.getvalue()
-
-
-def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[onnx.ModelProto, dict]:
-    """The model at the settings' precision (pipeline.cook.precision), and what made it."""
-    settings, asset = job.settings, job.asset
-    calibration, origin = None, ""
-    if settings.precision == INT8_STATIC:
-        if asset.calib_path is not None:
-            calibration = load_calibration(asset.calib_path, read.data[asset.calib_path])
-            origin = asset.calib_path.name
-        else:  # no real inputs: the verification inputs, and the manifest says so
-            inputs = feeds_for(job, model, read)
-            calibration = [inputs.feeds]
-            origin = f"the verification inputs ({inputs.origin}); no {asset.name}.calib.npz"
-    return convert_precision(
-        model,
-        settings.precision,
-        keep_ops=settings.precision_keep_ops,
-        options=resolved_options(settings.precision, settings.to_dict()["precision_options"]),
-        calibration=calibration,
-        calibration_origin=origin,
-        work_dir=job.platform_dir,
-    )
-
-
-def accuracy_gate(
-    job: CookJob, source: onnx.ModelProto, variant: onnx.ModelProto, read: SourceRead, record: dict
-) -> dict[str, Any]:
-    """The variant against the fp32 source on the verification inputs; fails the cook past the gate."""
-    settings = job.settings
-    inputs = feeds_for(job, source, read)
-    feeds, origin = inputs.feeds, inputs.origin
-    refuse_meaningless(feeds, origin)
-    try:
-        want = _source_reference(job, source, inputs)
-        got = reference_outputs(variant, as_input_types(variant, feeds), job.platform_dir)
-    except Exception as exc:  # onnxruntime errors on either model
-        what = f"the source or its {settings.precision} variant"
-        raise _cannot_run(job, what, exc, inputs) from None
-    rows = precision_accuracy(want, got)
-    defaults = DEFAULT_GATES[settings.precision]
-    limits = {
-        "min_cosine": settings.precision_min_cosine or defaults["min_cosine"],
-        "min_top1": settings.precision_min_top1 or defaults["min_top1"],
-    }
-    failures = gate(rows, settings.precision, limits)
-    if failures:
-        calibration = record.get("options", {}).get("calibration", "")
-        raise gate_error(settings.precision, failures, rows, calibration)
-    return {"inputs": origin, "limits": limits, "outputs": rows}

@@ -85,10 +85,13 @@ def synthesize_inputs(
     free: int | Mapping[str, int] = DEFAULT_DIM_SIZE,
     settings_hint: str,
     inputs_hint: str,
+    unit_floats: bool = False,
 ) -> dict[str, np.ndarray]:
     """Seeded inputs that match the model's input signature; symbolic dims come from ``dims``, else
     are ``free`` (one size per name, so inputs that share a dimension agree; unnamed ones too; a size
-    per name where a mapping), or computed where their name is an expression (``dims.dim_size``)."""
+    per name where a mapping), or computed where their name is an expression (``dims.dim_size``).
+    Floats are drawn from a normal distribution, or with ``unit_floats`` uniformly from [0, 1), as
+    an image's normalized pixels (``conditioning``)."""
     rng = np.random.default_rng(SEED)
     feeds = {}
     for value in feed_inputs(model.graph):
@@ -109,11 +112,11 @@ def synthesize_inputs(
                 f"{MAX_SYNTHESIZED_BYTES:,}); lower verify_dims in {settings_hint} or ship sample inputs as "
                 f"{inputs_hint}"
             )
-        feeds[value.name] = _random(rng, dtype, tuple(shape))
+        feeds[value.name] = _random(rng, dtype, tuple(shape), unit_floats)
     return feeds
 
 
-def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...], unit: bool) -> np.ndarray:
     if dtype == np.bool_:
         # an array even for a scalar input (shape ()): a comparison of 0-d arrays gives a numpy.bool,
         # which onnxruntime refuses ("Unable to handle object of type <class 'numpy.bool'>")
@@ -123,7 +126,7 @@ def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -
         # mask values, counts and lengths.
         return rng.integers(0, 2, size=shape).astype(dtype)
     if np.issubdtype(dtype, np.floating):
-        return rng.standard_normal(shape).astype(dtype)
+        return (rng.random(shape) if unit else rng.standard_normal(shape)).astype(dtype)
     if dtype == np.object_:  # tensor(string): short words, as onnxruntime takes them (objects of str)
         return rng.integers(0, 2, size=shape).astype(np.str_).astype(object)
     if dtype.kind == "V":  # ml_dtypes' bfloat16, float8, int4: no numpy type onnxruntime's Python API takes

@@ -15,7 +15,6 @@ from typing import Any
 import onnx
 
 from pipeline.cook.budget import check_blob_budget
-from pipeline.cook.checking import accuracy_gate, precision_variant
 from pipeline.cook.downgrade import downgrade, limits_of
 from pipeline.cook.facts import feed_inputs, fixed_size
 from pipeline.cook.job import CookJob
@@ -24,6 +23,7 @@ from pipeline.cook.optimize import optimize
 from pipeline.cook.precision import (
     FP32,
 )
+from pipeline.cook.precision_gate import accuracy_gate, precision_variant
 from pipeline.cook.shapes import fix_shapes
 from pipeline.cook.source import SourceRead, load_source, read_sources
 from pipeline.cook.variant import cook_with_style_fallback

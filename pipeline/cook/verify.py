@@ -116,11 +116,7 @@ def failure_message(
     failed: list[OutputDifference], rtol: float, atol: float, of_range: float, scale: float
 ) -> str:
     """Which outputs differ, by how much and where, and the settings that would relax the check."""
-    details = "; ".join(
-        f"{r.name!r}: largest error {r.max_abs:.3g} {r.worst}, relative L2 error {r.rel_l2:.3g}, "
-        f"largest error over the largest magnitude {r.of_range:.3g}"
-        for r in failed
-    )
+    details = differences(failed)
     rules = f"rtol={rtol:g}, atol={atol:g}" + (f" (or {of_range:g} of the output range)" if of_range else "")
     if scale:
         rules += (
@@ -137,6 +133,15 @@ def failure_message(
     return f"outputs differ from the source beyond {rules}: {details}; " + (
         _own_precision(failed, scale)
         or f"if the difference is expected (fused kernels, a lower precision), {relax}"
+    )
+
+
+def differences(failed: list[OutputDifference]) -> str:
+    """Which outputs differ, by how much and where."""
+    return "; ".join(
+        f"{r.name!r}: largest error {r.max_abs:.3g} {r.worst}, relative L2 error {r.rel_l2:.3g}, "
+        f"largest error over the largest magnitude {r.of_range:.3g}"
+        for r in failed
     )
 
 
@@ -227,9 +232,11 @@ def verify(
         ]
     failed = [r for r in results if not r.ok]
     if failed:
-        raise VerifyError(
+        error = VerifyError(
             failure_message(failed, settings.rtol, settings.atol, of_range, settings.verify_scale)
         )
+        error.failed = tuple(failed)  # for a caller that words the failure itself
+        raise error
     return results
 
 

@@ -1,0 +1,143 @@
+"""Synthesized inputs a model is ill-conditioned on verify nothing: the cook then verifies on floats
+uniform in [0, 1), or says that only sample inputs can verify the model (pipeline/cook/conditioning.py).
+
+The models here amplify a value's last bit a millionfold (``sin(1e6 * v)``), as a deep net driven
+far outside its training range by normal floats does (a ZEISS segmenter from PyPI: activations of 1e4,
+pixels of its softmax flipped by rounding). Their Conv + BatchNormalization pair is fused by the cook
+(onnxruntime's basic level), which rounds the value differently: the cooked model is correct, and on
+ill-conditioned inputs its outputs still differ from the source's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.build.run_job import cook
+from pipeline.build.summary import cook_line
+from pipeline.cook.conditioning import UNIT_FLOATS, input_swing, nudged
+from pipeline.errors import VerifyError
+from pipeline.layout import blob_path, verify_data_path
+from pipeline.runtime import session_from_blob
+from tests.models import RNG_SEED, model_of
+from tests.test_cook import job_for, save, shipped_settings
+from tests.test_model_classes import cook_unconfigured
+
+CPU = ["CPUExecutionProvider"]
+
+
+def amplifier_model(negative_only: bool) -> onnx.ModelProto:
+    """x [1, 4, 8, 8] -> t = BatchNormalization(Conv(x)) with positive weights; y = t + sin(1e6 * u),
+    where u is -t's positive part (``negative_only``: floats in [0, 1) make t positive, so u is 0
+    and y is t, well-conditioned) or t itself (ill-conditioned on any floats)."""
+    rng = np.random.default_rng(RNG_SEED)
+    amplified = ["minus_t"] if negative_only else ["t"]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["t"]),
+        *(
+            [helper.make_node("Neg", ["t"], ["negated"]), helper.make_node("Relu", ["negated"], ["minus_t"])]
+            if negative_only
+            else []
+        ),
+        helper.make_node("Mul", [amplified[0], "gain"], ["wound"]),
+        helper.make_node("Sin", ["wound"], ["wave"]),
+        helper.make_node("Add", ["t", "wave"], ["y"]),
+    ]
+    initializers = {
+        "w": rng.uniform(0.1, 1.0, (4, 4, 1, 1)).astype(np.float32),
+        "scale": rng.uniform(0.5, 2.0, 4).astype(np.float32),
+        "bias": rng.uniform(0.1, 0.5, 4).astype(np.float32),
+        "mean": np.zeros(4, np.float32),
+        "var": rng.uniform(0.3, 3.0, 4).astype(np.float32),
+        "gain": np.array(1e6, np.float32),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "amplifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(value, name) for name, value in initializers.items()],
+    )
+    return model_of(graph, opset=17)
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=CPU).run(
+        None, {"x": x}
+    )[0]
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_ill_conditioned_normal_floats_are_replaced_by_unit_floats(tmp_path: Path, platform: str) -> None:
+    model = amplifier_model(negative_only=True)
+    entry = cook_unconfigured(model, "amp", platform, tmp_path)
+    verification = entry["verification"]
+    assert verification["floats"] == UNIT_FLOATS
+    assert verification["outputs"][0]["ok"]
+    assert verification["normal_floats_swing"]["y"][0] > 1e-3  # the normal floats' swing, recorded
+    assert f"(synthesized inputs, {UNIT_FLOATS}), max abs error" in cook_line(entry)
+
+    # The runtime check's inputs are the ones verified on; on them the blob gives the source's outputs
+    with np.load(verify_data_path(tmp_path / "build" / platform, "amp")) as data:
+        x, want = data["input/x"], data["output/y"]
+    assert 0 <= x.min() and x.max() < 1
+    settings = shipped_settings(platform)
+    blob = blob_path(tmp_path / "build" / platform, "amp", settings.format).read_bytes()
+    (got,) = session_from_blob(blob, providers=CPU).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(run(model, x), want, rtol=1e-6, atol=1e-7)
+
+
+def test_the_swing_is_measured_on_the_source_itself() -> None:
+    """One float step on every input moves the ill-conditioned source beyond the bounds; floats in
+    [0, 1) do not move the other one, nor does a model without float inputs get nudged."""
+    settings = shipped_settings("windows-dml")
+    rng = np.random.default_rng(RNG_SEED)
+    normal = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    unit = {"x": rng.random((1, 4, 8, 8)).astype(np.float32)}
+    for model, feeds, swings in [
+        (amplifier_model(negative_only=True), normal, True),
+        (amplifier_model(negative_only=True), unit, False),
+        (amplifier_model(negative_only=False), unit, True),
+    ]:
+        reference = {"y": run(model, feeds["x"])}
+        swung = input_swing(model, feeds, reference, settings, 0.0)
+        assert bool(swung) == swings, [r.rel_l2 for r in swung]
+    assert nudged({"ids": np.array([1, 2], np.int64)}) is None
+    assert (nudged(unit)["x"] > unit["x"]).all()
+
+
+def test_a_model_no_synthesized_inputs_can_verify_says_to_ship_sample_inputs(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError) as failure:
+        cook_unconfigured(amplifier_model(negative_only=False), "wild", "windows-dml", tmp_path)
+    message = str(failure.value)
+    assert "synthesized inputs cannot verify this model: the source itself is ill-conditioned" in message
+    assert (
+        "on floats from a normal distribution, and 'y' by relative L2" in message and UNIT_FLOATS in message
+    )
+    assert "ship sample inputs from real data as" in message and "wild.inputs.npz" in message
+    assert "verify_scale: " not in message  # no bound would tell a correct cook from a wrong one
+
+
+def test_ill_conditioned_sample_inputs_are_named_as_the_cause(tmp_path: Path) -> None:
+    """Sample inputs are the user's: the cook cannot swap them, and says they are what to change."""
+    assets = tmp_path / "assets"
+    save(amplifier_model(negative_only=True), assets, "amp")
+    x = np.random.default_rng(RNG_SEED).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    np.savez(assets / "amp.inputs.npz", x=x)
+    with pytest.raises(VerifyError) as failure:
+        cook(job_for(assets, "amp", shipped_settings("windows-dml"), tmp_path / "build"))
+    message = str(failure.value)
+    assert "the source itself is ill-conditioned on amp.inputs.npz (one float32 step up" in message
+    assert "make amp.inputs.npz from real data the model was made for" in message
+    assert "verify_scale: " not in message
+    np.savez(assets / "amp.inputs.npz", x=np.abs(x) / (1 + np.abs(x)))  # in [0, 1): it verifies
+    entry = cook(job_for(assets, "amp", shipped_settings("windows-dml"), tmp_path / "build"))
+    assert entry["verification"]["inputs"] == "amp.inputs.npz" and "floats" not in entry["verification"]
