@@ -269,8 +269,7 @@ def _on_unit_floats(
     if not settings.verify_scale:  # explicit rtol/atol: the user's bounds, whatever the inputs' swing
         raise failure
     of_range = VERIFY_ATOL_OF_RANGE.get(settings.precision, 0.0)
-    memo = reference_memo_dir(job.platform_dir.parent)
-    swung = input_swing(model, inputs.feeds, reference, settings, of_range, job.platform_dir, memo)
+    swung = input_swing(model, inputs.feeds, settings, of_range, job.platform_dir)
     if not swung:
         raise failure
     settings_hint, inputs_hint = _hints(job)
@@ -297,7 +296,7 @@ def _on_unit_floats(
     try:
         results = verify(blob, reference, feeds, settings, noise, default_level)
     except VerifyError as again:
-        still = input_swing(model, feeds, reference, settings, of_range, job.platform_dir, memo)
+        still = input_swing(model, feeds, settings, of_range, job.platform_dir)
         if still:
             found = differences(list(again.failed)) if again.failed else str(again)
             raise VerifyError(ill_conditioned_message(swung, still, found, inputs_hint)) from None

@@ -47,20 +47,20 @@ def nudged(feeds: Mapping[str, Any]) -> dict[str, Any] | None:
 def input_swing(
     model: onnx.ModelProto,
     feeds: Mapping[str, Any],
-    reference: Mapping[str, Any],
     settings: CookSettings,
     of_range: float,
     work_dir: Path | None = None,
-    memo_dir: Path | None = None,
 ) -> list[OutputDifference]:
     """The source's outputs that one float step on every input moves beyond the verification bounds
     (the fixed ones: no noise raise); empty where the inputs are well-conditioned for the model, or
-    have no floats. Raises onnxruntime's errors on the source."""
+    have no floats. Both runs are made here, the same way (none is taken from the reference memo,
+    whose outputs the cook trusts but does not check). Raises onnxruntime's errors on the source."""
     moved_feeds = nudged(feeds)
     if moved_feeds is None:
         return []
-    moved = reference_outputs(model, moved_feeds, work_dir, memo_dir)
-    results = compare(reference, moved, settings.rtol, settings.atol, of_range, settings.verify_scale)
+    base = reference_outputs(model, feeds, work_dir)
+    moved = reference_outputs(model, moved_feeds, work_dir)
+    results = compare(base, moved, settings.rtol, settings.atol, of_range, settings.verify_scale)
     return [result for result in results if not result.ok]
 
 
