@@ -15,9 +15,11 @@ def cook_line(entry: Mapping[str, Any]) -> str:
     if "outputs" in verification:
         worst = max((o["max_abs"] for o in verification["outputs"]), default=0.0)
         dims = "".join(f", {d}={n}" for d, n in verification.get("default_dims", {}).items())
-        checked = f"verified ({verification['inputs']} inputs{dims}), max abs error {worst:.2g}"
-        if floats := verification.get("floats"):  # normal floats were ill-conditioned (cook.conditioning)
-            checked = checked.replace(" inputs", f" inputs, {floats}", 1) + (
+        floats = verification.get("floats")  # normal floats were ill-conditioned (cook.conditioning)
+        drawn = f", {floats}" if floats else ""
+        checked = f"verified ({verification['inputs']} inputs{drawn}{dims}), max abs error {worst:.2g}"
+        if floats:
+            checked += (
                 " (the source's outputs on floats from a normal distribution move beyond the bounds when "
                 "the inputs move by one float step)"
             )
