@@ -35,8 +35,13 @@ def cook_line(entry: Mapping[str, Any]) -> str:
     else:
         checked = "NOT verified (verify: false)"
     size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
-    if entry["blob_size"] > entry["source_size"]:
-        size += f" ({_why_larger(entry)})"
+    notes = [_why_larger(entry)] if entry["blob_size"] > entry["source_size"] else []
+    narrow = entry.get("narrow_weights")
+    if narrow is not None and narrow["kept"]:
+        when = "at every run" if entry["format"] == "ort" else "as onnxruntime loads the blob"
+        notes.append(f"{_narrow_text(narrow)} stored as the source does, cast {when}")
+    if notes:
+        size += f" ({'; '.join(notes)})"
     # The shipped name (<model>.<content hash>.<format>.ocb) is given when the manifest is written.
     line = f"{entry['settings']['platform']}:{entry['name']}: {entry['format']} blob of {size}, {checked}"
     for fallback in entry.get("fallbacks", []):
@@ -51,7 +56,24 @@ def cook_line(entry: Mapping[str, Any]) -> str:
 def _why_larger(entry: Mapping[str, Any]) -> str:
     """Why a blob can be larger than its source: what the blob adds, and why compression did not
     make up for it."""
+    narrow = entry.get("narrow_weights")
+    if narrow is not None and not narrow["kept"]:  # the likeliest cause by far: say it alone
+        grown = narrow["widened_bytes"] - narrow["stored_bytes"]
+        return (
+            f"larger: constant folding stored {_narrow_text(narrow)} as what its casts make of them "
+            f"({grown:+,} B); `narrow_weights: keep` stores them as the source does: a smaller blob"
+            + (" whose runs cast them" if entry["format"] == "ort" else "")
+        )
     added = ["the blob's header and checksums"]
     if entry["format"] == "ort":
         added.append("the ORT format's kernel tables")
+    if narrow is not None:  # kept as stored: not float weights, whatever compression made of them
+        return f"larger: {' and '.join(added)}"
     return f"larger: {' and '.join(added)}; float weights barely compress"
+
+
+def _narrow_text(narrow: Mapping[str, Any]) -> str:
+    """E.g. "the model's 38 INT8 weights (22,533,888 B)"."""
+    plural = "s" if narrow["tensors"] != 1 else ""
+    types = "/".join(narrow["types"])
+    return f"the model's {narrow['tensors']} {types} weight{plural} ({narrow['stored_bytes']:,} B)"

@@ -20,8 +20,9 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # 4: newer IR / opset lowered for the target (downgrade), the exact weight guard; 5: sections
 # onnxruntime takes in place stored raw (`compression: speed`); 6: ONNX graphs raw too under `speed`;
 # 7: for onnxruntime before 1.32, the dimensions the graph leaves unknown named (valueshapes.py);
-# 8: verification inputs: what a convolution slides over tried at 64 first (axiswalk.spatial_sizes)
-RECIPE = 8
+# 8: verification inputs: what a convolution slides over tried at 64 first (axiswalk.spatial_sizes);
+# 9: weights stored narrow (int8, float16 a Cast widens) kept so in ONNX blobs (cook/narrow.py)
+RECIPE = 9
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 

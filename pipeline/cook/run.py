@@ -164,6 +164,8 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
         "verification": verification,
         "usability": report,
     }
+    if variant.narrow_weights is not None:
+        entry["narrow_weights"] = variant.narrow_weights
     if operators is not None:
         entry["operators"] = operators
     files = {"blob": blob, "entry": json_bytes(entry)}

@@ -14,6 +14,7 @@ from pipeline.cook.facts import onnx_facts, ort_facts
 from pipeline.cook.guard import guard
 from pipeline.cook.job import CookJob
 from pipeline.cook.large import is_large, tensor_bytes
+from pipeline.cook.narrow import NarrowWeights, folded, keeps_narrow, narrow_record, narrow_weights
 from pipeline.cook.optimize import optimize, optimize_large
 from pipeline.cook.source import SourceRead
 from pipeline.cook.weights import externalize, wants_external
@@ -39,6 +40,7 @@ class Variant:
     fallbacks: list[dict[str, Any]]
     cooked: bytes | None  # the optimized model file, when it fits one protobuf or flatbuffer
     weight_bytes: int  # of the cooked model's initializers
+    narrow_weights: dict[str, Any] | None = None  # narrow.narrow_record, where the source has them
 
 
 # When a runtime-style ORT blob does not load (onnxruntime cannot replay some saved runtime
@@ -106,13 +108,14 @@ def cook_variant(
     asset, settings = job.asset, job.settings
     large = is_large(model)
     fallback: dict[str, Any] | None = None
+    narrow: dict[str, Any] | None = None
     if large:
         with step("optimize and serialize"):
             proto = _optimize_large(job, model)
         cooked_facts, ort_version, model_size = onnx_facts(proto), None, tensor_bytes(proto)
     else:
         with step("optimize and serialize"):
-            cooked, fallback = _optimize_within_growth(job, model)
+            cooked, fallback, narrow = _optimize_within_growth(job, model)
         ort_version = ort_format_version(cooked)
         cooked_facts = (
             ort_facts(cooked)
@@ -168,6 +171,7 @@ def cook_variant(
         fallbacks=[fallback] if fallback else [],
         cooked=None if large else cooked,
         weight_bytes=cooked_facts.initializer_bytes,
+        narrow_weights=narrow,
     )
 
 
@@ -176,29 +180,45 @@ def cook_variant(
 GROWTH_FALLBACK = ("ConstantFolding",)
 
 
-def _optimize_within_growth(job: CookJob, model: onnx.ModelProto) -> tuple[bytes, dict | None]:
-    """The optimized model and, when constant folding inflated it past the settings' limits, the
-    model cooked again without it (and what was done, for the manifest)."""
+def _optimize_within_growth(job: CookJob, model: onnx.ModelProto) -> tuple[bytes, dict | None, dict | None]:
+    """The optimized model; when constant folding inflated it past the settings' limits, the model
+    cooked again without it (and what was done, for the manifest); and the manifest's record of the
+    weights the source stores narrow (narrow.py), cooked without constant folding where kept."""
     settings = job.settings
     source = model.ByteSize()
-    cooked = optimize(model, settings, work_dir=job.platform_dir)
+    narrow = narrow_weights(model)
+    keep = narrow is not None and keeps_narrow(settings)
+    off = GROWTH_FALLBACK if keep else ()
+    cooked = optimize(model, settings, work_dir=job.platform_dir, also_disabled=off)
     if not _inflated(len(cooked), source, settings):
-        return cooked, None
-    again = optimize(model, settings, work_dir=job.platform_dir, also_disabled=GROWTH_FALLBACK)
+        return cooked, None, _narrow_entry(narrow, source, len(cooked))
+    if keep:  # constant folding was off already
+        again = cooked
+    else:
+        again = optimize(model, settings, work_dir=job.platform_dir, also_disabled=GROWTH_FALLBACK)
     limits = f"`max_growth` {settings.max_growth:g}, `max_growth_bytes` {settings.max_growth_bytes:,}"
     if _inflated(len(again), source, settings):
+        without = "" if keep else f"{len(cooked):,} bytes, and still "
         raise ModelError(
-            f"cooking makes the {source:,}-byte model {len(cooked):,} bytes, and still "
-            f"{len(again):,} bytes without constant folding (over {limits}); if that size is expected, "
-            f"raise `max_growth` or `max_growth_bytes` in {job.asset.path.with_suffix('.cook.yaml')}"
+            f"cooking makes the {source:,}-byte model {without}{len(again):,} bytes without constant "
+            f"folding (over {limits}); if that size is expected, raise `max_growth` or `max_growth_bytes` "
+            f"in {job.asset.path.with_suffix('.cook.yaml')}"
         )
-    return again, {
-        "disabled_optimizers": list(GROWTH_FALLBACK),
-        "why": (
-            f"constant folding made the {source:,}-byte model {len(cooked):,} bytes (over {limits}); "
-            f"without it, {len(again):,} bytes"
-        ),
-    }
+    return (
+        again,
+        {
+            "disabled_optimizers": list(GROWTH_FALLBACK),
+            "why": (
+                f"constant folding made the {source:,}-byte model {len(cooked):,} bytes (over {limits}); "
+                f"without it, {len(again):,} bytes"
+            ),
+        },
+        _narrow_entry(narrow, source, len(again)),
+    )
+
+
+def _narrow_entry(narrow: NarrowWeights | None, source: int, cooked: int) -> dict | None:
+    return None if narrow is None else narrow_record(narrow, kept=not folded(narrow, source, cooked))
 
 
 def _inflated(cooked: int, source: int, settings: CookSettings) -> bool:

@@ -265,6 +265,14 @@ SETTINGS: tuple[Setting, ...] = (
             "one warning line; if it is still that large, the cook fails with the sizes",
             low=1),
     Setting("max_growth_bytes", INT, 16777216, AS_ABOVE, low=0),
+    Setting("narrow_weights", TEXT, "auto",
+            "weights stored narrower than the model computes with them (1 MiB or more of int8 or float16 "
+            "initializers a `Cast` widens, e.g. a weight-only quantization: `Cast` then `Mul` by a scale): "
+            "`keep` stores them as the source does (cooked without onnxruntime's `ConstantFolding`, which "
+            "would store the casts' results: up to 4x the bytes); an ONNX blob's load folds them as "
+            "onnxruntime folds the source's, an ORT blob casts them at every run. `fold` stores them folded "
+            "(a larger blob that loads faster). `auto`: `keep` for ONNX, `fold` for ORT",
+            choices=("auto", "keep", "fold")),
     Setting("precision", TEXT, "fp32",
             "`fp32` (the source as it is), `fp16` (weights and compute; inputs and outputs keep "
             "their types), `int8-dynamic` (onnxruntime's `quantize_dynamic`) or `int8-static` (QDQ by "
