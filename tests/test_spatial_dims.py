@@ -56,9 +56,14 @@ def test_the_walk_finds_what_a_convolution_or_pooling_slides_over() -> None:
     constants = {"mean": np.full(3, 127, np.float32), "std": np.full((1, 1, 1, 3), 58, np.float32)}
     assert spatial_dims(graph_model(nodes, [nhwc], {**constants, "k": kernel})) == {"h", "w"}
 
-    # a constant that widens a free axis hides it: after it, that axis is no longer the input's
+    # a constant over 1 at a free axis pins that dim (the model runs with that size there, or with 1,
+    # which it broadcasts), and the walk goes on; at a dim without a name (those share one size) the
+    # walk stops there
     widening = {**constants, "mean": np.zeros((1, 5, 1, 1), np.float32)}
-    assert spatial_dims(graph_model(nodes, [nhwc], {**widening, "k": kernel})) == set()
+    pinning = graph_model(nodes, [nhwc], {**widening, "k": kernel})
+    assert pinned_sizes(pinning) == {"h": 5} and spatial_dims(pinning) == {"h", "w"}
+    unnamed_h = helper.make_tensor_value_info("image", TensorProto.UINT8, ["batch", None, "w", 3])
+    assert spatial_dims(graph_model(nodes, [unnamed_h], {**widening, "k": kernel})) == set()
 
     # a 1-D conv over samples, behind an Unsqueeze; a pooling; dims without a name
     samples = helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["batch", "samples"])
@@ -79,6 +84,59 @@ def test_the_walk_finds_what_a_convolution_or_pooling_slides_over() -> None:
         nodes, [features], {"bias": np.zeros(1, np.float32), "m": np.ones((6, 2), np.float32)}, 2
     )
     assert spatial_dims(mlp) == set() and pinned_sizes(mlp) == {"k": 6}
+
+
+def per_feature_conv_model() -> onnx.ModelProto:
+    """madmom's onset CNN, in small: input [frames, bands, channels], every dim free, scaled per band
+    and channel by constants [bands, channels] (the model runs only at that size there), then a 7x3
+    convolution over frames x bands."""
+    rng = np.random.default_rng(RNG_SEED)
+    nodes = [
+        helper.make_node("Mul", ["input", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "offset"], ["normed"]),
+        helper.make_node("Unsqueeze", ["normed", "batch_axis"], ["batched"]),
+        helper.make_node("Transpose", ["batched"], ["nchw"], perm=[0, 3, 1, 2]),
+        helper.make_node("Conv", ["nchw", "k"], ["y"]),
+    ]
+    weights = {
+        "scale": rng.uniform(0.5, 1.5, (20, 3)).astype(np.float32),
+        "offset": rng.standard_normal((20, 3)).astype(np.float32),
+        "batch_axis": np.array([0], np.int64),
+        "k": rng.standard_normal((4, 3, 7, 3)).astype(np.float32),
+    }
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["frames", "bands", "channels"])
+    return graph_model(nodes, [x], weights)
+
+
+def test_free_dims_a_per_feature_constant_sizes_are_verified_at_that_size(tmp_path: Path) -> None:
+    model = per_feature_conv_model()
+    assert pinned_sizes(model) == {"bands": 20, "channels": 3}
+    assert spatial_dims(model) == {"frames", "bands"}
+    # before the constants pinned them, every tier failed: 1 frame is under the 7-tall kernel, and
+    # 32 or 224 bands do not broadcast against 20
+    entry = cook_unconfigured(model, "onsets", "android", tmp_path)
+    assert entry["verification"]["default_dims"] == {"frames": 64, "bands": 20, "channels": 3}
+    assert entry["verification"]["outputs"][0]["ok"]
+
+
+def test_a_leading_dim_a_convolution_slides_over_is_not_taken_for_a_batch(tmp_path: Path) -> None:
+    """madmom's beat trackers: ``input [frames, bands]`` made one image of frames x bands, whose
+    convolutions need 81 bands or more. The 224 tier took ``frames`` for a batch and ran 1 frame."""
+    rng = np.random.default_rng(RNG_SEED)
+    nodes = [
+        helper.make_node("Unsqueeze", ["input", "axes"], ["image"]),
+        helper.make_node("Conv", ["image", "k"], ["y"]),
+    ]
+    weights = {
+        "axes": np.array([0, 1], np.int64),
+        "k": rng.standard_normal((4, 1, 5, 100)).astype(np.float32),
+    }
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["frames", "bands"])
+    model = graph_model(nodes, [x], weights)
+    assert spatial_dims(model) == {"frames", "bands"}
+    entry = cook_unconfigured(model, "tcn", "android", tmp_path)
+    assert entry["verification"]["default_dims"] == {"frames": 224, "bands": 224}
+    assert entry["verification"]["outputs"][0]["ok"]
 
 
 def padded_conv_model() -> onnx.ModelProto:

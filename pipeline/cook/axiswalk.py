@@ -3,7 +3,7 @@ operators that keep or move axes, to the first operator that gives an axis a mea
 the sizes the cook synthesizes verification inputs at (``dims``, ``checking.feeds_for``):
 
 - ``pinned_sizes``: a free dim whose size a weight fixes (the feature axis an LSTM's or a MatMul's
-  constant weight takes);
+  constant weight takes, or a per-feature constant an element-wise operator broadcasts against it);
 - ``spatial_dims``: the free dims a convolution or pooling slides over (an image's height and
   width, a 1-D conv's samples), which a size of 1 reduces to each kernel's centre tap.
 """
@@ -47,9 +47,10 @@ _AXIS_KEEPING = frozenset(
         "Erf",
     }
 )
-# Element-wise operators of two inputs: they keep the axes of one where the other is a constant that
-# broadcasts without widening any free axis (an image's normalization: ``(x - mean) / std`` with
-# ``mean [1, 3, 1, 1]``)
+# Element-wise operators of two inputs: they keep the axes of one where the other is a constant (an
+# image's normalization: ``(x - mean) / std`` with ``mean [1, 3, 1, 1]``); where the constant's size
+# at a free axis is over 1, it pins that dim (madmom's ``input [input_dim_0, input_dim_1,
+# input_dim_2] * scale [80, 3]``: the model runs with 80 and 3 there, or 1, which it broadcasts)
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
 # Operators that slide a window over every axis of their first input from the third on
 _SLIDING = frozenset({"Conv", "ConvTranspose", "ConvInteger", "MaxPool", "AveragePool", "LpPool"})
@@ -65,8 +66,15 @@ def pinned_sizes(model: onnx.ModelProto) -> dict[str, int]:
     which no tried size finds. A dim two weights size differently is left free (the error names it),
     and so is a dim without a name (those share one size)."""
     weights = {tensor.name: list(tensor.dims) for tensor in model.graph.initializer}
+    constants = _constants(model.graph)
     found: dict[str, set[int]] = {}
     for node, axes, attributes in _readers(model.graph):
+        if node.op_type in _BROADCASTING:  # followed through a constant: the sizes it gives free axes
+            shape = next(list(constants[name].dims) for name in node.input if name in constants)
+            for label, size in zip(axes[len(axes) - len(shape) :], shape, strict=True):
+                if size > 1 and label not in (None, UNNAMED):
+                    found.setdefault(label, set()).add(size)
+            continue
         weight = weights.get(node.input[1]) if len(node.input) > 1 else None
         if weight is None:
             continue
@@ -115,7 +123,8 @@ Reader = tuple[onnx.NodeProto, Labels, dict[str, onnx.AttributeProto]]
 def _readers(graph: onnx.GraphProto) -> Iterator[Reader]:
     """Each main-graph node of the default domain whose first input carries a graph input's axes
     (followed through operators that keep, move or insert axes), with the label at each of its axes.
-    The operators that only carry axes on are followed, not yielded."""
+    The operators that only carry axes on are followed, not yielded; element-wise arithmetic with a
+    constant is followed and yielded (with its output's axes)."""
     axes_of: dict[str, Labels] = {}
     for value in feed_inputs(graph):
         tensor_type = input_tensor_type(value)
@@ -131,6 +140,7 @@ def _readers(graph: onnx.GraphProto) -> Iterator[Reader]:
             carried = _broadcast(node, axes_of, constants)
             if carried is not None:
                 axes_of[node.output[0]] = carried
+                yield node, carried, {}  # for the dims its constant pins
             continue
         if node.input[0] not in axes_of:
             continue
@@ -167,7 +177,8 @@ def _broadcast(
     node: onnx.NodeProto, axes_of: Mapping[str, Labels], constants: Mapping[str, onnx.TensorProto]
 ) -> Labels | None:
     """The axes of an element-wise node's output, where one input carries axes and the other is a
-    constant that widens none of them (a dim of 1, or at a fixed axis); else None."""
+    constant of no higher rank that widens no dim without a name (those share one size); else None.
+    A size over 1 at a named free axis pins that dim (``pinned_sizes``), which stays itself."""
     carried = [name for name in node.input if name in axes_of]
     other = next((name for name in node.input if name not in axes_of), None)
     if len(carried) != 1 or other is None or other not in constants:
@@ -176,7 +187,7 @@ def _broadcast(
     if len(shape) > len(axes):
         return None
     aligned = axes[len(axes) - len(shape) :]
-    if any(size != 1 and label is not None for size, label in zip(shape, aligned, strict=True)):
+    if any(size != 1 and label == UNNAMED for size, label in zip(shape, aligned, strict=True)):
         return None
     return axes
 

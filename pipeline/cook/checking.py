@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from pipeline.cook.axiswalk import pinned_sizes, spatial_sizes
+from pipeline.cook.axiswalk import pinned_sizes, spatial_dims, spatial_sizes
 from pipeline.cook.conditioning import UNIT_FLOATS, ill_conditioned_message, input_swing, swing_text
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
@@ -96,7 +96,7 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
         (SPATIAL_DIM_SIZE, spatial_sizes(model, unsized, dims)),
         (DEFAULT_DIM_SIZE, sizes),
         (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
-        (WIDE_DIM_SIZE, wide_sizes(model, unsized, dims)),
+        (WIDE_DIM_SIZE, wide_sizes(model, unsized, dims, spatial_dims(model))),
         (SIGNAL_DIM_SIZE, signal_sizes(model, unsized)),
     )
     done: list[dict[str, int]] = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 import onnx
 
@@ -145,15 +145,19 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
     return unsized
 
 
-def wide_sizes(model: onnx.ModelProto, unsized: list[str], dims: Mapping[str, int]) -> dict[str, int]:
+def wide_sizes(
+    model: onnx.ModelProto, unsized: list[str], dims: Mapping[str, int], sliding: Collection[str] = ()
+) -> dict[str, int]:
     """WIDE_DIM_SIZE for each of ``unsized``, but 1 for a batch (``_batches``: 224 images of 224x224
-    would be 134 MB of input and a long run, to learn nothing more).
+    would be 134 MB of input and a long run, to learn nothing more). A named leading dim in
+    ``sliding`` (what a convolution slides over: axiswalk.spatial_dims) is not a batch: madmom's
+    ``input [frames, bands]``, made a batch of one image of frames x bands, runs at 224 frames, not 1.
 
     Dims without a name share one size, so where one of them is a leading batch the others would
     stay 1 too, and the tier would run nothing new (Silero VAD's ``input [?, ?]`` and ``state [2,
     ?, 128]``, which run at 224 and at no smaller size). Those are 224 batch and all, where the
     inputs stay within WIDE_UNNAMED_MAX_BYTES (Silero's: 430 kB; an image model's 224 images would not)."""
-    batch = _batches(_axes(model))
+    batch = _batches(_axes(model)) - {name for name in sliding if name != UNNAMED}
     sizes = {name: DEFAULT_DIM_SIZE if name in batch else WIDE_DIM_SIZE for name in unsized}
     if UNNAMED in batch:
         wider = {**sizes, UNNAMED: WIDE_DIM_SIZE}
