@@ -330,7 +330,8 @@ def _rule(
         "rtol/atol turn the second and third branches off. Where a cooked model fails on synthesized "
         "inputs that the source itself is ill-conditioned on (one float32 step up on every input moves "
         "its outputs past the fixed bounds), the cook verifies again on floats uniform in [0, 1) "
-        "(pipeline/cook/conditioning.py).",
+        "(pipeline/cook/conditioning.py); so it does, before comparing, where an output of the source "
+        "holds no finite value on them.",
         "",
     ]
     if rows:

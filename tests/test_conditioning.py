@@ -140,3 +140,68 @@ def test_ill_conditioned_sample_inputs_are_named_as_the_cause(tmp_path: Path) ->
     np.savez(assets / "amp.inputs.npz", x=np.abs(x) / (1 + np.abs(x)))  # in [0, 1): it verifies
     entry = cook(job_for(assets, "amp", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["inputs"] == "amp.inputs.npz" and "floats" not in entry["verification"]
+
+
+def log_of_min_model(always: bool) -> onnx.ModelProto:
+    """x [1, 16] -> y = x * log(min(x)) (``always``: y = sqrt(-1 - |x|)). Normal floats hold a negative
+    value, so min(x) < 0 and y is NaN everywhere, as terrain-diffusion's denoiser (PyPI) is on a
+    negative noise level; floats in [0, 1) give numbers. ``always`` is NaN on any inputs."""
+    if always:
+        nodes = [
+            helper.make_node("Abs", ["x"], ["a"]),
+            helper.make_node("Sub", ["minus_one", "a"], ["n"]),
+            helper.make_node("Sqrt", ["n"], ["y"]),
+        ]
+    else:
+        nodes = [
+            helper.make_node("ReduceMin", ["x"], ["m"], keepdims=1),
+            helper.make_node("Log", ["m"], ["l"]),
+            helper.make_node("Mul", ["x", "l"], ["y"]),
+        ]
+    graph = helper.make_graph(
+        nodes,
+        "log_of_min",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        [numpy_helper.from_array(np.array([-1.0], np.float32), "minus_one")] if always else [],
+    )
+    return model_of(graph, opset=17)
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_inputs_that_give_an_output_no_finite_value_are_drawn_again(tmp_path: Path, platform: str) -> None:
+    """NaN compares equal to NaN: the cook "verified" an all-NaN output with an error of 0."""
+    model = log_of_min_model(always=False)
+    normal = np.random.default_rng(RNG_SEED).standard_normal((1, 16)).astype(np.float32)
+    assert np.isnan(run_x(model, normal)).all()  # what the cook verified on before
+    entry = cook_unconfigured(model, "logmin", platform, tmp_path)
+    verification = entry["verification"]
+    assert verification["floats"] == UNIT_FLOATS and verification["normal_floats_nonfinite"] == ["y"]
+    with np.load(verify_data_path(tmp_path / "build" / platform, "logmin")) as data:
+        assert np.isfinite(data["output/y"]).all() and (data["input/x"] >= 0).all()
+    line = cook_line(entry)
+    assert f"(synthesized inputs, {UNIT_FLOATS})" in line
+    assert "(the source's 'y' on floats from a normal distribution: no finite value)" in line
+
+
+def test_an_output_no_inputs_make_finite_fails_naming_it_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError) as failure:
+        cook_unconfigured(log_of_min_model(always=True), "nan", "windows-dml", tmp_path)
+    message = str(failure.value)
+    assert "the source's output(s) 'y' hold no finite value (NaN or infinite everywhere)" in message
+    assert f"on synthesized inputs (floats from a normal distribution, then {UNIT_FLOATS})" in message
+    assert (
+        "ship sample inputs from real data the model was made for as" in message
+        and "nan.inputs.npz" in message
+    )
+    # sample inputs that give it are named as what to change
+    assets = tmp_path / "assets"
+    np.savez(assets / "nan.inputs.npz", x=np.ones((1, 16), np.float32))
+    with pytest.raises(
+        VerifyError, match=r"on nan\.inputs\.npz: the inputs are outside what the model computes"
+    ):
+        cook(job_for(assets, "nan", shipped_settings("windows-dml"), tmp_path / "b2"))
+
+
+def run_x(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    return onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": x})[0]

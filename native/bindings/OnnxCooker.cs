@@ -34,7 +34,7 @@ namespace OnnxCooker
 
     public enum ModelFormat { Onnx = 0, Ort = 1 }
 
-    public enum LoadPath { OnnxInline = 0, OnnxFileBuffers = 1, OnnxExternal = 2, OrtInPlace = 3, OnnxMapped = 4, OnnxShared = 5 }
+    public enum LoadPath { OnnxInline = 0, OnnxFileBuffers = 1, OnnxExternal = 2, OrtInPlace = 3, OnnxMapped = 4, OnnxShared = 5, OrtBytes = 6 }
 
     [StructLayout(LayoutKind.Sequential)]
     public struct Error

@@ -306,9 +306,12 @@ typedef enum oc_load_path {
     OC_LOAD_ORT_IN_PLACE = 3,        /* ORT bytes used in place (use_ort_model_bytes_directly) */
     OC_LOAD_ONNX_MAPPED = 4,         /* before 1.32, raw weights of a blob file: onnxruntime maps them
                                         from the blob file itself, as from a loose .onnx.data */
-    OC_LOAD_ONNX_SHARED = 5          /* onnxruntime 1.24.4 and 1.28.0 (POSIX): each weight handed over in
+    OC_LOAD_ONNX_SHARED = 5,         /* onnxruntime 1.24.4 and 1.28.0 (POSIX): each weight handed over in
                                         place as a shared initializer (AddInitializer over the blob's
                                         bytes), the graph's references pointed at /dev/null */
+    OC_LOAD_ORT_BYTES = 6            /* ORT bytes used directly, their tensors copied by onnxruntime: an
+                                        ORT model whose tensor attributes it refuses in place
+                                        (TreeEnsemble 5, LabelEncoder 4) */
 } oc_load_path; /* values are ABI: new ones go at the end */
 
 typedef struct oc_session_options {
@@ -334,8 +337,9 @@ typedef struct oc_session_options {
  * options, DirectML rules, the saved-runtime-optimizations flag), weights in place where
  * onnxruntime allows it. The session BORROWS the blob (release the session first). `path_used`
  * (may be NULL) receives the load path actually used: where onnxruntime refuses the first choice
- * for a model (OC_LOAD_ONNX_SHARED for conv nets in 1.24.4 and 1.28.0), the session is made again
- * along the next (OC_LOAD_ONNX_MAPPED for a blob file, then OC_LOAD_ONNX_EXTERNAL), and later
+ * for a model (OC_LOAD_ONNX_SHARED for conv nets in 1.24.4 and 1.28.0; OC_LOAD_ORT_IN_PLACE for an
+ * ORT model with tensor attributes), the session is made again along the next
+ * (OC_LOAD_ONNX_MAPPED for a blob file, then OC_LOAD_ONNX_EXTERNAL; OC_LOAD_ORT_BYTES), and later
  * loads of that model in the process go straight there; an attempt that may be refused runs with
  * onnxruntime's session log at FATAL unless `base` options are given (the session made by it keeps
  * that level, as the Python loader's do). On OC_LOAD_ONNX_SHARED the blob keeps the

@@ -177,6 +177,7 @@ const char *oc_load_path_name(oc_load_path path) {
     case OC_LOAD_ORT_IN_PLACE: return "ort-in-place";
     case OC_LOAD_ONNX_MAPPED: return "onnx-mapped";
     case OC_LOAD_ONNX_SHARED: return "onnx-shared-initializers";
+    case OC_LOAD_ORT_BYTES: return "ort-bytes";
     }
     return "unknown";
 }
@@ -189,6 +190,7 @@ typedef struct session_ctx {
     oc_error *err;
     int low_memory;
     char why[OC_REFUSED_MAX]; /* create_along's failure: onnxruntime's first line, cut as LoadInfo.refused */
+    int memory_tensor;        /* ... and it refused a tensor attribute in place (MEMORY_TENSOR_REFUSAL) */
 } session_ctx;
 
 /* Turn an OrtStatus into an oc_status (releasing it); OC_OK for NULL. */
@@ -476,6 +478,13 @@ static int shared_version(const int v[3]) {
  * below it a thread and its madvise calls cost more than the pages weigh). */
 #define PAGER_MIN (16u << 20)
 
+/* With session.use_ort_model_bytes_for_initializers onnxruntime takes tensor attributes of 128 bytes
+ * or more from the flatbuffer too, and its graph check then refuses them: "Data of TensorProto ...
+ * should be stored in * /_ORT_MEM_ADDR_/ *, but it is not regular file" (1.24.4, 1.28.0, 1.32.0:
+ * TreeEnsemble 5's splits, LabelEncoder 4's keys). Such a model loads along OC_LOAD_ORT_BYTES, its
+ * tensors copied (the Python loader's ortload.py). */
+#define MEMORY_TENSOR_REFUSAL "_ORT_MEM_ADDR_"
+
 /* Models whose shared-initializer session onnxruntime refused in this process (conv nets in 1.24.4
  * and 1.28.0: "cannot get file size [/dev/null]"): their next loads go straight to the fallback, as
  * the Python loader's _REFUSED does. FNV-1a of cook key, model sha256 and onnxruntime version; a
@@ -558,8 +567,9 @@ static size_t plan_paths(const oc_runtime *rt, const oc_blob *blob, oc_load_path
     int weights_raw = blob->weights != NULL && blob->weights_owned == NULL;
     int mapped, shared;
     size_t n = 0;
-    if (blob->info.format == OC_FORMAT_ORT) {
-        plan[n++] = OC_LOAD_ORT_IN_PLACE;
+    if (blob->info.format == OC_FORMAT_ORT) { /* ORT bytes, in place; copied where refused (below) */
+        if (!was_refused(refusal_key(rt, blob), NULL, 0)) plan[n++] = OC_LOAD_ORT_IN_PLACE;
+        plan[n++] = OC_LOAD_ORT_BYTES;
         return n;
     }
     if (blob->weights_size == 0) {
@@ -701,11 +711,12 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
     char *real = NULL;
     oc_status status = OC_OK;
     OrtStatus *s;
-    if (path == OC_LOAD_ORT_IN_PLACE) {
+    if (path == OC_LOAD_ORT_IN_PLACE || path == OC_LOAD_ORT_BYTES) {
         TRY_ORT(api->AddSessionConfigEntry(options, "session.load_model_format", "ORT"), "refused the ORT format for");
         TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_directly", "1"), "refused in-place bytes for");
-        TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_for_initializers", "1"),
-                "refused in-place initializers for");
+        if (path == OC_LOAD_ORT_IN_PLACE)
+            TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_for_initializers", "1"),
+                    "refused in-place initializers for");
     } else if (path == OC_LOAD_ONNX_MAPPED) {
         /* References name the blob file at each tensor's offset in its raw extent; onnxruntime
          * opens it by name from the folder the entry gives: check the name is still the file the
@@ -803,6 +814,7 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
         } else {
             /* what a refused path reports (LoadInfo.refused): the path, onnxruntime's first line */
             int line = (int)strcspn(message, "\r\n");
+            c->memory_tensor = strstr(message, MEMORY_TENSOR_REFUSAL) != NULL;
             snprintf(c->why, sizeof c->why, "%s refused (%.*s)", oc_load_path_name(path), line < 200 ? line : 200,
                      message);
             status = oc_fail(c->err, OC_ERR_SESSION_CREATE,
@@ -903,7 +915,7 @@ oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_ses
     }
     steps = plan_paths(rt, blob, plan);
     /* a refusal an earlier load met, which this one skips (as LoadInfo.refused reports it) */
-    if (refused != NULL && refused_size > 0 && blob->info.format == OC_FORMAT_ONNX && blob->weights_size > 0)
+    if (refused != NULL && refused_size > 0 && (blob->info.format == OC_FORMAT_ORT || blob->weights_size > 0))
         was_refused(refusal_key(rt, blob), refused, refused_size);
     status = recipe_options(&c, o, chosen, count, decided, offered, &options);
     free(decided);
@@ -921,17 +933,21 @@ oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_ses
                                "could not copy the session options for");
             if (status != OC_OK) break;
             /* a refusal here is expected and answered: keep onnxruntime's log quiet (as the Python
-             * loader does), unless the caller chose the options */
-            if (o == NULL || o->base == NULL)
+             * loader does), unless the caller chose the options; not for an ORT model, whose refusal
+             * is rare (tensor attributes) and whose warnings a game wants */
+            if ((o == NULL || o->base == NULL) && path != OC_LOAD_ORT_IN_PLACE)
                 status = check_ort(&c, api->SetSessionLogSeverityLevel(attempt, ORT_LOGGING_LEVEL_FATAL),
                                    OC_ERR_SESSION_CREATE, "refused a log level for");
         }
         c.why[0] = '\0';
+        c.memory_tensor = 0;
         if (status == OC_OK) status = create_along(&c, path, attempt, out);
         if (attempt != options) api->ReleaseSessionOptions(attempt);
         if (status != OC_ERR_SESSION_CREATE || last) break;
+        if (path == OC_LOAD_ORT_IN_PLACE && !c.memory_tensor) break; /* the copying path would meet it too */
         /* onnxruntime refused this path (shared initializers: a model whose optimizers read the
-         * referenced file; onnx-mapped: a file system it cannot map, a renamed file): the next one.
+         * referenced file; onnx-mapped: a file system it cannot map, a renamed file; ORT in place:
+         * tensor attributes): the next one.
          * Remembered only when it refused the null file itself: another failure (an EP, memory) may
          * not recur and says nothing of the model (as the Python loader's _REFUSED). */
         if (c.why[0] == '\0' && err != NULL) /* refused before onnxruntime built anything: our message */
@@ -939,6 +955,7 @@ oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_ses
         if (refused != NULL && refused_size > 0) snprintf(refused, refused_size, "%s", c.why);
         if (path == OC_LOAD_ONNX_SHARED && err != NULL && strstr(err->message, "/dev/null") != NULL)
             remember_refusal(refusal_key(rt, blob), c.why);
+        if (path == OC_LOAD_ORT_IN_PLACE) remember_refusal(refusal_key(rt, blob), c.why);
     }
     if (status == OC_OK) {
         if (path_used != NULL) *path_used = path;

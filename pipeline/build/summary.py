@@ -18,7 +18,10 @@ def cook_line(entry: Mapping[str, Any]) -> str:
         floats = verification.get("floats")  # normal floats were ill-conditioned (cook.conditioning)
         drawn = f", {floats}" if floats else ""
         checked = f"verified ({verification['inputs']} inputs{drawn}{dims}), max abs error {worst:.2g}"
-        if floats:
+        if blank := verification.get("normal_floats_nonfinite"):  # outside the model's domain
+            named = ", ".join(map(repr, blank))
+            checked += f" (the source's {named} on floats from a normal distribution: no finite value)"
+        elif floats:
             checked += (
                 " (the source's outputs on floats from a normal distribution move beyond the bounds when "
                 "the inputs move by one float step)"

@@ -16,6 +16,13 @@ ill-conditioned for this model: verification runs again on floats uniform in [0,
 there is reported as it is, or, where those are ill-conditioned too, as a model that synthesized
 inputs cannot verify (ship sample inputs). Explicit ``rtol``/``atol`` (``verify_scale`` off) are
 the user's bounds, whatever the inputs: no second try there.
+
+Some inputs are outside a model's domain altogether: terrain-diffusion's denoiser (PyPI) takes a
+noise level ``sigma`` that normal floats make negative, and its output is then NaN everywhere. NaN
+compares equal to NaN, so the cook "verified" it with an error of 0, and OpenVINO, which computes
+numbers there, failed the runtime check. An output without one finite value verifies nothing
+(``nonfinite_outputs``): synthesized inputs are drawn again as floats in [0, 1), and sample inputs
+that give such an output are refused.
 """
 
 from __future__ import annotations
@@ -32,6 +39,18 @@ from pipeline.cook.verify import reference_outputs
 from pipeline.settings.resolve import CookSettings
 
 UNIT_FLOATS = "floats uniform in [0, 1)"
+
+
+def nonfinite_outputs(reference: Mapping[str, Any]) -> list[str]:
+    """The float outputs of the source that hold values but no finite one (NaN or infinite all over)."""
+    return [
+        name
+        for name, value in reference.items()
+        if isinstance(value, np.ndarray)
+        and value.dtype.kind in "fc"
+        and value.size
+        and not np.isfinite(value).any()
+    ]
 
 
 def nudged(feeds: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import onnx
 
-from pipeline.cook.checking import cannot_run, feeds_for, refuse_meaningless, source_reference
+from pipeline.cook.feeds import cannot_run, feeds_for, refuse_meaningless, source_reference
 from pipeline.cook.inputs import as_input_types
 from pipeline.cook.job import CookJob
 from pipeline.cook.precision import (

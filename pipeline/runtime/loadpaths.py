@@ -42,11 +42,11 @@ from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
 from .devices import CPU, SessionPlan
-from .files import has_memfd, memfd_with
+from .files import has_memfd
 from .graphcheck import check_header_tensors, check_weight_graph
 from .loadtypes import BlobFile, LoadPath, Prepared
 from .onnxrefs import check_and_rewrite, check_references
-from .ortweights import share_weights
+from .ortload import leading_graph, prepare_ort
 from .pager import can_page
 
 FILE_BUFFERS_SINCE = (1, 32, 0)
@@ -109,9 +109,6 @@ def defer_raw_check_min(version: str) -> int:
     return DEFER_RAW_CHECK_MIN if released else DEFER_RAW_CHECK_MIN_GIL_HELD
 
 
-_ORT_FORMAT_KEY = "session.load_model_format"
-
-
 def has_null_file() -> bool:
     return os.name == "posix" and os.path.exists(os.path.join(NULL_FOLDER, NULL_FILE))
 
@@ -132,7 +129,7 @@ def choose_load_path(
     if header.model_format == ModelFormat.ORT:
         small = (header.graph_size or header.model_size) < SMALL_ORT_MODEL
         old = header.version == LEGACY_BLOB_FORMAT_VERSION  # one zstd frame: decoded to bytes anyway
-        if small or old or not (has_memfd() or _leading_graph(checked, model_file)):
+        if small or old or not (has_memfd() or leading_graph(checked, model_file)):
             return LoadPath.ORT_BYTES
         if installed < ORT_MAPPING_SINCE:
             return LoadPath.ORT_FILE
@@ -225,7 +222,7 @@ def why_not(path: LoadPath, checked: CheckedBlob, version: str, model_file: Blob
         return reason
     if path in (*mapped, LoadPath.ORT_FILE) and header.version == LEGACY_BLOB_FORMAT_VERSION:
         return "a version-1 blob's model is one zstd frame: it loads from bytes (ort-bytes)"
-    if path in (*mapped, LoadPath.ORT_FILE) and not (has_memfd() or _leading_graph(checked, model_file)):
+    if path in (*mapped, LoadPath.ORT_FILE) and not (has_memfd() or leading_graph(checked, model_file)):
         return "the model is not the start of a blob file, and this system has no memfd"
     return None
 
@@ -234,7 +231,7 @@ def why_not_shared(checked: CheckedBlob, model_file: BlobFile | None) -> str | N
     """Why ``ort-shared-initializers`` cannot load this ORT blob (None: it can, version aside)."""
     if checked.header.version == LEGACY_BLOB_FORMAT_VERSION or checked.extent("graph") is None:
         return "the blob's graph is not one raw extent (zstd frames, or a version-1 blob)"
-    if _leading_graph(checked, model_file):
+    if leading_graph(checked, model_file):
         return "onnxruntime maps the blob file itself, weights and all, in place (ort-mapped)"
     if not has_memfd():
         return "it needs a memfd (Linux)"
@@ -253,11 +250,6 @@ def no_sharing(plan: SessionPlan, session_options: onnxruntime.SessionOptions | 
     return None
 
 
-def _leading_graph(checked: CheckedBlob, model_file: BlobFile | None) -> bool:
-    frames = checked.frames("graph")
-    return model_file is not None and checked.extent("graph") is not None and frames[0].offset == 0
-
-
 def prepare(
     path: LoadPath,
     checked: CheckedBlob,
@@ -266,7 +258,7 @@ def prepare(
 ) -> Prepared:
     """Set up ``options`` (and the model argument) for loading ``checked`` along ``path``."""
     if path.value.startswith("ort-"):
-        return _prepare_ort(path, checked, options, model_file)
+        return prepare_ort(path, checked, options, model_file)
     graph = checked.graph_bytes()
     weights = checked.header.weights
     tensors = {t.name: (t.offset, t.nbytes) for t in weights.tensors} if weights else {}
@@ -300,13 +292,13 @@ def prepare(
         options.add_external_initializers(names, values)
         return Prepared(graph, keep=[segments, values])
 
-    def copying() -> Prepared:
+    def copying(why: str) -> Prepared:
         # onnxruntime 1.24.4 and 1.28.0 refuse the door for models whose optimizers read initializer
         # data from the referenced file (conv nets: "cannot get file size [/dev/null]"; /dev/null
         # holds nothing, so such a read always fails, never reads wrong data). The same options,
         # completed: the real references, satisfied from memory.
         options.add_external_initializers(names, values)
-        return Prepared(graph, keep=[segments, values])
+        return Prepared(graph, keep=[segments, values], path=LoadPath.ONNX_EXTERNAL_INITIALIZERS)
 
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", NULL_FOLDER)
     return Prepared(nulled, keep=[segments, values], fallback=copying)
@@ -346,11 +338,14 @@ def _prepare_mapped(
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
     checked.release()  # onnxruntime maps what it needs itself: ours would count its pages twice
 
-    def copying() -> Prepared:
+    def copying(why: str) -> Prepared:
         # onnxruntime refused to map it (a file system it cannot map, say): the blob again from
         # the open descriptor, its weights satisfied from memory (the path every version takes).
         again = check_blob(mmap.mmap(model_file.fd, 0, access=mmap.ACCESS_READ), max_model_size=1 << 62)
-        return prepare(LoadPath.ONNX_EXTERNAL_INITIALIZERS, again, options)
+        return replace(
+            prepare(LoadPath.ONNX_EXTERNAL_INITIALIZERS, again, options),
+            path=LoadPath.ONNX_EXTERNAL_INITIALIZERS,
+        )
 
     return Prepared(mapped, fallback=copying, confirm=lambda: _still_the_checked_file(model_file, real))
 
@@ -360,41 +355,3 @@ def _still_the_checked_file(model_file: BlobFile, path: str) -> None:
     held, named = os.fstat(model_file.fd), os.stat(path)
     if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
         raise OSError(f"{path} was replaced while it was loaded (another file now has its name)")
-
-
-def _prepare_ort(
-    path: LoadPath, checked: CheckedBlob, options: onnxruntime.SessionOptions, model_file: BlobFile | None
-) -> Prepared:
-    if path == LoadPath.ORT_BYTES:
-        return Prepared(checked.graph_bytes())
-    options.add_session_config_entry(_ORT_FORMAT_KEY, "ORT")
-    if path in (LoadPath.ORT_MAPPED, LoadPath.ORT_SHARED_INITIALIZERS):
-        options.add_session_config_entry("session.use_memory_mapped_ort_model", "1")
-        options.add_session_config_entry("session.use_ort_model_bytes_for_initializers", "1")
-    if path == LoadPath.ORT_SHARED_INITIALIZERS:
-        extent = checked.extent("graph")
-        assert extent is not None
-        shared = share_weights(extent, options)
-        if shared is None:  # no weight worth sharing: the whole model into the memfd
-            return replace(_whole_memfd(checked), path=LoadPath.ORT_MAPPED)
-        return Prepared(
-            f"/proc/self/fd/{shared.fd}",
-            keep=shared.keep,
-            cleanup=[lambda: os.close(shared.fd)],
-            # the same options, the memfd whole: whatever reads the graph's copy reads the weights
-            # (the options keep the shared values: the session uses them, so they stay kept)
-            fallback=lambda: replace(_whole_memfd(checked), keep=shared.keep),
-            fallback_path=LoadPath.ORT_MAPPED,
-            distrust=shared.holes_read,
-        )
-    if _leading_graph(checked, model_file):
-        assert model_file is not None
-        checked.release()  # onnxruntime maps the blob file itself: ours would count its pages twice
-        mapped_fd = model_file.fd if path == LoadPath.ORT_MAPPED else None
-        return Prepared(model_file.onnxruntime_path(), mapped_fd=mapped_fd)
-    return _whole_memfd(checked)
-
-
-def _whole_memfd(checked: CheckedBlob) -> Prepared:
-    fd = memfd_with(checked)
-    return Prepared(f"/proc/self/fd/{fd}", cleanup=[lambda: os.close(fd)])

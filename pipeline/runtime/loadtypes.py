@@ -59,14 +59,14 @@ class BlobFile:
 @dataclass
 class Prepared:
     """What to hand ``InferenceSession``, what the session must keep alive, and what to undo after;
-    ``fallback``: where onnxruntime refuses this path, the same options completed for the copying
-    path (see ``prepare``)."""
+    ``fallback(why)``: where onnxruntime refuses this path (``why``: its message), the same options
+    completed for a copying path, its ``path`` set (see ``prepare``); None where that refusal would
+    meet the copying path too."""
 
     model: bytes | str
     keep: list[Any] = field(default_factory=list)
     cleanup: list[Callable[[], None]] = field(default_factory=list)
-    fallback: Callable[[], Prepared] | None = None
-    fallback_path: LoadPath = LoadPath.ONNX_EXTERNAL_INITIALIZERS
+    fallback: Callable[[str], Prepared | None] | None = None
     # After the session is made, before ``cleanup``: why it must be thrown away for the fallback.
     distrust: Callable[[], str | None] | None = None
     # The path taken where it is not the one asked for (nothing to share: ort-mapped).

@@ -31,6 +31,7 @@ from .loadpaths import (
 from .memblob import MemoryBlob
 from .options import mark_holding, refuse_holding
 from .options import session_options_for as session_options_for  # re-exported
+from .ortload import MEMORY_TENSOR_REFUSAL
 from .pager import create_session
 from .rawcheck import LOW_MEMORY_CHECK_FIRST_MIN, Background, whole_crcs
 
@@ -223,8 +224,12 @@ def _session(
     check_runtime(header)
     path = _load_path(checked, load_path, model_file, low_memory)
     # a remembered refusal is why this load copies (onnx-mapped, from a bundle, never tried that door)
-    copies = load_path is None and path in (LoadPath.ONNX_EXTERNAL_INITIALIZERS, LoadPath.ORT_MAPPED)
-    refused = _REFUSED.get(_refusal_key(header)) if copies else None
+    copies = load_path is None and path in (
+        LoadPath.ONNX_EXTERNAL_INITIALIZERS,
+        LoadPath.ORT_MAPPED,
+        LoadPath.ORT_FILE,
+    )
+    refused = _REFUSED.get(_refusal_key(header), (None,))[0] if copies else None
     _register(ep_libraries or {}, header.name)
     plan = plan_for(header, providers, devices, session_options)
     names, specs = plan.names, plan.providers
@@ -258,7 +263,6 @@ def _session(
         "weights in place" if path.in_place else "onnxruntime copies the weights",
     )
     fallback = prepared.fallback if load_path is None else None
-    fallback_path = prepared.fallback_path
     cleanup = list(prepared.cleanup)
     try:
         report("decompress", 1.0)  # checked (by the caller) and decoded (by prepare)
@@ -270,7 +274,7 @@ def _session(
     try:
         try:
             severity = options.log_severity_level
-            if fallback is not None:  # a refusal here is expected, and answered: keep the log quiet
+            if fallback is not None and path != LoadPath.ORT_MAPPED:  # a refusal expected, and answered
                 options.log_severity_level = 4
             try:
                 own = prepared.own_pages
@@ -282,7 +286,8 @@ def _session(
                 del session
                 raise _Distrusted(distrust)
         except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
-            if fallback is None or missing_kernel(str(exc)) is not None:  # a kernel every path lacks
+            again = None if fallback is None or missing_kernel(str(exc)) is not None else fallback(str(exc))
+            if again is None or again.path is None:  # a kernel every path lacks; what copying meets too
                 raise
             what = "not used" if isinstance(exc, _Distrusted) else "refused"
             refused = f"{path.value} {what} ({str(exc).splitlines()[0][:200]})"
@@ -291,16 +296,17 @@ def _session(
                 header.name,
                 onnxruntime.__version__,
                 refused,
-                fallback_path.value,
+                again.path.value,
             )
-            prepared, path = fallback(), fallback_path
+            prepared, path = again, again.path
             cleanup += prepared.cleanup
             # Remembered only when onnxruntime refused the door itself (it could not read the null
             # file): another failure (an EP, memory) may not recur, and says nothing of the model.
-            # So is a session that read the holes of ort-shared-initializers (it will again).
-            known = isinstance(exc, _Distrusted) or f"{NULL_FOLDER}/{NULL_FILE}" in str(exc)
+            # So is a session that read the holes of ort-shared-initializers (it will again), and an
+            # ORT model's tensor attributes refused in place (ortload.py).
+            known = isinstance(exc, _Distrusted) or NULL_PATH in str(exc) or MEMORY_TENSOR_REFUSAL in str(exc)
             if len(_REFUSED) < _MAX_REFUSED and known:
-                _REFUSED[_refusal_key(header)] = refused
+                _REFUSED[_refusal_key(header)] = (refused, path)
             session = create_session(prepared.model, options, specs, None, low_memory)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
         if (operator := missing_kernel(str(exc))) is not None:
@@ -364,9 +370,11 @@ def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -
     return used
 
 
-# (cook key, model sha256, onnxruntime version) -> why onnxruntime refused the shared-initializer
-# door for that model: its next load in this process goes straight to the copying path.
-_REFUSED: dict[tuple[str, str, str], str] = {}
+# (cook key, model sha256, onnxruntime version) -> why onnxruntime refused an in-place door for that
+# model, and the path it then loaded along: its next load in this process goes straight there.
+_REFUSED: dict[tuple[str, str, str], tuple[str, LoadPath]] = {}
+_IN_PLACE_DOORS = (LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ORT_SHARED_INITIALIZERS, LoadPath.ORT_MAPPED)
+NULL_PATH = f"{NULL_FOLDER}/{NULL_FILE}"
 _MAX_REFUSED = 4096
 
 
@@ -375,11 +383,8 @@ def _load_path(
 ) -> LoadPath:
     if asked is None:
         path = choose_load_path(checked, model_file=model_file, low_memory=low_memory)
-        if path == LoadPath.ONNX_SHARED_INITIALIZERS and _refusal_key(checked.header) in _REFUSED:
-            return LoadPath.ONNX_EXTERNAL_INITIALIZERS
-        if path == LoadPath.ORT_SHARED_INITIALIZERS and _refusal_key(checked.header) in _REFUSED:
-            return LoadPath.ORT_MAPPED
-        return path
+        remembered = _REFUSED.get(_refusal_key(checked.header))
+        return remembered[1] if remembered is not None and path in _IN_PLACE_DOORS else path
     try:
         path = LoadPath(asked)
     except ValueError:
