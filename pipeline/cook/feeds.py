@@ -11,10 +11,11 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from pipeline.cook.axiswalk import pinned_sizes, spatial_dims, spatial_sizes
+from pipeline.cook.axiswalk import pinned_sizes, spatial_dims, spatial_sizes, stepped_dims
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
     RETRY_DIM_SIZE,
+    SEQUENCE_DIM_SIZE,
     SIGNAL_DIM_SIZE,
     SPATIAL_DIM_SIZE,
     WIDE_DIM_SIZE,
@@ -66,17 +67,20 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
         return VerifyInputs(feeds, "synthesized", dict(pinned), pinned=pinned)
     sizes, tried, bound = dict.fromkeys(unsized, DEFAULT_DIM_SIZE), (), 0
     # A convolution's free height and width are tried at SPATIAL_DIM_SIZE first: at 1 its kernels
-    # read only their centre taps. Then every free dim at 1; where a conv net cannot run on 1x1,
+    # read only their centre taps. Then every free dim but a batch at SEQUENCE_DIM_SIZE: at 1
+    # nothing mixes along a sequence (attention, a recurrence). Then at 1; where a conv net cannot run on 1x1,
     # at RETRY_DIM_SIZE (all of them), then at WIDE_DIM_SIZE but for a leading batch (a deep conv
     # net downsamples 32 to nothing), then a signal's length at SIGNAL_DIM_SIZE (an audio
     # frontend's STFT window is 400 samples), before the combinations of 1 and 2, which onnxruntime
     # may crash on (an integer division by a length of 0 frames). The outputs of a run that passes
     # are the verification's reference: the source is not run again.
+    sliding = spatial_dims(model) | stepped_dims(model)  # not a batch where leading
     tiers = (
         (SPATIAL_DIM_SIZE, spatial_sizes(model, unsized, dims)),
+        (SEQUENCE_DIM_SIZE, wide_sizes(model, unsized, dims, sliding, size=SEQUENCE_DIM_SIZE)),
         (DEFAULT_DIM_SIZE, sizes),
         (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
-        (WIDE_DIM_SIZE, wide_sizes(model, unsized, dims, spatial_dims(model))),
+        (WIDE_DIM_SIZE, wide_sizes(model, unsized, dims, sliding)),
         (SIGNAL_DIM_SIZE, signal_sizes(model, unsized)),
     )
     done: list[dict[str, int]] = []

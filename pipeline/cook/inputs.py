@@ -14,6 +14,7 @@ import onnx
 
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
+    SEQUENCE_DIM_SIZE,
     SIGNAL_DIM_SIZE,
     SPATIAL_DIM_SIZE,
     UNNAMED,
@@ -53,6 +54,7 @@ def synthesized_hint(
         WIDE_DIM_SIZE: " (a named leading batch at 1)",
         SIGNAL_DIM_SIZE: " (a signal's length, the rest at 1)",
         SPATIAL_DIM_SIZE: " (what a convolution slides over, the rest at 1)",
+        SEQUENCE_DIM_SIZE: " (a named leading batch at 1)",
     }
     sizes = ", then ".join(f"{size}{notes.get(size, '')}" for size in tried)
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
@@ -64,7 +66,10 @@ def synthesized_hint(
         text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
     if pinned:
         sized = ", ".join(f"{name} at {size}" for name, size in pinned.items())
-        text += f"; {sized}, the size the weight of its first MatMul, Gemm, Conv or recurrent node gives it"
+        text += (
+            f"; {sized}, the size the weight of its first MatMul, Gemm, Conv or recurrent node, or a "
+            "constant an element-wise operator broadcasts against it, gives it"
+        )
     text += f"); if the model needs other values, ship sample inputs as {where} (numpy.savez"
     text += ", keys = input names)"
     if named:

