@@ -25,6 +25,7 @@ from pipeline.cook.dims import (
     unsized_dims,
     wide_sizes,
 )
+from pipeline.cook.facts import onnx_graphs
 from pipeline.cook.inputs import as_input_types, load_inputs, synthesize_inputs, synthesized_hint
 from pipeline.cook.job import CookJob
 from pipeline.cook.large import session_input
@@ -120,16 +121,10 @@ def quantizes_dynamically(model: onnx.ModelProto) -> bool:
     follows the whole tensor, so a value one rounding away moves every value of it a step, and longer
     sequences turn rounding into different outputs between onnxruntime versions and EPs: traceforge's
     int8 decoder (PyPI) verified at 16 against its default-level run, and then differed by 16.7 in
-    1.24.4 and on OpenVINO (at a sequence of 1: no difference)."""
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        for node in graph.node:
-            if node.op_type.startswith("DynamicQuantize"):
-                return True
-            graphs += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-            graphs += [g for a in node.attribute for g in a.graphs]
-    return False
+    onnxruntime 1.24.4, the windows-dml target (at a sequence of 1: no difference)."""
+    return any(
+        node.op_type.startswith("DynamicQuantize") for g in onnx_graphs(model.graph) for node in g.node
+    )
 
 
 def _first_runnable(

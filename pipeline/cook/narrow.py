@@ -10,12 +10,12 @@ answer for a platform; ``narrow_record`` is what the manifest entry says of them
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import onnx
 
+from pipeline.cook.facts import onnx_graphs
 from pipeline.runtime.constants import ModelFormat
 from pipeline.settings.resolve import CookSettings
 
@@ -46,9 +46,9 @@ class NarrowWeights:
 
 def narrow_weights(model: onnx.ModelProto) -> NarrowWeights | None:
     """The weights that ``Cast`` nodes widen (``NARROW_MIN_BYTES`` of them or more), else None."""
-    initializers = {t.name: t for g in _graphs(model.graph) for t in g.initializer}
+    initializers = {t.name: t for g in onnx_graphs(model.graph) for t in g.initializer}
     found: dict[str, tuple[int, int, int]] = {}  # name -> (type, stored bytes, widened bytes)
-    for graph in _graphs(model.graph):
+    for graph in onnx_graphs(model.graph):
         for node in graph.node:
             if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or not node.input:
                 continue
@@ -73,17 +73,6 @@ def narrow_weights(model: onnx.ModelProto) -> NarrowWeights | None:
         stored=stored,
         widened=sum(wide for _, _, wide in found.values()),
     )
-
-
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                for sub in attribute.graphs:
-                    yield from _graphs(sub)
 
 
 def keeps_narrow(settings: CookSettings) -> bool:
