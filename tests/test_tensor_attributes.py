@@ -102,7 +102,12 @@ def from_file(path):
 memory = (folder / "memory.ocb").read_bytes()  # its own cook key: its own refusal memo
 result = {"onnxruntime": onnxruntime.__version__, "file": report(from_file(folder / "file.ocb"))}
 result["file_again"] = report(from_file(folder / "file.ocb"))
-result["memory"] = report(session_from_blob(memory, providers=["CPUExecutionProvider"]))
+# what the fallback session borrows stays alive with it: the caller's copy gone, memory churned
+import gc
+session = session_from_blob(bytearray(memory), providers=["CPUExecutionProvider"])
+gc.collect()
+churn = [bytearray(b"x" * len(memory)) for _ in range(4)]
+result["memory"] = report(session)
 result["memory_again"] = report(session_from_blob(memory, providers=["CPUExecutionProvider"]))
 forced = "ort-mapped" if onnxruntime.__version__ >= "1.28" else "ort-file"
 try:

@@ -65,7 +65,8 @@ def prepare_ort(
         def unshared(why: str) -> Prepared | None:
             # the same options, the memfd whole: whatever reads the graph's copy reads the weights
             # (the options keep the shared values: the session uses them, so they stay kept)
-            return copying(why) or replace(_whole_memfd(checked), keep=shared.keep, path=LoadPath.ORT_MAPPED)
+            whole = copying(why) or replace(_whole_memfd(checked), path=LoadPath.ORT_MAPPED)
+            return replace(whole, keep=shared.keep)
 
         return Prepared(
             f"/proc/self/fd/{shared.fd}",
