@@ -129,3 +129,36 @@ def test_models_that_quantize_activations_dynamically_stay_at_one(tmp_path: Path
     entry = cook_unconfigured(model, "dq", "windows-dml", tmp_path)
     assert entry["verification"]["default_dims"] == {"batch": 1, "seq": 1}
     assert entry["verification"]["outputs"][0]["ok"]
+
+
+def test_ids_a_gather_only_reads_are_drawn_across_its_table(tmp_path: Path) -> None:
+    """Token ids were drawn as 0 and 1: two rows of an embedding table, so a blob whose other rows
+    were wrong verified. Ids that only a Gather from a constant table reads (and Shape, which reads
+    no value) are now drawn across its rows; ids read otherwise too stay 0 and 1."""
+    from pipeline.cook.inputs import gathered_rows
+    from tests.test_model_classes import embedding_model
+
+    model = embedding_model()  # ids [batch, seq] -> Gather(table [32, 8]) -> mean
+    assert gathered_rows(model) == {"ids": 32}
+    also_compared = onnx.ModelProto()
+    also_compared.CopyFrom(model)
+    also_compared.graph.node.append(helper.make_node("Equal", ["ids", "ids"], ["same"]))
+    assert gathered_rows(also_compared) == {}
+
+    entry = cook_unconfigured(model, "emb", "android", tmp_path)
+    assert entry["verification"]["outputs"][0]["ok"]
+    with np.load(verify_data_path(tmp_path / "build" / "android", "emb")) as data:
+        ids = data["input/ids"]
+    assert ids.min() >= 0 and ids.max() < 32 and len(np.unique(ids)) > 2
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    table = numpy_helper.to_array(wrong.graph.initializer[0]).copy()
+    table[2:] += 0.5  # every row but the two that 0 and 1 read
+    wrong.graph.initializer[0].CopyFrom(numpy_helper.from_array(table, wrong.graph.initializer[0].name))
+
+    def outputs(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+        return onnxruntime.InferenceSession(m.SerializeToString(), providers=CPU).run(None, {"ids": x})[0]
+
+    assert np.abs(outputs(wrong, ids) - outputs(model, ids)).max() > 0.1
+    binary = (ids % 2).astype(ids.dtype)
+    np.testing.assert_array_equal(outputs(wrong, binary), outputs(model, binary))

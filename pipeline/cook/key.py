@@ -23,7 +23,8 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # 8: verification inputs: what a convolution slides over tried at 64 first (axiswalk.spatial_sizes);
 # 9: weights stored narrow (int8, float16 a Cast widens) kept so in ONNX blobs (cook/narrow.py);
 # verification inputs: free dims a per-feature constant broadcasts against sized by it (axiswalk),
-# and free dims but a leading batch at 16 first (dims.SEQUENCE_DIM_SIZE)
+# and free dims but a leading batch at 16 first (dims.SEQUENCE_DIM_SIZE); ids only a Gather reads,
+# across its table (inputs.gathered_rows)
 RECIPE = 9
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
