@@ -331,7 +331,7 @@ def _rule(
         "inputs that the source itself is ill-conditioned on (one float32 step up on every input moves "
         "its outputs past the fixed bounds), the cook verifies again on floats uniform in [0, 1) "
         "(pipeline/cook/conditioning.py); so it does, before comparing, where an output of the source "
-        "holds no finite value on them.",
+        "is NaN all over on them.",
         "",
     ]
     if rows:

@@ -62,7 +62,8 @@ def verify_blob(
         refuse_meaningless(inputs.feeds, inputs.origin)
         reference, noise, default_level = _references(job, model, inputs, settings)
         floats: dict[str, Any] = {}
-        if blank := nonfinite_outputs(reference):  # nothing to compare: inputs outside the model's domain
+        blank = nonfinite_outputs(reference)  # NaN all over: inputs outside the model's domain
+        if blank and inputs.origin == "synthesized":  # sample inputs are the user's to choose
             inputs, (reference, noise, default_level) = _finite_inputs(job, model, settings, inputs, blank)
             floats = {"floats": UNIT_FLOATS, "normal_floats_nonfinite": blank}
     with step("verify: the cooked blob, through the loader"):
@@ -117,26 +118,23 @@ def _references(
 def _finite_inputs(
     job: CookJob, model: onnx.ModelProto, settings: CookSettings, inputs: VerifyInputs, blank: list[str]
 ) -> tuple[VerifyInputs, tuple[dict[str, Any], dict[str, tuple[float, float]], dict[str, Any]]]:
-    """Synthesized inputs drawn again as floats in [0, 1), where the first ones gave outputs with no
-    finite value (``conditioning.nonfinite_outputs``), with the source's references on them; a
-    VerifyError where sample inputs did, or the new inputs do too."""
+    """Synthesized inputs drawn again as floats in [0, 1), where the first ones made outputs NaN all
+    over (``conditioning.nonfinite_outputs``), with the source's references on them; a VerifyError
+    where the new inputs do too."""
     settings_hint, inputs_hint = hints(job)
-    where, fix = inputs.origin, "make them from real data the model was made for"
-    if inputs.origin == "synthesized":
-        free = {**dict(job.settings.verify_dims), **inputs.free_dims}
-        feeds = synthesize_inputs(
-            model, free, settings_hint=settings_hint, inputs_hint=inputs_hint, unit_floats=True
-        )
-        unit = replace(inputs, feeds=feeds, outputs=None)
-        references = _references(job, model, unit, settings)
-        if not (blank := nonfinite_outputs(references[0])):
-            return unit, references
-        where = f"synthesized inputs (floats from a normal distribution, then {UNIT_FLOATS})"
-        fix = f"ship sample inputs from real data the model was made for as {inputs_hint}"
+    free = {**dict(job.settings.verify_dims), **inputs.free_dims}
+    feeds = synthesize_inputs(
+        model, free, settings_hint=settings_hint, inputs_hint=inputs_hint, unit_floats=True
+    )
+    unit = replace(inputs, feeds=feeds, outputs=None)
+    references = _references(job, model, unit, settings)
+    if not (blank := nonfinite_outputs(references[0])):
+        return unit, references
     raise VerifyError(
-        f"the source's output(s) {', '.join(map(repr, blank))} hold no finite value (NaN or infinite "
-        f"everywhere) on {where}: the inputs are outside what the model computes, and a comparison on "
-        f"them verifies nothing; {fix}"
+        f"the source's output(s) {', '.join(map(repr, blank))} hold no finite value, NaN all over, on "
+        f"synthesized inputs (floats from a normal distribution, then {UNIT_FLOATS}): they are outside "
+        "what the model computes, and a comparison on them verifies nothing; ship sample inputs from real "
+        f"data the model was made for as {inputs_hint}"
     )
 
 
