@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.build.summary import cook_line
 from pipeline.layout import verify_data_path
-from tests.models import RNG_SEED, model_of
+from tests.models import RNG_SEED, model_of, transformer_block_model
 from tests.test_model_classes import cook_unconfigured
 
 CPU = ["CPUExecutionProvider"]
@@ -26,32 +26,15 @@ WIDTH = 8
 
 
 def attention_model(query_sign: float = 1.0) -> onnx.ModelProto:
-    """x [batch, seq, 8] -> softmax(x Wq (x Wk)^T / sqrt(8)) x Wv: one head of self-attention."""
-    rng = np.random.default_rng(RNG_SEED)
-    wq, wk, wv = (rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) for _ in range(3))
-    nodes = [
-        helper.make_node("MatMul", ["x", "wq"], ["q"]),
-        helper.make_node("MatMul", ["x", "wk"], ["k"]),
-        helper.make_node("MatMul", ["x", "wv"], ["v"]),
-        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-        helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
-        helper.make_node("Softmax", ["scaled"], ["weights"], axis=-1),
-        helper.make_node("MatMul", ["weights", "v"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "attention",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", WIDTH])],
-        [
-            numpy_helper.from_array(wq * query_sign, "wq"),
-            numpy_helper.from_array(wk, "wk"),
-            numpy_helper.from_array(wv, "wv"),
-            numpy_helper.from_array(np.array(WIDTH**-0.5, np.float32), "scale"),
-        ],
-    )
-    return model_of(graph, opset=17)
+    """tests.models' encoder block (single-head self-attention, feed-forward, LayerNormalization) over
+    x [batch, seq, 8], its query weights times ``query_sign``."""
+    model = transformer_block_model(width=WIDTH)
+    for value in (model.graph.input[0], model.graph.output[0]):
+        dims = value.type.tensor_type.shape.dim
+        dims[0].dim_param, dims[1].dim_param = "batch", "seq"
+    query = next(t for t in model.graph.initializer if t.name == "wq")
+    query.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(query) * query_sign, "wq"))
+    return model
 
 
 def lstm_model(recurrence: float = 1.0) -> onnx.ModelProto:

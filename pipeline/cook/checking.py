@@ -115,18 +115,23 @@ def _references(
     return reference, noise, default_level
 
 
+def _unit_floats(job: CookJob, model: onnx.ModelProto, inputs: VerifyInputs) -> VerifyInputs:
+    """Synthesized ``inputs`` drawn again at the same sizes, their floats uniform in [0, 1)."""
+    settings_hint, inputs_hint = hints(job)
+    free = {**dict(job.settings.verify_dims), **inputs.free_dims}
+    feeds = synthesize_inputs(
+        model, free, settings_hint=settings_hint, inputs_hint=inputs_hint, unit_floats=True
+    )
+    return replace(inputs, feeds=feeds, outputs=None)
+
+
 def _finite_inputs(
     job: CookJob, model: onnx.ModelProto, settings: CookSettings, inputs: VerifyInputs, blank: list[str]
 ) -> tuple[VerifyInputs, tuple[dict[str, Any], dict[str, tuple[float, float]], dict[str, Any]]]:
     """Synthesized inputs drawn again as floats in [0, 1), where the first ones made outputs NaN all
     over (``conditioning.nonfinite_outputs``), with the source's references on them; a VerifyError
     where the new inputs do too."""
-    settings_hint, inputs_hint = hints(job)
-    free = {**dict(job.settings.verify_dims), **inputs.free_dims}
-    feeds = synthesize_inputs(
-        model, free, settings_hint=settings_hint, inputs_hint=inputs_hint, unit_floats=True
-    )
-    unit = replace(inputs, feeds=feeds, outputs=None)
+    unit = _unit_floats(job, model, inputs)
     references = _references(job, model, unit, settings)
     if not (blank := nonfinite_outputs(references[0])):
         return unit, references
@@ -134,7 +139,7 @@ def _finite_inputs(
         f"the source's output(s) {', '.join(map(repr, blank))} hold no finite value, NaN all over, on "
         f"synthesized inputs (floats from a normal distribution, then {UNIT_FLOATS}): they are outside "
         "what the model computes, and a comparison on them verifies nothing; ship sample inputs from real "
-        f"data the model was made for as {inputs_hint}"
+        f"data the model was made for as {hints(job)[1]}"
     )
 
 
@@ -158,7 +163,7 @@ def _on_unit_floats(
         raise failure from None
     if not swung:
         raise failure
-    settings_hint, inputs_hint = hints(job)
+    inputs_hint = hints(job)[1]
     if inputs.origin != "synthesized":
         raise VerifyError(
             f"the cooked model's outputs differ from the source's: {_what_differs(failure)}; but the "
@@ -166,14 +171,8 @@ def _on_unit_floats(
             f"{swing_text(swung)}), so no bound tells a correct cook from a wrong one on them: make "
             f"{inputs.origin} from real data the model was made for"
         ) from None
-    feeds = synthesize_inputs(
-        model,
-        {**dict(job.settings.verify_dims), **inputs.free_dims},
-        settings_hint=settings_hint,
-        inputs_hint=inputs_hint,
-        unit_floats=True,
-    )
-    unit = replace(inputs, feeds=feeds, outputs=None)
+    unit = _unit_floats(job, model, inputs)
+    feeds = unit.feeds
     try:
         reference, noise, default_level = _references(job, model, unit, settings)
     except ModelError:  # the source does not run on them: the first inputs' failure stands

@@ -158,10 +158,11 @@ def wide_sizes(
     dims: Mapping[str, int],
     sliding: Collection[str] = (),
     size: int = WIDE_DIM_SIZE,
+    max_bytes: int | None = None,
 ) -> dict[str, int] | None:
     """``size`` (WIDE_DIM_SIZE) for each of ``unsized``, but 1 for a batch (``_batches``: 224 images of
-    224x224 would be 134 MB of input and a long run, to learn nothing more); for a smaller ``size``
-    (SEQUENCE_DIM_SIZE), None where the inputs would pass SPATIAL_MAX_BYTES. A named leading dim in
+    224x224 would be 134 MB of input and a long run, to learn nothing more); None where the inputs
+    would pass ``max_bytes`` (the sequence tier's SPATIAL_MAX_BYTES). A named leading dim in
     ``sliding`` (what a convolution slides over or a recurrence steps over: axiswalk.spatial_dims,
     stepped_dims) is not a batch: madmom's ``input [frames, bands]``, made a batch of one image of
     frames x bands, runs at 224 frames, not 1; an LSTM's ``[time, batch, features]`` at 16 steps.
@@ -176,7 +177,7 @@ def wide_sizes(
         wider = {**sizes, UNNAMED: size}
         if input_bytes(model, dims, wider) <= WIDE_UNNAMED_MAX_BYTES:
             return wider
-    return sizes if size == WIDE_DIM_SIZE or input_bytes(model, dims, sizes) <= SPATIAL_MAX_BYTES else None
+    return sizes if max_bytes is None or input_bytes(model, dims, sizes) <= max_bytes else None
 
 
 def input_bytes(model: onnx.ModelProto, dims: Mapping[str, int], free: Mapping[str, int]) -> int:

@@ -18,6 +18,7 @@ from pipeline.cook.dims import (
     SEQUENCE_DIM_SIZE,
     SIGNAL_DIM_SIZE,
     SPATIAL_DIM_SIZE,
+    SPATIAL_MAX_BYTES,
     WIDE_DIM_SIZE,
     bound_sizes,
     combinations_count,
@@ -82,7 +83,7 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
             SEQUENCE_DIM_SIZE,
             None
             if quantizes_dynamically(model)
-            else wide_sizes(model, unsized, dims, sliding, size=SEQUENCE_DIM_SIZE),
+            else wide_sizes(model, unsized, dims, sliding, SEQUENCE_DIM_SIZE, SPATIAL_MAX_BYTES),
         ),
         (DEFAULT_DIM_SIZE, sizes),
         (RETRY_DIM_SIZE, dict.fromkeys(unsized, RETRY_DIM_SIZE)),
