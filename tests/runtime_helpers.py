@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
@@ -19,6 +20,7 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
+import pipeline.runtime.header as header_module
 from pipeline.build.target_check import ensure_runtime
 from pipeline.cook.weights import externalize
 from pipeline.runtime.compat import ort_format_version
@@ -332,3 +334,11 @@ def run_in_runtime(
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["onnxruntime"] == version
     return report
+
+
+def fresh_header_cache(patch: Any) -> None:
+    """Parse headers afresh, through ``patch`` (a ``pytest.MonkeyPatch``), in a test that changes the
+    loader's layout constants: the loader keeps headers parsed under its real ones
+    (``header._cached_header``), which the patch puts back with the constants."""
+    fresh = functools.lru_cache(maxsize=64)(header_module._header_from_json)
+    patch.setattr(header_module, "_cached_header", fresh)

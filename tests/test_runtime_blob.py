@@ -24,6 +24,7 @@ from runtime_helpers import (
     CPU,
     blob_version,
     header_payload,
+    header_start,
     make_blob,
     make_blob_v1,
     make_blob_v2,
@@ -356,6 +357,45 @@ def test_unknown_extra_header_fields_are_ignored(
     assert model == models["onnx"]
     assert header.version == version
     assert "written_by" not in header.to_dict()
+
+
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_a_header_read_again_is_not_parsed_again(
+    version: int, any_blobs: dict[int, dict[str, bytes]]
+) -> None:
+    # A second load of a blob takes the header parsed from the same checked bytes (another buffer).
+    blob = any_blobs[version]["ort"]
+    first, end = read_header(blob)
+    again, again_end = read_header(bytearray(blob))
+    assert again is first and again_end == end
+    # What the bytes say, never what was read before: a twin whose header differs in one field.
+    other = first.name[:-1] + ("x" if first.name[-1] != "x" else "y")
+    twin = repack(blob, same_length=True, name=other)
+    assert read_header(twin)[0].name == other and read_header(blob)[0] is first
+
+
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_a_damaged_twin_of_a_header_read_before_is_refused(
+    version: int, any_blobs: dict[int, dict[str, bytes]]
+) -> None:
+    blob = any_blobs[version]["onnx"]
+    read_header(blob)
+    fields, frame = split_blob(blob)
+    fields["model_size"] = "big"
+    with pytest.raises(CorruptBlobError, match="'model_size' has the wrong type"):
+        read_header(pack_header(json.dumps(fields).encode(), version=version) + frame)
+    damaged = bytearray(blob)
+    damaged[header_start(blob) + 40] ^= 1  # a byte of the JSON, under the CRC
+    with pytest.raises(ChecksumMismatchError):
+        read_header(bytes(damaged))
+
+
+def test_a_large_header_is_parsed_each_time(any_blobs: dict[int, dict[str, bytes]]) -> None:
+    # Headers over 64 KiB (tens of thousands of weights) are not kept: the cache stays small.
+    blob = repack(any_blobs[LEGACY_BLOB_FORMAT_VERSION]["onnx"], written_by="x" * (70 << 10))
+    first, _ = read_header(blob)
+    again, _ = read_header(blob)
+    assert again == first and again is not first
 
 
 @pytest.mark.parametrize("declared", [0, 13, MAX_HEADER_SIZE + 1, (1 << 32) - 1])

@@ -33,6 +33,7 @@ from runtime_helpers import (
     CRC_ENTRY_COST,
     HEADER_DEFAULTS,
     extra_crcs,
+    fresh_header_cache,
     header_payload,
     initializers,
     keep_alignment,
@@ -662,6 +663,7 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
     """Make writer and loader check raw content in SMALL_PIECE-byte pieces (sections.py imports the name)."""
     monkeypatch.setattr(frames_module, "RAW_CRC_PIECE", SMALL_PIECE)
     monkeypatch.setattr(sections_module, "RAW_CRC_PIECE", SMALL_PIECE)
+    fresh_header_cache(monkeypatch)
     return SMALL_PIECE
 
 
@@ -796,6 +798,7 @@ def test_crc_piece_size_is_part_of_the_format(small_pieces: int, monkeypatch: py
     assert len(frames_of(blob, "weights")[0].crcs) == 5
     monkeypatch.setattr(frames_module, "RAW_CRC_PIECE", RAW_CRC_PIECE)
     monkeypatch.setattr(sections_module, "RAW_CRC_PIECE", RAW_CRC_PIECE)
+    fresh_header_cache(monkeypatch)
     with pytest.raises(CorruptBlobError, match=r"frame 2: a raw frame needs one CRC-32 per"):
         unpack_blob(blob)
 
@@ -1081,6 +1084,7 @@ def test_more_than_max_frames_is_corrupt(plain: bytes) -> None:
 
 def test_more_than_max_tensors_is_corrupt(monkeypatch: pytest.MonkeyPatch, weighted: dict) -> None:
     monkeypatch.setattr(sections_module, "MAX_TENSORS", 2)
+    fresh_header_cache(monkeypatch)
     with pytest.raises(CorruptBlobError, match=r"3 tensors listed; at most 2 are allowed"):
         unpack_blob(weighted["raw"][0])
 

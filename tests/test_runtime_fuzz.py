@@ -31,6 +31,7 @@ from runtime_helpers import (
     CPU,
     CRC_ENTRY_COST,
     extra_crcs,
+    fresh_header_cache,
     header_payload,
     keep_alignment,
     make_blob,
@@ -131,6 +132,7 @@ def crc_pieces(patch: pytest.MonkeyPatch, size: int) -> None:
     """Make writer and loader check raw content in ``size``-byte pieces (sections.py imports the name)."""
     patch.setattr(frames_module, "RAW_CRC_PIECE", size)
     patch.setattr(sections_module, "RAW_CRC_PIECE", size)
+    fresh_header_cache(patch)
 
 
 @pytest.fixture(scope="module")

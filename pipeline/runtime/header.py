@@ -5,6 +5,7 @@ it (``read_header``, ``read_header_from_file``); its layout fields are parsed in
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import zlib
@@ -34,6 +35,7 @@ READABLE_VERSIONS = (LEGACY_BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION, BLOB_FO
 HEADER_MAGIC = b"ONNXCOOK"
 # 0x184D2A50..0x184D2A5F are zstd skippable-frame magics; decoders ignore the frame's payload.
 SKIPPABLE_MAGIC = 0x184D2A5E
+_SKIPPABLE_BYTES = struct.pack("<I", SKIPPABLE_MAGIC)
 # A version-2 header lists every weight tensor: room for about 100,000 of them.
 MAX_HEADER_SIZE = 16 << 20
 MODEL_FORMATS = tuple(f.value for f in ModelFormat)
@@ -142,7 +144,7 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
     view = memoryview(data).cast("B")
     start = _header_start(view)
     if len(view) - start < _FRAME_PREFIX.size:
-        if bytes(view[start:]) == struct.pack("<I", SKIPPABLE_MAGIC)[: len(view) - start]:
+        if bytes(view[start:]) == _SKIPPABLE_BYTES[: len(view) - start]:
             raise TruncatedBlobError(f"blob is only {len(view)} bytes long: the header is cut off")
         raise NotABlobError("not an onnx-cooker blob: too short to hold a header")
     magic, size = _FRAME_PREFIX.unpack_from(view, start)
@@ -176,12 +178,31 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
     payload = bytes(view[start + _FRAME_PREFIX.size + _HEADER_PREFIX.size : end])
     if zlib.crc32(payload) != crc:
         raise ChecksumMismatchError("blob header checksum mismatch: the file is damaged or was modified")
-    return _header_from_json(payload, version, start, end), end
+    return _parsed(payload, version, start, end), end
+
+
+# A header is parsed from its checked bytes alone: a load of a blob whose header was parsed before
+# (a game's second session of a model, a level loaded again) takes the same frozen BlobHeader
+# instead of parsing the JSON again. Tiny models pay most for it: 60-150 us of a 0.7-1.5 ms load,
+# the header's Python checks running on caches an onnxruntime session build has just emptied
+# (docs/design.md, "A small model's fixed costs"). Small headers only: the cache stays a few MB at most.
+_CACHED_HEADER_MAX = 64 << 10
+
+
+def _parsed(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
+    if len(payload) > _CACHED_HEADER_MAX:
+        return _header_from_json(payload, version, start, end)
+    return _cached_header(payload, version, start, end)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_header(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
+    return _header_from_json(payload, version, start, end)
 
 
 def _header_start(view: memoryview) -> int:
     """0, or where the trailer puts the header when the blob does not start with one."""
-    if len(view) >= 4 and bytes(view[:4]) == struct.pack("<I", SKIPPABLE_MAGIC):
+    if len(view) >= 4 and view[:4] == _SKIPPABLE_BYTES:
         return 0
     if len(view) < TRAILER_SIZE:
         return 0
@@ -218,7 +239,7 @@ def read_header_from_file(stream: BinaryIO) -> BlobHeader:
     payload = frame[_FRAME_PREFIX.size + _HEADER_PREFIX.size :]
     if header_magic != HEADER_MAGIC or version != BLOB_FORMAT_VERSION or zlib.crc32(payload) != crc:
         raise ChecksumMismatchError("blob header (found through the trailer) is damaged or not a header")
-    return _header_from_json(payload, version, start, start + len(frame))
+    return _parsed(bytes(payload), version, start, start + len(frame))
 
 
 def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
