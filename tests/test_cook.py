@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.build.run_job import cook
+from pipeline.build.summary import cook_line
 from pipeline.cook import guard as guard_module
 from pipeline.cook.facts import onnx_facts, ort_facts
 from pipeline.cook.job import CookJob
@@ -687,3 +689,19 @@ def test_platforms_share_the_sources_reference_outputs(tmp_path: Path) -> None:
     save(model, assets, "net")  # another source: another reference, computed
     cook(job_for(assets, "net", shipped_settings("ios"), build))
     assert len(list(memo.glob("*.npz"))) == 4
+
+
+def test_a_blob_larger_for_its_alignment_says_so(tmp_path: Path) -> None:
+    """An 82 kB ONNX graph is stored raw under `compression: speed`, its extent on a 64 KiB boundary:
+    the entry counts those zeros and the cook line names them, not the header."""
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    shutil.copy(REPO / "assets" / "resnet.onnx", assets / "resnet.onnx")
+    entry = cook(job_for(assets, "resnet", shipped_settings("windows-dml"), tmp_path / "build"))
+
+    header = check_blob(blob_path(tmp_path / "build" / "windows-dml", "resnet", "onnx").read_bytes()).header
+    assert entry["padding"] == sum(frame.pad for frame in header.frames) > 32 << 10
+    line = cook_line(entry)
+    assert f"larger: {entry['padding']:,} B of zeros that put its raw sections on 64 KiB boundaries" in line
+    unpadded = cook_line(entry | {"padding": 0})
+    assert "(larger: the blob's header and checksums" in unpadded and "zeros" not in unpadded

@@ -68,6 +68,8 @@ def _why_larger(entry: Mapping[str, Any]) -> str:
             + (" whose runs cast them" if entry["format"] == "ort" else "")
         )
     added = ["the blob's header and checksums"]
+    if (padding := entry.get("padding", 0)) >= 1024:  # an entry cached before the field has none
+        added.insert(0, f"{padding:,} B of zeros that put its raw sections on 64 KiB boundaries")
     if entry["format"] == "ort":
         added.append("the ORT format's kernel tables")
     if narrow is not None:  # kept as stored: not float weights, whatever compression made of them

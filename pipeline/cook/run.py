@@ -142,6 +142,7 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
         ),
         "model_size": model_size,
         "blob_size": len(blob),
+        "padding": sum(frame.pad for frame in header.frames),  # zeros before aligned raw extents
         "weights": _weights_entry(header),
         "fallbacks": variant.fallbacks,
         "precision": precision,
