@@ -714,9 +714,9 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
     if (path == OC_LOAD_ORT_IN_PLACE || path == OC_LOAD_ORT_BYTES) {
         TRY_ORT(api->AddSessionConfigEntry(options, "session.load_model_format", "ORT"), "refused the ORT format for");
         TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_directly", "1"), "refused in-place bytes for");
-        if (path == OC_LOAD_ORT_IN_PLACE)
-            TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_for_initializers", "1"),
-                    "refused in-place initializers for");
+        TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_for_initializers",
+                                           path == OC_LOAD_ORT_IN_PLACE ? "1" : "0"),
+                "refused in-place initializers for");
     } else if (path == OC_LOAD_ONNX_MAPPED) {
         /* References name the blob file at each tensor's offset in its raw extent; onnxruntime
          * opens it by name from the folder the entry gives: check the name is still the file the
@@ -926,16 +926,19 @@ oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_ses
          * entries and initializers there): the next starts from the recipe again. */
         OrtSessionOptions *attempt = options;
         int last = step + 1 == steps;
+        int own = o == NULL || o->base == NULL;
         path = plan[step];
         status = OC_OK;
-        if (!last) {
+        /* ORT in place, then ORT bytes: the copying path sets the one entry that differs over the
+         * same options (its initializers from the flatbuffer: "0"), so our own options need no copy */
+        if (!last && !(own && path == OC_LOAD_ORT_IN_PLACE && plan[step + 1] == OC_LOAD_ORT_BYTES)) {
             status = check_ort(&c, api->CloneSessionOptions(options, &attempt), OC_ERR_SESSION_CREATE,
                                "could not copy the session options for");
             if (status != OC_OK) break;
             /* a refusal here is expected and answered: keep onnxruntime's log quiet (as the Python
              * loader does), unless the caller chose the options; not for an ORT model, whose refusal
              * is rare (tensor attributes) and whose warnings a game wants */
-            if ((o == NULL || o->base == NULL) && path != OC_LOAD_ORT_IN_PLACE)
+            if (own && path != OC_LOAD_ORT_IN_PLACE)
                 status = check_ort(&c, api->SetSessionLogSeverityLevel(attempt, ORT_LOGGING_LEVEL_FATAL),
                                    OC_ERR_SESSION_CREATE, "refused a log level for");
         }
