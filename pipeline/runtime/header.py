@@ -185,7 +185,8 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
 # (a game's second session of a model, a level loaded again) takes the same frozen BlobHeader
 # instead of parsing the JSON again. Tiny models pay most for it: 60-150 us of a 0.7-1.5 ms load,
 # the header's Python checks running on caches an onnxruntime session build has just emptied
-# (docs/design.md, "A small model's fixed costs"). Small headers only: the cache stays a few MB at most.
+# (docs/design.md, "A small model's fixed costs"). At most 64 headers of up to 64 KiB (a small model's
+# is 1-2 kB): larger ones, of models whose load this does not weigh on, are parsed each time.
 _CACHED_HEADER_MAX = 64 << 10
 
 
