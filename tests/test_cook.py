@@ -705,3 +705,8 @@ def test_a_blob_larger_for_its_alignment_says_so(tmp_path: Path) -> None:
     assert f"larger: {entry['padding']:,} B of zeros that put its raw sections on 64 KiB boundaries" in line
     unpadded = cook_line(entry | {"padding": 0})
     assert "(larger: the blob's header and checksums" in unpadded and "zeros" not in unpadded
+    # Under the default `compression: speed` nothing was compressed: the line says so, not that the
+    # weights "barely compress"; under `size` the weights were tried.
+    assert "`compression: speed` stores sections of 64 KiB or more raw" in line
+    size = cook_line(entry | {"settings": entry["settings"] | {"compression": "size"}})
+    assert "its weights barely compress" in size and "compression: speed" not in size

@@ -74,7 +74,12 @@ def _why_larger(entry: Mapping[str, Any]) -> str:
         added.append("the ORT format's kernel tables")
     if narrow is not None:  # kept as stored: not float weights, whatever compression made of them
         return f"larger: {' and '.join(added)}"
-    return f"larger: {' and '.join(added)}; float weights barely compress"
+    larger = f"larger: {' and '.join(added)}"
+    if entry["settings"].get("compression", "speed") != "speed":
+        return f"{larger}; its weights barely compress"
+    if entry["source_size"] >= 64 << 10:  # sections this large were stored raw, not compressed
+        return f"{larger}; `compression: speed` stores sections of 64 KiB or more raw, to load in place"
+    return larger
 
 
 def _narrow_text(narrow: Mapping[str, Any]) -> str:
