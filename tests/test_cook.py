@@ -708,5 +708,11 @@ def test_a_blob_larger_for_its_alignment_says_so(tmp_path: Path) -> None:
     # Under the default `compression: speed` nothing was compressed: the line says so, not that the
     # weights "barely compress"; under `size` the weights were tried.
     assert "`compression: speed` stores sections of 64 KiB or more raw" in line
+    assert "compression: speed" not in unpadded  # no raw section: all zstd frames
     size = cook_line(entry | {"settings": entry["settings"] | {"compression": "size"}})
     assert "its weights barely compress" in size and "compression: speed" not in size
+    ort = cook_line(entry | {"format": "ort", "padding": 0})
+    assert "`compression: speed` stores an ORT model raw, to load it in place" in ort
+    # an entry cached before `padding` was recorded: judged by the source's size (82 kB here)
+    older = cook_line({key: value for key, value in entry.items() if key != "padding"})
+    assert "zeros" not in older and "stores sections of 64 KiB or more raw" in older

@@ -384,10 +384,24 @@ def test_a_damaged_twin_of_a_header_read_before_is_refused(
     fields["model_size"] = "big"
     with pytest.raises(CorruptBlobError, match="'model_size' has the wrong type"):
         read_header(pack_header(json.dumps(fields).encode(), version=version) + frame)
-    damaged = bytearray(blob)
-    damaged[header_start(blob) + 40] ^= 1  # a byte of the JSON, under the CRC
+    damaged = bytearray(blob)  # and a damaged one is refused by its CRC, before any cache is asked
+    damaged[header_start(blob) + 40] ^= 1  # a byte of the JSON
     with pytest.raises(ChecksumMismatchError):
         read_header(bytes(damaged))
+
+
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_a_parsed_header_cannot_be_changed(version: int, any_blobs: dict[int, dict[str, bytes]]) -> None:
+    # Every load of the same bytes shares one header: a caller's change would reach the next load.
+    options = {"CPUExecutionProvider": {"a": 1}}
+    blob = repack(any_blobs[version]["onnx"], aligned=True, provider_options=options)
+    header, _ = read_header(blob)
+    with pytest.raises(TypeError):
+        header.provider_options["CPUExecutionProvider"]["a"] = 2  # type: ignore[index]
+    with pytest.raises(TypeError):
+        header.ep_session_options["CPUExecutionProvider"] = {}  # type: ignore[index]
+    assert read_header(blob)[0].provider_options == {"CPUExecutionProvider": {"a": 1}}
+    assert json.loads(json.dumps(header.to_dict()))["provider_options"] == {"CPUExecutionProvider": {"a": 1}}
 
 
 def test_a_large_header_is_parsed_each_time(any_blobs: dict[int, dict[str, bytes]]) -> None:

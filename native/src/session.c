@@ -191,6 +191,7 @@ typedef struct session_ctx {
     int low_memory;
     char why[OC_REFUSED_MAX]; /* create_along's failure: onnxruntime's first line, cut as LoadInfo.refused */
     int memory_tensor;        /* ... and it refused a tensor attribute in place (MEMORY_TENSOR_REFUSAL) */
+    int ort_entries_set;      /* the options already hold the ORT-format entries (a refused ort-in-place) */
 } session_ctx;
 
 /* Turn an OrtStatus into an oc_status (releasing it); OC_OK for NULL. */
@@ -712,8 +713,12 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
     oc_status status = OC_OK;
     OrtStatus *s;
     if (path == OC_LOAD_ORT_IN_PLACE || path == OC_LOAD_ORT_BYTES) {
-        TRY_ORT(api->AddSessionConfigEntry(options, "session.load_model_format", "ORT"), "refused the ORT format for");
-        TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_directly", "1"), "refused in-place bytes for");
+        /* an entry set again is overwritten, with a warning from onnxruntime: only the one that differs */
+        if (!c->ort_entries_set) {
+            TRY_ORT(api->AddSessionConfigEntry(options, "session.load_model_format", "ORT"), "refused the ORT format for");
+            TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_directly", "1"),
+                    "refused in-place bytes for");
+        }
         TRY_ORT(api->AddSessionConfigEntry(options, "session.use_ort_model_bytes_for_initializers",
                                            path == OC_LOAD_ORT_IN_PLACE ? "1" : "0"),
                 "refused in-place initializers for");
@@ -874,6 +879,7 @@ oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_ses
     c.blob = blob;
     c.err = err;
     c.low_memory = o != NULL && o->low_memory;
+    c.ort_entries_set = 0;
     if (rt->parsed[0] == 0 && rt->parsed[1] == 0)
         return oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime reports an unreadable version '%s'", rt->version);
     if (version_below(rt->parsed, blob->min_runtime)) {
@@ -945,6 +951,7 @@ oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_ses
         c.why[0] = '\0';
         c.memory_tensor = 0;
         if (status == OC_OK) status = create_along(&c, path, attempt, out);
+        c.ort_entries_set = path == OC_LOAD_ORT_IN_PLACE && attempt == options;
         if (attempt != options) api->ReleaseSessionOptions(attempt);
         if (status != OC_ERR_SESSION_CREATE || last) break;
         if (path == OC_LOAD_ORT_IN_PLACE && !c.memory_tensor) break; /* the copying path would meet it too */

@@ -10,7 +10,8 @@ import json
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, BinaryIO
 
 from .compat import parse_version
@@ -76,7 +77,7 @@ class BlobHeader:
     def to_dict(self) -> dict[str, Any]:
         """The header as JSON data: exactly what the header frame's JSON holds (the version is in the
         frame's binary prefix, not here)."""
-        data = {key: value for key, value in asdict(self).items() if key not in _V2_FIELDS}
+        data = {f.name: _thawed(getattr(self, f.name)) for f in fields(self) if f.name not in _V2_FIELDS}
         data["execution_providers"] = list(self.execution_providers)
         if self.device_policy is None:
             del data["device_policy"]  # blobs without one stay byte-identical to older cookers'
@@ -88,6 +89,21 @@ class BlobHeader:
 
 
 _V2_FIELDS = ("version", "graph_size", "frames", "weights")
+
+
+def _frozen(value: Any) -> Any:
+    """A parsed header's objects as read-only mappings: a header is shared by every load of the same
+    bytes (``_cached_header``), so a caller's change to one must not reach the next load."""
+    if isinstance(value, dict):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """``_frozen``'s mappings as plain dicts again (JSON, ``to_dict``)."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    return value
 
 
 def _frame_json(frame: Frame, version: int) -> list[Any]:
@@ -286,6 +302,8 @@ def _header_from_json(payload: bytes, version: int, start: int, end: int) -> Blo
         ) from None
     known = {key: fields[key] for key in _FIELD_TYPES} | optional
     known["execution_providers"] = tuple(known["execution_providers"])
+    for key in ("provider_options", "ep_session_options"):
+        known[key] = _frozen(known[key])
     if version >= 2:
         known |= _v2_layout(fields, version, start, end)
     return BlobHeader(version=version, **known)
