@@ -10,7 +10,8 @@ import json
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from types import MappingProxyType
 from typing import Any, BinaryIO
 
@@ -77,7 +78,8 @@ class BlobHeader:
     def to_dict(self) -> dict[str, Any]:
         """The header as JSON data: exactly what the header frame's JSON holds (the version is in the
         frame's binary prefix, not here)."""
-        data = {f.name: _thawed(getattr(self, f.name)) for f in fields(self) if f.name not in _V2_FIELDS}
+        names = (f.name for f in dataclass_fields(self) if f.name not in _V2_FIELDS)
+        data = {name: _thawed(getattr(self, name)) for name in names}
         data["execution_providers"] = list(self.execution_providers)
         if self.device_policy is None:
             del data["device_policy"]  # blobs without one stay byte-identical to older cookers'
