@@ -13,18 +13,20 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import split_weights
 
+from pipeline.runtime import graphcheck
 from pipeline.runtime.errors import CorruptBlobError
 from pipeline.runtime.graphcheck import (
     _NAME_KEY,
     _defined_once,
     _fields_holding,
-    _main_initializers,
+    _initializer,
+    _layout,
     _walk_header_tensors,
     check_header_tensors,
     check_weight_graph,
 )
 from pipeline.runtime.onnxrefs import check_references, read_entry
-from pipeline.runtime.protowire import fields
+from pipeline.runtime.protowire import fields, occurrences
 from tests.models import conv_bn_relu_model, dense_model
 
 REDEFINED = "is defined again outside the main graph's initializers"
@@ -32,7 +34,12 @@ REDEFINED = "is defined again outside the main graph's initializers"
 
 def _named(graph: bytes, wanted) -> set[int]:
     """Where the name fields holding a wanted name start (what check_header_tensors passes)."""
-    return _fields_holding(graph, _NAME_KEY, {name.encode("utf-8") for name in wanted})
+    return _fields_holding(graph, _NAME_KEY, {name.encode("utf-8") for name in wanted}, _layout(graph).opaque)
+
+
+def _main_initializers(graph: bytes) -> list:
+    """Every initializer of the main graph, read."""
+    return [_initializer(graph, a, b, False) for a, b in _layout(graph).initializers]
 
 
 def _varint(value: int, padding: int = 0) -> bytes:
@@ -107,9 +114,7 @@ def _cooked(model: onnx.ModelProto, name: str = "net") -> tuple[bytes, list]:
 def test_a_cooked_graph_is_proven_from_its_initializers_alone(make) -> None:
     graph, tensors = make()
     wanted = {t.name: t for t in tensors}
-    assert wanted and _defined_once(
-        graph, wanted, _main_initializers(memoryview(graph)), _named(graph, wanted)
-    )
+    assert wanted and _defined_once(graph, wanted, _main_initializers(graph), _named(graph, wanted))
     check_weight_graph(graph, "net.onnx.data", tensors)
 
 
@@ -117,7 +122,7 @@ def test_subgraphs_and_constants_of_other_names_need_no_walk() -> None:
     _, graph, tensors = _with_branch_graph()
     assert b"Constant" in graph and b"branch_only" in graph
     wanted = {t.name: t for t in tensors}
-    assert _defined_once(graph, wanted, _main_initializers(memoryview(graph)), _named(graph, wanted))
+    assert _defined_once(graph, wanted, _main_initializers(graph), _named(graph, wanted))
     check_header_tensors(graph, tensors)
 
 
@@ -134,9 +139,7 @@ def test_a_redefinition_is_seen_in_any_varint_encoding(key_padding: int, length_
         assert onnx.ModelProto.FromString(hostile).graph.node[-1].op_type == "If"
         assert len(onnx.ModelProto.FromString(hostile).graph.node) == len(main.graph.node) + 1
     wanted = {t.name: t for t in tensors}
-    assert not _defined_once(
-        hostile, wanted, _main_initializers(memoryview(hostile)), _named(hostile, wanted)
-    )
+    assert not _defined_once(hostile, wanted, _main_initializers(hostile), _named(hostile, wanted))
     with pytest.raises(CorruptBlobError, match=REDEFINED):
         check_header_tensors(hostile, tensors)
     with pytest.raises(CorruptBlobError, match=REDEFINED):
@@ -150,9 +153,82 @@ def test_a_constant_named_as_a_weight_is_refused() -> None:
     model.graph.node[-1].attribute[0].g.output[0].name = weight
     graph, tensors = _cooked(model)
     wanted = {t.name: t for t in tensors}
-    assert not _defined_once(graph, wanted, _main_initializers(memoryview(graph)), _named(graph, wanted))
+    assert not _defined_once(graph, wanted, _main_initializers(graph), _named(graph, wanted))
     with pytest.raises(CorruptBlobError, match=REDEFINED):
         check_header_tensors(graph, tensors)
+
+
+def _with_inline_data(shadow: bool = False) -> tuple[bytes, list, list[bytes]]:
+    """A cooked conv net that also holds tensor data inline (a 64 KiB ``Constant`` and an ``If``
+    branch's 32 KiB initializer: random floats, full of the name key's bytes 0x42 and 0xc2), as
+    real graphs hold data a cook leaves in them; with ``shadow``, the branch's initializer has a
+    weight's name. Returns the graph, its weights and the inline data's bytes."""
+    model = conv_bn_relu_model()
+    rng = np.random.default_rng(5)
+    big = numpy_helper.from_array(rng.standard_normal(16384).astype(np.float32), "")
+    kept = numpy_helper.from_array(rng.standard_normal(8192).astype(np.float32), "branch_big")
+    if shadow:
+        kept.name = model.graph.initializer[0].name
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["branch_big"], ["k"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("k", TensorProto.FLOAT, [8192])],
+        [kept],
+    )
+    model.graph.node.append(helper.make_node("Constant", [], ["big"], value=big))
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    model.graph.output.append(helper.make_tensor_value_info("picked", TensorProto.FLOAT, [8192]))
+    model.graph.output.append(helper.make_tensor_value_info("big", TensorProto.FLOAT, [16384]))
+    model.graph.node.append(
+        helper.make_node("If", ["flag"], ["picked"], then_branch=branch, else_branch=branch)
+    )
+    graph, weights = split_weights(model, "conv")
+    return graph, list(weights.tensors), [big.raw_data, kept.raw_data]
+
+
+def test_inline_tensor_data_is_skipped_by_the_name_scan() -> None:
+    """The scan for weights' names skips the bytes of tensor data it proves are data (a Constant's
+    and a subgraph initializer's raw_data, found by the layout walk), and nothing else: it finds
+    the same name fields, the check the same verdicts."""
+    graph, tensors, inline = _with_inline_data()
+    opaque = _layout(graph).opaque
+    spans = [(at, at + len(data)) for data in inline for at in occurrences(graph, data)]
+    assert len(spans) == 3 and sorted(spans) == opaque  # the branch is both of the If's
+    names = {t.name.encode("utf-8") for t in tensors}
+    assert sum(graph.count(lead, a, b) for a, b in opaque for lead in (b"\x42", b"\xc2")) > 100
+    assert _fields_holding(graph, _NAME_KEY, names, opaque) == _fields_holding(graph, _NAME_KEY, names)
+    wanted = {t.name: t for t in tensors}
+    assert _defined_once(graph, wanted, _main_initializers(graph), _named(graph, wanted))
+    check_weight_graph(graph, "conv.onnx.data", tensors)
+    check_header_tensors(graph, tensors)
+
+
+def test_a_big_redefinition_is_refused_with_its_data_skipped() -> None:
+    """A subgraph initializer of a weight's name, big enough that the layout walk enters it and
+    skips its data: its name field lies outside the data, so the scan still sees it."""
+    graph, tensors, inline = _with_inline_data(shadow=True)
+    assert len(_layout(graph).opaque) == 3
+    with pytest.raises(CorruptBlobError, match=REDEFINED):
+        check_weight_graph(graph, "conv.onnx.data", tensors)
+    with pytest.raises(CorruptBlobError, match=REDEFINED):
+        check_header_tensors(graph, tensors)
+
+
+def test_a_name_inside_tensor_data_is_no_definition() -> None:
+    """A weight's name field written inside a Constant's raw_data is data, not a field (protobuf
+    reads the data whole): the check accepts the graph, as the walk does."""
+    model = conv_bn_relu_model()
+    weight = model.graph.initializer[0].name
+    planted = (_field(8, weight.encode()) * 40).ljust(8192, b"\x42")
+    value = numpy_helper.from_array(np.frombuffer(planted, np.uint8).copy(), "")
+    model.graph.node.append(helper.make_node("Constant", [], ["planted"], value=value))
+    model.graph.output.append(helper.make_tensor_value_info("planted", TensorProto.UINT8, [8192]))
+    graph, weights = split_weights(model, "conv")
+    tensors = list(weights.tensors)
+    assert _layout(graph).opaque and _field(8, weight.encode()) in graph
+    check_weight_graph(graph, "conv.onnx.data", tensors)
+    _walk_header_tensors(graph, {t.name: t for t in tensors})
 
 
 def _mutate(data: bytes, rng: random.Random) -> bytes:
@@ -182,18 +258,22 @@ def _verdict(check) -> str:
     return "accepted"
 
 
-def test_the_fast_check_agrees_with_the_walk_on_mutated_graphs() -> None:
+@pytest.mark.parametrize("opaque_min", [graphcheck._OPAQUE_MIN, 16], ids=["default", "every-message"])
+def test_the_fast_check_agrees_with_the_walk_on_mutated_graphs(opaque_min: int, monkeypatch) -> None:
     """On thousands of mutations of cooked graphs (the weights' names and the scan's key bytes
     among the bytes changed), what the walk accepts the fast check accepts, and what the walk
     refuses for a reason the fast check refuses with the same message; only where the walk meets
     malformed bytes the fast check never reads (a node's) may it accept, onnxruntime's parser
-    refusing them after."""
+    refusing them after. Also with the layout walk entering every message of 16 bytes or more, so
+    that the tensor data it skips is nearly all of it."""
+    monkeypatch.setattr(graphcheck, "_OPAQUE_MIN", opaque_min)
     seeds = [
         _cooked(conv_bn_relu_model()),
         _with_branch_graph()[1:],
         _cooked(dense_model(8, 16, batch=1, seed=1)),
     ]
     seeds.append((seeds[0][0] + _field(7, _shadowing(seeds[0][1][0].name, 1, 1)), seeds[0][1]))
+    seeds += [_with_inline_data()[:2], _with_inline_data(shadow=True)[:2]]
     rng = random.Random(20261205)
     kinds: set[str] = set()
     for k in range(4000):

@@ -52,6 +52,7 @@ _TENSOR_NAME = 8
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 _NODE_OUTPUT, _NODE_OP_TYPE = 2, 4
 _NAME_KEY = _TENSOR_NAME << 3 | 2  # 66: 0x42, or 0xc2 when its varint is padded
+_NAME_LEADS = (bytes((_NAME_KEY,)), bytes((_NAME_KEY | 0x80,)))
 
 
 class _Initializer(NamedTuple):
@@ -73,8 +74,9 @@ def check_weight_graph(model: bytes | memoryview, file: str, tensors: Sequence[T
     flat = model if isinstance(model, bytes) else bytes(model)
     where = {t.name: (t.offset, t.nbytes) for t in tensors}
     hits = _occurrences(flat, b"location")
-    named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in where})
-    inits = _main_initializers(flat, references=True, only=sorted([*hits, *named]))
+    layout = _layout(flat)
+    named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in where}, layout.opaque)
+    inits = layout.initializers_holding(flat, sorted([*hits, *named]), references=True)
     if _all_inside(hits, len(b"location"), [init.span for init in inits]):  # in byte order
         # as external_refs reads them: the initializers holding a "location"
         held = [init.ref for init in inits if init.ref is not None and _holds(hits, *init.span)]
@@ -101,10 +103,10 @@ def check_header_tensors(
     if not wanted:
         return
     flat = model if isinstance(model, bytes) else bytes(model)
-    if named is None:
-        named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in wanted})
-    if inits is None:
-        inits = _main_initializers(flat, only=sorted(named))
+    if named is None or inits is None:
+        layout = _layout(flat)
+        named = _fields_holding(flat, _NAME_KEY, {name.encode("utf-8") for name in wanted}, layout.opaque)
+        inits = layout.initializers_holding(flat, sorted(named))
     if _defined_once(flat, wanted, inits, named):
         main = {init.name: (init.elem_type, init.dims) for init in inits if init.name in wanted}
         _compare(wanted, main, set())
@@ -157,25 +159,116 @@ def _constant_outputs(flat: bytes) -> set[str]:
     return outputs
 
 
-def _fields_holding(flat: bytes, key: int, names: set[bytes]) -> set[int]:
+def _fields_holding(
+    flat: bytes, key: int, names: set[bytes], opaque: Sequence[tuple[int, int]] = ()
+) -> set[int]:
     """Where the bytes of every length-delimited field ``key`` (its varint in any encoding) holding
-    one of ``names`` start: each byte that can begin the key's varint is decoded as one."""
+    one of ``names`` start: each byte that can begin the key's varint is decoded as one, except in
+    the sorted ``opaque`` spans (tensor data, ``_layout``), where protobuf never starts a field."""
     found: set[int] = set()
     size = len(flat)
+    gaps, start = [], 0
+    for a, b in opaque:
+        gaps.append((start, a))
+        start = b
+    gaps.append((start, size))
     for lead in (key, key | 0x80):
-        at = flat.find(lead)
-        while at >= 0:
-            pos = _after_key(flat, at, key, size)
-            if pos >= 0:
-                length = flat[pos] if pos < size else 0x80
-                if length < 0x80:  # the usual one-byte length, without a call
-                    pos += 1
-                else:
-                    length, pos = _varint_or_none(flat, pos, size)
-                if pos >= 0 and flat[pos : pos + length] in names:
-                    found.add(pos)
-            at = flat.find(lead, at + 1)
+        for gap_start, gap_end in gaps:
+            at = flat.find(lead, gap_start, gap_end)
+            while at >= 0:
+                pos = _after_key(flat, at, key, size)
+                if pos >= 0:
+                    length = flat[pos] if pos < size else 0x80
+                    if length < 0x80:  # the usual one-byte length, without a call
+                        pos += 1
+                    else:
+                        length, pos = _varint_or_none(flat, pos, size)
+                    if pos >= 0 and flat[pos : pos + length] in names:
+                        found.add(pos)
+                at = flat.find(lead, at + 1, gap_end)
     return found
+
+
+# TensorProto's data fields (float_data, int32_data, string_data, int64_data, raw_data, double_data,
+# uint64_data): packed numbers or bytes, which protobuf never reads as fields
+_TENSOR_DATA = frozenset({4, 5, 6, 7, 9, 10, 11})
+# A message smaller than this is scanned whole, and so is one other than a tensor holding fewer than
+# one of the name key's two lead bytes in 256 (random data: one in 128): reading its fields (about
+# 1 us each, a node's a few hundred bytes) would cost more than the false starts it could spare
+# (about 1.5 us each).
+_OPAQUE_MIN = 4 << 10
+_LEADS_SHIFT = 8
+
+
+class _Layout(NamedTuple):
+    """What one walk of the model's tree finds: every main-graph initializer's span, and the
+    sorted, disjoint spans of tensor data in messages of ``_OPAQUE_MIN`` bytes or more."""
+
+    initializers: list[tuple[int, int]]
+    opaque: list[tuple[int, int]]
+
+    def initializers_holding(
+        self, data: bytes | memoryview, only: Sequence[int], references: bool = False
+    ) -> list[_Initializer]:
+        """The main-graph initializers whose bytes hold one of the sorted positions ``only``, read
+        (the rest are skipped unread: a load reads only its weights' initializers)."""
+        return [_initializer(data, a, b, references) for a, b in self.initializers if _holds(only, a, b)]
+
+
+def _layout(flat: bytes) -> _Layout:
+    """The main graph's initializers (each ModelProto.graph field: protobuf merges them) and the
+    tensor data a name scan may skip, in one walk that enters only the messages below the main
+    graph's level worth it: tensors of ``_OPAQUE_MIN`` bytes or more, other messages that size
+    dense with the name key's lead bytes (``_LEADS_SHIFT``). A graph's inline weights can be most of its bytes,
+    and a key-byte scan of them decodes a false start every hundred bytes or so (PP-OCRv6's
+    detector with its weights under 256 KiB left inline: 260 ms a load, 6 ms skipping them). Sound:
+    a field holding a tensor's data is one value, read whole; no field of the model starts inside
+    it. A malformed tree raises ``CorruptBlobError``."""
+    data = memoryview(flat)
+    initializers: list[tuple[int, int]] = []
+    opaque: list[tuple[int, int]] = []
+
+    def walk(kind: int, start: int, end: int, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise CorruptBlobError(f"blob graph nests subgraphs over {MAX_DEPTH} deep")
+        main = kind == GRAPH and depth == 1
+        children = CHILDREN.get(kind, {})
+        for number, wire, a, b in _fields(data, start, end):
+            if wire != 2:
+                continue
+            if main and number == 5:  # the main graph's initializers
+                initializers.append((a, b))
+            if b - a < _OPAQUE_MIN:
+                continue  # most fields: a node, a small tensor
+            if kind == TENSOR:
+                if number in _TENSOR_DATA:
+                    opaque.append((a, b))
+            elif (child := children.get(number)) is not None and worth_entering(a, b, child):
+                walk(child, a, b, depth + 1)
+
+    def worth_entering(a: int, b: int, child: int) -> bool:
+        # a tensor's few fields cost less than a scan of its data (its size: _OPAQUE_MIN or more);
+        # another message's density of lead bytes is judged on its first _OPAQUE_MIN bytes (a count
+        # of all of them would cost more than the scan it decides on)
+        if child == TENSOR:
+            return True
+        sample = min(b, a + _OPAQUE_MIN)
+        return (
+            flat.count(_NAME_LEADS[0], a, sample) + flat.count(_NAME_LEADS[1], a, sample)
+            >= (sample - a) >> _LEADS_SHIFT
+        )
+
+    for number, wire, a, b in _fields(data, 0, len(data)):
+        if number == 7 and wire == 2:
+            walk(GRAPH, a, b, 1)
+        elif (
+            wire == 2
+            and b - a >= _OPAQUE_MIN
+            and (child := CHILDREN[MODEL].get(number)) is not None
+            and worth_entering(a, b, child)
+        ):
+            walk(child, a, b, 1)
+    return _Layout(initializers, sorted(opaque))
 
 
 def _after_key(flat: bytes, at: int, key: int, size: int) -> int:
@@ -193,21 +286,6 @@ def _varint_or_none(flat: bytes, pos: int, size: int) -> tuple[int, int]:
         return _varint(flat, pos, size)
     except CorruptBlobError:
         return -1, -1
-
-
-def _main_initializers(
-    data: bytes | memoryview, references: bool = False, only: Sequence[int] | None = None
-) -> list[_Initializer]:
-    """Every initializer of the main graph (each ModelProto.graph field: protobuf merges them); with
-    ``only`` (sorted byte positions), just those whose bytes hold one of them (the rest are skipped
-    unread: a load reads only its weights' initializers)."""
-    inits: list[_Initializer] = []
-    for number, wire, a, b in _fields(data, 0, len(data)):
-        if number == 7 and wire == 2:
-            for field, kind, c, d in _fields(data, a, b):
-                if field == 5 and kind == 2 and (only is None or _holds(only, c, d)):
-                    inits.append(_initializer(data, c, d, references))
-    return inits
 
 
 def _initializer(data: bytes | memoryview, start: int, end: int, references: bool) -> _Initializer:
