@@ -219,11 +219,11 @@ def _layout(flat: bytes) -> _Layout:
     """The main graph's initializers (each ModelProto.graph field: protobuf merges them) and the
     tensor data a name scan may skip, in one walk that enters only the messages below the main
     graph's level worth it: tensors of ``_OPAQUE_MIN`` bytes or more, other messages that size
-    dense with the name key's lead bytes (``_LEADS_SHIFT``). A graph's inline weights can be most of its bytes,
-    and a key-byte scan of them decodes a false start every hundred bytes or so (PP-OCRv6's
-    detector with its weights under 256 KiB left inline: 260 ms a load, 6 ms skipping them). Sound:
-    a field holding a tensor's data is one value, read whole; no field of the model starts inside
-    it. A malformed tree raises ``CorruptBlobError``."""
+    dense with the name key's lead bytes (``_LEADS_SHIFT``). A graph's inline weights can be most
+    of its bytes, and a key-byte scan of them decodes a false start every hundred bytes or so
+    (PP-OCRv6's detector with its weights under 256 KiB left inline: 260 ms a load, 6 ms skipping
+    them). Sound: a field holding a tensor's data is one value, read whole; no field of the model
+    starts inside it. A malformed tree raises ``CorruptBlobError``."""
     data = memoryview(flat)
     initializers: list[tuple[int, int]] = []
     opaque: list[tuple[int, int]] = []

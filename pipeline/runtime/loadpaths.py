@@ -48,6 +48,7 @@ from .loadtypes import BlobFile, LoadPath, Prepared
 from .onnxrefs import check_and_rewrite, check_references
 from .ortload import leading_graph, prepare_ort
 from .pager import can_page
+from .proven import proven
 
 FILE_BUFFERS_SINCE = (1, 32, 0)
 ORT_MAPPING_SINCE = (1, 28, 0)
@@ -261,17 +262,19 @@ def prepare(
         return prepare_ort(path, checked, options, model_file)
     graph = checked.graph_bytes()
     weights = checked.header.weights
-    tensors = {t.name: (t.offset, t.nbytes) for t in weights.tensors} if weights else {}
+    file = weights.file if weights else None
+    # a graph checked before against the same header is not walked again (proven.py)
+    against = (file, weights.tensors if weights else ())
     # the paths that rewrite the references, or take the weights from the header, check them in
     # the same walk (onnxrefs.check_and_rewrite, graphcheck.check_weight_graph)
     own_check = (LoadPath.ONNX_SHARED_INITIALIZERS, LoadPath.ONNX_MAPPED, LoadPath.ONNX_EXTERNAL_INITIALIZERS)
     if weights is None or path not in own_check:
-        check_references(graph, weights.file if weights else None, tensors)
+        proven("references", graph, against, lambda: check_references(graph, file, _extents(checked)))
     if path == LoadPath.ONNX_INLINE or weights is None:
         return Prepared(graph)
     if path == LoadPath.ONNX_MAPPED:
         assert model_file is not None
-        return _prepare_mapped(graph, checked, options, model_file, tensors)
+        return _prepare_mapped(graph, checked, options, model_file, against)
     segments = checked.weight_segments()
     if path == LoadPath.ONNX_FILE_BUFFERS:
         (_, buffer) = segments[0]
@@ -280,10 +283,15 @@ def prepare(
         return Prepared(graph, keep=[buffer], own_pages=_own_pages(checked))
     # onnxruntime takes these tensors' types and shapes from the header: they must be the graph's
     if path == LoadPath.ONNX_SHARED_INITIALIZERS:
-        nulled = check_and_rewrite(graph, weights.file, tensors, NULL_FILE)
-        check_header_tensors(graph, weights.tensors)
+
+        def nulling() -> bytes:
+            nulled = check_and_rewrite(graph, weights.file, _extents(checked), NULL_FILE)
+            check_header_tensors(graph, weights.tensors)
+            return nulled
+
+        nulled = proven("shared", graph, against, nulling)
     else:
-        check_weight_graph(graph, weights.file, weights.tensors)
+        proven("weights", graph, against, lambda: check_weight_graph(graph, weights.file, weights.tensors))
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensor_view(segments, ref)) for ref in weights.tensors]
     names = [ref.name for ref in weights.tensors]
     for name, value in zip(names, values, strict=True):
@@ -304,6 +312,12 @@ def prepare(
     return Prepared(nulled, keep=[segments, values], fallback=copying)
 
 
+def _extents(checked: CheckedBlob) -> dict[str, tuple[int, int]]:
+    """Each weight's (offset, bytes) in the weights section, by name, as the reference checks take them."""
+    weights = checked.header.weights
+    return {t.name: (t.offset, t.nbytes) for t in weights.tensors} if weights else {}
+
+
 def _own_pages(checked: CheckedBlob) -> tuple[mmap.mmap, int, int] | None:
     """The raw weights extent in ``Bundle.session``'s own mapping of the blob file, else None (the
     caller's memory is never advised: it may be anonymous, where dropping pages loses them)."""
@@ -319,7 +333,7 @@ def _prepare_mapped(
     checked: CheckedBlob,
     options: onnxruntime.SessionOptions,
     model_file: BlobFile,
-    tensors: dict[str, tuple[int, int]],
+    against: tuple[object, ...],
 ) -> Prepared:
     """onnxruntime maps the weights from the blob file itself, as it maps a loose ``.onnx.data``: each
     external-data reference names the blob file, at its tensor's offset in the raw extent (measured
@@ -333,8 +347,19 @@ def _prepare_mapped(
     real = os.path.realpath(model_file.path)
     folder, name = os.path.split(real)
     _still_the_checked_file(model_file, real)
-    lengths = {t.name: t.nbytes for t in weights.tensors}  # exactly the header's extents, no further
-    mapped = check_and_rewrite(graph, weights.file, tensors, name, shift=start, lengths=lengths)
+    mapped = proven(
+        "mapped",
+        graph,
+        (*against, name, start),
+        lambda: check_and_rewrite(
+            graph,
+            weights.file,
+            _extents(checked),
+            name,
+            shift=start,
+            lengths={t.name: t.nbytes for t in weights.tensors},  # exactly the header's extents
+        ),
+    )
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
     checked.release()  # onnxruntime maps what it needs itself: ours would count its pages twice
 
