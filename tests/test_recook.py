@@ -449,6 +449,19 @@ MESSAGES = {
         r"operator 'StringLower' of domain 'ai\.onnx\.contrib' is unknown to onnxruntime \(a custom "
         r"operator\) \(onnxruntime-extensions' domain: cook the network alone, .*`skip_platforms`",
     ),
+    "missing-locale": (
+        _graph(
+            [
+                helper.make_node(
+                    "StringNormalizer", ["x"], ["y"], case_change_action="LOWER", locale="xx_XX.UTF-8"
+                )
+            ],
+            [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.STRING, [2])],
+        ),
+        None,
+        r"a StringNormalizer changes case in the locale xx_XX\.UTF-8, which this machine lacks.*`locale-gen`",
+    ),
     "opset-too-new": (
         _graph([helper.make_node("Relu", ["x"], ["y"])], [_X], [_Y], opset=30),
         None,

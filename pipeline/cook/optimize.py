@@ -160,6 +160,15 @@ def _hint(message: str, opset: int) -> str:
             f"onnx.version_converter as v; onnx.save(v.convert_version(onnx.load('MODEL.onnx'), "
             f"{OLDEST_SUPPORTED_OPSET}), 'MODEL.onnx')\"`"
         )
+    locale = re.search(r"Failed to construct locale with name:([^:\s]*)", message)
+    if locale:
+        name = locale.group(1) or "(empty)"
+        return (
+            f"; a StringNormalizer changes case in the locale {name}, which this machine lacks (onnxruntime "
+            "needs it installed wherever the model is cooked or run; container images ship without it): "
+            "install it (Debian or Ubuntu: `apt-get install locales`, uncomment it in /etc/locale.gen, "
+            "`locale-gen`), or give the node a `locale` attribute every target has"
+        )
     unknown = re.search(r"(\S+):(\S+)\(-?\d+\) is not a registered function/op", message)
     if unknown:
         domain, op = unknown.groups()
