@@ -251,7 +251,13 @@ def placement_of(
     return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
 
 
-_OUT = "take the EP out of `execution_providers` (or `skip_platforms` for this model)"
+def _out(platform: str) -> str:
+    """How to keep the EP off this model alone: the other models keep it."""
+    return (
+        "give this model `execution_providers` without the EP in its .cook.yaml (`platforms: "
+        f"{{{platform}: {{execution_providers: [CPUExecutionProvider]}}}}`), or list {platform} in its "
+        "`skip_platforms`"
+    )
 
 
 def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any], error: str) -> str:
@@ -269,17 +275,19 @@ def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any], error: 
     if "dynamic" in error and free:
         sized = ", ".join(f"{dim}: <size>" for dim in free)
         fixed = f"`platforms: {{{header.platform}: {{fixed_dims: {{{sized}}}}}}}`"
-        return f"fix its dims at the sizes the game feeds there, {fixed} in its .cook.yaml; or {_OUT}"
+        where = f"{fixed} in its .cook.yaml"
+        return f"fix its dims at the sizes the game feeds there, {where}; or {_out(header.platform)}"
     if passed:
         return (
             f"graph output(s) {', '.join(map(repr, passed))} are also graph inputs, which some EPs refuse: "
-            f"export the model with an Identity node before each such output (a name of its own), or {_OUT}"
+            "export the model with an Identity node before each such output (a name of its own), or "
+            + _out(header.platform)
         )
     lower = lower_level_helps(settings.get("optimization_level"))
     advice = "try `optimization_level: basic` for this model; or " if lower else ""
     if header.model_format == "ort":
         advice += f"as ONNX: {onnx_instead_for(header.platform, settings)}; or "
-    return advice + _OUT
+    return advice + _out(header.platform)
 
 
 def load_paths(
