@@ -2,7 +2,7 @@
 workers (``multiprocessing``'s default start method on Linux before Python 3.14) must be able to
 load blobs in every child. The loader's lasting threads (the decoding pool, the CRC helper) do not
 exist in a child, and a lock another thread held at the fork would be held there for good; each is
-made anew in the child (pipeline/runtime/frames.py, pager.py)."""
+made anew in the child (pipeline/runtime/frames.py, pager.py, proven.py)."""
 
 from __future__ import annotations
 
@@ -122,5 +122,29 @@ def test_a_file_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(tmp
         release.set()
         thread.join()
         os.close(fd)
+    assert not os.WIFSIGNALED(status), f"the child was killed by signal {os.WTERMSIG(status)} (it hung)"
+    assert os.WEXITSTATUS(status) == 0
+
+
+def test_the_proven_graphs_lock_held_at_the_fork_is_free_in_the_child() -> None:
+    """A thread that held ``proven``'s lock at the fork never releases it in the child: a load of an
+    ONNX blob there (whose graph check goes through it) waited for ever without the reset."""
+    from pipeline.runtime import proven
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with proven._lock:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        status = _in_child(lambda: proven.proven("k", b"graph", ("f",), lambda: True))
+    finally:
+        release.set()
+        thread.join()
     assert not os.WIFSIGNALED(status), f"the child was killed by signal {os.WTERMSIG(status)} (it hung)"
     assert os.WEXITSTATUS(status) == 0

@@ -14,6 +14,7 @@ graph over ``MAX_GRAPH``, or in the caller's memory, is checked each time.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -53,6 +54,16 @@ def proven(kind: str, graph: bytes | memoryview, against: tuple[object, ...], ch
             _, (_, dropped, _) = _entries.popitem(last=False)
             _held[0] -= len(dropped)
     return result
+
+
+def _new_lock_in_child() -> None:
+    """A forked child: a thread that held the lock at the fork never releases it there."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def forget() -> None:
