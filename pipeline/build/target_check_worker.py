@@ -251,13 +251,9 @@ def placement_of(
     return placement, (f"on {preferred} ({measured_with}): {error}" if error else None)
 
 
-def _out(platform: str) -> str:
-    """How to keep the EP off this model alone: the other models keep it."""
-    return (
-        "give this model `execution_providers` without the EP in its .cook.yaml (`platforms: "
-        f"{{{platform}: {{execution_providers: [CPUExecutionProvider]}}}}`), or list {platform} in its "
-        "`skip_platforms`"
-    )
+def _out(platform: str) -> str:  # the EP off this model alone: the other models keep it
+    eps = f"`platforms: {{{platform}: {{execution_providers: [CPUExecutionProvider]}}}}`"
+    return f"give this model {eps} in its .cook.yaml, or list {platform} in its `skip_platforms`"
 
 
 def _session_hint(blob: bytes, header: Any, settings: Mapping[str, Any], error: str) -> str:
