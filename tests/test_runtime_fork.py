@@ -97,30 +97,16 @@ def test_a_file_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(tmp
     big = tmp_path / "blob.ocb"
     big.write_bytes(bytes(pager_module.PAGER_MIN))
     fd = os.open(big, os.O_RDONLY)
-    held, release = threading.Event(), threading.Event()
 
-    def hold() -> None:
+    def child() -> bool:
         lock = pager_module.file_lock(fd)
         assert lock is not None
-        with lock:
-            held.set()
-            release.wait()
+        with lock:  # a load of that file in the child: without the reset it waited forever
+            return True
 
-    thread = threading.Thread(target=hold)
-    thread.start()
     try:
-        assert held.wait(10)
-
-        def child() -> bool:
-            lock = pager_module.file_lock(fd)
-            assert lock is not None
-            with lock:  # a load of that file in the child: without the reset it waited forever
-                return True
-
-        status = _in_child(child)
+        status = _in_child_while_held(lambda: pager_module.file_lock(fd), child)
     finally:
-        release.set()
-        thread.join()
         os.close(fd)
     assert not os.WIFSIGNALED(status), f"the child was killed by signal {os.WTERMSIG(status)} (it hung)"
     assert os.WEXITSTATUS(status) == 0
@@ -131,10 +117,21 @@ def test_the_proven_graphs_lock_held_at_the_fork_is_free_in_the_child() -> None:
     ONNX blob there (whose graph check goes through it) waited for ever without the reset."""
     from pipeline.runtime import proven
 
+    status = _in_child_while_held(
+        lambda: proven._lock, lambda: proven.proven("k", b"graph", ("f",), lambda: True)
+    )
+    assert not os.WIFSIGNALED(status), f"the child was killed by signal {os.WTERMSIG(status)} (it hung)"
+    assert os.WEXITSTATUS(status) == 0
+
+
+def _in_child_while_held(lock_of, work) -> int:
+    """``_in_child(work)`` while another thread holds the lock ``lock_of()`` gives."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with proven._lock:
+        lock = lock_of()
+        assert lock is not None
+        with lock:
             held.set()
             release.wait()
 
@@ -142,9 +139,7 @@ def test_the_proven_graphs_lock_held_at_the_fork_is_free_in_the_child() -> None:
     thread.start()
     try:
         assert held.wait(10)
-        status = _in_child(lambda: proven.proven("k", b"graph", ("f",), lambda: True))
+        return _in_child(work)
     finally:
         release.set()
         thread.join()
-    assert not os.WIFSIGNALED(status), f"the child was killed by signal {os.WTERMSIG(status)} (it hung)"
-    assert os.WEXITSTATUS(status) == 0
