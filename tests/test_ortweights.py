@@ -450,3 +450,111 @@ def test_an_ep_that_reads_the_graphs_copy_of_the_weights_never_computes_with_the
     assert "ort-shared-initializers not used" in made_to["refused"]
     assert report["again"]["path"] == "ort-mapped" and report["again"]["refused"] == made_to["refused"]
     assert report["kept"] == "ort-mapped"
+
+
+def _counting_memfds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from pipeline.runtime import ortweights
+
+    written: list[int] = []
+    real = ortweights.memfd_without
+
+    def counted(model, holes):
+        written.append(len(model))
+        return real(model, holes)
+
+    monkeypatch.setattr(ortweights, "memfd_without", counted)
+    monkeypatch.setattr(ortweights, "_KEPT", type(ortweights._KEPT)())  # none kept from other tests
+    return written
+
+
+@pytest.mark.skipif(not SHARES_HERE, reason="ort-shared-initializers is for the versions it is proven in")
+def test_a_second_load_of_equal_bytes_maps_the_same_memfd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memfd of the flatbuffer without its holes is written once per distinct bytes: a second
+    load of an equal blob (other bytes objects) maps it again; a blob of the same size whose bytes
+    differ outside the holes (another weight's name) gets its own; outputs are each model's."""
+    written = _counting_memfds(monkeypatch)
+    model = typed_model()
+    ort_model = to_ort_format(model.SerializeToString(), tmp_path)
+    renamed = model_of(typed_model().graph, opset=17)
+    for node in renamed.graph.node:
+        node.input[:] = ["w33" if name == "w32" else name for name in node.input]
+    renamed.graph.initializer[0].name = "w33"  # same length: the same flatbuffer size
+    (tmp_path / "other").mkdir()
+    other = to_ort_format(renamed.SerializeToString(), tmp_path / "other")
+    padding = bytes((1 << 20) + 4096)  # over SMALL_ORT_MODEL: the path is taken
+    x = np.random.default_rng(5).standard_normal((1, 128)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
+    for flatbuffer in (ort_model, ort_model, other, other):
+        session = session_from_blob(bytes(ort_blob(flatbuffer + padding)), providers=CPU)
+        assert load_info(session).path == "ort-shared-initializers"
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    assert len(ort_model) == len(other) and ort_model != other
+    assert len(written) == 2  # one memfd each: the renamed model's bytes differ outside the holes
+
+
+@pytest.mark.skipif(not SHARES_HERE, reason="ort-shared-initializers is for the versions it is proven in")
+def test_a_kept_memfd_whose_hole_was_read_is_never_used_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of a hole gives it a page of zeros, which would hide the next read: the kept memfd is
+    dropped and a new one written."""
+    from pipeline.runtime import ortweights
+
+    written = _counting_memfds(monkeypatch)
+    ort_model = to_ort_format(typed_model().SerializeToString(), tmp_path)
+    blob = ort_blob(ort_model + bytes((1 << 20) + 4096))
+    session_from_blob(blob, providers=CPU)
+    (kept,) = ortweights._KEPT.values()
+    first = os.fstat(kept.fd).st_ino
+    mapping = mmap.mmap(kept.fd, 0, prot=mmap.PROT_READ)
+    hole = next(w.offset for w in kept.weights) + mmap.PAGESIZE  # inside the first weight's hole
+    assert mapping[hole] == 0 and held(kept.fd) > kept.written  # the page the read gave it
+    mapping.close()
+    session_from_blob(blob, providers=CPU)
+    assert len(written) == 2
+    (again,) = ortweights._KEPT.values()
+    assert os.fstat(again.fd).st_ino != first and held(again.fd) == again.written  # a new one, unread
+
+
+def test_kept_memfds_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.runtime import ortweights
+
+    monkeypatch.setattr(ortweights, "_KEPT", type(ortweights._KEPT)())
+    fds = []
+    for size in range(1, ortweights._KEPT_MAX + 5):
+        model = memoryview(bytes(size * 100))
+        fd, count = memfd_without(model, [])
+        ortweights._keep(model, [], [], fd, count)
+        kept_fd = ortweights._KEPT[len(model)].fd
+        fds.append((kept_fd, os.fstat(kept_fd).st_ino))
+        os.close(fd)
+    assert list(ortweights._KEPT) == [size * 100 for size in range(5, ortweights._KEPT_MAX + 5)]
+
+    def still_open(fd: int, inode: int) -> bool:
+        try:
+            return os.fstat(fd).st_ino == inode
+        except OSError:
+            return False
+
+    assert not any(still_open(*old) for old in fds[:4])  # the oldest, dropped and closed
+    assert all(still_open(*kept) for kept in fds[4:])
+    big = memoryview(bytes(ortweights._KEPT_MAX_BYTES + 1))
+    fd, count = memfd_without(big, [])
+    ortweights._keep(big, [], [], fd, count)
+    os.close(fd)
+    assert len(big) not in ortweights._KEPT  # too much to compare: written each time
+
+
+def test_kept_memfds_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.runtime import ortweights
+
+    monkeypatch.setattr(ortweights, "_KEPT", type(ortweights._KEPT)())
+    monkeypatch.setattr(ortweights, "_KEPT_TOTAL", 10_000)
+    for size in (4000, 4001, 4002):
+        model = memoryview(bytes(size))
+        fd, count = memfd_without(model, [])
+        ortweights._keep(model, [], [], fd, count)
+        os.close(fd)
+    assert list(ortweights._KEPT) == [4001, 4002]  # the oldest dropped to stay under the total

@@ -21,6 +21,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -255,20 +257,26 @@ class SharedModel:
 def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> SharedModel | None:
     """Share the weights of the ORT flatbuffer ``model`` (the caller's memory) in place through
     ``options``, and write the rest into a memfd for onnxruntime to map; None if there is nothing
-    worth sharing. Weights whose address is not aligned to their type stay in the memfd.
+    worth sharing. Weights whose address is not aligned to their type stay in the memfd. A memfd
+    written for equal bytes before (``_Kept``) is used again.
 
     A hole is the whole pages inside a weight: the bytes around them are written, so a read of any
     byte of a weight either gets the weight's own bytes or gives a hole a page (``holes_read``)."""
     page = mmap.PAGESIZE
     if memfd_unit() > page:
         return None  # a huge page written around a hole would hide a read of it: no check, no door
-    views = [(w, tensor_view([(0, model)], w)) for w in shareable_weights(model)]
-    views = [(w, view) for w, view in views if view.ctypes.data % view.itemsize == 0]
-    if not views:
-        return None
-    weights = [w for w, _ in views]
-    holes = [(_up(w.offset, page), _down(w.offset + w.nbytes, page)) for w in weights]
-    fd, written = memfd_without(model, [(start, end - start) for start, end in holes if end > start])
+    kept = _kept_for(model)
+    views = [(w, tensor_view([(0, model)], w)) for w in (kept.weights if kept else shareable_weights(model))]
+    if kept is not None and all(view.ctypes.data % view.itemsize == 0 for _, view in views):
+        fd, written = os.dup(kept.fd), kept.written
+    else:
+        views = [(w, view) for w, view in views if view.ctypes.data % view.itemsize == 0]
+        if not views:
+            return None
+        holes = [(_up(w.offset, page), _down(w.offset + w.nbytes, page)) for w, _ in views]
+        holes = [(start, end - start) for start, end in holes if end > start]
+        fd, written = memfd_without(model, holes)
+        _keep(model, [w for w, _ in views], holes, fd, written)
     keep: list[object] = []
     try:
         for weight, view in views:
@@ -279,6 +287,72 @@ def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> Sha
         os.close(fd)
         raise
     return SharedModel(fd, keep, written)
+
+
+@dataclass
+class _Kept:
+    """A sealed memfd written for a flatbuffer (``memfd_without``), kept for the next load of equal
+    bytes: its weights, and the bytes it holds (all but the holes), against which a model is
+    compared whole. The walk that found the weights reads no byte inside a hole, so equal bytes
+    outside them are the same walk, the same holes, the same memfd."""
+
+    weights: list[TensorRef]
+    pieces: list[tuple[int, bytes]]
+    fd: int
+    written: int
+
+    def size(self) -> int:
+        return sum(len(piece) for _, piece in self.pieces)
+
+
+# Memfds kept (by model size: one each), each holding its model's bytes outside the holes, and a
+# copy of those to compare: at most _KEPT_MAX of them, _KEPT_TOTAL bytes of copies in all (as much
+# again in the memfds); a model whose bytes outside its holes exceed _KEPT_MAX_BYTES is written
+# each time.
+_KEPT: OrderedDict[int, _Kept] = OrderedDict()
+_KEPT_MAX, _KEPT_MAX_BYTES, _KEPT_TOTAL = 16, 8 << 20, 32 << 20
+_kept_lock = threading.Lock()
+
+
+def _kept_for(model: memoryview) -> _Kept | None:
+    """The kept memfd for bytes equal to ``model``'s outside its holes, if no hole of it has been
+    read (a page there would hide the next read: then it is dropped)."""
+    with _kept_lock:
+        kept = _KEPT.get(len(model))
+        if kept is None or any(model[a : a + len(piece)].tobytes() != piece for a, piece in kept.pieces):
+            return None
+        if held(kept.fd) != kept.written:
+            os.close(_KEPT.pop(len(model)).fd)
+            return None
+        _KEPT.move_to_end(len(model))
+        return kept
+
+
+def _keep(
+    model: memoryview, weights: list[TensorRef], holes: list[tuple[int, int]], fd: int, written: int
+) -> None:
+    edges = [0, *(edge for start, length in holes for edge in (start, start + length)), len(model)]
+    spans = list(zip(edges[::2], edges[1::2], strict=True))
+    if sum(b - a for a, b in spans) > _KEPT_MAX_BYTES:
+        return
+    kept = _Kept(weights, [(a, model[a:b].tobytes()) for a, b in spans if b > a], os.dup(fd), written)
+    with _kept_lock:
+        old = _KEPT.pop(len(model), None)
+        _KEPT[len(model)] = kept
+        dropped = [old] if old is not None else []
+        while len(_KEPT) > _KEPT_MAX or sum(k.size() for k in _KEPT.values()) > _KEPT_TOTAL:
+            dropped.append(_KEPT.popitem(last=False)[1])
+    for entry in dropped:
+        os.close(entry.fd)  # each load maps a dup of its own: none is using this descriptor
+
+
+def _new_lock_in_child() -> None:
+    global _kept_lock
+    _kept_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def _up(value: int, step: int) -> int:
