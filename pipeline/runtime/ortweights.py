@@ -265,11 +265,13 @@ def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> Sha
     page = mmap.PAGESIZE
     if memfd_unit() > page:
         return None  # a huge page written around a hole would hide a read of it: no check, no door
-    kept = _kept_for(model)
+    kept, fd = _kept_for(model)
     views = [(w, tensor_view([(0, model)], w)) for w in (kept.weights if kept else shareable_weights(model))]
     if kept is not None and all(view.ctypes.data % view.itemsize == 0 for _, view in views):
-        fd, written = os.dup(kept.fd), kept.written
+        written = kept.written
     else:
+        if kept is not None:
+            os.close(fd)  # another alignment: other weights shared, other holes
         views = [(w, view) for w, view in views if view.ctypes.data % view.itemsize == 0]
         if not views:
             return None
@@ -314,18 +316,20 @@ _KEPT_MAX, _KEPT_MAX_BYTES, _KEPT_TOTAL = 16, 8 << 20, 32 << 20
 _kept_lock = threading.Lock()
 
 
-def _kept_for(model: memoryview) -> _Kept | None:
+def _kept_for(model: memoryview) -> tuple[_Kept | None, int]:
     """The kept memfd for bytes equal to ``model``'s outside its holes, if no hole of it has been
-    read (a page there would hide the next read: then it is dropped)."""
+    read (a page there would hide the next read: then it is dropped), and a duplicate of its
+    descriptor for this load (taken under the lock: another thread may drop and close the kept one
+    at any time after); (None, -1) if there is none."""
     with _kept_lock:
         kept = _KEPT.get(len(model))
         if kept is None or any(model[a : a + len(piece)].tobytes() != piece for a, piece in kept.pieces):
-            return None
+            return None, -1
         if held(kept.fd) != kept.written:
             os.close(_KEPT.pop(len(model)).fd)
-            return None
+            return None, -1
         _KEPT.move_to_end(len(model))
-        return kept
+        return kept, os.dup(kept.fd)
 
 
 def _keep(
