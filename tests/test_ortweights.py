@@ -558,3 +558,30 @@ def test_kept_memfds_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> No
         ortweights._keep(model, [], [], fd, count)
         os.close(fd)
     assert list(ortweights._KEPT) == [4001, 4002]  # the oldest dropped to stay under the total
+
+
+def _kept_weights(size: int) -> list:
+    from pipeline.runtime import ortweights
+
+    return ortweights._KEPT[size].weights
+
+
+@pytest.mark.skipif(not SHARES_HERE, reason="ort-shared-initializers is for the versions it is proven in")
+def test_a_kept_memfd_is_not_used_for_bytes_at_another_alignment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Equal bytes whose weights lie misaligned in the caller's memory share other weights: the model
+    is walked again and gets a memfd of its own, never the kept one's weights list."""
+    written = _counting_memfds(monkeypatch)
+    ort_model = to_ort_format(typed_model().SerializeToString(), tmp_path)
+    padded = ort_model + bytes((1 << 20) + 4096)
+    extent = memoryview(bytearray(padded))
+    first = share_weights(extent, onnxruntime.SessionOptions())
+    assert first is not None
+    os.close(first.fd)
+    shifted = memoryview(bytearray(b"\0\0" + padded))[2:]  # two bytes on: float16 weights stay aligned
+    second = share_weights(shifted, onnxruntime.SessionOptions())
+    assert second is not None
+    os.close(second.fd)
+    assert len(written) == 2  # walked and written again: only the float16 weight shared now
+    assert [w.name for w in _kept_weights(len(shifted))] == ["w16"]

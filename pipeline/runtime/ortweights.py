@@ -266,27 +266,31 @@ def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> Sha
     if memfd_unit() > page:
         return None  # a huge page written around a hole would hide a read of it: no check, no door
     kept, fd = _kept_for(model)
-    views = [(w, tensor_view([(0, model)], w)) for w in (kept.weights if kept else shareable_weights(model))]
-    if kept is not None and all(view.ctypes.data % view.itemsize == 0 for _, view in views):
-        written = kept.written
-    else:
-        if kept is not None:
-            os.close(fd)  # another alignment: other weights shared, other holes
-        views = [(w, view) for w, view in views if view.ctypes.data % view.itemsize == 0]
-        if not views:
-            return None
-        holes = [(_up(w.offset, page), _down(w.offset + w.nbytes, page)) for w, _ in views]
-        holes = [(start, end - start) for start, end in holes if end > start]
-        fd, written = memfd_without(model, holes)
-        _keep(model, [w for w, _ in views], holes, fd, written)
     keep: list[object] = []
     try:
+        views = [(w, tensor_view([(0, model)], w)) for w in kept.weights] if kept else []
+        if kept is not None and all(view.ctypes.data % view.itemsize == 0 for _, view in views):
+            written = kept.written
+        else:  # none kept, or another alignment: walk this model itself (its bytes inside the kept
+            # holes were never compared, and a hostile flatbuffer may hold tables there)
+            if kept is not None:
+                os.close(fd)
+                fd = -1
+            views = [(w, tensor_view([(0, model)], w)) for w in shareable_weights(model)]
+            views = [(w, view) for w, view in views if view.ctypes.data % view.itemsize == 0]
+            if not views:
+                return None
+            holes = [(_up(w.offset, page), _down(w.offset + w.nbytes, page)) for w, _ in views]
+            holes = [(start, end - start) for start, end in holes if end > start]
+            fd, written = memfd_without(model, holes)
+            _keep(model, [w for w, _ in views], holes, fd, written)
         for weight, view in views:
             value = onnxruntime.OrtValue.ortvalue_from_numpy(view)
             options.add_initializer(weight.name, value)
             keep.append(value)  # onnxruntime holds a bare pointer to the OrtValue, not a reference
     except BaseException:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
         raise
     return SharedModel(fd, keep, written)
 
@@ -295,8 +299,11 @@ def share_weights(model: memoryview, options: onnxruntime.SessionOptions) -> Sha
 class _Kept:
     """A sealed memfd written for a flatbuffer (``memfd_without``), kept for the next load of equal
     bytes: its weights, and the bytes it holds (all but the holes), against which a model is
-    compared whole. The walk that found the weights reads no byte inside a hole, so equal bytes
-    outside them are the same walk, the same holes, the same memfd."""
+    compared whole. A load whose bytes equal them outside the holes maps this memfd: onnxruntime
+    reads the very structure the walk read (the memfd's bytes; where a hostile flatbuffer put a
+    table inside a hole, a read of it shows, ``holes_read``), and takes from the load's own bytes
+    only the shared weights, at the walk's offsets. Used only with every weight aligned as before;
+    otherwise the model is walked itself."""
 
     weights: list[TensorRef]
     pieces: list[tuple[int, bytes]]
