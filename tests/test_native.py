@@ -742,6 +742,22 @@ def test_shared_initializers_refuse_a_graph_that_lacks_retypes_or_redefines_a_li
     assert message in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_graph_holding_groups_loads_as_onnxruntime_reads_it(
+    native: Path, version: str, tmp_path: Path
+) -> None:
+    """protobuf skips a group (wire types 3 and 4, which no ONNX field is) whatever it holds: the
+    blob of tests/test_wire_groups.py, with groups in its graph, a node and a weight's initializer
+    that hold the weight's name and an entry naming /etc/passwd, loads through oc-run with the
+    source's outputs (1.24.4 and 1.28.0: shared initializers, whose graph rewrite copies the groups
+    whole; 1.32.0: file buffers)."""
+    from tests.test_wire_groups import grouped_blob
+
+    model, blob = grouped_blob()
+    folder = write_bundle(tmp_path / "bundle", {"grouped": ("onnx", blob)})
+    oc_run_matches_source(native, folder, "grouped", ort_library(version), model, tmp_path)
+
+
 def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
     """name -> an edit of a copy of ``bundle`` (its manifest or its blob files)."""
     manifest = json.loads((bundle / "manifest.json").read_text())

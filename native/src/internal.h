@@ -51,6 +51,11 @@ typedef struct oc_ref_tensor {
     const uint64_t *dims;
 } oc_ref_tensor;
 
+/* Skip the group that field `number` opened (wire type 3) at data[*pos..end), up to and past its
+ * closing key: NULL, or why the bytes are malformed (onnxrefs.c; rewrite.c copies a group whole). */
+#define OC_MAX_GROUPS 100 /* groups nested in groups: protobuf's default recursion limit */
+const char *oc_skip_group(const uint8_t *data, size_t *pos, size_t end, uint64_t number);
+
 /* Check every external-data reference of the ONNX ModelProto in model[0..size) (onnxrefs.c): each
  * tensor with external data anywhere in the model (main graph, subgraphs, node attributes,
  * functions, sparse tensors) must be a main-graph initializer listed in `tensors` (sorted by name,

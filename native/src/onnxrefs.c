@@ -237,11 +237,54 @@ static int read_varint(const uint8_t *data, size_t *pos, size_t end, uint64_t *v
     return 1;
 }
 
-/* The next field of the message data[*pos..end): 1 and *f, 0 at its end, -1 when malformed (err
- * filled). */
+/* Past the group that field `number` opened (wire type 3) at data[*pos..end), its closing key (wire
+ * type 4, the same number) included: NULL, or why the bytes are malformed. No ONNX field is a group;
+ * protobuf's parser keeps one as an unknown field and skips it, nested groups with it, and refuses a
+ * group left open, closed by another number or nested over its recursion limit; so does this. */
+const char *oc_skip_group(const uint8_t *data, size_t *pos, size_t end, uint64_t number) {
+    static const char *const bad_wire[8] = {NULL, NULL, NULL, NULL, NULL, NULL, "wire type 6", "wire type 7"};
+    uint64_t opened[OC_MAX_GROUPS];
+    size_t depth = 0;
+    opened[depth++] = number;
+    while (depth > 0) {
+        uint64_t key, value;
+        int overflow;
+        unsigned wire;
+        if (!read_varint(data, pos, end, &key, &overflow)) return "a varint runs past its message";
+        key &= 0xFFFFFFFFu;
+        wire = (unsigned)(key & 7);
+        switch (wire) {
+        case 0:
+        case 2:
+            if (!read_varint(data, pos, end, &value, &overflow)) return "a varint runs past its message";
+            if (wire == 2 && (overflow || value > (uint64_t)(end - *pos))) return "a field runs past its message";
+            if (wire == 2) *pos += (size_t)value;
+            break;
+        case 1:
+        case 5:
+            if ((wire == 1 ? 8u : 4u) > end - *pos) return "a field runs past its message";
+            *pos += wire == 1 ? 8 : 4;
+            break;
+        case 3:
+            if (depth == OC_MAX_GROUPS) return "groups nest over 100 deep";
+            opened[depth++] = key >> 3;
+            break;
+        case 4:
+            if (opened[--depth] != key >> 3) return "a group closed by another field";
+            break;
+        default:
+            return bad_wire[wire];
+        }
+    }
+    return NULL;
+}
+
+/* The next field of the message data[*pos..end), groups skipped: 1 and *f, 0 at its end, -1 when
+ * malformed (err filled). */
 static int next_field(refs_ctx *c, size_t *pos, size_t end, wire_field *f) {
     uint64_t key, value;
     int overflow;
+next:
     if (*pos >= end) return 0;
     if (!read_varint(c->data, pos, end, &key, &overflow)) {
         malformed(c, "a varint runs past its message");
@@ -287,6 +330,14 @@ static int next_field(refs_ctx *c, size_t *pos, size_t end, wire_field *f) {
         *pos += width;
         f->start = f->end = *pos;
         return 1;
+    }
+    case 3: {
+        const char *why = oc_skip_group(c->data, pos, end, f->number);
+        if (why != NULL) {
+            malformed(c, why);
+            return -1;
+        }
+        goto next;
     }
     default:
         oc_fail(c->err, OC_ERR_CORRUPT, "model %s: blob graph is not a valid ONNX model (wire type %u)", c->model,

@@ -114,6 +114,11 @@ static int next(const uint8_t *data, size_t *pos, size_t end, field *f, int *bad
         *pos += (size_t)length;
         f->end = *pos;
         return 1;
+    case 3: /* a group (an unknown field to protobuf): copied whole, as every field the rewrite keeps */
+        f->start = *pos;
+        if (oc_skip_group(data, pos, end, f->number) != NULL) goto malformed;
+        f->end = *pos;
+        return 1;
     default:
         goto malformed;
     }

@@ -408,6 +408,38 @@ def named_cases() -> list[tuple[str, bytes, str | None, dict]]:
         ext = tensor.SerializeToString() + field(13, pair)
         listing = {**tensors, "c": (0, 16)} if listed else tensors
         cases.append((label, data + field(7, field(5, ext)), FILE, listing))
+
+    # groups (wire types 3 and 4; no ONNX field is one): protobuf skips an unknown group whatever
+    # it holds and wherever it lies (an entry naming /etc/passwd, an EXTERNAL data_location, a nested
+    # group), and refuses one left open, closed by another number or nested over 100 deep
+    def group(number: int, body: bytes) -> bytes:
+        return bytes([number << 3 | 3]) + body + bytes([number << 3 | 4])
+
+    hiding = group(13, field(13, field(1, b"location") + field(2, b"/etc/passwd")) + b"\x70\x01")
+    hiding = group(8, hiding + b"\x18\x05" + b"\x21" + bytes(8) + b"\x2d" + bytes(4) + group(9, b""))
+    for label, where in (("group in a weight", 0), ("group in a model", None)):
+        model, tensors = mlp()
+        if where is None:
+            data = model.SerializeToString() + hiding
+        else:
+            init = model.graph.initializer[where]
+            init.CopyFrom(type(init).FromString(init.SerializeToString() + hiding))
+            data = model.SerializeToString()
+        cases.append((label, data, FILE, tensors))
+    model, tensors = mlp()
+    data = model.SerializeToString()
+    for label, bad in (
+        ("group left open", bytes([0x0B]) + field(1, b"x")),
+        ("group closed by another", bytes([0x0B, 0x14])),
+        ("group close alone", bytes([0x0C])),
+        ("group past the end", bytes([0x0B, 0x12, 0x30]) + b"short" + bytes([0x0C])),
+        ("group fixed64 past the end", bytes([0x0B, 0x11, 0x00])),
+        ("groups 100 deep", bytes([0x0B]) * 100 + bytes([0x0C]) * 100),
+        ("groups 101 deep", bytes([0x0B]) * 101 + bytes([0x0C]) * 101),
+    ):
+        # a "location" after the group: both walks read the tensor, and the group with it
+        trailing = field(13, field(1, b"location") + field(2, FILE.encode()))
+        cases.append((label, data + field(7, field(5, field(8, b"w1") + bad + trailing)), FILE, tensors))
     # nesting at and past the limit
     for levels in (20, 21, 22, 23):
         graph = field(5, ext_constant("c").SerializeToString())
@@ -599,6 +631,7 @@ def main() -> int:
                 "function attribute default",
                 "location '/dev/zero'",
                 "nested 21",
+                "group in a weight",
             )
         ]
         cases = named + mutation_cases(seeds, args.mutations)

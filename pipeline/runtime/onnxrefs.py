@@ -23,6 +23,7 @@ from .protowire import all_inside as _all_inside
 from .protowire import fields as _fields
 from .protowire import holds as _holds
 from .protowire import occurrences as _occurrences
+from .protowire import past_group as _past_group
 from .protowire import read_varint as _varint
 from .protowire import string as _string
 
@@ -135,6 +136,8 @@ def read_tensor(
             pos += 8 if wire == 1 else 4
             if pos > end:
                 raise CorruptBlobError(_PAST)
+        elif wire == 3:  # an unknown group, skipped as protobuf skips it
+            pos = _past_group(data, pos, end, number)
         else:
             raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
     return TensorFields(name, tuple(name_at), elem_type, tuple(shape), location, tuple(pairs))

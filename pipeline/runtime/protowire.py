@@ -9,6 +9,8 @@ low 64 bits, an int32 or enum field (``TensorProto.data_location``, ``data_type`
 (``int32_value``). A graph can pad a key with a high bit set, ``ea 80 80 80 10`` for
 ``external_data`` (106): a walk that decoded it whole read field 2^29 + 13 and skipped it, while
 onnxruntime 1.24.4 read the entry and opened the file it named (measured; tests/test_external_refs.py).
+A group (wire types 3 and 4: no ONNX field is one) is skipped whole, as protobuf skips an unknown
+field (``past_group``; tests/test_wire_groups.py).
 """
 
 from __future__ import annotations
@@ -75,8 +77,45 @@ def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, i
             if pos > end:
                 raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
             yield number, wire, pos, pos
+        elif wire == 3:  # a group: no ONNX field is one, so protobuf keeps it as an unknown field
+            pos = past_group(data, pos, end, number)
         else:
             raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
+
+
+MAX_GROUPS = 100  # groups nested in groups: protobuf's default recursion limit
+_INVALID = "blob graph is not a valid ONNX model "
+
+
+def past_group(data: memoryview, pos: int, end: int, number: int) -> int:
+    """Where the group opened by field ``number`` (wire type 3) ends, past its closing key (wire
+    type 4, the same number): its fields skipped as protobuf's parser skips an unknown group's,
+    nested groups with them. A group left open, closed by another number or nested over
+    ``MAX_GROUPS`` deep is malformed, as there."""
+    open_groups = [number]
+    while open_groups:
+        key, pos = read_varint(data, pos, end)
+        key &= _LOW_32
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            pos = read_varint(data, pos, end)[1]
+        elif wire == 2:
+            size, pos = read_varint(data, pos, end)
+            pos += size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        elif wire == 3:
+            if len(open_groups) == MAX_GROUPS:
+                raise CorruptBlobError(_INVALID + f"(groups nest over {MAX_GROUPS} deep)")
+            open_groups.append(number)
+        elif wire == 4:
+            if open_groups.pop() != number:
+                raise CorruptBlobError(_INVALID + "(a group closed by another field)")
+        else:
+            raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
+        if pos > end:
+            raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
+    return pos
 
 
 def string(data: bytes | memoryview, start: int, end: int) -> str:
