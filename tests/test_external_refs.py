@@ -74,8 +74,10 @@ def test_a_graph_naming_another_file_is_refused_on_every_load_path(location: str
     blob, _ = _weighted(_set_location(location))
     with pytest.raises(
         CorruptBlobError, match=re.escape(f"refers to {location!r}, not the blob's own weights")
-    ):
+    ) as refused:
         session_from_blob(blob, providers=CPU, load_path=path)
+    # named by the blob it came from, once
+    assert str(refused.value).startswith("blob of model 'tiny' (test-platform): blob graph tensor 'W' ")
 
 
 def test_the_intact_blob_loads_on_every_load_path() -> None:

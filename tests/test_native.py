@@ -703,8 +703,8 @@ def test_shared_initializers_refuse_a_header_whose_shapes_are_not_the_graphs(
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert (
-        "initializer 'W' is not one initializer of the main graph with the data type and dims its blob header"
-        in (done.stderr)
+        "model 'swapped': blob graph's initializer 'W' is not one initializer of the main graph with the data "
+        "type and dims its blob header" in (done.stderr)
     )
 
 

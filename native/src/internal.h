@@ -186,9 +186,9 @@ wchar_t *oc_wide_path(const char *path);
  * `shift`, lengths the listed ones (rewrite.c); *out from alloc. Only after oc_check_references.
  * match_header: each rewritten initializer's data_type and dims must also be the listed ones
  * (OC_ERR_CORRUPT otherwise), for a path that hands onnxruntime tensors made from the header. */
-oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *location, uint64_t shift,
-                               const oc_ref_tensor *tensors, size_t count, int match_header, const oc_alloc *alloc,
-                               uint8_t **out, size_t *out_size, oc_error *err);
+oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *model_name, const char *location,
+                               uint64_t shift, const oc_ref_tensor *tensors, size_t count, int match_header,
+                               const oc_alloc *alloc, uint8_t **out, size_t *out_size, oc_error *err);
 
 /* SHA-256 of data[0..size) (sha256.c): the CPU's SHA instructions where it has them, else
  * libsodium. oc_sha256_accelerated says which. */

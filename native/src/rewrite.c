@@ -284,9 +284,9 @@ static void message(rewrite_ctx *c, builder *out, size_t start, size_t end, uint
 
 static void graph(rewrite_ctx *c, builder *out, size_t start, size_t end) { message(c, out, start, end, 5, tensor); }
 
-oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *location, uint64_t shift,
-                               const oc_ref_tensor *tensors, size_t count, int match_header, const oc_alloc *alloc,
-                               uint8_t **out, size_t *out_size, oc_error *err) {
+oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *model_name, const char *location,
+                               uint64_t shift, const oc_ref_tensor *tensors, size_t count, int match_header,
+                               const oc_alloc *alloc, uint8_t **out, size_t *out_size, oc_error *err) {
     rewrite_ctx c;
     builder b = {0};
     c.data = model;
@@ -302,7 +302,9 @@ oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *lo
     b.alloc = alloc;
     if (match_header && count != 0) {
         c.matched = oc_calloc(alloc, count, 1);
-        if (c.matched == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory rewriting the graph's references");
+        if (c.matched == NULL)
+            return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "model '%s': out of memory rewriting the graph's references",
+                           model_name);
     }
     message(&c, &b, 0, size, 7, graph);
     if (c.matched != NULL) {
@@ -317,10 +319,10 @@ oc_status oc_rewrite_locations(const uint8_t *model, size_t size, const char *lo
         oc_free(alloc, b.data);
         if (c.mismatched != NULL && !b.failed && !c.bad)
             return oc_fail(err, OC_ERR_CORRUPT,
-                           "blob graph's initializer '%s' is not one initializer of the main graph with the data type "
-                           "and dims its blob header lists (a damaged or crafted blob): re-cook the model",
-                           c.mismatched->name);
-        return oc_fail(err, b.failed ? OC_ERR_OUT_OF_MEMORY : OC_ERR_CORRUPT,
+                           "model '%s': blob graph's initializer '%s' is not one initializer of the main graph with "
+                           "the data type and dims its blob header lists (a damaged or crafted blob): re-cook the model",
+                           model_name, c.mismatched->name);
+        return oc_fail(err, b.failed ? OC_ERR_OUT_OF_MEMORY : OC_ERR_CORRUPT, "model '%s': %s", model_name,
                        b.failed ? "out of memory rewriting the graph's references"
                                 : "blob graph is not a valid ONNX model (while rewriting its references)");
     }

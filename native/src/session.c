@@ -742,8 +742,9 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
             goto done;
         }
         *slash = '\0';
-        TRY(oc_rewrite_locations(blob->graph, blob->graph_size, slash + 1, (uint64_t)(blob->weights - blob->data),
-                                 blob->tensors, blob->tensor_count, 0, &blob->alloc, &rewritten, &model_size, c->err));
+        TRY(oc_rewrite_locations(blob->graph, blob->graph_size, blob->info.name, slash + 1,
+                                 (uint64_t)(blob->weights - blob->data), blob->tensors, blob->tensor_count, 0,
+                                 &blob->alloc, &rewritten, &model_size, c->err));
         model = rewritten;
         TRY_ORT(api->AddSessionConfigEntry(options, "session.model_external_initializers_file_folder_path",
                                            real[0] ? real : "/"),
@@ -759,8 +760,8 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
         size_t i;
         TRY(oc_check_shadowing(blob->graph, blob->graph_size, blob->info.name, blob->tensors, blob->tensor_count,
                                c->err));
-        TRY(oc_rewrite_locations(blob->graph, blob->graph_size, "null", 0, blob->tensors, blob->tensor_count, 1,
-                                 &blob->alloc, &rewritten, &model_size, c->err));
+        TRY(oc_rewrite_locations(blob->graph, blob->graph_size, blob->info.name, "null", 0, blob->tensors,
+                                 blob->tensor_count, 1, &blob->alloc, &rewritten, &model_size, c->err));
         model = rewritten;
         TRY(shared_values(c, &set));
         for (i = 0; i < set->count; ++i)

@@ -42,6 +42,7 @@ from .blob import CheckedBlob, check_blob, tensor_view
 from .compat import parse_version
 from .constants import LEGACY_BLOB_FORMAT_VERSION, ModelFormat
 from .devices import CPU, SessionPlan
+from .errors import CorruptBlobError
 from .files import has_memfd
 from .graphcheck import check_header_tensors, check_weight_graph
 from .loadtypes import BlobFile, LoadPath, Prepared
@@ -257,7 +258,19 @@ def prepare(
     options: onnxruntime.SessionOptions,
     model_file: BlobFile | None = None,
 ) -> Prepared:
-    """Set up ``options`` (and the model argument) for loading ``checked`` along ``path``."""
+    """Set up ``options`` (and the model argument) for loading ``checked`` along ``path``. A graph
+    its checks refuse is named by the blob it came from (its model and platform)."""
+    try:
+        return _prepare(path, checked, options, model_file)
+    except CorruptBlobError as exc:
+        if str(exc).startswith(checked.where):
+            raise
+        raise CorruptBlobError(f"{checked.where}: {exc}") from None
+
+
+def _prepare(
+    path: LoadPath, checked: CheckedBlob, options: onnxruntime.SessionOptions, model_file: BlobFile | None
+) -> Prepared:
     if path.value.startswith("ort-"):
         return prepare_ort(path, checked, options, model_file)
     graph = checked.graph_bytes()
