@@ -703,8 +703,8 @@ def test_shared_initializers_refuse_a_header_whose_shapes_are_not_the_graphs(
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert (
-        "model 'swapped': blob graph's initializer 'W' is not one initializer of the main graph with the data "
-        "type and dims its blob header" in (done.stderr)
+        "model 'swapped': blob graph's initializer 'W' is not one initializer of the main graph with the "
+        "data type and dims its blob header" in (done.stderr)
     )
 
 
@@ -740,6 +740,42 @@ def test_shared_initializers_refuse_a_graph_that_lacks_retypes_or_redefines_a_li
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert message in done.stderr, done.stderr
+
+
+def test_a_weights_file_that_is_no_plain_file_name_is_refused(native: Path, tmp_path: Path) -> None:
+    """The blob header's weights file is `info.weights_file`, which an engine that unpacks may write:
+    a path, a drive, `..` or a control character in it is refused as a damaged header, as the Python
+    loader refuses it (tests/test_weights.py)."""
+    from tests.test_weights import NOT_PLAIN, not_plain_blobs
+
+    files = []
+    for index, blob in enumerate(not_plain_blobs()):
+        files.append(tmp_path / f"case-{index}.ocb")
+        files[-1].write_bytes(blob)
+    lines = [
+        json.loads(line) for line in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()
+    ]
+    assert len(lines) == len(NOT_PLAIN)
+    for file, line in zip(NOT_PLAIN, lines, strict=True):
+        assert line["status"] == "OC_ERR_CORRUPT", (file, line)
+        assert "'file' is not a plain file name (re-cook the model)" in line["message"], (file, line)
+
+
+def test_a_nul_in_a_header_string_is_refused(native: Path, tmp_path: Path) -> None:
+    """A \\u0000 escape in a header string: cJSON would end the string at its NUL where Python keeps
+    it whole, so both loaders refuse the header (tests/test_weights.py)."""
+    from tests.test_weights import nul_blobs
+
+    files = []
+    for index, blob in enumerate(nul_blobs()):
+        files.append(tmp_path / f"case-{index}.ocb")
+        files[-1].write_bytes(blob)
+    lines = [
+        json.loads(line) for line in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()
+    ]
+    assert [(line["status"], line["message"]) for line in lines] == [
+        ("OC_ERR_CORRUPT", "blob header is not valid JSON")
+    ] * len(files)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

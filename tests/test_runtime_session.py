@@ -604,7 +604,10 @@ def test_manifest_entry_with_a_nul_byte(bundle_dir: Path) -> None:
     manifest = manifest_of(bundle_dir)
     manifest["models"]["denoiser"]["file"] = "denoiser\0.onnx.ocb"
     write_manifest(bundle_dir, manifest)
-    with pytest.raises(ManifestError, match="denoiser"):
+    # refused as JSON, as the C loader refuses it (cJSON would end the name at the NUL)
+    with pytest.raises(
+        ManifestError, match=r"manifest.json is not valid JSON \(a string holds a NUL character"
+    ):
         open_bundle(bundle_dir).session("denoiser")
 
 
@@ -725,6 +728,29 @@ def test_inspect_bundle_lists_its_models(bundle_dir: Path) -> None:
             f"  {name}: {entry['format']}, {entry['file']}, {entry['blob_size']:,} B"
             f" (model {entry['model_size']:,} B)"
         )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model_size": "big"},
+        {"placement": {"measured": 1, "coverage": "x"}},
+        {"inputs": [1]},
+        {"inputs": 5},
+        {"cooked_with": ["onnx"]},
+    ],
+    ids=["model_size", "placement", "input", "inputs", "cooked_with"],
+)
+def test_inspect_of_a_manifest_entry_of_wrong_types_is_one_error_line(change: dict, bundle_dir: Path) -> None:
+    """Fields only `inspect` prints (the loader never reads them) of the wrong type: one line naming
+    the manifest, the model and the fix, not a traceback."""
+    manifest = manifest_of(bundle_dir)
+    manifest["models"]["upscaler"].update(change)
+    write_manifest(bundle_dir, manifest)
+    result = run_cli("inspect", str(bundle_dir))
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr.startswith(f"error: {bundle_dir / 'manifest.json'}: the entry of model 'upscaler' ")
+    assert "re-run `onnx-cooker cook`" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("target", ["garbage", "missing", "empty-dir"])

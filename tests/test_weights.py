@@ -253,6 +253,91 @@ def test_unpack_command_writes_a_model_and_weights_file_onnxruntime_loads(tmp_pa
     np.testing.assert_allclose(session.run(None, feed())[0], run_source(mlp()), rtol=1e-5, atol=1e-6)
 
 
+NOT_PLAIN = [
+    "../escaped.data",
+    "/tmp/escaped.data",
+    "sub/net.onnx.data",
+    "..",
+    "",
+    "C:net.data",
+    "a\\b",
+    "w\x1f",
+]
+
+
+def not_plain_blobs() -> list[bytes]:
+    """The MLP's blob with its weights file renamed to each of NOT_PLAIN, the header re-sealed (also
+    tests/test_native.py's)."""
+    from runtime_helpers import repack, split_blob
+
+    blob = _blob_of(mlp(), "raw")
+    weights = split_blob(blob)[0]["weights"]
+    return [repack(blob, weights={**weights, "file": file}) for file in NOT_PLAIN]
+
+
+@pytest.mark.parametrize("index", range(len(NOT_PLAIN)), ids=[repr(f) for f in NOT_PLAIN])
+def test_a_weights_file_that_is_no_plain_file_name_is_refused_and_nothing_written(
+    index: int, tmp_path: Path
+) -> None:
+    """The header's weights file is what the graph's references name and what `unpack` writes (an
+    engine may write it too): a path, a drive, `..` or a control character in it is refused as a
+    damaged header before any file is written, by the loader and by `unpack`."""
+    blob = not_plain_blobs()[index]
+    with pytest.raises(BundleError, match="is not a plain file name"):
+        session_from_blob(blob, providers=CPU)
+    path = tmp_path / "in" / "net.onnx.ocb"
+    path.parent.mkdir()
+    path.write_bytes(blob)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "unpack", str(path), str(tmp_path / "in" / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0 and "is not a plain file name" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["in", "net.onnx.ocb"]
+
+
+def nul_blobs() -> list[bytes]:
+    """The MLP's blob with a NUL in its header's strings (the model name, the weights file), the
+    header re-sealed: JSON's \\u0000 escape (also tests/test_native.py's)."""
+    from runtime_helpers import repack, split_blob
+
+    blob = _blob_of(mlp(), "raw")
+    weights = split_blob(blob)[0]["weights"]
+    return [repack(blob, name="ne\x00t"), repack(blob, weights={**weights, "file": "net.onnx.data\x00"})]
+
+
+def test_a_nul_in_a_header_string_is_refused() -> None:
+    """cJSON ends a string at the NUL a \\u0000 escape makes, Python keeps the whole string: the
+    loaders would read two different names, so both refuse the header (native/src/json.c)."""
+    for blob in nul_blobs():
+        assert b"\\u0000" in blob
+        with pytest.raises(
+            BundleError, match="blob header is not valid JSON: a string holds a NUL character"
+        ):
+            session_from_blob(blob, providers=CPU)
+
+
+@pytest.mark.parametrize("name", ["sub\\..\\..\\net", "net\n", "net\x7f"])
+def test_unpack_refuses_a_model_name_that_makes_no_plain_file_name(name: str, tmp_path: Path) -> None:
+    """`unpack` names the model file after the header's model name (its last part): a name that
+    would not make a plain file name in the output folder is one error line, and nothing is written."""
+    from runtime_helpers import repack
+
+    path = tmp_path / "net.onnx.ocb"
+    path.write_bytes(repack(_blob_of(mlp(), "raw"), name=name))
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.runtime", "unpack", str(path), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1 and "makes no plain file name to write" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists() and "Traceback" not in result.stderr
+
+
 def unpack_with_stock_tools(blob: bytes, file_name: str, tmp_path: Path) -> Path:
     """Run the commands `inspect` prints for ``blob`` under `set -euo pipefail`, as a careful build
     script would; the folder they wrote. The weights (1.7 MB) follow the graph's extent, so a

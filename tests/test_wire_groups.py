@@ -17,7 +17,13 @@ from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights
 
 from pipeline.runtime import CorruptBlobError, session_from_blob
 from pipeline.runtime.compat import parse_version
-from pipeline.runtime.onnxrefs import check_references, external_refs, read_tensor
+from pipeline.runtime.onnxrefs import (
+    check_and_rewrite,
+    check_references,
+    external_refs,
+    read_tensor,
+    rewrite_locations,
+)
 from pipeline.runtime.protowire import MAX_GROUPS, fields
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model
@@ -90,15 +96,16 @@ def test_onnxruntime_skips_a_group_and_what_it_holds(tmp_path) -> None:
 
 
 def test_the_walks_skip_a_group_as_protobuf_does() -> None:
-    """The field walk yields no field of a group, and the tensor reader reads the initializer as
-    the onnx package does (name, type, dims; no external data, data_location unset)."""
+    """The field walk yields a group as one field of wire type 3 (its bytes, closing key included)
+    and none of the fields inside it, and the tensor reader reads the initializer as the onnx
+    package does (name, type, dims; no external data, data_location unset)."""
     _, grouped = _grouped_model()
     weight = grouped.graph.initializer[0]
     data = weight.SerializeToString()
-    numbers = [number for number, *_ in fields(memoryview(data), 0, len(data))]
-    assert numbers == [
-        number for number, *_ in fields(memoryview(data), 0, len(data) - len(_hiding(weight.name)))
-    ]
+    hiding = _hiding(weight.name)
+    walked = list(fields(memoryview(data), 0, len(data)))
+    plain = list(fields(memoryview(data), 0, len(data) - len(hiding)))
+    assert walked == [*plain, (8, 3, len(data) - len(hiding) + 1, len(data))]
     tensor = read_tensor(data, 0, len(data), dims=True, entries=True)
     assert (tensor.name, tensor.elem_type, list(tensor.dims)) == (
         weight.name,
@@ -120,6 +127,32 @@ def grouped_blob() -> tuple[onnx.ModelProto, bytes]:
     check_references(graph, weights.file, {t.name: (t.offset, t.nbytes) for t in weights.tensors})
     raw = dataclasses.replace(weights, codec="raw")
     return model, encode_blob(graph, level=3, weights=raw, model_format="onnx", **HEADER_DEFAULTS)
+
+
+def test_the_rewrite_keeps_every_group_where_it_was() -> None:
+    """The references' rewrite (the shared-initializer and mapped paths) copies every field it does
+    not edit verbatim, groups too, wherever they lie: before the graph field, before an initializer,
+    inside one. Only the references' values change."""
+    _, grouped = _grouped_model()
+    graph, weights = split_weights(grouped, "mlp")
+    proto = onnx.ModelProto.FromString(graph)
+    body = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    before = _group(100, _field(1, b"x"))
+    graph = proto.SerializeToString() + before + _field(7, before + body)  # ahead of field 7 and field 5
+    extents = {t.name: (t.offset, t.nbytes) for t in weights.tensors}
+    for rewritten in (
+        rewrite_locations(graph, "blob.ocb", 4096),
+        check_and_rewrite(graph, weights.file, extents, "blob.ocb", 4096),
+    ):
+        assert rewritten.count(before) == graph.count(before) == 2
+        assert rewritten.count(_hiding(weights.tensors[0].name)) == graph.count(
+            _hiding(weights.tensors[0].name)
+        )
+        assert rewritten.count(b"/etc/passwd") == 3
+        model = onnx.ModelProto.FromString(rewritten)
+        locations = {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
+        assert locations == {"blob.ocb"}
 
 
 @pytest.mark.parametrize("path", [None, *ONNX_PATHS])

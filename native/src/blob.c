@@ -386,6 +386,17 @@ static oc_status parse_frames(parse_ctx *c, const cJSON *list, size_t start, siz
 
 static const int DTYPE_SIZES[14] = {0, 4, 1, 1, 2, 2, 4, 8, 0, 1, 2, 8, 4, 8}; /* by ONNX data type */
 
+/* Whether `name` names a file inside a folder on every OS, and nothing else: not empty, not "." or
+ * "..", without a separator, a drive or stream colon, or a control character (sections.py,
+ * plain_file_name). The graph's references name it, and an engine may write the weights under it. */
+static int plain_file_name(const char *name) {
+    const unsigned char *p = (const unsigned char *)name;
+    if (*p == '\0' || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return 0;
+    for (; *p; ++p)
+        if (*p == '/' || *p == '\\' || *p == ':' || *p < 0x20 || *p == 0x7F) return 0;
+    return 1;
+}
+
 static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
     oc_blob *blob = c->blob;
     const cJSON *file = oc_json_get(w, "file");
@@ -396,6 +407,8 @@ static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
     size_t n, index = 0, i;
     if (!cJSON_IsString(file) || !cJSON_IsString(sha))
         return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': 'file' and 'sha256' must be strings");
+    if (!plain_file_name(file->valuestring))
+        return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': 'file' is not a plain file name (re-cook the model)");
     if (!count_of(oc_json_get(w, "size"), &size) || !cJSON_IsArray(tensors))
         return fail(c, OC_ERR_CORRUPT, "blob header field 'weights': 'size' (count) and 'tensors' (list) are required");
     n = (size_t)cJSON_GetArraySize(tensors);

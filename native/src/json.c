@@ -1,7 +1,7 @@
 /* json.c - cJSON read as Python's json.loads reads the same text, so that the C and Python loaders
  * reach the same verdict on a crafted header or manifest: UTF-8 only (a leading BOM allowed, as
  * cJSON skips it and Python decodes with utf-8-sig), trailing bytes other than whitespace are
- * refused, and of duplicate keys the last one counts. */
+ * refused, of duplicate keys the last one counts, and a \u0000 escape is refused. */
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -37,10 +37,21 @@ static int valid_utf8(const unsigned char *s, size_t length) {
     return 1;
 }
 
+/* Whether text[0..length) holds the escape \u0000: cJSON would write the NUL it stands for into a
+ * string and every reader of it would stop there, while Python reads the whole string; both loaders
+ * refuse such a text (pipeline/runtime/header.py, load_json). */
+static int holds_nul_escape(const char *text, size_t length) {
+    static const char escape[] = "\\u0000";
+    size_t i;
+    for (i = 0; i + sizeof escape - 1 <= length; ++i)
+        if (text[i] == '\\' && memcmp(text + i, escape, sizeof escape - 1) == 0) return 1;
+    return 0;
+}
+
 cJSON *oc_json_parse(const char *text, size_t length) {
     const char *end = NULL;
     cJSON *root;
-    if (!valid_utf8((const unsigned char *)text, length)) return NULL;
+    if (!valid_utf8((const unsigned char *)text, length) || holds_nul_escape(text, length)) return NULL;
     /* cJSON writes its process-wide error record on every parse: one parse at a time (threads may
      * open blobs of one bundle at once; its hooks are malloc's, never the caller's code) */
     oc_lock();

@@ -12,10 +12,11 @@ from pathlib import Path
 from .blob import unpack_blob
 from .bundle import open_bundle
 from .constants import Precision
-from .errors import BundleError
+from .errors import BundleError, CorruptBlobError, ManifestError
 from .frames import Frame
 from .header import BlobHeader, read_header_from_file
 from .hints import near_bundle
+from .sections import plain_file_name
 
 
 def inspect(path: Path) -> str:
@@ -25,12 +26,18 @@ def inspect(path: Path) -> str:
         lines = [f"bundle {path} (platform {bundle.platform}): {len(bundle.names)} model(s)"]
         for name in bundle.names:
             info = bundle.info(name)
-            lines.append(
-                f"  {name}: {info['format']}, {info['file']}, {info['blob_size']:,} B"
-                f" (model {info.get('model_size', 0):,} B){_precision(info)}"
-            )
-            lines += _signature(info)
-            lines += _placement(info)
+            try:
+                lines.append(
+                    f"  {name}: {info['format']}, {info['file']}, {info['blob_size']:,} B"
+                    f" (model {info.get('model_size', 0):,} B){_precision(info)}"
+                )
+                lines += _signature(info)
+                lines += _placement(info)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # fields the loader never reads
+                raise ManifestError(
+                    f"{path / 'manifest.json'}: the entry of model {name!r} has a field of the wrong type "
+                    f"({type(exc).__name__}: {exc}); re-run `onnx-cooker cook` to write it again"
+                ) from None
         return "\n".join(lines)
     with path.open("rb") as stream:
         header = read_header_from_file(stream)
@@ -155,6 +162,11 @@ def _frame_commands(frames: list[Frame], blob: str, output: str) -> list[str]:
 def unpack(blob: Path, folder: Path) -> str:
     """Write the model file of ``blob`` (and its weights file) into ``folder``; returns what it wrote."""
     unpacked = unpack_blob(blob.read_bytes(), max_model_size=1 << 62)
+    if not plain_file_name(model_file_name(unpacked.header)):  # the weights file's is checked on reading
+        raise CorruptBlobError(
+            f"{blob}: its header's model name {unpacked.header.name!r} makes no plain file name to "
+            "write; the blob is damaged or crafted (re-cook the model)"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / model_file_name(unpacked.header)]
     written[0].write_bytes(unpacked.model)

@@ -20,7 +20,7 @@ from .devices import DeviceSelection, ProviderSpec
 from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
 from .files import NOFOLLOW, file_identity, map_file, open_regular, sha256_of
 from .frames import default_threads, run_parallel
-from .header import MAX_HEADER_SIZE
+from .header import MAX_HEADER_SIZE, load_json
 from .hints import open_hint
 from .loadpaths import BlobFile
 from .pager import PAGER_MIN
@@ -314,7 +314,7 @@ def open_bundle(
     if public_keys is not None:
         verify_signature(raw, _read_signature(root), public_keys, str(manifest_path))
     try:
-        manifest = json.loads(raw.decode("utf-8-sig"))  # UTF-8 (a BOM allowed), as the C loader reads it
+        manifest = load_json(raw)  # as the C loader reads it
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         fix = open_hint(manifest_path) if manifest_path.name != MANIFEST_NAME else "re-run `onnx-cooker cook`"
         raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); {fix}") from None

@@ -261,11 +261,20 @@ def read_header_from_file(stream: BinaryIO) -> BlobHeader:
     return _parsed(bytes(payload), version, start, start + len(frame))
 
 
+def load_json(raw: bytes) -> Any:
+    """A header's or manifest's JSON, read as the C loader reads it (native/src/json.c): UTF-8, a BOM
+    allowed (cJSON skips one), and no ``\\u0000`` escape anywhere (cJSON would end the string at
+    the NUL it makes: the loaders would read two different names). Raises ValueError."""
+    # str, not bytes: json.loads would detect the encoding in Python first (a load's fixed cost)
+    text = raw.decode("utf-8-sig")
+    if "\\u0000" in text:
+        raise ValueError("a string holds a NUL character (\\u0000)")
+    return json.loads(text)
+
+
 def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
     try:
-        # str, not bytes: json.loads would detect the encoding in Python first (a load's fixed cost).
-        # UTF-8, a BOM allowed, as the C loader reads it (cJSON skips a BOM; json.c refuses bad UTF-8)
-        fields = json.loads(payload.decode("utf-8-sig"))
+        fields = load_json(payload)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptBlobError(f"blob header is not valid JSON: {exc}") from None
     if not isinstance(fields, dict):

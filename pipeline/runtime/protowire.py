@@ -44,7 +44,8 @@ def read_varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
 
 def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """(field number, wire type, start, end) of each field of the message in ``data[start:end]``;
-    for varints start is the value itself."""
+    for varints start is the value itself; for a group (wire type 3) its fields' bytes and its
+    closing key, skipped whole (``past_group``)."""
     pos = start
     while pos < end:
         key = data[pos]  # one-byte varints (most keys and short lengths) without a call
@@ -78,12 +79,15 @@ def fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, i
                 raise CorruptBlobError("blob graph is not a valid ONNX model (a field runs past its message)")
             yield number, wire, pos, pos
         elif wire == 3:  # a group: no ONNX field is one, so protobuf keeps it as an unknown field
-            pos = past_group(data, pos, end, number)
+            start, pos = pos, past_group(data, pos, end, number)
+            yield number, wire, start, pos
         else:
             raise CorruptBlobError(f"blob graph is not a valid ONNX model (wire type {wire})")
 
 
-MAX_GROUPS = 100  # groups nested in groups: protobuf's default recursion limit
+# Groups nested in groups: protobuf's default recursion limit, which counts the enclosing messages
+# too (it refuses sooner; a model the loader accepts and protobuf refuses is refused by onnxruntime)
+MAX_GROUPS = 100
 _INVALID = "blob graph is not a valid ONNX model "
 
 

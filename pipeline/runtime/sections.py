@@ -103,6 +103,15 @@ class WeightsInfo:
         }
 
 
+def plain_file_name(name: str) -> bool:
+    """Whether ``name`` names a file inside a folder on every OS, and nothing else: not empty, not
+    ``.`` or ``..``, without a separator (``/``, ``\\``), a drive or stream colon, or a control
+    character. The cook's names are ASCII letters, digits and ``_-.+`` (settings/assets.py)."""
+    return name not in ("", ".", "..") and not any(
+        c in "/\\:" or ord(c) < 0x20 or ord(c) == 0x7F for c in name
+    )
+
+
 def _v2_layout(fields: dict[str, Any], version: int, start: int, end: int) -> dict[str, Any]:
     """The frames and weights of a version-2 or -3 header, checked for consistency (not yet against
     data): ``start`` and ``end`` are where the header frame lies in the blob."""
@@ -258,6 +267,10 @@ def _parse_weights(value: dict[str, Any]) -> WeightsInfo:
 
     if not (isinstance(value.get("file"), str) and isinstance(value.get("sha256"), str)):
         raise fail("'file' and 'sha256' must be strings")
+    if not plain_file_name(value["file"]):
+        # the graph's references name it, `unpack` writes it and engines may too (the C library's
+        # info.weights_file): a path such as ../../x would reach outside their folder
+        raise fail(f"'file' {value['file']!r} is not a plain file name (re-cook the model)")
     size, entries = value.get("size"), value.get("tensors")
     if not _is_count(size) or not isinstance(entries, list):
         raise fail("'size' (count) and 'tensors' (list) are required")
