@@ -13,6 +13,7 @@ import gc
 import hashlib
 import json
 import math
+import re
 import shlex
 import shutil
 import struct
@@ -667,10 +668,12 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
     return SMALL_PIECE
 
 
-def crc_message(number: int, total: int, start: int, end: int) -> str:
+def crc_message(number: int, total: int, start: int, end: int, file: str = "") -> str:
+    """The damaged piece's message; through a bundle it begins with the blob ``file``."""
     return (
-        rf"^blob of model 'tiny' \(test-platform\): weights frame {number} of {total} is damaged: CRC-32 of "
-        rf"its content bytes {start:,} to {end:,} differs from the header's$"
+        rf"^{re.escape(file + ': ' if file else '')}blob of model 'tiny' \(test-platform\): weights frame "
+        rf"{number} of {total} is damaged: CRC-32 of its content bytes {start:,} to {end:,} differs from the "
+        r"header's; re-copy the blob file whole, or re-run `onnx-cooker cook`$"
     )
 
 
@@ -1282,7 +1285,8 @@ def test_damaged_raw_weights_are_caught_by_their_crc_and_in_a_bundle_by_the_blob
     with pytest.raises(ChecksumMismatchError, match="blob does not match the sha256/size"):
         open_bundle(root)
     message = crc_message(1, 1, 0, frame.content_size)
-    with pytest.raises(ChecksumMismatchError, match=message):
+    in_bundle = crc_message(1, 1, 0, frame.content_size, str(root / "mlp.onnx.ocb"))
+    with pytest.raises(ChecksumMismatchError, match=in_bundle):
         open_bundle(root, verify=False).session("mlp", providers=CPU)
     with pytest.raises(ChecksumMismatchError, match=message):
         session_from_blob(damaged, providers=CPU)

@@ -29,6 +29,7 @@ from pipeline.runtime import open_bundle
 from pipeline.runtime.__main__ import stock_unpack_commands
 from pipeline.runtime.blob import decode_blob
 from pipeline.runtime.errors import (
+    BundleError,
     ChecksumMismatchError,
     IncompatibleRuntimeError,
     ManifestError,
@@ -540,6 +541,26 @@ def test_an_ep_this_onnxruntime_package_lacks_is_named_as_missing(models: dict[s
         session_from_blob(make_blob(models["onnx"], "onnx"), providers=[missing, CPU_EP])
 
 
+def test_providers_onnxruntime_cannot_use_are_refused_naming_the_fix(models: dict[str, bytes]) -> None:
+    """One string instead of a list is a programming error (TypeError, the list to pass); a name
+    onnxruntime does not know (it would say "Unknown Provider Type: ...") is refused naming the nearest
+    name it knows and the EPs this build offers."""
+    blob = make_blob(models["onnx"], "onnx")
+    with pytest.raises(
+        TypeError, match=re.escape("providers takes a list of EP names, e.g. ['CPUExecutionProvider']")
+    ):
+        session_from_blob(blob, providers=CPU_EP)
+    offered = ", ".join(onnxruntime.get_available_providers())
+    typo = re.escape(
+        "'CPUExecutionprovider' is no execution provider onnxruntime knows; did you mean "
+        f"'CPUExecutionProvider'? this onnxruntime offers {offered}"
+    )
+    with pytest.raises(SessionCreateError, match=typo):
+        session_from_blob(blob, providers=["CPUExecutionprovider"])
+    with pytest.raises(SessionCreateError, match=r"'Xyz' is no execution provider onnxruntime knows; this"):
+        session_from_blob(blob, providers=[("Xyz", {}), CPU_EP])
+
+
 def test_manifest_that_is_not_json(bundle_dir: Path) -> None:
     (bundle_dir / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match=r"manifest\.json is not valid JSON .*re-run `onnx-cooker cook`"):
@@ -609,6 +630,49 @@ def test_manifest_entry_with_a_nul_byte(bundle_dir: Path) -> None:
         ManifestError, match=r"manifest.json is not valid JSON \(a string holds a NUL character"
     ):
         open_bundle(bundle_dir).session("denoiser")
+
+
+@pytest.mark.parametrize("name", ["denoiser", "upscaler"])
+def test_a_blob_damaged_after_open_bundle_is_named_by_its_file_with_the_fix(
+    name: str, bundle_dir: Path
+) -> None:
+    """Through a bundle, the blob's own checks (here its header CRC, and a byte of its model frame)
+    name the blob file and the fix, as the manifest checks do (open_bundle(verify=False) leaves them
+    to the load; a file changed after open_bundle meets them too)."""
+    bundle = open_bundle(bundle_dir, verify=False)
+    path = bundle_dir / bundle.info(name)["file"]
+    intact = path.read_bytes()
+    header_end = intact.index(b"ONNXCOOK") + 40 if name == "denoiser" else len(intact) - 200
+    for at in (header_end, len(intact) // 3):
+        damaged = bytearray(intact)
+        damaged[at] ^= 0x10
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(BundleError) as refused:
+            bundle.session(name, providers=CPU)
+        message = str(refused.value)
+        assert message.startswith(f"{path}: ") and message.count(str(path)) == 1, message
+        assert "re-run `onnx-cooker cook`" in message or "re-cook" in message, message
+    path.write_bytes(intact)
+    bundle.session(name, providers=CPU)
+
+
+def test_a_blob_declared_over_max_model_size_names_the_setting(bundle_dir: Path) -> None:
+    manifest = manifest_of(bundle_dir)
+    manifest["models"]["denoiser"]["blob_size"] = 3 << 30
+    write_manifest(bundle_dir, manifest)
+    bundle = open_bundle(bundle_dir, verify=False)
+    for load in (lambda: bundle.session("denoiser", providers=CPU), lambda: bundle.read_blob("denoiser")):
+        with pytest.raises(ManifestError, match=r"oversized blob \(3,221,225,472 bytes, over max_model_size"):
+            load()
+
+
+def test_a_big_blob_file_given_for_its_bundle_names_the_folder_to_open(tmp_path: Path) -> None:
+    """A blob over the manifest's 64 MiB limit passed to open_bundle: the same hint as a small one."""
+    blob = tmp_path / "big.onnx.ocb"
+    with blob.open("wb") as stream:
+        stream.truncate((64 << 20) + 1)
+    with pytest.raises(ManifestError, match=re.escape(f"open its folder (open_bundle({str(tmp_path)!r}))")):
+        open_bundle(blob)
 
 
 def test_missing_blob_file(bundle_dir: Path) -> None:

@@ -186,7 +186,7 @@ static size_t header_start(const uint8_t *data, size_t size, parse_ctx *c, oc_st
     if (size < TRAILER_SIZE || memcmp(data + size - TRAILER_SIZE, "OCB3TAIL", 8) != 0) return 0;
     offset = le64(data + size - 8);
     if ((uint64_t)size < TRAILER_SIZE + 8u || offset > (uint64_t)size - TRAILER_SIZE - 8u) {
-        *status = fail(c, OC_ERR_CORRUPT, "blob trailer puts the header at byte %llu, outside the blob",
+        *status = fail(c, OC_ERR_CORRUPT, "blob trailer puts the header at byte %llu, outside the blob" OC_DAMAGED,
                        (unsigned long long)offset);
         return 0;
     }
@@ -609,16 +609,16 @@ static oc_status check_frames_present(parse_ctx *c) {
             uint64_t j;
             for (j = 0; j < f->pad; ++j)
                 if (blob->data[f->offset + j] != 0)
-                    return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu has damaged padding (non-zero bytes)",
+                    return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu has damaged padding (non-zero bytes)" OC_DAMAGED,
                                 blob->where, section, k, counts[f->section]);
         } else {
             ZSTD_frameHeader params;
             size_t r = ZSTD_getFrameHeader(&params, blob->data + f->offset, (size_t)f->size);
             if (r != 0 || params.frameType != ZSTD_frame)
-                return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu is damaged (not a zstd frame)", blob->where,
+                return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu is damaged (not a zstd frame)" OC_DAMAGED, blob->where,
                             section, k, counts[f->section]);
             if (params.frameContentSize != f->content_size || !params.checksumFlag)
-                return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu does not match its header (damaged or modified)",
+                return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu does not match its header (damaged or modified)" OC_DAMAGED,
                             blob->where, section, k, counts[f->section]);
         }
     }
@@ -696,7 +696,7 @@ static oc_status check_raw_content(parse_ctx *c, size_t threads) {
         n = f->content_size - start < RAW_CRC_PIECE ? f->content_size - start : RAW_CRC_PIECE;
         return fail(c, OC_ERR_CHECKSUM,
                     "%s: %s frame 1 of 1 is damaged: CRC-32 of its content bytes %llu to %llu differs from the "
-                    "header's", blob->where, f->section ? "weights" : "graph", (unsigned long long)start,
+                    "header's" OC_DAMAGED, blob->where, f->section ? "weights" : "graph", (unsigned long long)start,
                     (unsigned long long)(start + n));
     }
     return OC_OK;
@@ -803,7 +803,7 @@ static oc_status decode_section(parse_ctx *c, int section, uint64_t size, size_t
         if (no_memory || first < total) {
             oc_free(&blob->alloc, job.buffer);
             if (first < total)
-                return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu is damaged (%s)", blob->where,
+                return fail(c, OC_ERR_CHECKSUM, "%s: %s frame %zu of %zu is damaged (%s)" OC_DAMAGED, blob->where,
                             section ? "weights" : "graph", first + 1, total, why);
             return fail(c, OC_ERR_OUT_OF_MEMORY, "%s: out of memory for a zstd decoder", blob->where);
         }
@@ -859,7 +859,7 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
         static const uint8_t magic[4] = {0x5E, 0x2A, 0x4D, 0x18};
         size_t have = size - start;
         if (have <= 4 && memcmp(data + start, magic, have) == 0) /* a prefix of the magic, or nothing */
-            status = fail(&ctx, OC_ERR_TRUNCATED, "blob is only %zu bytes long: the header is cut off", size);
+            status = fail(&ctx, OC_ERR_TRUNCATED, "blob is only %zu bytes long: the header is cut off" OC_DAMAGED, size);
         else
             status = fail(&ctx, OC_ERR_NOT_A_BLOB, "not an onnx-cooker blob: too short to hold a header");
         goto fail;
@@ -883,7 +883,7 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
     }
     end = start + 8u + payload;
     if (size < end) {
-        status = fail(&ctx, OC_ERR_TRUNCATED, "blob is %zu bytes, but its header alone needs %zu: file cut off", size, end);
+        status = fail(&ctx, OC_ERR_TRUNCATED, "blob is %zu bytes, but its header alone needs %zu: file cut off" OC_DAMAGED, size, end);
         goto fail;
     }
     if (memcmp(data + start + 8, "ONNXCOOK", 8) != 0) {
@@ -901,7 +901,7 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
     {
         uLong crc = crc32(crc32(0L, Z_NULL, 0), data + start + 8 + HEADER_PREFIX, (uInt)(payload - HEADER_PREFIX));
         if ((uint32_t)crc != le32(data + start + 18)) {
-            status = fail(&ctx, OC_ERR_CHECKSUM, "blob header checksum mismatch: the file is damaged or was modified");
+            status = fail(&ctx, OC_ERR_CHECKSUM, "blob header checksum mismatch: the file is damaged or was modified" OC_DAMAGED);
             goto fail;
         }
     }
@@ -929,21 +929,21 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
             expected = blob->frames[i].offset + blob->frames[i].size;
     expected += TRAILER_SIZE;
     if ((uint64_t)size < expected) {
-        status = fail(&ctx, OC_ERR_TRUNCATED, "%s is cut off: %zu of %llu bytes present", blob->where, size,
+        status = fail(&ctx, OC_ERR_TRUNCATED, "%s is cut off: %zu of %llu bytes present" OC_DAMAGED, blob->where, size,
                       (unsigned long long)expected);
         goto fail;
     }
     if ((uint64_t)size > expected) {
-        status = fail(&ctx, OC_ERR_CORRUPT, "%s has %llu unexpected trailing bytes", blob->where,
+        status = fail(&ctx, OC_ERR_CORRUPT, "%s has %llu unexpected trailing bytes" OC_DAMAGED, blob->where,
                       (unsigned long long)((uint64_t)size - expected));
         goto fail;
     }
     if (memcmp(data + size - TRAILER_SIZE, "OCB3TAIL", 8) != 0) {
-        status = fail(&ctx, OC_ERR_TRUNCATED, "%s is cut off or damaged at its end: its trailer is missing", blob->where);
+        status = fail(&ctx, OC_ERR_TRUNCATED, "%s is cut off or damaged at its end: its trailer is missing" OC_DAMAGED, blob->where);
         goto fail;
     }
     if (le64(data + size - 8) != start) {
-        status = fail(&ctx, OC_ERR_CORRUPT, "%s: its trailer does not point at its header", blob->where);
+        status = fail(&ctx, OC_ERR_CORRUPT, "%s: its trailer does not point at its header" OC_DAMAGED, blob->where);
         goto fail;
     }
     status = check_frames_present(&ctx);

@@ -9,6 +9,8 @@
 #include "onnx_cooker.h"
 
 #define OC_IDENTITY_WORDS 6 /* see oc_map_file */
+/* The end of a damaged or cut-off blob's message: what to do about it (errors.py, DAMAGED) */
+#define OC_DAMAGED "; re-copy the blob file whole, or re-run `onnx-cooker cook`"
 
 /* The allocator every object uses (copied from the caller's oc_allocator, or malloc/free). */
 typedef struct oc_alloc {

@@ -34,6 +34,7 @@ import zstandard
 
 from .constants import LEGACY_BLOB_FORMAT_VERSION, TWO_GIB, V2_BLOB_FORMAT_VERSION
 from .errors import (
+    DAMAGED,
     BlobTooLargeError,
     ChecksumMismatchError,
     CorruptBlobError,
@@ -122,15 +123,17 @@ def check_layout(
     else:
         present, expected, what = len(view), frames_end(header, offset) + TRAILER_SIZE, "bytes"
     if present < expected:
-        raise TruncatedBlobError(f"{where} is cut off: {present:,} of {expected:,} {what} present")
+        raise TruncatedBlobError(f"{where} is cut off: {present:,} of {expected:,} {what} present{DAMAGED}")
     if present > expected:
-        raise CorruptBlobError(f"{where} has {present - expected:,} unexpected trailing bytes")
+        raise CorruptBlobError(f"{where} has {present - expected:,} unexpected trailing bytes{DAMAGED}")
     if header.version >= 3:
         magic, start = _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE)
         if magic != TRAILER_MAGIC:
-            raise TruncatedBlobError(f"{where} is cut off or damaged at its end: its trailer is missing")
+            raise TruncatedBlobError(
+                f"{where} is cut off or damaged at its end: its trailer is missing{DAMAGED}"
+            )
         if start != _header_start(view):
-            raise CorruptBlobError(f"{where}: its trailer does not point at its header")
+            raise CorruptBlobError(f"{where}: its trailer does not point at its header{DAMAGED}")
     check_frames(view, header.frames, where)
     return header, offset
 

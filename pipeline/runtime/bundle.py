@@ -14,16 +14,23 @@ from typing import Any, BinaryIO
 
 import onnxruntime
 
-from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
+from .blob import DEFAULT_MAX_MODEL_SIZE, check_blob
 from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME, ModelFormat
 from .devices import DeviceSelection, ProviderSpec
-from .errors import BundleError, BundleReplacedError, ChecksumMismatchError, ManifestError, UnknownModelError
+from .errors import (
+    BundleError,
+    BundleReplacedError,
+    ChecksumMismatchError,
+    ManifestError,
+    UnknownModelError,
+    in_file,
+)
 from .files import NOFOLLOW, file_identity, map_file, open_regular, sha256_of
 from .frames import default_threads, run_parallel
 from .header import MAX_HEADER_SIZE, load_json
 from .hints import open_hint
 from .loadpaths import BlobFile
-from .pager import PAGER_MIN
+from .pager import PAGER_MIN, drop_mapped_weights
 from .session import Progress, load_info, no_progress, session_from_checked
 from .trust import SIGNATURE_SIZE, verify_signature
 
@@ -72,9 +79,7 @@ class Bundle:
 
     def _read(self, name: str, max_model_size: int) -> tuple[bytes, Path]:
         entry = self._entry(name)
-        if entry["blob_size"] > max_model_size + (max_model_size >> 8) + MAX_HEADER_SIZE:
-            raise ManifestError(f"{self._where()}: model {name!r} declares an oversized blob")
-        stream, size, path = self._open_blob(name, entry)
+        stream, size, path = self._open_blob(name, entry, max_model_size)
         with stream:
             # read(n) allocates n bytes up front: the file's own size bounds it, not the manifest's word.
             data = stream.read(min(size, entry["blob_size"]) + 1)
@@ -169,11 +174,13 @@ class Bundle:
                 ep_libraries=ep_libraries,
                 devices=devices,
             )
+        except BundleError as exc:  # named by its file, as the checks here name it
+            raise in_file(exc, path) from None
         finally:
             if fd is not None:
                 os.close(fd)  # onnxruntime opened (and mapped or read) its own; the mapping needs none
-        if not (isinstance(data, mmap.mmap) and data.closed):
-            _drop_mapped_weights(session, data, checked)
+        if isinstance(data, mmap.mmap) and not data.closed and (info := load_info(session)) and info.in_place:
+            drop_mapped_weights(data, checked)
         return session
 
     def _load(
@@ -181,9 +188,7 @@ class Bundle:
     ) -> tuple[mmap.mmap | bytes, int | None, Path, tuple[int, ...] | None]:
         """The blob file mapped read-only, its descriptor, path and identity; or (``map_blobs=False``,
         an empty file, or a system that cannot map it) its bytes and no descriptor."""
-        if entry["blob_size"] > max_model_size + (max_model_size >> 8) + MAX_HEADER_SIZE:
-            raise ManifestError(f"{self._where()}: model {name!r} declares an oversized blob")
-        stream, size, path = self._open_blob(name, entry)
+        stream, size, path = self._open_blob(name, entry, max_model_size)
         with stream:
             identity = file_identity(os.fstat(stream.fileno()))
             # A small blob is read: one read costs less than mapping, and nothing of it is used in
@@ -212,8 +217,19 @@ class Bundle:
                     "the file was replaced: re-run `onnx-cooker cook`"
                 )
 
-    def _open_blob(self, name: str, entry: Mapping[str, Any]) -> tuple[BinaryIO, int, Path]:
-        """The open blob file of ``name``, its size and path: a regular file inside the bundle folder."""
+    def _open_blob(
+        self, name: str, entry: Mapping[str, Any], max_model_size: int | None = None
+    ) -> tuple[BinaryIO, int, Path]:
+        """The open blob file of ``name``, its size and path: a regular file inside the bundle folder
+        (and, given ``max_model_size``, a blob the manifest does not declare larger than it allows)."""
+        if max_model_size is not None and entry["blob_size"] > max_model_size + (max_model_size >> 8) + (
+            MAX_HEADER_SIZE
+        ):
+            raise ManifestError(
+                f"{self._where()}: model {name!r} declares an oversized blob ({entry['blob_size']:,} bytes, "
+                f"over max_model_size, {max_model_size:,}); raise max_model_size if the model is that large, "
+                "else re-run `onnx-cooker cook`"
+            )
         path = self.root / entry["file"]
         try:
             if NOFOLLOW and "/" not in entry["file"]:
@@ -310,7 +326,10 @@ def open_bundle(
             f"cannot read {manifest_path}: {getattr(exc, 'strerror', None) or exc}; {open_hint(Path(path))}"
         ) from None
     if len(raw) > MAX_MANIFEST_SIZE:
-        raise ManifestError(f"{manifest_path} is larger than {MAX_MANIFEST_SIZE >> 20} MiB; not a manifest")
+        raise ManifestError(
+            f"{manifest_path} is larger than {MAX_MANIFEST_SIZE >> 20} MiB; not a manifest: "
+            + open_hint(Path(path))
+        )
     if public_keys is not None:
         verify_signature(raw, _read_signature(root), public_keys, str(manifest_path))
     try:
@@ -327,25 +346,6 @@ def open_bundle(
         threads = min(default_threads(), _VERIFY_THREADS)
         run_parallel(lambda index: bundle.verify_blob(names[index]), range(len(names)), threads)
     return bundle
-
-
-def _drop_mapped_weights(
-    session: onnxruntime.InferenceSession, data: mmap.mmap | bytes, checked: CheckedBlob
-) -> None:
-    """After an in-place ONNX load from a mapped file, let the resident pages of the weights go, as
-    onnxruntime does when it maps a model's data file itself: prepacked weights are not read again,
-    and a page that is read again comes back from the page cache (clean, file-backed: nothing is
-    lost). Not for anonymous memory, where dropping pages would lose them."""
-    info = load_info(session)
-    weights = [f for f in checked.header.frames if f.section == "weights" and f.codec == "raw"]
-    if not isinstance(data, mmap.mmap) or info is None or not info.in_place or len(weights) != 1:
-        return
-    start = weights[0].data_offset - weights[0].data_offset % mmap.PAGESIZE
-    length = weights[0].data_offset + weights[0].content_size - start
-    try:
-        data.madvise(mmap.MADV_DONTNEED, start, length)
-    except (AttributeError, OSError, ValueError):
-        pass  # advice only
 
 
 def _read_signature(root: Path) -> bytes | None:

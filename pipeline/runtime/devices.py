@@ -17,6 +17,7 @@ import onnxruntime
 
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .header import DEVICE_POLICIES, BlobHeader
+from .hints import check_providers
 
 CPU = "CPUExecutionProvider"
 # DirectML can only share a session with the CPU EP (docs/design.md, "DirectML sessions").
@@ -360,6 +361,7 @@ def plan_for(
                 f"model {header.name!r}: pass providers (classic EP names) or devices (plugin EP devices "
                 "or a policy), not both"
             )
+        check_providers(providers, header.name)
         specs = tuple(providers)
         names = tuple(spec if isinstance(spec, str) else spec[0] for spec in specs)
         return SessionPlan(names, f"{', '.join(names)} (given by the caller)", providers=specs)

@@ -64,3 +64,21 @@ class SignatureError(BundleError):
 
 class SessionCreateError(BundleError):
     """onnxruntime refused to create a session from an intact blob."""
+
+
+_DAMAGE = (NotABlobError, TruncatedBlobError, ChecksumMismatchError, CorruptBlobError)
+# The end of a damaged or cut-off blob's message: what to do about it
+DAMAGED = "; re-copy the blob file whole, or re-run `onnx-cooker cook`"
+
+
+def in_file(error: BundleError, path: object) -> BundleError:
+    """``error`` again (its class and attributes) for a blob read from the file ``path``: its message
+    begins with the path, and a damaged blob's ends with the fix where it names none."""
+    text = str(error)
+    if not text.startswith(str(path)):
+        text = f"{path}: {text}"
+    if isinstance(error, _DAMAGE) and "onnx-cooker cook" not in text and "re-cook" not in text:
+        text += DAMAGED
+    named = type(error)(text)
+    named.__dict__.update(error.__dict__)
+    return named

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import zstandard
 
-from .errors import ChecksumMismatchError, TruncatedBlobError
+from .errors import DAMAGED, ChecksumMismatchError, TruncatedBlobError
 
 # Skippable-frame magics are 0x184D2A50..0x184D2A5F; 0x184D2A5E is the header (blob.py).
 RAW_MAGIC = 0x184D2A5F
@@ -107,27 +107,29 @@ def check_frames(data: memoryview, frames: Sequence[Frame], where: str) -> None:
         if frame.offset + frame.size > len(data):
             raise TruncatedBlobError(
                 f"{_label(frames, index, where)} ends at byte {frame.offset + frame.size:,}, but the "
-                f"blob has {len(data):,}: the file is cut off"
+                f"blob has {len(data):,}: the file is cut off{DAMAGED}"
             )
         if frame.codec == "raw":
             if frame.prefix:
                 magic, payload = _SKIPPABLE_PREFIX.unpack_from(data, frame.offset)
                 if magic != RAW_MAGIC or payload != frame.size - RAW_PREFIX_SIZE:
                     label = _label(frames, index, where)
-                    raise ChecksumMismatchError(f"{label} is not the raw frame its header names (damaged)")
+                    raise ChecksumMismatchError(f"{label} is not the raw frame its header names{DAMAGED}")
             padding = data[frame.offset + frame.prefix : frame.data_offset]
             if padding.tobytes() != bytes(len(padding)):  # a memcmp: strip() took 0.13 ms for 64 KiB
                 raise ChecksumMismatchError(
-                    f"{_label(frames, index, where)} has damaged padding (non-zero bytes)"
+                    f"{_label(frames, index, where)} has damaged padding (non-zero bytes){DAMAGED}"
                 )
             continue
         try:
             params = zstandard.get_frame_parameters(data[frame.offset : frame.offset + frame.size])
         except zstandard.ZstdError as exc:
-            raise ChecksumMismatchError(f"{_label(frames, index, where)} is damaged ({exc})") from None
+            raise ChecksumMismatchError(
+                f"{_label(frames, index, where)} is damaged ({exc}){DAMAGED}"
+            ) from None
         if params.content_size != frame.content_size or not params.has_checksum:
             label = _label(frames, index, where)
-            raise ChecksumMismatchError(f"{label} does not match its header (damaged or modified)")
+            raise ChecksumMismatchError(f"{label} does not match its header{DAMAGED}")
 
 
 def raw_pieces(frames: Sequence[Frame]) -> list[tuple[int, Frame, int]]:
@@ -148,7 +150,7 @@ def check_piece(data: memoryview, frames: Sequence[Frame], where: str, piece: tu
     if zlib.crc32(data[start:end]) != frame.crcs[number]:
         raise ChecksumMismatchError(
             f"{_label(frames, place, where)} is damaged: CRC-32 of its content bytes "
-            f"{start - frame.data_offset:,} to {end - frame.data_offset:,} differs from the header's"
+            f"{start - frame.data_offset:,} to {end - frame.data_offset:,} differs from the header's{DAMAGED}"
         )
 
 
@@ -176,7 +178,9 @@ def decode_into(
         try:
             _decompress_frame(data[frame.offset : frame.offset + frame.size], target)
         except (zstandard.ZstdError, ValueError) as exc:
-            raise ChecksumMismatchError(f"{_label(frames, index, where)} is damaged ({exc})") from None
+            raise ChecksumMismatchError(
+                f"{_label(frames, index, where)} is damaged ({exc}){DAMAGED}"
+            ) from None
 
     run_parallel(one, range(len(frames)), threads)
 
@@ -192,11 +196,11 @@ def decode_frame(data: memoryview, frame: Frame, where: str) -> bytes:
             allow_extra_data=False,
         )
     except zstandard.ZstdError as exc:
-        raise ChecksumMismatchError(f"{_label([frame], 0, where)} is damaged ({exc})") from None
+        raise ChecksumMismatchError(f"{_label([frame], 0, where)} is damaged ({exc}){DAMAGED}") from None
     if len(content) != frame.content_size:
         raise ChecksumMismatchError(
             f"{_label([frame], 0, where)} is damaged (it holds {len(content):,} of "
-            f"{frame.content_size:,} bytes)"
+            f"{frame.content_size:,} bytes){DAMAGED}"
         )
     return content
 

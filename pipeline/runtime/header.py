@@ -24,6 +24,7 @@ from .constants import (
     ModelFormat,
 )
 from .errors import (
+    DAMAGED,
     ChecksumMismatchError,
     CorruptBlobError,
     NotABlobError,
@@ -163,7 +164,7 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
     start = _header_start(view)
     if len(view) - start < _FRAME_PREFIX.size:
         if bytes(view[start:]) == _SKIPPABLE_BYTES[: len(view) - start]:
-            raise TruncatedBlobError(f"blob is only {len(view)} bytes long: the header is cut off")
+            raise TruncatedBlobError(f"blob is only {len(view)} bytes long: the header is cut off{DAMAGED}")
         raise NotABlobError("not an onnx-cooker blob: too short to hold a header")
     magic, size = _FRAME_PREFIX.unpack_from(view, start)
     if magic != SKIPPABLE_MAGIC:
@@ -181,7 +182,9 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
         raise CorruptBlobError(f"blob header declares {size} bytes; a valid header is 14 B to 16 MiB")
     end = start + _FRAME_PREFIX.size + size
     if len(view) < end:
-        raise TruncatedBlobError(f"blob is {len(view)} bytes, but its header alone needs {end}: file cut off")
+        raise TruncatedBlobError(
+            f"blob is {len(view)} bytes, but its header alone needs {end}: file cut off{DAMAGED}"
+        )
     header_magic, version, crc = _HEADER_PREFIX.unpack_from(view, start + _FRAME_PREFIX.size)
     if header_magic != HEADER_MAGIC:
         raise NotABlobError("not an onnx-cooker blob: the first zstd frame is not an onnx-cooker header")
@@ -195,7 +198,9 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
         raise CorruptBlobError(f"a version-{version} blob header must start the blob")
     payload = bytes(view[start + _FRAME_PREFIX.size + _HEADER_PREFIX.size : end])
     if zlib.crc32(payload) != crc:
-        raise ChecksumMismatchError("blob header checksum mismatch: the file is damaged or was modified")
+        raise ChecksumMismatchError(
+            f"blob header checksum mismatch: the file is damaged or was modified{DAMAGED}"
+        )
     return _parsed(payload, version, start, end), end
 
 
@@ -229,7 +234,7 @@ def _header_start(view: memoryview) -> int:
     if magic != TRAILER_MAGIC:
         return 0
     if offset > len(view) - TRAILER_SIZE - _FRAME_PREFIX.size:
-        raise CorruptBlobError(f"blob trailer puts the header at byte {offset:,}, outside the blob")
+        raise CorruptBlobError(f"blob trailer puts the header at byte {offset:,}, outside the blob{DAMAGED}")
     return offset
 
 

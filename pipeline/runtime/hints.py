@@ -1,5 +1,6 @@
 """What to open instead, for a path given to ``open_bundle`` that is not a bundle folder: a blob
-file, the build folder above the bundles, a mistyped platform folder."""
+file, the build folder above the bundles, a mistyped platform folder; and what to pass instead of
+providers onnxruntime cannot use."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import difflib
 import os
 from pathlib import Path
 
+import onnxruntime
+
 from .constants import MANIFEST_NAME
+from .errors import SessionCreateError
 
 
 def open_hint(given: Path) -> str:
@@ -53,3 +57,23 @@ def near_bundle(given: Path) -> Path | None:
         return None
     close = difflib.get_close_matches(given.name, beside, n=1)
     return given.parent / close[0] if close else None
+
+
+def check_providers(providers: object, model: str) -> None:
+    """Refuse ``providers`` a caller gave that onnxruntime could not use: one string instead of a list
+    (a ``TypeError``), or a name it does not know, which it would refuse as "Unknown Provider Type"
+    (``SessionCreateError``, naming the nearest name it knows and those this build offers)."""
+    if isinstance(providers, str):
+        raise TypeError(
+            f"model {model!r}: providers takes a list of EP names, e.g. [{providers!r}], not one string"
+        )
+    known = onnxruntime.get_all_providers()
+    for spec in providers:  # type: ignore[attr-defined]
+        name = spec if isinstance(spec, str) else spec[0]
+        if name not in known:
+            near = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+            raise SessionCreateError(
+                f"model {model!r}: {name!r} is no execution provider onnxruntime knows; "
+                f"{f'did you mean {near[0]!r}? ' if near else ''}this onnxruntime offers "
+                + ", ".join(onnxruntime.get_available_providers())
+            )

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import onnxruntime
 
 if TYPE_CHECKING:
+    from .blob import CheckedBlob
     from .devices import ProviderSpec
 
 # From this size of blob file the pager runs: below it the thread and its scans cost more than the
@@ -282,3 +283,19 @@ def create_session(
             if pager is not None:
                 pager.stop(built=built)  # while the session, and so its mapping, is alive
     return session
+
+
+def drop_mapped_weights(data: mmap.mmap, checked: CheckedBlob) -> None:
+    """After an in-place ONNX load from a mapped blob file (``Bundle.session``), let the resident
+    pages of the weights go, as onnxruntime does when it maps a model's data file itself: prepacked
+    weights are not read again, and a page that is read again comes back from the page cache (clean,
+    file-backed: nothing is lost). Never for anonymous memory, where dropping pages would lose them."""
+    weights = [f for f in checked.header.frames if f.section == "weights" and f.codec == "raw"]
+    if len(weights) != 1:
+        return
+    start = weights[0].data_offset - weights[0].data_offset % mmap.PAGESIZE
+    length = weights[0].data_offset + weights[0].content_size - start
+    try:
+        data.madvise(mmap.MADV_DONTNEED, start, length)
+    except (AttributeError, OSError, ValueError):
+        pass  # advice only
