@@ -35,6 +35,7 @@ from .session import Progress, load_info, no_progress, session_from_checked
 from .trust import SIGNATURE_SIZE, verify_signature
 
 MAX_MANIFEST_SIZE = 64 << 20
+REBUILD = "re-run `onnx-cooker cook` to rebuild the bundle"
 # Blobs under this are read, not mapped (a raw extent starts at 64 KiB: smaller ones hold zstd only).
 SMALL_BLOB = 1 << 20
 _VERIFY_CHUNK = 1 << 20  # bytes read and hashed at a time when open_bundle checks a blob file
@@ -259,9 +260,10 @@ class Bundle:
                 "re-run `onnx-cooker cook` to rebuild the bundle"
             ) from None
         except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+            fix = "let the game read it (its permissions)" if isinstance(exc, PermissionError) else REBUILD
             raise ManifestError(
                 f"{self._where()}: cannot read blob of {name!r} at {path}: "
-                f"{getattr(exc, 'strerror', None) or exc}; re-run `onnx-cooker cook` to rebuild the bundle"
+                f"{getattr(exc, 'strerror', None) or exc}; {fix}"
             ) from None
         return stream, size, path
 
