@@ -778,6 +778,26 @@ def test_a_nul_in_a_header_string_is_refused(native: Path, tmp_path: Path) -> No
     ] * len(files)
 
 
+def test_a_control_character_in_a_models_name_is_refused(native: Path, tmp_path: Path) -> None:
+    """The header's model name and platform go into every message and log line: a control character
+    in them (a newline, a terminal escape) is refused, as the Python loader refuses it."""
+    from runtime_helpers import repack
+
+    from tests.test_weights import _blob_of, mlp
+
+    blob = _blob_of(mlp(), "raw")
+    files = [tmp_path / "name.ocb", tmp_path / "platform.ocb"]
+    files[0].write_bytes(repack(blob, name="evil\nname\x1b[31m"))
+    files[1].write_bytes(repack(blob, platform="android\x7f"))
+    lines = [
+        json.loads(line) for line in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()
+    ]
+    assert [(line["status"], line["message"]) for line in lines] == [
+        ("OC_ERR_CORRUPT", f"blob header field '{field}' holds a control character: re-cook the model")
+        for field in ("name", "platform")
+    ]
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_graph_holding_groups_loads_as_onnxruntime_reads_it(
     native: Path, version: str, tmp_path: Path

@@ -330,6 +330,8 @@ def test_valid_crc_but_unparseable_header(
         ({"provider_options": {"CPUExecutionProvider": 1}}, "'provider_options' must map provider names"),
         ({"model_format": "tflite"}, "unknown model format 'tflite'"),
         ({"model_size": -1}, "declares a negative size"),
+        ({"name": "evil\nname\x1b[31m"}, "field 'name' holds a control character: re-cook the model"),
+        ({"platform": "android\x7f"}, "field 'platform' holds a control character"),
     ],
 )
 def test_valid_crc_but_invalid_fields(

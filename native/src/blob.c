@@ -397,6 +397,14 @@ static int plain_file_name(const char *name) {
     return 1;
 }
 
+/* Whether `text` holds a control character (a crafted name would put them into messages and logs). */
+static int has_control(const char *text) {
+    const unsigned char *p;
+    for (p = (const unsigned char *)text; *p; ++p)
+        if (*p < 0x20 || *p == 0x7F) return 1;
+    return 0;
+}
+
 static oc_status parse_weights(parse_ctx *c, const cJSON *w) {
     oc_blob *blob = c->blob;
     const cJSON *file = oc_json_get(w, "file");
@@ -507,6 +515,11 @@ static oc_status parse_header(parse_ctx *c, const char *json, size_t length, siz
     if (!blob->info.name || !blob->info.platform || !blob->info.model_sha256 || !blob->info.cook_key ||
         !blob->info.min_runtime_version) {
         status = out_of_memory(c);
+        goto done;
+    }
+    if (has_control(blob->info.name) || has_control(blob->info.platform)) { /* they go into every message */
+        status = fail(c, OC_ERR_CORRUPT, "blob header field '%s' holds a control character: re-cook the model",
+                      has_control(blob->info.name) ? "name" : "platform");
         goto done;
     }
     blob->info.saved_runtime_optimizations = cJSON_IsTrue(oc_json_get(root, "saved_runtime_optimizations"));

@@ -301,6 +301,9 @@ def _header_from_json(payload: bytes, version: int, start: int, end: int) -> Blo
             f"blob header field 'device_policy' is {optional['device_policy']!r}, not one of "
             f"{', '.join(DEVICE_POLICIES)}; re-cook with a valid ep_device_policy"
         )
+    for key in ("name", "platform"):  # both go into every message about the blob, and log lines
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in fields[key]):
+            raise CorruptBlobError(f"blob header field {key!r} holds a control character: re-cook the model")
     if fields["model_format"] not in MODEL_FORMATS:
         raise CorruptBlobError(f"blob header names an unknown model format {fields['model_format']!r}")
     if fields["model_size"] < 0 or fields["compressed_size"] < 0:
