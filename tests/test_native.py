@@ -778,6 +778,41 @@ def test_a_nul_in_a_header_string_is_refused(native: Path, tmp_path: Path) -> No
     ] * len(files)
 
 
+def test_nnapi_is_registered_as_onnxruntimes_android_builds_take_it(native: Path, tmp_path: Path) -> None:
+    """NNAPI has no name onnxruntime's generic append takes: Android builds export
+    OrtSessionOptionsAppendExecutionProvider_Nnapi instead, which the library calls for a blob that
+    prefers NNAPI where onnxruntime offers it (every android blob does). No NNAPI runs here: the shim
+    (native/tests/nnapi_shim.c) is onnxruntime 1.32.0 listing NNAPI and exporting that function, which
+    appends nothing and says it was called; the session then computes on the CPU EP."""
+    include = next((NATIVE_OUT / "_deps").glob("onnxruntime-*/include"))
+    shim = tmp_path / "libonnxruntime_nnapi_shim.so"
+    subprocess.run(
+        ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", f"-I{include}", "-o", shim]
+        + [REPO / "native" / "tests" / "nnapi_shim.c", "-ldl"],
+        check=True,
+    )
+    from tests.models import dense_model
+
+    model = dense_model(16, 8, batch=1, seed=3, activation="Relu", name="net")
+    preferred = ["NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"]
+    blob = make_blob(model.SerializeToString(), "onnx", name="net", execution_providers=preferred)
+    folder = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)}, platform="android")
+    x = np.random.default_rng(3).standard_normal((1, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    done = run_native(
+        [native / "oc-run", "--bundle", folder, "--model", "net", "--ort", shim, "--in", tmp_path / "x.npy"]
+        + ["--out", tmp_path / "out"],
+        env={"OC_SHIM_REAL_ORT": str(ort_library("1.32.0"))},
+    )
+    assert "nnapi_shim: NNAPI appended to the session options (flags 0)" in done.stderr, done.stderr
+    import onnxruntime
+
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = want.run(None, {want.get_inputs()[0].name: x})[0]
+    got = np.load(tmp_path / "out" / f"{want.get_outputs()[0].name}.npy")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_control_character_in_a_models_name_is_refused(native: Path, tmp_path: Path) -> None:
     """The header's model name and platform go into every message and log line: a control character
     in them (a newline, a terminal escape) is refused, as the Python loader refuses it."""

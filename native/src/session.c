@@ -359,6 +359,26 @@ static oc_status append_v2(session_ctx *c, OrtSessionOptions *options, const cha
     return s != NULL ? ep_refused(c, ep, "append", s) : OC_OK;
 }
 
+#define NNAPI_EP "NnapiExecutionProvider"
+
+/* NNAPI has no name SessionOptionsAppendExecutionProvider takes (1.24.4 to 1.32.0 refuse "NNAPI"):
+ * onnxruntime's Android builds export OrtSessionOptionsAppendExecutionProvider_Nnapi
+ * (nnapi_provider_factory.h) instead. Found in the library oc_runtime_load opened, or, for an engine's
+ * OrtApi (oc_runtime_from_api), among the process's global symbols; NULL where the build has none
+ * (it then offers no NNAPI either). Flags 0, as onnxruntime's Python binding appends it. */
+typedef OrtStatus *(ORT_API_CALL *nnapi_append_fn)(OrtSessionOptions *options, uint32_t nnapi_flags);
+static nnapi_append_fn nnapi_append(const oc_runtime *rt) {
+    nnapi_append_fn append = NULL;
+#ifdef _WIN32
+    (void)rt;
+#else
+    void *library = rt->library != NULL ? rt->library : dlopen(NULL, RTLD_NOW);
+    if (library != NULL) *(void **)(&append) = dlsym(library, "OrtSessionOptionsAppendExecutionProvider_Nnapi");
+    if (rt->library == NULL && library != NULL) dlclose(library);
+#endif
+    return append;
+}
+
 static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const char *ep) {
     const OrtApi *api = c->rt->api;
     const char *keys[64], *values[64];
@@ -366,6 +386,8 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     const char *name = short_name(ep);
     int v2 = strcmp(ep, CUDA_EP) == 0 || strcmp(ep, TENSORRT_EP) == 0;
     if (strcmp(ep, OC_CPU_EP) == 0) return OC_OK; /* always there, last */
+    if (strcmp(ep, NNAPI_EP) == 0 && nnapi_append(c->rt) != NULL)
+        return check_ort(c, nnapi_append(c->rt)(options, 0), OC_ERR_SESSION_CREATE, "refused an execution provider for");
     if (name == NULL && !v2)
         return oc_fail(c->err, OC_ERR_SESSION_CREATE,
                        "model '%s': this loader cannot register %s through onnxruntime's C API yet; pass providers "
