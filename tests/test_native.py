@@ -5,6 +5,7 @@ against the Python loader on real cooked bundles in each onnxruntime a shipped p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -811,6 +812,77 @@ def test_nnapi_is_registered_as_onnxruntimes_android_builds_take_it(native: Path
     expected = want.run(None, {want.get_inputs()[0].name: x})[0]
     got = np.load(tmp_path / "out" / f"{want.get_outputs()[0].name}.npy")
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_unknown_model_name_gets_the_nearest_and_the_bundles_names(native: Path, tmp_path: Path) -> None:
+    """A model name given in another case, or without its folder, is suggested as the name it
+    misses; the message lists the bundle's models, as the Python loader's does. A manifest cut off
+    is named as JSON that cannot be read, not as JSON of another kind."""
+    from tests.models import dense_model
+
+    blob = make_blob(dense_model(4, 2, batch=1, seed=1).SerializeToString(), "onnx")
+    (tmp_path / "bundle" / "vision").mkdir(parents=True)
+    folder = write_bundle(tmp_path / "bundle", {"mnist": ("onnx", blob), "vision/detector": ("onnx", blob)})
+    asked = {"MNIST": "mnist", "detector": "vision/detector", "mnis": "mnist"}
+    done = run_native([native / "oc-probe", "bundle", folder, *asked])
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["status"] for line in lines] == ["OC_OK"] + ["OC_ERR_UNKNOWN_MODEL"] * 3, done.stdout
+    for line, (name, meant) in zip(lines[1:], asked.items(), strict=True):
+        assert line["message"].endswith(
+            f": no model '{name}' in this test-platform bundle; did you mean '{meant}'? it holds 'mnist', "
+            "'vision/detector'"
+        ), line
+    manifest = (folder / "manifest.json").read_bytes()
+    (folder / "manifest.json").write_bytes(manifest[: len(manifest) // 2])
+    (line,) = [
+        json.loads(line) for line in run_native([native / "oc-probe", "bundle", folder]).stdout.splitlines()
+    ]
+    assert line["status"] == "OC_ERR_MANIFEST"
+    assert line["message"].endswith(
+        "manifest.json is not valid JSON (cut off, or not UTF-8 JSON); re-run `onnx-cooker cook`"
+    ), line
+
+
+def test_errors_about_a_blob_file_name_it_and_a_damaged_ones_end_with_the_fix(
+    native: Path, tmp_path: Path
+) -> None:
+    """As the Python loader's Bundle.session: a session's failure begins with the blob file's path
+    (here the graph names /etc/passwd), and a damaged blob's message (here a header re-sealed with a
+    model format no loader knows) ends with the fix."""
+    from runtime_helpers import repack
+
+    from tests import test_external_refs as refs
+
+    hostile, _ = refs._weighted(refs._set_location("/etc/passwd"))
+    intact, _ = refs._weighted()
+    folder = write_bundle(tmp_path / "bundle", {"hostile": ("onnx", hostile), "odd": ("onnx", intact)})
+    odd = repack(intact, model_format="tflite")  # then listed in the manifest as it is: sha256 and size
+    (folder / "odd.onnx.ocb").write_bytes(odd)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["models"]["odd"].update(blob_sha256=hashlib.sha256(odd).hexdigest(), blob_size=len(odd))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    np.save(tmp_path / "x.npy", np.ones((1, 64), np.float32))
+    done = run_native(
+        [native / "oc-run", "--bundle", folder, "--model", "hostile", "--ort", ort_library("1.32.0")]
+        + ["--in", tmp_path / "x.npy"],
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"oc-run: error: {folder}/hostile.onnx.ocb: model 'tiny': blob graph tensor 'W' "
+    ), done.stderr
+    assert done.stderr.rstrip().endswith("; re-copy the blob file whole, or re-run `onnx-cooker cook`"), (
+        done.stderr
+    )
+    lines = [
+        json.loads(line)
+        for line in run_native([native / "oc-probe", "bundle", folder, "odd"]).stdout.splitlines()
+    ]
+    assert lines[-1]["status"] == "OC_ERR_CORRUPT"
+    assert lines[-1]["message"] == (
+        f"{folder}/odd.onnx.ocb: blob header names an unknown model format 'tflite'; re-copy the blob file "
+        "whole, or re-run `onnx-cooker cook`"
+    )
 
 
 def test_a_control_character_in_a_models_name_is_refused(native: Path, tmp_path: Path) -> None:

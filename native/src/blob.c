@@ -990,9 +990,15 @@ oc_status oc_blob_open_memory(const void *data, size_t size, const oc_blob_optio
     return oc_blob_parse(data, size, options, NULL, NULL, 0, NULL, out, err);
 }
 
+oc_status oc_blob_name_file(oc_blob *blob, const char *path) {
+    blob->named_file = oc_arena_strndup(&blob->arena, path, strlen(path));
+    return blob->named_file == NULL ? OC_ERR_OUT_OF_MEMORY : OC_OK;
+}
+
 oc_status oc_blob_set_file(oc_blob *blob, const char *path, const uint64_t identity[OC_IDENTITY_WORDS], int reopen_by_name) {
     blob->file_path = oc_arena_strndup(&blob->arena, path, strlen(path));
     if (blob->file_path == NULL) return OC_ERR_OUT_OF_MEMORY;
+    blob->named_file = blob->file_path;
     memcpy(blob->file_identity, identity, sizeof blob->file_identity);
     blob->reopen_by_name = reopen_by_name;
     return OC_OK;
@@ -1012,7 +1018,7 @@ oc_status oc_blob_open_file(const char *path, const oc_blob_options *options, oc
         oc_unmap(map, size);
         return status;
     }
-    if (identity[5] != 0 && oc_blob_set_file(*out, path, identity, 1) != OC_OK) {
+    if ((identity[5] != 0 ? oc_blob_set_file(*out, path, identity, 1) : oc_blob_name_file(*out, path)) != OC_OK) {
         oc_blob_close(*out);
         *out = NULL;
         return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");

@@ -138,8 +138,9 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
     const cJSON *models, *entry, *version;
     size_t n, i = 0;
     oc_status status = OC_OK;
-    if (root == NULL || !cJSON_IsObject(root)) {
-        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json is not a JSON object; re-run `onnx-cooker cook`", where_of(b));
+    if (root == NULL || !cJSON_IsObject(root)) { /* as Python: JSON it cannot read, or JSON of another kind */
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json is not %s; re-run `onnx-cooker cook`", where_of(b),
+                         root == NULL ? "valid JSON (cut off, or not UTF-8 JSON)" : "a JSON object");
         goto done;
     }
     version = oc_json_get(root, "manifest_version");
@@ -539,22 +540,46 @@ static const model_entry *find_model(const oc_bundle *b, const char *name) {
     return bsearch(&key, b->models, b->model_count, sizeof key, compare_models);
 }
 
+static int same_ignoring_case(const char *a, const char *b) {
+    for (; *a && *b; ++a, ++b) {
+        char x = *a >= 'A' && *a <= 'Z' ? (char)(*a + 32) : *a, y = *b >= 'A' && *b <= 'Z' ? (char)(*b + 32) : *b;
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
 static oc_status unknown_model(const oc_bundle *b, const char *name, oc_error *err) {
-    size_t i, best = (size_t)-1, best_score = 0;
-    /* "did you mean": the listed name sharing the longest prefix */
+    size_t i, best = (size_t)-1, best_score = 0, used = 0;
+    char names[600];
+    /* "did you mean": the listed name that differs only in case, or whose last part is the name
+     * (`detector` for `vision/detector`), else the one sharing the longest prefix */
     for (i = 0; i < b->model_count; ++i) {
+        const char *listed = b->models[i].name, *slash = strrchr(listed, '/');
         size_t k = 0;
-        while (name[k] && name[k] == b->models[i].name[k]) ++k;
+        if (same_ignoring_case(listed, name) || (slash != NULL && strcmp(slash + 1, name) == 0)) {
+            best = i, best_score = (size_t)-1;
+            break;
+        }
+        while (name[k] && name[k] == listed[k]) ++k;
         if (k > best_score) {
             best_score = k;
             best = i;
         }
     }
+    names[0] = '\0'; /* the bundle's names, as many as the message holds (Python lists them all) */
+    for (i = 0; i < b->model_count; ++i) {
+        int n = snprintf(names + used, sizeof names - used, "%s'%s'", i ? ", " : "", b->models[i].name);
+        if (n < 0 || (size_t)n >= sizeof names - used) {
+            snprintf(names + used, sizeof names - used, ", ...");
+            break;
+        }
+        used += (size_t)n;
+    }
     if (best != (size_t)-1)
-        return oc_fail(err, OC_ERR_UNKNOWN_MODEL, "%s: no model '%s' in this %s bundle; did you mean '%s'?", where_of(b),
-                       name, b->platform, b->models[best].name);
-    return oc_fail(err, OC_ERR_UNKNOWN_MODEL, "%s: no model '%s' in this %s bundle (%zu models)", where_of(b), name,
-                   b->platform, b->model_count);
+        return oc_fail(err, OC_ERR_UNKNOWN_MODEL, "%s: no model '%s' in this %s bundle; did you mean '%s'? it holds %s",
+                       where_of(b), name, b->platform, b->models[best].name, names);
+    return oc_fail(err, OC_ERR_UNKNOWN_MODEL, "%s: no model '%s' in this %s bundle, which holds %s", where_of(b), name,
+                   b->platform, b->model_count ? names : "none");
 }
 
 size_t oc_bundle_signature_count(const oc_bundle *b, const char *name, int outputs) {
@@ -727,8 +752,13 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
         }
         if (b->progress) b->progress(b->progress_user, "read", 1.0);
         status = open_checked(b, m, m->file, data, (size_t)have, NULL, 0, data, 0, out, err);
+        if (status == OC_OK && oc_blob_name_file(*out, m->file) != OC_OK) {
+            oc_blob_close(*out); /* it owns data now */
+            *out = NULL;
+            return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+        }
         if (status != OC_OK) oc_free(&b->alloc, data);
-        return status;
+        return oc_error_in_file(err, status, m->file);
     }
     if (b->dir == NULL)
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "bundle opened from a manifest without a reader: use oc_bundle_open_blob_memory");
@@ -765,14 +795,22 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
             if (b->progress) b->progress(b->progress_user, "read", 1.0);
             status = open_checked(b, m, path, data, size, NULL, 0, data, 0, out, err);
             if (status != OC_OK) oc_free(&b->alloc, data);
+            if (status == OC_OK && oc_blob_name_file(*out, path) != OC_OK) {
+                oc_blob_close(*out);
+                *out = NULL;
+                status = oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+            }
         }
     }
     if (status == OC_ERR_IO) { /* as Bundle.session: the manifest names a file the bundle lacks */
         char why[OC_MESSAGE_SIZE] = "";
         if (err != NULL) memcpy(why, err->message, sizeof why);
-        status = oc_fail(err, OC_ERR_MANIFEST, "%.900s: blob of '%s' (named by manifest.json) is missing or unreadable; re-run "
-                         "`onnx-cooker cook`", why, name);
+        why[sizeof why - 1] = '\0';
+        status = oc_fail(err, OC_ERR_MANIFEST, "%.900s: blob of '%s' (named by manifest.json) is missing or unreadable; %s",
+                         why, name, strstr(why, "ermission denied") != NULL ? "let the game read it (its permissions)"
+                                                                            : "re-run `onnx-cooker cook`");
     }
+    oc_error_in_file(err, status, path); /* a damaged blob's message ends with the fix, as in Python */
     oc_free(&b->alloc, path);
     return status;
 }

@@ -38,6 +38,11 @@ char *oc_strdup(const oc_alloc *a, const char *text);           /* NULL on failu
 
 /* Fill err (if not NULL) and return status. printf-style message. */
 oc_status oc_fail(oc_error *err, oc_status status, const char *format, ...) OC_PRINTF(3, 4);
+/* `status`, its message (a failure about the blob file `path`, NULL: none) made to begin with the
+ * path, and a damaged blob's to end with the fix (OC_DAMAGED) where it names none: Python's
+ * errors.in_file. */
+oc_status oc_error_in_file(oc_error *err, oc_status status, const char *path);
+
 oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list args);
 
 /* An external-data tensor the blob's header lists: main-graph initializer `name`, at `offset` in
@@ -148,6 +153,9 @@ struct oc_blob {
     const char *file_path;
     uint64_t file_identity[OC_IDENTITY_WORDS];
     int reopen_by_name;
+    /* The file the blob was mapped or read from (or a reader's name for it), for messages; NULL
+     * for caller memory (oc_blob_name_file). */
+    const char *named_file;
     /* What session.c keeps for the blob's sessions (the shared initializers: OrtValues over the
      * weights, one set per onnxruntime API), released by oc_blob_close through the hook. Created
      * and read under oc_lock. */
@@ -166,6 +174,7 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
 
 /* Record that `blob` was mapped from the file at `path` with `identity` (blob.c). */
 oc_status oc_blob_set_file(oc_blob *blob, const char *path, const uint64_t identity[OC_IDENTITY_WORDS], int reopen_by_name);
+oc_status oc_blob_name_file(oc_blob *blob, const char *path);
 
 /* Whether `path` still names the file of `identity` (same device and inode); platform.c. */
 int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]);

@@ -879,10 +879,24 @@ oc_status oc_session_create_on_devices(oc_runtime *rt, oc_blob *blob, const oc_s
     return oc_session_create_reported(rt, blob, o, devices, out, path_used, explanation, explanation_size, NULL, 0, err);
 }
 
+static oc_status session_create(oc_runtime *rt, oc_blob *blob, const oc_session_options *o, const oc_devices *devices,
+                                struct OrtSession **out, oc_load_path *path_used, char *explanation,
+                                size_t explanation_size, char *refused, size_t refused_size, oc_error *err);
+
+/* A failure names the blob file the blob was opened from (oc_blob_open_file, a bundle), first, as
+ * Python's Bundle.session does; a damaged blob's ends with the fix. */
 oc_status oc_session_create_reported(oc_runtime *rt, oc_blob *blob, const oc_session_options *o,
                                      const oc_devices *devices, struct OrtSession **out, oc_load_path *path_used,
                                      char *explanation, size_t explanation_size, char *refused, size_t refused_size,
                                      oc_error *err) {
+    oc_status status = session_create(rt, blob, o, devices, out, path_used, explanation, explanation_size, refused,
+                                      refused_size, err);
+    return status == OC_OK || blob == NULL ? status : oc_error_in_file(err, status, blob->named_file);
+}
+
+static oc_status session_create(oc_runtime *rt, oc_blob *blob, const oc_session_options *o, const oc_devices *devices,
+                                struct OrtSession **out, oc_load_path *path_used, char *explanation,
+                                size_t explanation_size, char *refused, size_t refused_size, oc_error *err) {
     session_ctx c;
     const OrtApi *api;
     OrtSessionOptions *options = NULL;

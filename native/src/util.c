@@ -59,6 +59,23 @@ oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list 
     return status;
 }
 
+oc_status oc_error_in_file(oc_error *err, oc_status status, const char *path) {
+    char message[OC_MESSAGE_SIZE];
+    size_t n;
+    if (err == NULL || status == OC_OK) return status;
+    memcpy(message, err->message, sizeof message);
+    message[sizeof message - 1] = '\0';
+    if (path != NULL && strncmp(message, path, strlen(path)) != 0)
+        snprintf(err->message, sizeof err->message, "%.256s: %.760s", path, message);
+    if ((status == OC_ERR_NOT_A_BLOB || status == OC_ERR_TRUNCATED || status == OC_ERR_CORRUPT ||
+         status == OC_ERR_CHECKSUM) &&
+        strstr(err->message, "onnx-cooker cook") == NULL && strstr(err->message, "re-cook") == NULL) {
+        n = strlen(err->message);
+        if (n + sizeof OC_DAMAGED <= sizeof err->message) memcpy(err->message + n, OC_DAMAGED, sizeof OC_DAMAGED);
+    }
+    return status;
+}
+
 oc_status oc_fail(oc_error *err, oc_status status, const char *format, ...) {
     va_list args;
     va_start(args, format);
