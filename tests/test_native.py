@@ -885,6 +885,40 @@ def test_errors_about_a_blob_file_name_it_and_a_damaged_ones_end_with_the_fix(
     )
 
 
+def test_an_ep_given_that_onnxruntime_does_not_offer_names_those_it_offers(
+    native: Path, tmp_path: Path
+) -> None:
+    """--ep with a name this onnxruntime does not offer, a typo or another build's EP: the message
+    lists the EPs it offers, whoever refuses the name (the library, or onnxruntime's append)."""
+    from tests.models import dense_model
+
+    blob = make_blob(dense_model(4, 2, batch=1, seed=1).SerializeToString(), "onnx", name="net")
+    folder = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    for ep, said in (
+        (
+            "CPUExecutionProviderr",
+            "CPUExecutionProviderr is no execution provider this onnxruntime (1.32.0) offers; ",
+        ),
+        ("DmlExecutionProvider", "DML execution provider is not supported in this build"),
+    ):
+        done = run_native(
+            [
+                native / "oc-run",
+                "--bundle",
+                folder,
+                "--model",
+                "net",
+                "--ort",
+                ort_library("1.32.0"),
+                "--ep",
+                ep,
+            ],
+            check=False,
+        )
+        assert done.returncode == 1 and said in done.stderr, done.stderr
+        assert "offers AzureExecutionProvider, CPUExecutionProvider" in done.stderr, done.stderr
+
+
 def test_a_control_character_in_a_models_name_is_refused(native: Path, tmp_path: Path) -> None:
     """The header's model name and platform go into every message and log line: a control character
     in them (a newline, a terminal escape) is refused, as the Python loader refuses it."""

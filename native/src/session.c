@@ -379,6 +379,27 @@ static nnapi_append_fn nnapi_append(const oc_runtime *rt) {
     return append;
 }
 
+/* The EPs this onnxruntime offers, ", "-separated into out (as many as fit); whether `ep` is one. */
+static int offered_eps(session_ctx *c, const char *ep, char *out, size_t size) {
+    char **names = NULL;
+    int n = 0, k, found = 0;
+    size_t used = 0;
+    OrtStatus *s = c->rt->api->GetAvailableProviders(&names, &n);
+    out[0] = '\0';
+    if (s != NULL) {
+        c->rt->api->ReleaseStatus(s);
+        return 0;
+    }
+    for (k = 0; k < n; ++k) {
+        int written = snprintf(out + used, size - used, "%s%s", k ? ", " : "", names[k]);
+        if (written > 0 && (size_t)written < size - used) used += (size_t)written;
+        if (strcmp(names[k], ep) == 0) found = 1;
+    }
+    s = c->rt->api->ReleaseAvailableProviders(names, n);
+    if (s != NULL) c->rt->api->ReleaseStatus(s);
+    return found;
+}
+
 static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const char *ep) {
     const OrtApi *api = c->rt->api;
     const char *keys[64], *values[64];
@@ -388,17 +409,30 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     if (strcmp(ep, OC_CPU_EP) == 0) return OC_OK; /* always there, last */
     if (strcmp(ep, NNAPI_EP) == 0 && nnapi_append(c->rt) != NULL)
         return check_ort(c, nnapi_append(c->rt)(options, 0), OC_ERR_SESSION_CREATE, "refused an execution provider for");
-    if (name == NULL && !v2)
+    if (name == NULL && !v2) {
+        char offered[512];
+        if (!offered_eps(c, ep, offered, sizeof offered)) /* a typo, or an EP of another build */
+            return oc_fail(c->err, OC_ERR_SESSION_CREATE,
+                           "model '%s': %s is no execution provider this onnxruntime (%s) offers; it offers %s: pass "
+                           "those, or load an onnxruntime built with it", c->blob->info.name, ep, c->rt->version, offered);
         return oc_fail(c->err, OC_ERR_SESSION_CREATE,
                        "model '%s': this loader cannot register %s through onnxruntime's C API yet; pass providers "
                        "without it, or create the session from oc_blob_model/oc_blob_weights yourself",
                        c->blob->info.name, ep);
+    }
     if (n > 64) return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);
     for (i = 0; i < n; ++i) oc_blob_provider_option(c->blob, ep, i, &keys[i], &values[i]);
     if (v2) return append_v2(c, options, ep, keys, values, n);
     if (check_ort(c, api->SessionOptionsAppendExecutionProvider(options, name, keys, values, n), OC_ERR_SESSION_CREATE,
-                  "refused an execution provider for") != OC_OK)
+                  "refused an execution provider for") != OC_OK) {
+        char offered[512];
+        size_t used = c->err != NULL ? strlen(c->err->message) : 0;
+        offered_eps(c, ep, offered, sizeof offered); /* what to pass instead */
+        while (used > 0 && (c->err->message[used - 1] == ' ' || c->err->message[used - 1] == '.')) --used;
+        if (c->err != NULL)
+            snprintf(c->err->message + used, sizeof c->err->message - used, "; this onnxruntime offers %s", offered);
         return OC_ERR_SESSION_CREATE;
+    }
     return OC_OK;
 }
 
