@@ -1033,6 +1033,9 @@ def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
             lambda d: d["models"][first].__setitem__("blob_size", d["models"][first]["blob_size"] + 1)
         ),
         "wrong-sha256": entry("blob_sha256", "0" * 64),
+        "inputs-a-string": entry("inputs", "x"),
+        "output-without-type": entry("outputs", [{"name": "y"}]),
+        "nul-escape": recode(in_platform(b"\\u0000")),
         "blobs-swapped": edit(swap),
         "blob-cut": damage_blob(cut=True),
         "blob-flipped": damage_blob(cut=False),

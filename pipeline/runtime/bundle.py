@@ -382,6 +382,16 @@ def _check_manifest(manifest: Any, where: Path) -> None:
                 raise fail(f"entry {name!r} lacks {key!r} ({expected.__name__})")
         if entry["blob_size"] < 0:
             raise fail(f"entry {name!r} has a negative blob_size")
+        for key in ("inputs", "outputs"):  # optional; engines read them (the C library refuses the same)
+            values = entry.get(key)
+            if values is not None and not (
+                isinstance(values, list)
+                and all(
+                    isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("type"), str)
+                    for v in values
+                )
+            ):
+                raise fail(f"entry {name!r} has a malformed I/O signature")
         file = PurePosixPath(entry["file"])
         unsafe = any(char in entry["file"] for char in "\\:\0")  # Windows drives, NTFS streams, NUL
         if file.is_absolute() or ".." in file.parts or unsafe or not file.parts:
