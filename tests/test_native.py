@@ -743,19 +743,24 @@ def test_shared_initializers_refuse_a_graph_that_lacks_retypes_or_redefines_a_li
     assert message in done.stderr, done.stderr
 
 
+def _probe_blobs(native: Path, folder: Path, blobs: list[bytes]) -> list[dict]:
+    """oc-probe's line for each of ``blobs``, written to files in ``folder`` and opened from memory."""
+    files = []
+    for index, blob in enumerate(blobs):
+        files.append(folder / f"case-{index}.ocb")
+        files[-1].write_bytes(blob)
+    return [
+        json.loads(line) for line in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()
+    ]
+
+
 def test_a_weights_file_that_is_no_plain_file_name_is_refused(native: Path, tmp_path: Path) -> None:
     """The blob header's weights file is `info.weights_file`, which an engine that unpacks may write:
     a path, a drive, `..` or a control character in it is refused as a damaged header, as the Python
     loader refuses it (tests/test_weights.py)."""
     from tests.test_weights import NOT_PLAIN, not_plain_blobs
 
-    files = []
-    for index, blob in enumerate(not_plain_blobs()):
-        files.append(tmp_path / f"case-{index}.ocb")
-        files[-1].write_bytes(blob)
-    lines = [
-        json.loads(line) for line in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()
-    ]
+    lines = _probe_blobs(native, tmp_path, not_plain_blobs())
     assert len(lines) == len(NOT_PLAIN)
     for file, line in zip(NOT_PLAIN, lines, strict=True):
         assert line["status"] == "OC_ERR_CORRUPT", (file, line)
@@ -767,16 +772,10 @@ def test_a_nul_in_a_header_string_is_refused(native: Path, tmp_path: Path) -> No
     it whole, so both loaders refuse the header (tests/test_weights.py)."""
     from tests.test_weights import nul_blobs
 
-    files = []
-    for index, blob in enumerate(nul_blobs()):
-        files.append(tmp_path / f"case-{index}.ocb")
-        files[-1].write_bytes(blob)
-    lines = [
-        json.loads(line) for line in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()
-    ]
+    lines = _probe_blobs(native, tmp_path, nul_blobs())
     assert [(line["status"], line["message"]) for line in lines] == [
         ("OC_ERR_CORRUPT", "blob header is not valid JSON")
-    ] * len(files)
+    ] * len(lines)
 
 
 def test_nnapi_is_registered_as_onnxruntimes_android_builds_take_it(native: Path, tmp_path: Path) -> None:
@@ -927,12 +926,8 @@ def test_a_control_character_in_a_models_name_is_refused(native: Path, tmp_path:
     from tests.test_weights import _blob_of, mlp
 
     blob = _blob_of(mlp(), "raw")
-    files = [tmp_path / "name.ocb", tmp_path / "platform.ocb"]
-    files[0].write_bytes(repack(blob, name="evil\nname\x1b[31m"))
-    files[1].write_bytes(repack(blob, platform="android\x7f"))
-    lines = [
-        json.loads(line) for line in run_native([native / "oc-probe", "blob", *files]).stdout.splitlines()
-    ]
+    crafted = [repack(blob, name="evil\nname\x1b[31m"), repack(blob, platform="android\x7f")]
+    lines = _probe_blobs(native, tmp_path, crafted)
     assert [(line["status"], line["message"]) for line in lines] == [
         ("OC_ERR_CORRUPT", f"blob header field '{field}' holds a control character: re-cook the model")
         for field in ("name", "platform")

@@ -27,27 +27,15 @@ from pipeline.runtime.onnxrefs import (
 from pipeline.runtime.protowire import MAX_GROUPS, fields
 from pipeline.runtime.writer import encode_blob
 from tests.models import dense_model
+from tests.test_graphcheck import _field, _varint
 
 ONNX_PATHS = ["onnx-shared-initializers", "onnx-external-initializers"]
 if parse_version(onnxruntime.__version__) >= (1, 32, 0):
     ONNX_PATHS.append("onnx-file-buffers")
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _key(number: int, wire: int) -> bytes:
     return _varint(number << 3 | wire)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _key(number, 2) + _varint(len(payload)) + payload
 
 
 def _group(number: int, body: bytes) -> bytes:
