@@ -307,9 +307,12 @@ static oc_status hash_one(oc_bundle *b, model_entry *m, const char *path, oc_err
     oc_status status = inside_folder(b, m, path, err);
     if (status != OC_OK) return status;
     status = oc_map_file(path, &data, &size, m->identity, err);
-    if (status == OC_ERR_IO) /* as open_bundle: the manifest names a file the bundle lacks */
-        status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is missing or unreadable; re-run "
-                         "`onnx-cooker cook`", b->dir, m->name, m->file);
+    if (status == OC_ERR_IO) { /* as open_bundle: the manifest names a file the bundle lacks, or one it may not read */
+        int denied = err != NULL && strstr(err->message, "ermission denied") != NULL;
+        status = oc_fail(err, OC_ERR_MANIFEST, "%s: blob of '%s' (%s, named by manifest.json) is %s", b->dir, m->name,
+                         m->file, denied ? "unreadable: let the game read it (its permissions)"
+                                         : "missing or unreadable; re-run `onnx-cooker cook`");
+    }
     if (status == OC_OK && (uint64_t)size != m->blob_size)
         status = oc_fail(err, OC_ERR_CHECKSUM,
                          "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest "
