@@ -406,9 +406,10 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     size_t n = oc_blob_provider_option_count(c->blob, ep), i;
     const char *name = short_name(ep);
     int v2 = strcmp(ep, CUDA_EP) == 0 || strcmp(ep, TENSORRT_EP) == 0;
+    nnapi_append_fn nnapi = NULL;
     if (strcmp(ep, OC_CPU_EP) == 0) return OC_OK; /* always there, last */
-    if (strcmp(ep, NNAPI_EP) == 0 && nnapi_append(c->rt) != NULL)
-        return check_ort(c, nnapi_append(c->rt)(options, 0), OC_ERR_SESSION_CREATE, "refused an execution provider for");
+    if (strcmp(ep, NNAPI_EP) == 0 && (nnapi = nnapi_append(c->rt)) != NULL)
+        return check_ort(c, nnapi(options, 0), OC_ERR_SESSION_CREATE, "refused an execution provider for");
     if (name == NULL && !v2) {
         char offered[512];
         if (!offered_eps(c, ep, offered, sizeof offered)) /* a typo, or an EP of another build */

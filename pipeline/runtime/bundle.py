@@ -223,9 +223,8 @@ class Bundle:
     ) -> tuple[BinaryIO, int, Path]:
         """The open blob file of ``name``, its size and path: a regular file inside the bundle folder
         (and, given ``max_model_size``, a blob the manifest does not declare larger than it allows)."""
-        if max_model_size is not None and entry["blob_size"] > max_model_size + (max_model_size >> 8) + (
-            MAX_HEADER_SIZE
-        ):
+        limit = None if max_model_size is None else max_model_size + (max_model_size >> 8) + MAX_HEADER_SIZE
+        if limit is not None and entry["blob_size"] > limit:
             raise ManifestError(
                 f"{self._where()}: model {name!r} declares an oversized blob ({entry['blob_size']:,} bytes, "
                 f"over max_model_size, {max_model_size:,}); raise max_model_size if the model is that large, "
