@@ -14,7 +14,8 @@
  * --in: one .npy file per model input, in the model's input order; each is checked against the
  *   input's element type, rank and fixed dimensions. --out: the folder (created) that receives
  *   one "<output name>.npy" per output ('/', '\', ':', '*', '?', '"', '<', '>', '|' and control
- *   characters in the name become '_').
+ *   characters in the name become '_'); a sequence, a map or an empty optional as "<output name>.json"
+ *   (values.h).
  *   Without --in and --out the session is only created.
  * --time N: create N fresh sessions (with --bundle or --blob, opening and closing the blob each time;
  *   the bundle is opened once, the blob file read once, untimed) and print one JSON line:
@@ -42,6 +43,7 @@
 #include <onnxruntime_c_api.h>
 
 #include "npy.h"
+#include "values.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -286,7 +288,7 @@ static int make_dirs(const char *path) {
  * with '~' and 8 hex digits of the full name's FNV-1a hash, so that long names stay apart. */
 #define OUTPUT_NAME_MAX 200
 
-static char *output_path(const char *out, const char *name) {
+static char *output_path(const char *out, const char *name, const char *extension) {
     size_t lo = strlen(out), ln = strlen(name), kept = ln, i;
     char *p;
     while (lo > 1 && out[lo - 1] == '/') lo--;
@@ -294,7 +296,7 @@ static char *output_path(const char *out, const char *name) {
         kept = OUTPUT_NAME_MAX;
         while (kept > 0 && ((unsigned char)name[kept] & 0xC0) == 0x80) kept--; /* not inside a character */
     }
-    p = (char *)malloc(lo + 1 + kept + 9 + 5);
+    p = (char *)malloc(lo + 1 + kept + 9 + strlen(extension) + 1);
     if (!p) return NULL;
     memcpy(p, out, lo);
     if (lo == 1 && out[0] == '/') lo = 0; /* --out / */
@@ -309,7 +311,7 @@ static char *output_path(const char *out, const char *name) {
         snprintf(p + lo + 1 + kept, 10, "~%08x", (unsigned)hash);
         kept += 9;
     }
-    memcpy(p + lo + 1 + kept, ".npy", 5);
+    memcpy(p + lo + 1 + kept, extension, strlen(extension) + 1);
     return p;
 }
 
@@ -532,12 +534,17 @@ typedef struct out_desc {
     char *text;
     const char **strings;
     size_t *lengths;
+    /* a sequence or a map: its JSON (values.h), what it is in words */
+    int json;
+    values_text json_text;
+    char what[64];
 } out_desc;
 
 static void free_desc(out_desc *d) {
     free(d->text);
     free((void *)d->strings);
     free(d->lengths);
+    values_text_free(&d->json_text);
     d->text = NULL;
     d->strings = NULL;
     d->lengths = NULL;
@@ -573,20 +580,42 @@ done:
     return rc;
 }
 
-static int describe_output(const OrtApi *api, OrtValue *value, const char *name, out_desc *d) {
+static int describe_output(const OrtApi *api, OrtAllocator *alloc, OrtValue *value, const char *name, out_desc *d) {
     OrtTensorTypeAndShapeInfo *info = NULL;
     enum ONNXType kind = ONNX_TYPE_UNKNOWN;
     ONNXTensorElementDataType et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
     size_t count = 0, item, ndim = 0;
-    char context[1200];
-    int rc = 1;
+    char context[1200], msg[1024];
+    int rc = 1, has = 1;
 
     memset(d, 0, sizeof *d);
     snprintf(context, sizeof context, "output '%s': onnxruntime could not describe the value", name);
     if (!value) return fail("output '%s': onnxruntime returned no value", name);
+    ORT_CHECK(api, api->HasValue(value, &has), context);
+    if (!has) { /* an optional output left empty (Python's None): GetValueType would read nothing */
+        d->json = 1;
+        if (values_to_json(api, alloc, value, name, &d->json_text, msg, sizeof msg)) {
+            fail("%s", msg);
+            goto done;
+        }
+        snprintf(d->what, sizeof d->what, "no value (an empty optional)");
+        rc = 0;
+        goto done;
+    }
     ORT_CHECK(api, api->GetValueType(value, &kind), context);
+    if (kind == ONNX_TYPE_SEQUENCE || kind == ONNX_TYPE_MAP) { /* ZipMap's sequence of maps, ... */
+        d->json = 1;
+        if (values_to_json(api, alloc, value, name, &d->json_text, msg, sizeof msg)) {
+            fail("%s", msg);
+            goto done;
+        }
+        values_describe(api, alloc, value, d->what, sizeof d->what);
+        rc = 0;
+        goto done;
+    }
     if (kind != ONNX_TYPE_TENSOR) {
-        fail("output '%s' is %s; oc-run writes tensor outputs only", name, onnx_type_name(kind));
+        fail("output '%s' is %s; oc-run writes tensors (.npy), sequences and maps (.json) only", name,
+             onnx_type_name(kind));
         goto done;
     }
     ORT_CHECK(api, api->GetTensorTypeAndShape(value, &info), context);
@@ -718,10 +747,10 @@ static int run_model(ctx *c, OrtSession *session) {
 
     /* check every output before writing any */
     for (i = 0; i < n_out; i++)
-        if (describe_output(api, out_values[i], out_names[i], &descs[i])) goto done;
+        if (describe_output(api, alloc, out_values[i], out_names[i], &descs[i])) goto done;
     if (a->out) {
         for (i = 0; i < n_out; i++) {
-            paths[i] = output_path(a->out, out_names[i]);
+            paths[i] = output_path(a->out, out_names[i], descs[i].json ? ".json" : ".npy");
             if (!paths[i]) {
                 fail("out of memory");
                 goto done;
@@ -737,6 +766,14 @@ static int run_model(ctx *c, OrtSession *session) {
     }
     for (i = 0; i < n_out; i++) {
         char shape[512];
+        if (descs[i].json) {
+            if (a->out && values_write(paths[i], &descs[i].json_text, msg, sizeof msg)) {
+                fail("output '%s': %s", out_names[i], msg);
+                goto done;
+            }
+            printf("output '%s': %s%s%s\n", out_names[i], descs[i].what, a->out ? " -> " : "", a->out ? paths[i] : "");
+            continue;
+        }
         shape_text(shape, sizeof shape, descs[i].shape, descs[i].ndim, NULL);
         if (a->out) {
             int bad = descs[i].elem_type == NPY_ONNX_STRING
