@@ -19,7 +19,14 @@ from pipeline.runtime import session_from_blob
 from tests.test_native import VERSIONS, native, ort_library, run_native  # noqa: F401
 
 CPU = ["CPUExecutionProvider"]
+ML = "ai.onnx.ml"
 STRING_LABELS = ["cat", 'd"og\\', "é\n\u0001"]  # JSON escapes and UTF-8 beyond ASCII
+
+
+def zipmap_type(key: int) -> onnx.TypeProto:
+    """ZipMap's output type: a sequence of maps from ``key`` to float."""
+    scalar = helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+    return helper.make_sequence_type_proto(helper.make_map_type_proto(key, scalar))
 
 
 def classifier() -> onnx.ModelProto:
@@ -33,26 +40,16 @@ def classifier() -> onnx.ModelProto:
     )
     outputs = [
         helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
-        helper.make_value_info(
-            "probabilities",
-            helper.make_sequence_type_proto(
-                helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
-            ),
-        ),
-        helper.make_value_info(
-            "named",
-            helper.make_sequence_type_proto(
-                helper.make_map_type_proto(TensorProto.STRING, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
-            ),
-        ),
+        helper.make_value_info("probabilities", zipmap_type(TensorProto.INT64)),
+        helper.make_value_info("named", zipmap_type(TensorProto.STRING)),
         seq_float,
         seq_half,
     ]
     nodes = [
         helper.make_node("Softmax", ["x"], ["p"], axis=1),
         helper.make_node("ArgMax", ["p"], ["label"], axis=1, keepdims=0),
-        helper.make_node("ZipMap", ["p"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1, 7]),
-        helper.make_node("ZipMap", ["x"], ["named"], domain="ai.onnx.ml", classlabels_strings=STRING_LABELS),
+        helper.make_node("ZipMap", ["p"], ["probabilities"], domain=ML, classlabels_int64s=[0, 1, 7]),
+        helper.make_node("ZipMap", ["x"], ["named"], domain=ML, classlabels_strings=STRING_LABELS),
         helper.make_node("SplitToSequence", ["x"], ["parts"], axis=1, keepdims=1),
         helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
         helper.make_node("SplitToSequence", ["h"], ["halves"], axis=0, keepdims=0),
@@ -69,8 +66,10 @@ def classifier() -> onnx.ModelProto:
 def same(got, want) -> bool:
     """A value read back from oc-run's JSON equals the Python loader's (floats to the bit of their type)."""
     if isinstance(want, dict):
-        return isinstance(got, dict) and list(got) == [str(k) for k in want] and all(
-            same(got[str(k)], v) for k, v in want.items()
+        return (
+            isinstance(got, dict)
+            and list(got) == [str(k) for k in want]
+            and all(same(got[str(k)], v) for k, v in want.items())
         )
     if isinstance(want, list):
         return isinstance(got, list) and len(got) == len(want) and all(map(same, got, want))
@@ -115,13 +114,20 @@ def test_sequences_and_maps_are_written_as_json_with_the_python_loaders_values(
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_optional_outputs_are_written_as_their_value_or_null(native: Path, tmp_path: Path, version: str) -> None:  # noqa: F811
+def test_optional_outputs_are_written_as_their_value_or_null(
+    native: Path,  # noqa: F811
+    tmp_path: Path,
+    version: str,
+) -> None:
     """An optional holding a tensor is that tensor (.npy); an empty one (Python's None) is ``null`` in
     its .json. oc-run crashed on the empty one before (it asked onnxruntime the type of no value)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     kind = helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
     graph = helper.make_graph(
-        [helper.make_node("Optional", ["x"], ["held"]), helper.make_node("Optional", [], ["empty"], type=kind)],
+        [
+            helper.make_node("Optional", ["x"], ["held"]),
+            helper.make_node("Optional", [], ["empty"], type=kind),
+        ],
         "optional",
         [x],
         [helper.make_value_info(name, helper.make_optional_type_proto(kind)) for name in ("held", "empty")],

@@ -971,6 +971,19 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
                             &blob->graph_owned);
     if (status != OC_OK) goto fail;
     blob->graph_size = (size_t)blob->info.graph_size;
+    {
+        /* the header's format is the one onnxruntime reads the graph as: "ORTM" at bytes 4-7 makes
+         * any model an ORT one to it (Python: header.check_graph_kind) */
+        int ort = blob->graph_size >= 8 && memcmp(blob->graph + 4, "ORTM", 4) == 0;
+        if (ort != (blob->info.format == OC_FORMAT_ORT)) {
+            if (!check_raw && (status = check_raw_content(&ctx, threads)) != OC_OK) goto fail; /* damage, rather */
+            status = fail(&ctx, OC_ERR_CORRUPT,
+                          "%s: its header says %s format, but its graph is %s; the blob was not written as "
+                          "onnx-cooker writes blobs: re-run `onnx-cooker cook`",
+                          blob->where, ort ? "ONNX" : "ORT", ort ? "an ORT-format model" : "not an ORT model");
+            goto fail;
+        }
+    }
     status = decode_section(&ctx, OC_SECTION_WEIGHTS, blob->info.weights_size, threads, dctx, &blob->weights,
                             &blob->weights_owned);
     if (status != OC_OK) goto fail;

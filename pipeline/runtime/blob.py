@@ -51,7 +51,15 @@ from .frames import (
 from .frames import (
     check_raw as check_raw_frames,
 )
-from .header import _TRAILER, TRAILER_MAGIC, TRAILER_SIZE, BlobHeader, _header_start, read_header
+from .header import (
+    _TRAILER,
+    TRAILER_MAGIC,
+    TRAILER_SIZE,
+    BlobHeader,
+    _header_start,
+    check_graph_kind,
+    read_header,
+)
 from .rawcheck import Beside, check_whole
 from .sections import TENSOR_DTYPES, TensorRef
 
@@ -135,6 +143,15 @@ def check_layout(
         if start != _header_start(view):
             raise CorruptBlobError(f"{where}: its trailer does not point at its header{DAMAGED}")
     check_frames(view, header.frames, where)
+    # the header's format against the graph: a raw graph now, a zstd one once decoded (graph_bytes)
+    first = next((f for f in header.frames if f.section == "graph"), None)
+    if first is not None and first.codec == "raw":
+        try:
+            head = view[first.data_offset : first.data_offset + min(8, first.content_size)]
+            check_graph_kind(header, head, where)
+        except CorruptBlobError:  # damage explains it better, where that is what it is
+            check_raw_frames(view, [f for f in header.frames if f.section == "graph"], where, 1)
+            raise
     return header, offset
 
 
@@ -197,17 +214,22 @@ class CheckedBlob:
     def graph_into(self, target: memoryview) -> None:
         """Decode the graph section into ``target`` (``graph_size`` writable bytes)."""
         decode_into(self.view, self.frames("graph"), target, self.where, self.threads)
+        check_graph_kind(self.header, target[:8], self.where)
 
     def graph_bytes(self, *, check_sha256: bool = True) -> bytes:
         """The model file as ``bytes`` (what onnxruntime's Python API takes): decoded, or copied once."""
         if self.header.version == LEGACY_BLOB_FORMAT_VERSION:
-            return _decode_v1(
+            graph = _decode_v1(
                 self.view[self.header_end :], self.header, self.where, check_sha256=check_sha256
             )
+            check_graph_kind(self.header, graph, self.where)
+            return graph
         frames = self.frames("graph")
         if len(frames) == 1 and frames[0].content_size <= SMALL_FRAME:
             if frames[0].codec == "zstd":
-                return decode_frame(self.view, frames[0], self.where)
+                graph = decode_frame(self.view, frames[0], self.where)
+                check_graph_kind(self.header, graph, self.where)
+                return graph
             # one C-speed copy: no buffer to set up, no thread pool asked (a 4 kB graph: 40-80 us less)
             start = frames[0].data_offset
             return self.view[start : start + frames[0].content_size].tobytes()

@@ -326,3 +326,16 @@ def _header_from_json(payload: bytes, version: int, start: int, end: int) -> Blo
     if version >= 2:
         known |= _v2_layout(fields, version, start, end)
     return BlobHeader(version=version, **known)
+
+
+def check_graph_kind(header: BlobHeader, graph: bytes | memoryview, where: str) -> None:
+    """The header's model format is the one onnxruntime reads the graph as (an ORT model has the
+    identifier ``ORTM`` at bytes 4-7; onnxruntime takes any model that has it for one): a blob whose
+    header says otherwise is refused before its graph goes anywhere (``graph`` may be its first bytes)."""
+    ort = bytes(graph[4:8]) == ORT_IDENTIFIER
+    if ort != (header.model_format == ModelFormat.ORT):
+        said, found = ("ORT", "not an ORT model") if not ort else ("ONNX", "an ORT-format model")
+        raise CorruptBlobError(
+            f"{where}: its header says {said} format, but its graph is {found}; the blob was not written as "
+            "onnx-cooker writes blobs: re-run `onnx-cooker cook`"
+        )
