@@ -216,6 +216,11 @@ static const char *const UNSAFE_ENTRIES[] = {
     "session.use_memory_mapped_ort_model", "session.load_model_format",
     "session.use_external_initializer_file_buffers_directly", "session.model_external_initializers_file_folder_path"};
 
+/* What to do about a session option the library refuses (pipeline/runtime/options.py says the same) */
+#define BAD_OPTION_FIX                                                                                           \
+    "; the platform's ep_session_options allow the keys and values of docs/settings.md: fix them and re-cook "   \
+    "with this onnx-cooker"
+
 static int starts_with(const char *text, const char *prefix) { return strncmp(text, prefix, strlen(prefix)) == 0; }
 
 static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *options, const char *ep) {
@@ -235,7 +240,7 @@ static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *option
             if (strcmp(value, "sequential") == 0) mode = ORT_SEQUENTIAL;
             else if (strcmp(value, "parallel") == 0) mode = ORT_PARALLEL;
             else
-                return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': bad session option for %s: execution_mode '%s'",
+                return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': bad session option for %s: execution_mode '%s'" BAD_OPTION_FIX,
                                c->blob->info.name, ep, value);
             if (check_ort(c, api->SetSessionExecutionMode(options, mode), OC_ERR_SESSION_CREATE,
                           "refused a session option of") != OC_OK)
@@ -248,7 +253,8 @@ static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *option
             else if (strcmp(value, "all") == 0) level = ORT_ENABLE_ALL;
             else
                 return oc_fail(c->err, OC_ERR_SESSION_CREATE,
-                               "model '%s': bad session option for %s: graph_optimization_level '%s'", c->blob->info.name,
+                               "model '%s': bad session option for %s: graph_optimization_level '%s'" BAD_OPTION_FIX,
+                               c->blob->info.name,
                                ep, value);
             if (check_ort(c, api->SetSessionGraphOptimizationLevel(options, level), OC_ERR_SESSION_CREATE,
                           "refused a session option of") != OC_OK)
@@ -258,12 +264,12 @@ static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *option
                 if (strcmp(key, UNSAFE_ENTRIES[k]) == 0)
                     return oc_fail(c->err, OC_ERR_SESSION_CREATE,
                                    "model '%s': bad session option for %s: %s is refused: the loader sets it itself, for "
-                                   "the load path it proved (docs/design.md, loading from memory)",
+                                   "the load path it proved (docs/design.md, loading from memory)" BAD_OPTION_FIX,
                                    c->blob->info.name, ep, key);
             if (!starts_with(key, "session.") && !starts_with(key, "optimization.") && !starts_with(key, "mlas."))
                 return oc_fail(c->err, OC_ERR_SESSION_CREATE,
                                "model '%s': bad session option for %s: config entry '%s' is not allowed in a blob "
-                               "(session.*, optimization.*, mlas.*)", c->blob->info.name, ep, key);
+                               "(session.*, optimization.*, mlas.*)" BAD_OPTION_FIX, c->blob->info.name, ep, key);
             if (check_ort(c, api->AddSessionConfigEntry(options, key, value), OC_ERR_SESSION_CREATE,
                           "refused a session option of") != OC_OK)
                 return OC_ERR_SESSION_CREATE;

@@ -30,18 +30,30 @@ def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[
         if key == "enable_mem_pattern":
             options.enable_mem_pattern = bool(value)
         elif key == "execution_mode":
+            if str(value) not in _EXECUTION_MODES:
+                raise ValueError(f"execution_mode '{value}'")
             options.execution_mode = _EXECUTION_MODES[str(value)]
         elif key == "graph_optimization_level":
+            if str(value) not in _OPTIMIZATION_LEVELS:
+                raise ValueError(f"graph_optimization_level '{value}'")
             options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(value)]
         elif key in UNSAFE_CONFIG_ENTRIES:
             raise ValueError(f"{key} is refused: {UNSAFE_CONFIG_ENTRIES[key]}")
         elif not key.startswith(ALLOWED_CONFIG_PREFIXES):
             # Other entries (e.g. ep.context_file_path) can make an EP write files: not from a blob.
             raise ValueError(
-                f"config entry {key!r} is not allowed in a blob ({', '.join(ALLOWED_CONFIG_PREFIXES)}*)"
+                f"config entry '{key}' is not allowed in a blob (session.*, optimization.*, mlas.*)"
             )
         else:
             options.add_session_config_entry(key, str(value))
+
+
+# What to do about a session option the loader refuses (the native library says the same): the
+# cooker's settings check refuses such options, so the blob came from another cooker, or was made.
+BAD_OPTION_FIX = (
+    "; the platform's ep_session_options allow the keys and values of docs/settings.md: fix them and "
+    "re-cook with this onnx-cooker"
+)
 
 
 def session_options_for(
@@ -56,7 +68,9 @@ def session_options_for(
         try:
             _apply_session_options(options, header.ep_session_options.get(ep, {}))
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise SessionCreateError(f"model {header.name!r}: bad session option for {ep}: {exc}") from None
+            raise SessionCreateError(
+                f"model {header.name!r}: bad session option for {ep}: {exc}{BAD_OPTION_FIX}"
+            ) from None
     # Only reached after decode_blob proved the bytes are the ones the cooker wrote. Set either way:
     # a caller may reuse one SessionOptions object for several blobs.
     replay = "1" if header.saved_runtime_optimizations else "0"
