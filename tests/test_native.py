@@ -283,6 +283,29 @@ def test_a_blob_file_given_for_its_bundle_folder_is_named_as_one(native: Path, b
     assert "is a blob, not a bundle folder: open the folder that holds it" in line["message"], line
 
 
+def test_a_bundles_manifest_given_for_its_folder_opens_the_bundle(
+    native: Path, bundles: Path, tmp_path: Path
+) -> None:
+    """As the Python loader's open_bundle takes it: the manifest.json path opens its folder's bundle
+    (relative too); a file merely ending in "manifest.json" is not taken for one."""
+    folder = bundles / "android"
+    for given, cwd in (
+        (folder / "manifest.json", None),
+        ("manifest.json", folder),
+        ("./manifest.json", folder),
+    ):
+        line = json.loads(run_native([native / "oc-probe", "bundle", given], cwd=cwd).stdout.splitlines()[0])
+        assert line["status"] == "OC_OK", line
+        assert sorted(line["models"]) == sorted(open_bundle(folder / "manifest.json").names), given
+    (tmp_path / "not-manifest.json").write_text("{}")
+    line = json.loads(
+        run_native(
+            [native / "oc-probe", "bundle", folder.parent / "not-manifest.json"], check=False
+        ).stdout.splitlines()[0]
+    )
+    assert line["status"] == "OC_ERR_MANIFEST" and "no readable manifest.json" in line["message"], line
+
+
 def build_root(folder: Path) -> Path:
     """A build folder: platform folders with a manifest (zeta, beta), one without (alpha) and the
     cook's hidden one with a manifest of its own (.stamps), which is not a bundle."""

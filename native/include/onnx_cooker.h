@@ -229,7 +229,8 @@ typedef struct oc_bundle_options {
     void *progress_user;
 } oc_bundle_options;
 
-/* Open the bundle in folder `dir` (its manifest.json) on the local file system. */
+/* Open the bundle in folder `dir` (its manifest.json) on the local file system; a path to the bundle's
+ * manifest.json opens its folder's bundle, as the Python loader's open_bundle takes one. */
 OC_API oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out,
                                     oc_error *err);
 

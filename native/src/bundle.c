@@ -421,7 +421,35 @@ static int near_bundle(const char *dir, char *path, size_t cap) {
     return 1;
 }
 
+static oc_status open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err);
+
 oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
+    size_t n = dir ? strlen(dir) : 0, cut;
+    oc_alloc alloc;
+    char *folder;
+    oc_status status;
+    /* its manifest.json given for the folder, as the Python loader takes it: that file's folder */
+    if (n < sizeof "manifest.json" - 1 || strcmp(dir + n - (sizeof "manifest.json" - 1), "manifest.json") != 0 ||
+        !oc_is_regular_file(dir))
+        return open_dir(dir, options, out, err);
+    cut = n - (sizeof "manifest.json" - 1);
+    if (cut > 0 && dir[cut - 1] != '/' && dir[cut - 1] != '\\') return open_dir(dir, options, out, err); /* x-manifest.json */
+    while (cut > 1 && (dir[cut - 1] == '/' || dir[cut - 1] == '\\')) cut--; /* the folder without its separator */
+    alloc = oc_alloc_from(options ? options->allocator : NULL);
+    folder = oc_malloc(&alloc, cut + 2);
+    if (folder == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    if (cut == 0) {
+        memcpy(folder, ".", 2);
+    } else {
+        memcpy(folder, dir, cut);
+        folder[cut] = '\0';
+    }
+    status = open_dir(folder, options, out, err);
+    oc_free(&alloc, folder);
+    return status;
+}
+
+static oc_status open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
     oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
     size_t n;
     char *path;

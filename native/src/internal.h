@@ -250,6 +250,8 @@ void oc_lock(void);
 void oc_unlock(void);
 /* Whether /dev/null exists as a character device (the shared-initializer path's reference target). */
 int oc_has_null_file(void);
+/* Whether `path` (UTF-8) names an existing file that is not a folder. */
+int oc_is_regular_file(const char *path);
 
 /* The cores this process may use (at least 1). */
 size_t oc_cores(void);

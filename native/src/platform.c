@@ -235,6 +235,15 @@ void oc_lock(void) { AcquireSRWLockExclusive(&global_lock); }
 void oc_unlock(void) { ReleaseSRWLockExclusive(&global_lock); }
 int oc_has_null_file(void) { return 0; } /* no /dev/null: the shared-initializer path is POSIX's */
 
+int oc_is_regular_file(const char *path) {
+    wchar_t *wide = oc_wide_path(path);
+    DWORD attributes;
+    if (wide == NULL) return 0;
+    attributes = GetFileAttributesW(wide);
+    free(wide);
+    return attributes != INVALID_FILE_ATTRIBUTES && !(attributes & FILE_ATTRIBUTE_DIRECTORY);
+}
+
 /* Whether dir/name/manifest.json is a file (not a folder), by its attributes. */
 static int holds_manifest(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + sizeof "/" "/manifest.json";
@@ -460,6 +469,11 @@ void oc_unlock(void) { pthread_mutex_unlock(&global_lock); }
 int oc_has_null_file(void) {
     struct stat st;
     return stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+int oc_is_regular_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int oc_first_bundle_below(const char *dir, const char *nearby, char *name, size_t cap) {
