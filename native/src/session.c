@@ -870,7 +870,23 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
         const char *message = api->GetErrorMessage(s);
         const char *kernel = strstr(message, "Could not find an implementation for ");
         const char *end = kernel ? strstr(kernel, " node") : NULL;
-        if (kernel != NULL && end != NULL && end[-1] == ')') {
+        /* onnxruntime's refusal of a saved runtime optimization whose action it lacks (a newer one
+         * recorded it): "Missing action <action> for transformer <transformer>" (compat.incompatibility) */
+        const char *action = strstr(message, "Missing action ");
+        const char *transformer = action ? strstr(action, " for transformer ") : NULL;
+        if (action != NULL && transformer != NULL) {
+            int action_len = (int)(transformer - action - (int)strlen("Missing action "));
+            transformer += strlen(" for transformer ");
+            status = oc_fail(c->err, OC_ERR_INCOMPATIBLE_RUNTIME,
+                             "onnxruntime %s cannot replay the saved runtime optimizations of model '%s' (%s): it has "
+                             "no action %.*s for %.*s, which the onnxruntime that cooked the model recorded; it is "
+                             "older than the onnxruntime the platform ships: load it with the platform's onnxruntime "
+                             "(its runtime_version), or cook a platform for onnxruntime %s (optimization_style: fixed "
+                             "needs no replay)",
+                             c->rt->version, blob->info.name, blob->info.platform, action_len,
+                             action + strlen("Missing action "), (int)strcspn(transformer, " \t\r\n"), transformer,
+                             c->rt->version);
+        } else if (kernel != NULL && end != NULL && end[-1] == ')') {
             kernel += strlen("Could not find an implementation for ");
             status = oc_fail(c->err, OC_ERR_INCOMPATIBLE_RUNTIME,
                              "onnxruntime %s has no kernel for %.*s (model '%s', %s): it is older than the onnxruntime "

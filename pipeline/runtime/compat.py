@@ -111,6 +111,26 @@ def missing_kernel(message: str) -> str | None:
     return match.group(1) if match else None
 
 
+_MISSING_ACTION = re.compile(r"Missing action (\S+) for transformer (\S+)")
+
+
+def incompatibility(message: str, name: str, platform: str, installed: str) -> tuple[str, str] | None:
+    """What onnxruntime ``installed`` lacks that the blob needs, and what to do (the C loader says the
+    same), when its error ``message`` is one an older onnxruntime gives: no kernel for an operator,
+    or no action for a saved runtime optimization that a newer one recorded. Else None."""
+    if (operator := missing_kernel(message)) is not None:
+        return operator, no_kernel_message(operator, name, platform, installed)
+    if (match := _MISSING_ACTION.search(message)) is None:
+        return None
+    return match.group(1), (
+        f"onnxruntime {installed} cannot replay the saved runtime optimizations of model '{name}' "
+        f"({platform}): it has no action {match.group(1)} for {match.group(2)}, which the onnxruntime that "
+        "cooked the model recorded; it is older than the onnxruntime the platform ships: load it with the "
+        "platform's onnxruntime (its runtime_version), or cook a platform for onnxruntime "
+        f"{installed} (optimization_style: fixed needs no replay)"
+    )
+
+
 def no_kernel_message(operator: str, name: str, platform: str, installed: str) -> str:
     """What to do about a blob this onnxruntime has no kernel for (the C loader says the same)."""
     return (

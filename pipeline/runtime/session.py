@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
-from .compat import format_version, missing_kernel, no_kernel_message, parse_version
+from .compat import format_version, incompatibility, parse_version
 from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
@@ -286,8 +286,9 @@ def _session(
                 del session
                 raise _Distrusted(distrust)
         except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
-            again = None if fallback is None or missing_kernel(str(exc)) is not None else fallback(str(exc))
-            if again is None or again.path is None:  # a kernel every path lacks; what copying meets too
+            lacks = incompatibility(str(exc), header.name, header.platform, onnxruntime.__version__)
+            again = None if fallback is None or lacks else fallback(str(exc))
+            if again is None or again.path is None:  # what every path lacks (a kernel), what copying meets
                 raise
             what = "not used" if isinstance(exc, _Distrusted) else "refused"
             refused = f"{path.value} {what} ({str(exc).splitlines()[0][:200]})"
@@ -309,11 +310,10 @@ def _session(
                 _REFUSED[_refusal_key(header)] = (refused, path)
             session = create_session(prepared.model, options, specs, None, low_memory)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
-        if (operator := missing_kernel(str(exc))) is not None:
-            error = IncompatibleRuntimeError(
-                no_kernel_message(operator, header.name, header.platform, onnxruntime.__version__)
-            )
-            error.operator = operator
+        lacks = incompatibility(str(exc), header.name, header.platform, onnxruntime.__version__)
+        if lacks is not None:
+            error = IncompatibleRuntimeError(lacks[1])
+            error.operator = lacks[0]  # the operator it has no kernel for, or the optimization's action
             raise error from None
         raise SessionCreateError(
             f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
