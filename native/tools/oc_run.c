@@ -592,18 +592,8 @@ static int describe_output(const OrtApi *api, OrtAllocator *alloc, OrtValue *val
     snprintf(context, sizeof context, "output '%s': onnxruntime could not describe the value", name);
     if (!value) return fail("output '%s': onnxruntime returned no value", name);
     ORT_CHECK(api, api->HasValue(value, &has), context);
-    if (!has) { /* an optional output left empty (Python's None): GetValueType would read nothing */
-        d->json = 1;
-        if (values_to_json(api, alloc, value, name, &d->json_text, msg, sizeof msg)) {
-            fail("%s", msg);
-            goto done;
-        }
-        snprintf(d->what, sizeof d->what, "no value (an empty optional)");
-        rc = 0;
-        goto done;
-    }
-    ORT_CHECK(api, api->GetValueType(value, &kind), context);
-    if (kind == ONNX_TYPE_SEQUENCE || kind == ONNX_TYPE_MAP) { /* ZipMap's sequence of maps, ... */
+    if (has) ORT_CHECK(api, api->GetValueType(value, &kind), context); /* an empty optional has no type */
+    if (!has || kind == ONNX_TYPE_SEQUENCE || kind == ONNX_TYPE_MAP) { /* ZipMap's sequence of maps, None */
         d->json = 1;
         if (values_to_json(api, alloc, value, name, &d->json_text, msg, sizeof msg)) {
             fail("%s", msg);

@@ -391,7 +391,14 @@ int values_to_json(const OrtApi *api, OrtAllocator *alloc, OrtValue *value, cons
 void values_describe(const OrtApi *api, OrtAllocator *alloc, OrtValue *value, char *buf, size_t size) {
     enum ONNXType kind = ONNX_TYPE_UNKNOWN, inner = ONNX_TYPE_UNKNOWN;
     size_t n = 0;
-    OrtStatus *status = api->GetValueType(value, &kind);
+    int has = 1;
+    OrtStatus *status = api->HasValue(value, &has);
+    if (status) api->ReleaseStatus(status);
+    if (!has) {
+        snprintf(buf, size, "no value (an empty optional)");
+        return;
+    }
+    status = api->GetValueType(value, &kind);
     if (status) api->ReleaseStatus(status);
     if (kind == ONNX_TYPE_MAP) {
         snprintf(buf, size, "a map");

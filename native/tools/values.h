@@ -36,7 +36,8 @@ typedef struct values_text {
 int values_to_json(const OrtApi *api, OrtAllocator *alloc, OrtValue *value, const char *name,
                    values_text *out, char *msg, size_t msg_size);
 
-/* A one-line description of a value (e.g. "a sequence of 4 maps"), for oc-run's report. */
+/* A one-line description of a value ("a sequence of 4 maps", "no value (an empty optional)"), for
+ * oc-run's report. */
 void values_describe(const OrtApi *api, OrtAllocator *alloc, OrtValue *value, char *buf, size_t size);
 
 /* Write the text to `path` (created or replaced; removed again when writing fails). Returns 0 on
