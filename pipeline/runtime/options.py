@@ -41,9 +41,8 @@ def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[
             raise ValueError(f"{key} is refused: {UNSAFE_CONFIG_ENTRIES[key]}")
         elif not key.startswith(ALLOWED_CONFIG_PREFIXES):
             # Other entries (e.g. ep.context_file_path) can make an EP write files: not from a blob.
-            raise ValueError(
-                f"config entry '{key}' is not allowed in a blob (session.*, optimization.*, mlas.*)"
-            )
+            allowed = ", ".join(prefix + "*" for prefix in ALLOWED_CONFIG_PREFIXES)
+            raise ValueError(f"config entry '{key}' is not allowed in a blob ({allowed})")
         else:
             options.add_session_config_entry(key, str(value))
 
