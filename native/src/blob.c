@@ -179,6 +179,27 @@ static oc_status out_of_memory(parse_ctx *c) {
     return fail(c, OC_ERR_OUT_OF_MEMORY, "out of memory while reading the blob header");
 }
 
+/* Where the first header frame (the skippable frame's magic, its size, "ONNXCOOK") in the last
+ * MAX_HEADER_SIZE + 64 bytes starts, or `size`: where the header of an ORT blob without its trailer at
+ * its end lies (header._header_frame_in_tail). */
+static size_t header_frame_in_tail(const uint8_t *data, size_t size) {
+    size_t from = size > (size_t)MAX_HEADER_SIZE + 64u ? size - MAX_HEADER_SIZE - 64u : 0, at;
+    for (at = from + 8; at + 8 <= size; ++at)
+        if (data[at] == 'O' && memcmp(data + at, "ONNXCOOK", 8) == 0 && le32(data + at - 8) == SKIPPABLE_MAGIC)
+            return at - 8;
+    return size;
+}
+
+/* Whether data[header, size) holds a whole trailer pointing at `header` ("OCB3TAIL", then `header`
+ * as a little-endian u64), which ends the blob, so that what follows it was added. */
+static int holds_trailer_of(const uint8_t *data, size_t size, size_t header) {
+    size_t at;
+    for (at = header; at + TRAILER_SIZE <= size; ++at)
+        if (data[at] == 'O' && memcmp(data + at, "OCB3TAIL", 8) == 0 && le64(data + at + 8) == (uint64_t)header)
+            return 1;
+    return 0;
+}
+
 static size_t header_start(const uint8_t *data, size_t size, parse_ctx *c, oc_status *status) {
     uint64_t offset;
     *status = OC_OK;
@@ -878,7 +899,12 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
         goto fail;
     }
     if (le32(data + start) != SKIPPABLE_MAGIC) {
-        if (start == 0 && memcmp(data + 4, "ORTM", 4) == 0)
+        size_t header = start == 0 && memcmp(data + 4, "ORTM", 4) == 0 ? header_frame_in_tail(data, size) : size;
+        if (header < size && holds_trailer_of(data, size, header)) /* an ORT blob's graph and header, then? */
+            status = fail(&ctx, OC_ERR_CORRUPT, "blob has bytes added after its trailer" OC_DAMAGED);
+        else if (header < size)
+            status = fail(&ctx, OC_ERR_TRUNCATED, "blob is cut off at its end: its trailer is missing" OC_DAMAGED);
+        else if (start == 0 && memcmp(data + 4, "ORTM", 4) == 0)
             status = fail(&ctx, OC_ERR_NOT_A_BLOB,
                           "not an onnx-cooker blob: an ORT-format model without the cooker's trailer at its end (a "
                           "plain .ort file, or a blob cut off or with bytes added at its end); pass an .ocb file "

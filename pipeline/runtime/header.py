@@ -169,6 +169,10 @@ def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
     magic, size = _FRAME_PREFIX.unpack_from(view, start)
     if magic != SKIPPABLE_MAGIC:
         if start == 0 and bytes(view[4:8]) == ORT_IDENTIFIER:
+            if (header := _header_frame_in_tail(view)) >= 0:  # a blob's ORT graph and header, then?
+                if _TRAILER.pack(TRAILER_MAGIC, header) in bytes(view[header:]):  # a whole trailer, then more
+                    raise CorruptBlobError(f"blob has bytes added after its trailer{DAMAGED}")
+                raise TruncatedBlobError(f"blob is cut off at its end: its trailer is missing{DAMAGED}")
             raise NotABlobError(
                 "not an onnx-cooker blob: an ORT-format model without the cooker's trailer at its end (a "
                 "plain .ort file, or a blob cut off or with bytes added at its end); pass an .ocb file "
@@ -222,6 +226,20 @@ def _parsed(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
 @functools.lru_cache(maxsize=64)
 def _cached_header(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
     return _header_from_json(payload, version, start, end)
+
+
+def _header_frame_in_tail(view: memoryview) -> int:
+    """Where the first header frame (the skippable frame's magic, its size, ``ONNXCOOK``) in the last
+    ``MAX_HEADER_SIZE`` + 64 bytes starts, or -1: where the header of an ORT blob without its trailer
+    at its end lies (the C loader looks for the same)."""
+    start = max(0, len(view) - MAX_HEADER_SIZE - 64)
+    tail = bytes(view[start:])
+    at = tail.find(HEADER_MAGIC, 8)
+    while at >= 0:
+        if tail[at - 8 : at - 4] == _SKIPPABLE_BYTES:
+            return start + at - 8
+        at = tail.find(HEADER_MAGIC, at + 1)
+    return -1
 
 
 def _header_start(view: memoryview) -> int:
