@@ -716,3 +716,53 @@ def test_a_blob_larger_for_its_alignment_says_so(tmp_path: Path) -> None:
     # an entry cached before `padding` was recorded: judged by the source's size (82 kB here)
     older = cook_line({key: value for key, value in entry.items() if key != "padding"})
     assert "zeros" not in older and "stores sections of 64 KiB or more raw" in older
+
+
+def double_tree_model() -> onnx.ModelProto:
+    """A one-leaf TreeEnsembleRegressor over doubles, as skl2onnx writes a regressor converted with
+    DoubleTensorType: the ONNX checker takes it, onnxruntime refuses to load it ("Type (tensor(double))
+    of output arg ... does not match expected type (tensor(float))")."""
+    tree = helper.make_node(
+        "TreeEnsembleRegressor",
+        ["X"],
+        ["variable"],
+        domain="ai.onnx.ml",
+        n_targets=1,
+        nodes_treeids=[0],
+        nodes_nodeids=[0],
+        nodes_featureids=[0],
+        nodes_values=[0.0],
+        nodes_modes=["LEAF"],
+        nodes_truenodeids=[0],
+        nodes_falsenodeids=[0],
+        target_treeids=[0],
+        target_nodeids=[0],
+        target_ids=[0],
+        target_weights=[1.5],
+    )
+    graph = helper.make_graph(
+        [tree],
+        "double_tree",
+        [helper.make_tensor_value_info("X", TensorProto.DOUBLE, ["N", 2])],
+        [helper.make_tensor_value_info("variable", TensorProto.DOUBLE, ["N", 1])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    model.ir_version = 8
+    return model
+
+
+def test_a_model_onnxruntime_cannot_load_at_all_is_named_so_with_the_way_out(tmp_path: Path) -> None:
+    """Not "failed to optimize and save" into a folder gone by the time the message is read: the
+    model fails with every optimization off too, so the message says onnxruntime refuses the model
+    itself, and how to check and re-export it."""
+    onnx.checker.check_model(double_tree_model())  # the checker takes it
+    with pytest.raises(ModelError) as refused:
+        optimize(double_tree_model(), settings_for(tmp_path, "format: onnx\n"))
+    message = str(refused.value)
+    assert "cannot load the model, with every graph optimization off too: " in message, message
+    assert (
+        "does not match expected type (tensor(float)); onnxruntime refuses the model as the cook" in message
+    )
+    assert "re-export it" in message and "skip_platforms" in message and ".optimize-" not in message

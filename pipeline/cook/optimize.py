@@ -109,10 +109,44 @@ def _run(
         hint = _hint(str(exc), default_opset(model))
         if settings.format == ModelFormat.ORT and "do not support type" in str(exc):
             hint = f"; the ORT format cannot store optional-typed values: {onnx_instead(settings)}"
+        if _loads_unoptimized(model, work_dir):  # onnxruntime's optimizers, or saving, failed on it
+            level = settings.optimization_level
+            lower = (
+                "; `optimization_level: basic` for this model (its .cook.yaml, docs/settings.md) may cook it"
+                if level != "basic"
+                else "; re-export the model, or leave it out of this platform with `skip_platforms`"
+            )
+            raise ModelError(
+                f"onnxruntime {onnxruntime.__version__} failed to optimize and save the model at "
+                f"optimization_level {level}: {str(exc).rstrip(' .')}{hint or lower}"
+            ) from None
         raise ModelError(
-            f"onnxruntime {onnxruntime.__version__} failed to optimize and save the model "
-            f"(into {output.parent}): {exc}{hint}"
+            f"onnxruntime {onnxruntime.__version__} cannot load the model, with every graph optimization off "
+            f"too: {str(exc).rstrip(' .')}{hint or _AS_EXPORTED}"
         ) from None
+
+
+_AS_EXPORTED = (
+    "; onnxruntime refuses the model as the cook hands it over (checked, and its opset and IR made "
+    "the target's): check the source file itself (named above) with `python -c \"import onnxruntime; "
+    "onnxruntime.InferenceSession('MODEL.onnx')\"`, and re-export it (another exporter version, or "
+    "converter options the message points at), or leave it out of this platform with `skip_platforms` "
+    "in its .cook.yaml"
+)
+
+
+def _loads_unoptimized(model: onnx.ModelProto, work_dir: Path | None) -> bool:
+    """Whether onnxruntime creates a session for ``model`` with every graph optimization off and
+    nothing saved (asked after the cooking session failed: which of the two it refused)."""
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        with session_input(model, work_dir) as source:
+            onnxruntime.InferenceSession(source, sess_options=options, providers=COOK_PROVIDERS)
+    except Exception:  # onnxruntime raises several unrelated types
+        return False
+    return True
 
 
 def _refuse_unstorable(data: bytes, settings: CookSettings) -> None:
