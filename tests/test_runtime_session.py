@@ -832,3 +832,21 @@ def test_inspect_failure_is_one_error_line(target: str, tmp_path: Path) -> None:
     assert result.stderr.startswith("error: ")
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_buffer_that_is_not_one_run_of_bytes_is_a_type_error_saying_what_to_pass(
+    models: dict[str, bytes],
+) -> None:
+    """A strided view or a list is a programming error: a TypeError naming what a blob is, not
+    memoryview's own "casts are restricted to C-contiguous views"; a numpy uint8 array is a blob."""
+    from pipeline.runtime import MemoryBlob, unpack_blob
+
+    blob = make_blob(models["onnx"], "onnx")
+    strided = memoryview(bytearray(blob + blob))[::2]
+    for wrong in (strided, [1, 2, 3]):
+        for call in (session_from_blob, unpack_blob, MemoryBlob.copy):
+            with pytest.raises(
+                TypeError, match=r"a blob is one contiguous buffer of bytes .* pass the blob's bytes"
+            ):
+                call(wrong)
+    assert session_from_blob(np.frombuffer(blob, dtype=np.uint8)).get_outputs()

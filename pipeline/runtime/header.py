@@ -155,12 +155,25 @@ def pack_header(header: BlobHeader, length: int | None = None) -> bytes | None:
     return _FRAME_PREFIX.pack(SKIPPABLE_MAGIC, len(prefix) + len(payload)) + prefix + payload
 
 
+def byte_view(data: Any) -> memoryview:
+    """``data`` as a flat view of bytes; a programming error (a strided view, a str, a list) is a
+    TypeError that says what to pass."""
+    try:
+        return memoryview(data).cast("B")
+    except TypeError as exc:
+        raise TypeError(
+            f"a blob is one contiguous buffer of bytes (bytes, bytearray, mmap, a C-contiguous memoryview "
+            f"or numpy array), not {type(data).__name__} ({exc}): pass the blob's bytes (a file's, read; "
+            "bytes(view) of a strided view)"
+        ) from None
+
+
 def read_header(data: bytes | bytearray | memoryview) -> tuple[BlobHeader, int]:
     """Parse and check the header frame; returns it and the offset where the header frame ends.
 
     The header starts the blob, or (version 3, an ORT graph first) the trailer says where it is.
     """
-    view = memoryview(data).cast("B")
+    view = byte_view(data)
     start = _header_start(view)
     if len(view) - start < _FRAME_PREFIX.size:
         if bytes(view[start:]) == _SKIPPABLE_BYTES[: len(view) - start]:

@@ -31,7 +31,7 @@ from typing import BinaryIO
 from .blob import DEFAULT_MAX_MODEL_SIZE, check_blob
 from .errors import BlobTooLargeError, BundleError, TruncatedBlobError
 from .files import _seal, has_memfd, map_file, pwrite_all
-from .header import MAX_HEADER_SIZE
+from .header import MAX_HEADER_SIZE, byte_view
 from .loadpaths import BlobFile
 
 CHUNK = 4 << 20  # bytes read at a time from a stream that is not a plain file
@@ -134,7 +134,7 @@ class MemoryBlob:
         blob decrypted or decompressed from its archive 4 MiB at a time) without the page faults
         of ``writable``."""
         self._unsealed()
-        view = memoryview(data).cast("B")
+        view = byte_view(data)
         if offset < 0 or offset + len(view) > self.size:
             raise ValueError(f"{len(view):,} bytes at {offset:,} do not fit a blob of {self.size:,}")
         self._write(view, offset)
@@ -152,7 +152,7 @@ class MemoryBlob:
     ) -> MemoryBlob:
         """A sealed copy of ``data`` (one copy, the one ``session_from_blob(bytes)`` would make for
         an ORT-format model anyway, made once for all its sessions)."""
-        source = memoryview(data).cast("B")
+        source = byte_view(data)
         blob = cls(len(source), max_model_size=max_model_size)
         try:
             blob._write(source, 0)
