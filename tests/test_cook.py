@@ -766,3 +766,41 @@ def test_a_model_onnxruntime_cannot_load_at_all_is_named_so_with_the_way_out(tmp
         "does not match expected type (tensor(float)); onnxruntime refuses the model as the cook" in message
     )
     assert "re-export it" in message and "skip_platforms" in message and ".optimize-" not in message
+
+
+def test_manifest_signatures_write_every_type_as_onnxruntime_names_it() -> None:
+    """A classifier's ZipMap output was "Unknown type sequence_type" in the manifest (and so in
+    `inspect` and the C library's signatures): every type is now written as onnxruntime's
+    ``NodeArg.type`` writes it."""
+    from pipeline.cook.run import io_signature
+
+    scalar = helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+    kinds = {
+        "label": helper.make_tensor_type_proto(TensorProto.INT64, ["N"]),
+        "probabilities": helper.make_sequence_type_proto(
+            helper.make_map_type_proto(TensorProto.INT64, scalar)
+        ),
+        "named": helper.make_sequence_type_proto(helper.make_map_type_proto(TensorProto.STRING, scalar)),
+        "parts": helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT16, None)),
+        "maybe": helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.DOUBLE, [2])),
+    }
+    values = [helper.make_value_info(name, kind) for name, kind in kinds.items()]
+    nodes = [
+        helper.make_node("Constant", [], ["label"], value=numpy_helper.from_array(np.array([1], np.int64))),
+        helper.make_node("Constant", [], ["p"], value=numpy_helper.from_array(np.ones((1, 2), np.float32))),
+        helper.make_node("ZipMap", ["p"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
+        helper.make_node("ZipMap", ["p"], ["named"], domain="ai.onnx.ml", classlabels_strings=["a", "b"]),
+        helper.make_node("Cast", ["p"], ["h"], to=TensorProto.FLOAT16),
+        helper.make_node("SplitToSequence", ["h"], ["parts"], axis=1),
+        helper.make_node("Constant", [], ["d"], value=numpy_helper.from_array(np.ones(2, np.float64))),
+        helper.make_node("Optional", ["d"], ["maybe"]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "kinds", [], values),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)],
+    )
+    model.ir_version = 8
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    written = {entry["name"]: entry["type"] for entry in io_signature(model.graph.output)}
+    assert written == {output.name: output.type for output in session.get_outputs()}
+    assert written["probabilities"] == "seq(map(int64,tensor(float)))"

@@ -24,8 +24,9 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # 9: weights stored narrow (int8, float16 a Cast widens) kept so in ONNX blobs (cook/narrow.py);
 # verification inputs: free dims a per-feature constant broadcasts against sized by it (axiswalk),
 # and free dims but a leading batch at 16 first (dims.SEQUENCE_DIM_SIZE); ids only a Gather reads,
-# across its table (inputs.gathered_rows)
-RECIPE = 9
+# across its table (inputs.gathered_rows); 10: manifest signatures write sequence, map and optional
+# types as onnxruntime names them (seq(map(int64,tensor(float))), not "Unknown type sequence_type")
+RECIPE = 10
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 

@@ -186,13 +186,28 @@ def io_signature(values: Any) -> list[dict[str, Any]]:
     return [
         {
             "name": value.name,
-            "type": onnx.helper.printable_type(value.type)
-            if not value.type.HasField("tensor_type")
-            else f"tensor({onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()})",
+            "type": type_string(value.type),
             "shape": dims(value) if value.type.HasField("tensor_type") else None,
         }
         for value in values
     ]
+
+
+def type_string(kind: onnx.TypeProto) -> str:
+    """An ONNX type as onnxruntime writes it (``NodeArg.type``): ``tensor(float)``,
+    ``seq(map(int64,tensor(float)))`` (a classifier's ZipMap), ``optional(tensor(float))``."""
+    which = kind.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type"):
+        element = onnx.TensorProto.DataType.Name(getattr(kind, which).elem_type).lower()
+        return f"{'tensor' if which == 'tensor_type' else 'sparse_tensor'}({element})"
+    if which == "sequence_type":
+        return f"seq({type_string(kind.sequence_type.elem_type)})"
+    if which == "optional_type":
+        return f"optional({type_string(kind.optional_type.elem_type)})"
+    if which == "map_type":
+        key = onnx.TensorProto.DataType.Name(kind.map_type.key_type).lower()
+        return f"map({key},{type_string(kind.map_type.value_type)})"
+    return onnx.helper.printable_type(kind)  # an opaque type, or none
 
 
 def _weights_entry(header: BlobHeader) -> dict[str, Any] | None:
