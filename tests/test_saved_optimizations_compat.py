@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import make_blob, run_in_runtime
