@@ -9,9 +9,10 @@
  *   - a tensor is nested arrays by its shape (a 0-d tensor: its one value); float16 and bfloat16
  *     are written as the float32 they widen to; floats with 9 significant digits, doubles with 17
  *     (each reads back to the same value); NaN and the infinities as NaN, Infinity and -Infinity,
- *     as Python's json module writes and reads them; bool as true/false; strings as JSON strings.
- * Nesting deeper than VALUES_MAX_DEPTH, optional and opaque values, sparse tensors and element
- * types without a JSON form (complex, float8, int4) are refused with a message naming the output.
+ *     as Python's json module writes and reads them; bool as true/false; strings as JSON strings;
+ *   - an empty optional (Python's None) is null (one that holds a value is that value).
+ * Nesting deeper than VALUES_MAX_DEPTH, opaque values, sparse tensors and element types without a
+ * JSON form (complex, float8, int4) are refused with a message naming the output.
  */
 #ifndef OC_VALUES_H
 #define OC_VALUES_H
