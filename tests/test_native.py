@@ -22,7 +22,7 @@ from runtime_helpers import make_blob, split_blob, write_bundle
 
 from pipeline.build.target_check import runtime_library
 from pipeline.runtime import errors as py_errors
-from pipeline.runtime import open_bundle, unpack_blob
+from pipeline.runtime import open_bundle, read_header, unpack_blob
 from tests.test_dodo import doit, feeds_for, run_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,6 +145,8 @@ def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bund
     assert "session onnx-file-buffers" in done.stdout
     # windows-dml prefers DirectML, absent from the Linux wheel: the classic list, and why
     assert "eps: CPUExecutionProvider; skipped DmlExecutionProvider (not offered" in done.stdout
+    # the engine's own call for it (oc::Runtime::set_ep_appender): DirectML then goes first
+    assert "appender eps: DmlExecutionProvider, CPUExecutionProvider; called 1" in done.stdout
     # 1.32 serves the plugin-EP API: its CPU EP is offered as a device, and a policy goes through
     assert "ep device CPUExecutionProvider type 1 " in done.stdout
     assert (
@@ -201,7 +203,7 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
         "-DBUILD_SHARED_LIBS=OFF",
     )
     built = {path.name for path in (sub / "onnx_cooker").iterdir()}
-    programs = {"oc-run", "oc-probe", "test_npy", "test_in_place", "test_threads", "test_progress"}
+    programs = {"oc-run", "oc-probe", "test_npy", "test_in_place", "test_ep_appender", "test_threads", "test_progress"}
     assert "libonnx_cooker.a" in built and not built & programs
     made["subdirectory"] = sub / "consumer"
     made_cxx = {"subdirectory": sub / "consumer_cxx"}  # the README's C++: ORT's header came with the target
@@ -1271,6 +1273,20 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     assert "plugin eps: 1" in facts and "ep device: CPUExecutionProvider Cpu " in facts
     assert "policy eps: device policy prefer_cpu (given by the caller)" in facts
     assert "device policy: none" in facts
+    # the engine's own call for the blob's preferred EP (which this onnxruntime lacks), from a delegate
+    entry = json.loads((bundles / platform / "manifest.json").read_text())["models"][model]
+    preferred = read_header((bundles / platform / entry["file"]).read_bytes())[0]
+    first = preferred.execution_providers[0]
+    line = facts.split("appender eps: ", 1)[1].splitlines()[0]  # android's XNNPACK: skipped, not offered
+    assert line.startswith(f"{first}, CPUExecutionProvider") and line.endswith("; called 1"), facts
+    options = preferred.provider_options.get(first, {})
+    shown = f" ({next(iter(options))}={next(iter(options.values()))})" if options else ""
+    assert f"appender called: {first} with {len(options)} provider options{shown}" in facts, facts
+    assert (
+        "status a failing appender: OC_ERR_SESSION_CREATE (" in facts
+        and f"model '{model}': the engine's appender of {first} failed: no devkit attached)" in facts
+    ), facts
+    assert "status the CPU EP's appender: OC_ERR_INVALID_ARGUMENT" in facts
 
 
 def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:

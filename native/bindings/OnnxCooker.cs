@@ -66,6 +66,12 @@ namespace OnnxCooker
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
     public delegate long ReaderReadFn(IntPtr user, [MarshalAs(UnmanagedType.LPStr)] string path, ulong offset,
                                       IntPtr buffer, UIntPtr count);
+    // oc_ep_append_fn: put the EP named by `ep` (UTF-8: Native.Text) on the OrtSessionOptions* `options`
+    // with `count` provider options (`keys`, `values`: arrays of UTF-8 pointers, Native.TextAt); on a
+    // failure return its status and write why with Native.SetErrorMessage(err, ...).
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate Status EpAppendFn(IntPtr user, IntPtr options, IntPtr ep, IntPtr keys, IntPtr values,
+                                      UIntPtr count, IntPtr err);
 
     [StructLayout(LayoutKind.Sequential)]
     public struct Allocator { public IntPtr Alloc, Free, User; }  // Marshal.GetFunctionPointerForDelegate
@@ -187,6 +193,22 @@ namespace OnnxCooker
         // refused: OC_REFUSED_MAX (256) bytes hold the faster load path onnxruntime refused for the model, and why ("": none)
         [DllImport(Lib)] public static extern Status oc_session_create_reported(IntPtr runtime, IntPtr blob, IntPtr options, IntPtr devices, out IntPtr session, out LoadPath pathUsed, [Out] byte[] explanation, UIntPtr explanationSize, [Out] byte[] refused, UIntPtr refusedSize, ref Error err);
         [DllImport(Lib)] public static extern IntPtr oc_blob_device_policy(IntPtr blob);
+
+        // The engine's own EPs (a console's): append null removes the EP's appender; hold the delegate
+        // (and what `user` points at) for as long as it is registered
+        [DllImport(Lib)] public static extern Status oc_runtime_set_ep_appender(IntPtr runtime, [MarshalAs(UnmanagedType.LPStr)] string ep, EpAppendFn append, IntPtr user, ref Error err);
+
+        /// <summary>Element `index` of a C array of UTF-8 pointers (an EpAppendFn's keys or values).</summary>
+        public static string TextAt(IntPtr array, int index) { return Text(Marshal.ReadIntPtr(array, index * IntPtr.Size)); }
+
+        /// <summary>Write `message` (UTF-8, cut to fit) into the oc_error* an EpAppendFn was given.</summary>
+        public static void SetErrorMessage(IntPtr err, string message)
+        {
+            byte[] bytes = System.Text.Encoding.UTF8.GetBytes(message);
+            int n = Math.Min(bytes.Length, 1023);  // OC_MESSAGE_SIZE - 1
+            Marshal.Copy(bytes, 0, err + 4, n);    // after oc_error's status
+            Marshal.WriteByte(err, 4 + n, 0);
+        }
 
         /// <summary>A UTF-8 string the library returned (NULL: null).</summary>
         public static string Text(IntPtr utf8)

@@ -345,8 +345,9 @@ typedef struct oc_session_options {
  * onnxruntime's session log at FATAL unless `base` options are given (the session made by it keeps
  * that level, as the Python loader's do). On OC_LOAD_ONNX_SHARED the blob keeps the
  * OrtValues it added (AddInitializer) for every session made from it until oc_blob_close.
- * CUDAExecutionProvider and TensorrtExecutionProvider take the blob's provider options through
- * onnxruntime's V2 option APIs; the other EPs through SessionOptionsAppendExecutionProvider.
+ * An EP with an appender (oc_runtime_set_ep_appender) goes on through it; CUDAExecutionProvider and
+ * TensorrtExecutionProvider take the blob's provider options through onnxruntime's V2 option APIs;
+ * the other EPs through SessionOptionsAppendExecutionProvider.
  * options may be NULL. */
 OC_API oc_status oc_session_create(oc_runtime *runtime, oc_blob *blob, const oc_session_options *options,
                                    struct OrtSession **out, oc_load_path *path_used, oc_error *err);
@@ -455,6 +456,37 @@ OC_API oc_status oc_session_create_reported(oc_runtime *runtime, oc_blob *blob, 
 /* The blob header's device_policy (one of the policy names above), or NULL when it has none.
  * Lives as long as the blob. */
 OC_API const char *oc_blob_device_policy(const oc_blob *blob);
+
+/* ---------------------------------------------------------------------------------------------
+ * The engine's own EPs: an EP this library has no call for (a console's EP, which the console's
+ * onnxruntime build appends through its own OrtSessionOptionsAppendExecutionProvider_* function; an
+ * EP the engine puts on session options its own way) goes through the engine's appender.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Put EP `ep` on `options`, with the blob's provider options for it: `count` pairs `keys[i]` =
+ * `values[i]` (UTF-8, borrowed during the call; count 0 when the blob has none). Return OC_OK once
+ * it is appended; any other status fails the session creation with that status (a value that is no
+ * oc_status: OC_ERR_SESSION_CREATE), and what the appender wrote into err->message (may be left
+ * empty) after the model's and the EP's names. Called
+ * on the thread that creates the session, once per session, in the EP list's order (the CPU EP
+ * last), with the same options every load path then starts from. */
+typedef oc_status (*oc_ep_append_fn)(void *user, struct OrtSessionOptions *options, const char *ep,
+                                     const char *const *keys, const char *const *values, size_t count,
+                                     oc_error *err);
+
+#define OC_MAX_EP_APPENDERS 16
+
+/* Register `append` as the appender of EP `ep` (UTF-8, copied) on this runtime, replacing an
+ * earlier one; `append` NULL removes it. From then on a blob's preferred EP of that name, or the
+ * caller's `providers` naming it, goes on the session options through the appender instead of the
+ * library's own call, and a blob's preference takes it as offered even where onnxruntime's
+ * GetAvailableProviders does not list it. OC_ERR_INVALID_ARGUMENT for a NULL or empty name, the CPU
+ * EP (always onnxruntime's own), a name of 128 bytes or more, or past OC_MAX_EP_APPENDERS EPs.
+ * `user` is BORROWED: it must stay valid until the appender is removed or the runtime released.
+ * Safe to call while other threads create sessions (each session uses the appender set when its
+ * EPs are appended). */
+OC_API oc_status oc_runtime_set_ep_appender(oc_runtime *runtime, const char *ep, oc_ep_append_fn append, void *user,
+                                            oc_error *err);
 
 #ifdef __cplusplus
 }

@@ -162,6 +162,13 @@ public:
         }
         return devices;
     }
+    // The engine's own EP (oc_runtime_set_ep_appender): `append` puts `ep` on the session options
+    // (a console's EP, through the call its onnxruntime build offers); nullptr removes it. `user` is
+    // borrowed until then, or until the runtime is released.
+    void set_ep_appender(const std::string &ep, oc_ep_append_fn append, void *user = nullptr) {
+        oc_error err{};
+        detail::check(oc_runtime_set_ep_appender(handle_.get(), ep.c_str(), append, user, &err), err);
+    }
     oc_runtime *get() const noexcept { return handle_.get(); }
 
 private:

@@ -323,6 +323,13 @@ oc_status oc_plan_for_blob(const oc_runtime *rt, const oc_blob *blob, const oc_d
             plugin = !built_in(devices[i].ep) && strcmp(devices[i].ep, providers[k]) == 0;
         if (!plugin) available[n_available++] = providers[k]; /* the plan never points into them */
     }
+    /* the engine's own EPs (oc_runtime_set_ep_appender): offered, whether onnxruntime lists them or
+     * not (their names stay put for the runtime's life) */
+    for (i = 0; i < rt->appender_count && n_available < sizeof available / sizeof available[0]; ++i) {
+        size_t j = 0;
+        while (j < n_available && strcmp(available[j], rt->appenders[i].ep) != 0) ++j;
+        if (rt->appenders[i].append != NULL && j == n_available) available[n_available++] = rt->appenders[i].ep;
+    }
     oc_unlock();
     if (status != OC_OK) {
         s = api->ReleaseAvailableProviders(providers, n_providers);

@@ -14,7 +14,19 @@ struct oc_runtime {
     char version[32];
     int parsed[3];
     void *plugin_state; /* plugin_eps.c's record of this OrtEnv's libraries (NULL without plugin API) */
+    /* oc_runtime_set_ep_appender's table, changed and read under oc_lock. An entry's name stays
+     * where it is for the runtime's life (a removed one keeps it with `append` NULL), so a session
+     * plan may point at it. */
+    struct {
+        char ep[128];
+        oc_ep_append_fn append;
+        void *user;
+    } appenders[OC_MAX_EP_APPENDERS];
+    size_t appender_count;
 };
+
+/* session.c: the appender registered for `ep` (and its user pointer), or NULL; under oc_lock. */
+oc_ep_append_fn oc_runtime_appender(const oc_runtime *rt, const char *ep, void **user);
 
 /* plugin_eps.c: a runtime with its OrtEnv created, and one about to release it. */
 void oc_plugin_runtime_started(oc_runtime *rt);

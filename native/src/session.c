@@ -162,6 +162,45 @@ void oc_runtime_release(oc_runtime *rt) {
     free(rt);
 }
 
+oc_ep_append_fn oc_runtime_appender(const oc_runtime *rt, const char *ep, void **user) {
+    size_t i;
+    for (i = 0; i < rt->appender_count; ++i)
+        if (strcmp(rt->appenders[i].ep, ep) == 0) {
+            if (user != NULL) *user = rt->appenders[i].user;
+            return rt->appenders[i].append;
+        }
+    return NULL;
+}
+
+oc_status oc_runtime_set_ep_appender(oc_runtime *rt, const char *ep, oc_ep_append_fn append, void *user,
+                                     oc_error *err) {
+    size_t i;
+    if (rt == NULL || ep == NULL || ep[0] == '\0')
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_set_ep_appender: NULL runtime or empty EP name");
+    if (strcmp(ep, OC_CPU_EP) == 0)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_set_ep_appender: the CPU EP is onnxruntime's own, "
+                       "always last: it takes no appender");
+    if (strlen(ep) >= sizeof rt->appenders[0].ep)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_set_ep_appender: an EP name of %zu bytes (under %zu "
+                       "taken)", strlen(ep), sizeof rt->appenders[0].ep);
+    oc_lock();
+    for (i = 0; i < rt->appender_count && strcmp(rt->appenders[i].ep, ep) != 0; ++i) continue;
+    if (i == rt->appender_count) {
+        if (append == NULL || i == OC_MAX_EP_APPENDERS) { /* nothing to remove, or no room */
+            oc_unlock();
+            return append == NULL ? OC_OK
+                                  : oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_set_ep_appender: %s would be "
+                                            "appender %d, past OC_MAX_EP_APPENDERS", ep, OC_MAX_EP_APPENDERS + 1);
+        }
+        memcpy(rt->appenders[i].ep, ep, strlen(ep) + 1);
+        ++rt->appender_count;
+    }
+    rt->appenders[i].append = append; /* NULL: removed (the name stays: a plan may point at it) */
+    rt->appenders[i].user = user;
+    oc_unlock();
+    return OC_OK;
+}
+
 const struct OrtApi *oc_runtime_api(const oc_runtime *rt) { return rt ? rt->api : NULL; }
 const char *oc_runtime_version(const oc_runtime *rt) { return rt ? rt->version : NULL; }
 
@@ -406,6 +445,21 @@ static int offered_eps(session_ctx *c, const char *ep, char *out, size_t size) {
     return found;
 }
 
+/* The engine's appender for `ep` (oc_runtime_set_ep_appender): its failure is the session's, with
+ * the model and the EP named before what the appender wrote. */
+static oc_status call_appender(session_ctx *c, oc_ep_append_fn append, void *user, OrtSessionOptions *options,
+                               const char *ep, const char *const *keys, const char *const *values, size_t n) {
+    oc_error own;
+    oc_status status;
+    memset(&own, 0, sizeof own);
+    status = append(user, options, ep, keys, values, n, &own);
+    if (status == OC_OK) return OC_OK;
+    own.message[sizeof own.message - 1] = '\0'; /* the engine's bytes: not trusted to end */
+    if (status < OC_ERR_INVALID_ARGUMENT || status > OC_ERR_SESSION_CREATE) status = OC_ERR_SESSION_CREATE;
+    return oc_fail(c->err, status, "model '%s': the engine's appender of %s failed%s%s", c->blob->info.name, ep,
+                   own.message[0] ? ": " : " (it gave no message)", own.message);
+}
+
 static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const char *ep) {
     const OrtApi *api = c->rt->api;
     const char *keys[64], *values[64];
@@ -413,7 +467,17 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     const char *name = short_name(ep);
     int v2 = strcmp(ep, CUDA_EP) == 0 || strcmp(ep, TENSORRT_EP) == 0;
     nnapi_append_fn nnapi = NULL;
+    oc_ep_append_fn appender;
+    void *user = NULL;
     if (strcmp(ep, OC_CPU_EP) == 0) return OC_OK; /* always there, last */
+    oc_lock();
+    appender = oc_runtime_appender(c->rt, ep, &user);
+    oc_unlock();
+    if (appender != NULL) {
+        if (n > 64) return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);
+        for (i = 0; i < n; ++i) oc_blob_provider_option(c->blob, ep, i, &keys[i], &values[i]);
+        return call_appender(c, appender, user, options, ep, keys, values, n);
+    }
     if (strcmp(ep, NNAPI_EP) == 0 && (nnapi = nnapi_append(c->rt)) != NULL)
         return check_ort(c, nnapi(options, 0), OC_ERR_SESSION_CREATE, "refused an execution provider for");
     if (name == NULL && !v2) {
@@ -423,8 +487,8 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
                            "model '%s': %s is no execution provider this onnxruntime (%s) offers; it offers %s: pass "
                            "those, or load an onnxruntime built with it", c->blob->info.name, ep, c->rt->version, offered);
         return oc_fail(c->err, OC_ERR_SESSION_CREATE,
-                       "model '%s': this loader cannot register %s through onnxruntime's C API yet; pass providers "
-                       "without it, or create the session from oc_blob_model/oc_blob_weights yourself",
+                       "model '%s': onnxruntime's C API has no call this loader knows for %s: register the call your "
+                       "onnxruntime build offers for it with oc_runtime_set_ep_appender, or pass providers without it",
                        c->blob->info.name, ep);
     }
     if (n > 64) return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);

@@ -97,6 +97,39 @@ static class CsharpProbe
                           System.Text.Encoding.UTF8.GetString(refused, 0, Array.IndexOf(refused, (byte)0)) + "]");
         Native.oc_session_release(runtime, session);
 
+        // The engine's own call for the blob's preferred EP (a console's), through a delegate: first one
+        // that counts its calls and appends, then one that fails.
+        string preferred = Native.Text(Native.oc_blob_ep_name(blob, UIntPtr.Zero));
+        int appended = 0;
+        EpAppendFn append = (user, options, ep, keys, values, n, error) =>
+        {
+            appended++;
+            Console.WriteLine("appender called: " + Native.Text(ep) + " with " + (ulong)n + " provider options" +
+                              ((ulong)n > 0 ? " (" + Native.TextAt(keys, 0) + "=" + Native.TextAt(values, 0) + ")" : ""));
+            return Status.Ok;
+        };
+        EpAppendFn refuse = (user, options, ep, keys, values, n, error) =>
+        {
+            Native.SetErrorMessage(error, "no devkit attached");
+            return Status.SessionCreate;
+        };
+        Expect("set appender", Native.oc_runtime_set_ep_appender(runtime, preferred, append, IntPtr.Zero, ref err), Status.Ok, err);
+        byte[] appenderEps = new byte[1024];
+        s = Native.oc_session_create_on_devices(runtime, blob, IntPtr.Zero, IntPtr.Zero, out session, out loadPath,
+                                                appenderEps, (UIntPtr)appenderEps.Length, ref err);
+        Expect("session through the appender", s, Status.Ok, err);
+        Console.WriteLine("appender eps: " + System.Text.Encoding.UTF8.GetString(appenderEps, 0, Array.IndexOf(appenderEps, (byte)0)) +
+                          "; called " + appended);
+        Native.oc_session_release(runtime, session);
+        Expect("set a failing appender", Native.oc_runtime_set_ep_appender(runtime, preferred, refuse, IntPtr.Zero, ref err), Status.Ok, err);
+        Expect("a failing appender", Native.oc_session_create(runtime, blob, IntPtr.Zero, out session, out loadPath, ref err),
+               Status.SessionCreate, err);
+        Expect("remove the appender", Native.oc_runtime_set_ep_appender(runtime, preferred, null, IntPtr.Zero, ref err), Status.Ok, err);
+        Expect("the CPU EP's appender", Native.oc_runtime_set_ep_appender(runtime, "CPUExecutionProvider", append, IntPtr.Zero, ref err),
+               Status.InvalidArgument, err);
+        GC.KeepAlive(append);
+        GC.KeepAlive(refuse);
+
         // Plugin EPs: the devices onnxruntime offers, a session by device policy, and the refusals.
         Console.WriteLine("plugin eps: " + Native.oc_runtime_has_plugin_eps(runtime));
         ulong deviceCount = (ulong)Native.oc_runtime_ep_device_count(runtime);

@@ -45,6 +45,24 @@ int main(int argc, char **argv) {
             std::printf("session %s\n", oc_load_path_name(session.load_path()));
             std::printf("eps: %s\n", session.explanation().c_str());
         }
+        {
+            // The blob's preferred DirectML, which this onnxruntime lacks, put on through the engine's
+            // own call (here: nothing but a count, as a stand-in for a console's append function).
+            int appended = 0;
+            runtime.set_ep_appender(
+                "DmlExecutionProvider",
+                [](void *user, OrtSessionOptions *, const char *, const char *const *, const char *const *,
+                   size_t, oc_error *) -> oc_status {
+                    ++*static_cast<int *>(user);
+                    return OC_OK;
+                },
+                &appended);
+            {
+                oc::Session session(runtime, blob);
+                std::printf("appender eps: %s; called %d\n", session.explanation().c_str(), appended);
+            }
+            runtime.set_ep_appender("DmlExecutionProvider", nullptr);
+        }
         if (runtime.has_plugin_eps()) { // every target onnxruntime (1.24.4+): the CPU EP offers a device
             for (const oc_ep_device &device : runtime.ep_devices())
                 std::printf("ep device %s type %d vendor 0x%04x\n", device.ep_name, static_cast<int>(device.type),
