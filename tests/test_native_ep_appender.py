@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import onnx
 import pytest
 from runtime_helpers import make_blob, to_ort_format
 
@@ -29,7 +28,9 @@ def _blob(model_format: str, folder: Path) -> bytes:
         value.type.tensor_type.shape.dim[0].dim_param = "batch"
     source = model.SerializeToString()
     graph = to_ort_format(source, folder) if model_format == "ort" else source
-    return make_blob(graph, model_format, name="net", execution_providers=[EP, CPU], provider_options={EP: OPTIONS})
+    return make_blob(
+        graph, model_format, name="net", execution_providers=[EP, CPU], provider_options={EP: OPTIONS}
+    )
 
 
 @pytest.mark.parametrize("model_format", ["onnx", "ort"])
@@ -40,7 +41,8 @@ def test_an_engines_appender_puts_its_ep_on_the_sessions_options(
     blob = _blob(model_format, tmp_path)
     path = tmp_path / f"net.{model_format}.ocb"
     path.write_bytes(blob)
-    lines = [json.loads(line) for line in run_native([native / "test_ep_appender", ort_library(version), path, EP]).stdout.splitlines()]
+    done = run_native([native / "test_ep_appender", ort_library(version), path, EP])
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
     steps = {line["step"]: line for line in lines if "step" in line}
     checks = {line["check"]: line for line in lines if "check" in line}
 
@@ -66,7 +68,8 @@ def test_an_engines_appender_puts_its_ep_on_the_sessions_options(
     failed = steps["failing appender"]
     assert failed["status"] == "OC_ERR_SESSION_CREATE" and failed["calls"] == 2, failed
     assert failed["message"].startswith(f"{path}: "), failed
-    assert f"model 'net': the engine's appender of {EP} failed: no {EP} device in this devkit" in failed["message"]
+    words = f"model 'net': the engine's appender of {EP} failed: no {EP} device in this devkit"
+    assert words in failed["message"], failed
 
     # The caller's providers naming it go through it too (low_memory besides).
     given = steps["providers"]
@@ -74,8 +77,9 @@ def test_an_engines_appender_puts_its_ep_on_the_sessions_options(
 
     # Removed: the blob's preference passes over it again; named by the caller, it is refused with
     # what this onnxruntime offers.
-    assert steps["removed, blob's preference"]["status"] == "OC_OK"
-    assert steps["removed, blob's preference"]["calls"] == 3 and steps["removed, blob's preference"]["first_dim"] == -1
+    passed_over = steps["removed, blob's preference"]
+    assert passed_over["status"] == "OC_OK" and passed_over["calls"] == 3, passed_over
+    assert passed_over["first_dim"] == -1, passed_over
     refused = steps["removed, providers"]
     assert refused["status"] == "OC_ERR_SESSION_CREATE" and refused["calls"] == 3, refused
     assert f"{EP} is no execution provider this onnxruntime ({version}) offers" in refused["message"], refused
@@ -98,4 +102,4 @@ def test_the_model_is_the_one_the_appender_was_asked_for(tmp_path: Path) -> None
     assert dict(header.provider_options[EP]) == OPTIONS
     session = session_from_blob(blob)
     assert session.get_inputs()[0].shape[0] == "batch"
-    assert onnx.load_from_string(tiny_model().SerializeToString()).graph.input[0].name == session.get_inputs()[0].name
+    assert tiny_model().graph.input[0].name == session.get_inputs()[0].name
