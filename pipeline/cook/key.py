@@ -25,8 +25,10 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # verification inputs: free dims a per-feature constant broadcasts against sized by it (axiswalk),
 # and free dims but a leading batch at 16 first (dims.SEQUENCE_DIM_SIZE); ids only a Gather reads,
 # across its table (inputs.gathered_rows); 10: manifest signatures write sequence, map and optional
-# types as onnxruntime names them (seq(map(int64,tensor(float))), not "Unknown type sequence_type")
-RECIPE = 10
+# types as onnxruntime names them (seq(map(int64,tensor(float))), not "Unknown type sequence_type");
+# 11: an ONNX graph for an older onnxruntime drops the attributes the cook's onnxruntime wrote at
+# their defaults on its own operators (defaults.py: MatMulNBits' weight_prepacked)
+RECIPE = 11
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 

@@ -13,11 +13,13 @@ from pathlib import Path
 import onnx
 import onnxruntime
 
+from pipeline.cook.defaults import drop_default_attributes
 from pipeline.cook.facts import default_opset, fbs_graphs, onnx_graphs
 from pipeline.cook.large import session_input, tensor_bytes
 from pipeline.cook.ortschema import fbs
 from pipeline.cook.valueshapes import add_named_shapes, named_shapes, wants_value_shapes, with_value_shapes
 from pipeline.errors import ModelError
+from pipeline.runtime.compat import parse_version
 from pipeline.runtime.constants import Arch, ModelFormat, OptimizationStyle
 from pipeline.settings.resolve import CookSettings, onnx_instead
 
@@ -77,6 +79,8 @@ def optimize_large(
         _run(model, settings, options, work_dir)
         optimized = onnx.load_model(str(output), load_external_data=True)
     _drop_unused_opsets(optimized)
+    if parse_version(settings.runtime_version) < parse_version(onnxruntime.__version__):
+        drop_default_attributes(optimized)
     if wants_value_shapes(settings.runtime_version, settings.name_dimensions):  # inference skips weights
         add_named_shapes(optimized, named_shapes(optimized))
     return optimized
@@ -249,17 +253,22 @@ def optimize(
     if settings.format == ModelFormat.ORT:
         _refuse_unstorable(data, settings)
         return data
-    return tidy_onnx(data, value_shapes=value_shapes)
+    older = parse_version(settings.runtime_version) < parse_version(onnxruntime.__version__)
+    return tidy_onnx(data, value_shapes=value_shapes, older_runtime=older)
 
 
-def tidy_onnx(data: bytes, *, value_shapes: bool = False) -> bytes:
+def tidy_onnx(data: bytes, *, value_shapes: bool = False, older_runtime: bool = False) -> bytes:
     """Drop the opset imports onnxruntime adds for every domain it knows but the model does not use,
-    and with ``value_shapes`` name the dimensions the graph leaves unknown (valueshapes.py).
+    with ``older_runtime`` (a target older than this onnxruntime) the attributes its optimizers wrote
+    at their defaults on its own operators (defaults.py), and with ``value_shapes`` name the
+    dimensions the graph leaves unknown (valueshapes.py).
 
     Unused imports such as ``ai.onnx.preview`` would otherwise make older runtimes refuse the model.
     """
     model = onnx.load_model_from_string(data)
     _drop_unused_opsets(model)
+    if older_runtime:
+        drop_default_attributes(model)
     if value_shapes:  # the model is this function's own: in place
         add_named_shapes(model, named_shapes(model))
     return model.SerializeToString()
