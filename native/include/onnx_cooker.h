@@ -482,9 +482,9 @@ typedef oc_status (*oc_ep_append_fn)(void *user, struct OrtSessionOptions *optio
  * library's own call, and a blob's preference takes it as offered even where onnxruntime's
  * GetAvailableProviders does not list it. OC_ERR_INVALID_ARGUMENT for a NULL or empty name, the CPU
  * EP (always onnxruntime's own), a name of 128 bytes or more, or past OC_MAX_EP_APPENDERS EPs.
- * `user` is BORROWED: it must stay valid until the appender is removed or the runtime released.
- * Safe to call while other threads create sessions (each session uses the appender set when its
- * EPs are appended). */
+ * `user` is BORROWED: it must stay valid until the appender is removed or the runtime released,
+ * and until every session creation that may be calling it has returned. Safe to call while other
+ * threads create sessions (each session uses the appender set when its EPs are appended). */
 OC_API oc_status oc_runtime_set_ep_appender(oc_runtime *runtime, const char *ep, oc_ep_append_fn append, void *user,
                                             oc_error *err);
 
