@@ -143,6 +143,8 @@ def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bund
         [native / "test_cxx_header", bundles / "windows-dml", "big_weights", ort_library("1.32.0")]
     )
     assert "session onnx-file-buffers" in done.stdout
+    entry = json.loads((bundles / "windows-dml" / "manifest.json").read_text())["models"]["big_weights"]
+    assert f"model file {entry['file']}, {entry['blob_size']} bytes; unknown: ''" in done.stdout
     # windows-dml prefers DirectML, absent from the Linux wheel: the classic list, and why
     assert "eps: CPUExecutionProvider; skipped DmlExecutionProvider (not offered" in done.stdout
     # the engine's own call for it (oc::Runtime::set_ep_appender): DirectML then goes first
@@ -1276,6 +1278,17 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     assert "device policy: none" in facts
     # the engine's own call for the blob's preferred EP (which this onnxruntime lacks), from a delegate
     entry = json.loads((bundles / platform / "manifest.json").read_text())["models"][model]
+    # the blob file by the manifest (oc_bundle_model_file), not by a glob over the folder
+    assert (
+        f"model file: {entry['file'].rsplit('/', 1)[-1]} {entry['blob_size']} bytes, read {entry['blob_size']}"
+        in facts
+    )
+    assert "unknown model file: True 0" in facts
+    # bytes that are not the manifest's blob: named as such, with the file the manifest names
+    assert (
+        f"bytes given for model '{model}' are not its blob in this bundle: manifest.json names {entry['file']}"
+        in facts
+    )
     preferred = read_header((bundles / platform / entry["file"]).read_bytes())[0]
     first = preferred.execution_providers[0]
     line = facts.split("appender eps: ", 1)[1].splitlines()[0]  # android's XNNPACK: skipped, not offered

@@ -167,6 +167,8 @@ namespace OnnxCooker
         [DllImport(Lib)] public static extern IntPtr oc_bundle_platform(IntPtr bundle);
         [DllImport(Lib)] public static extern UIntPtr oc_bundle_model_count(IntPtr bundle);
         [DllImport(Lib)] public static extern IntPtr oc_bundle_model_name(IntPtr bundle, UIntPtr index);
+        // The blob file the manifest names for a model (relative to the bundle folder; IntPtr.Zero: no such model) and its size
+        [DllImport(Lib)] public static extern IntPtr oc_bundle_model_file(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, out ulong size);
         [DllImport(Lib)] public static extern Status oc_bundle_signature(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs, UIntPtr index, out TensorInfo info, ref Error err);
         [DllImport(Lib)] public static extern UIntPtr oc_bundle_signature_count(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs);
         [DllImport(Lib)] public static extern Status oc_bundle_open_blob(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, out IntPtr blob, ref Error err);

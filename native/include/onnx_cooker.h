@@ -252,6 +252,13 @@ OC_API size_t oc_bundle_model_count(const oc_bundle *bundle);
 /* Models in name order; NULL past the end. */
 OC_API const char *oc_bundle_model_name(const oc_bundle *bundle, size_t index);
 
+/* The blob file manifest.json names for model `name` (a relative POSIX path inside the bundle folder:
+ * what a game packs and reads for oc_bundle_open_blob_memory or a reader), and its size in bytes
+ * into `size` (may be NULL); NULL (size 0) for a model the bundle lacks. Lives as long as the
+ * bundle. After a re-cook the folder also holds the previous blobs for a while: the manifest's
+ * file is the one that matches. */
+OC_API const char *oc_bundle_model_file(const oc_bundle *bundle, const char *name, uint64_t *size);
+
 /* A model's I/O signature, from the manifest: input or output `index` of model `name`.
  * type: as onnx prints it ("tensor(float)"); shape: a JSON array of ints, symbolic names and nulls
  * ("[\"batch\",3,224,224]"), or "null" for a non-tensor. Strings live as long as the bundle. */

@@ -128,6 +128,20 @@ public:
         detail::check(oc_bundle_open_blob(handle_.get(), name.c_str(), &raw, &err), err);
         return Blob(raw);
     }
+    // The blob file the manifest names for `name` (relative to the bundle folder), "" for a model
+    // the bundle lacks; `size` receives its size in bytes.
+    std::string model_file(const std::string &name, uint64_t *size = nullptr) const {
+        const char *file = oc_bundle_model_file(handle_.get(), name.c_str(), size);
+        return file != nullptr ? file : "";
+    }
+    // Blob bytes the caller holds (a pak's), checked against the model's manifest entry: BORROWED
+    // (they must outlive the Blob and its sessions).
+    Blob blob(const std::string &name, const void *data, size_t size) {
+        oc_error err{};
+        oc_blob *raw = nullptr;
+        detail::check(oc_bundle_open_blob_memory(handle_.get(), name.c_str(), data, size, &raw, &err), err);
+        return Blob(raw);
+    }
     oc_bundle *get() const noexcept { return handle_.get(); }
 
 private:

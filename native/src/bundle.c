@@ -571,6 +571,12 @@ static const model_entry *find_model(const oc_bundle *b, const char *name) {
     return bsearch(&key, b->models, b->model_count, sizeof key, compare_models);
 }
 
+const char *oc_bundle_model_file(const oc_bundle *b, const char *name, uint64_t *size) {
+    const model_entry *m = find_model(b, name);
+    if (size != NULL) *size = m != NULL ? m->blob_size : 0;
+    return m != NULL ? m->file : NULL;
+}
+
 static int same_ignoring_case(const char *a, const char *b) {
     for (; *a && *b; ++a, ++b) {
         char x = *a >= 'A' && *a <= 'Z' ? (char)(*a + 32) : *a, y = *b >= 'A' && *b <= 'Z' ? (char)(*b + 32) : *b;
@@ -742,12 +748,21 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
 oc_status oc_bundle_open_blob_memory(oc_bundle *b, const char *name, const void *data, size_t size, oc_blob **out,
                                      oc_error *err) {
     const model_entry *m;
+    oc_status status;
     if (b == NULL || name == NULL || out == NULL || (data == NULL && size))
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_blob_memory: NULL argument");
     *out = NULL;
     m = find_model(b, name);
     if (m == NULL) return unknown_model(b, name, err);
-    return open_checked(b, m, m->file, data, size, NULL, 0, NULL, 0, out, err);
+    status = open_checked(b, m, m->file, data, size, NULL, 0, NULL, 0, out, err);
+    if (status == OC_ERR_CHECKSUM && err != NULL && strstr(err->message, "does not match the sha256/size") != NULL)
+        /* bytes the caller chose: most often another cook's blob of the model, not damage */
+        status = oc_fail(err, OC_ERR_CHECKSUM,
+                         "the %zu bytes given for model '%s' are not its blob in this bundle: manifest.json names %s (%llu "
+                         "bytes, sha256 %.16s...); pass that file's bytes (oc_bundle_model_file names it; a blob of an "
+                         "earlier cook does not match a newer manifest), or re-run `onnx-cooker cook` if the file itself "
+                         "was damaged", size, name, m->file, (unsigned long long)m->blob_size, m->blob_sha256);
+    return status;
 }
 
 oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_error *err) {

@@ -50,10 +50,11 @@ static class CsharpProbe
         }
 
         // The blob from a byte[] (as a ScriptableObject would hold it), pinned while it is used.
-        string file = null;
-        foreach (string path in Directory.GetFiles(dir, "*.ocb", SearchOption.AllDirectories))
-            if (Path.GetFileName(path).StartsWith(model + ".")) file = path;
+        ulong listedSize;
+        string file = Path.Combine(dir, Native.Text(Native.oc_bundle_model_file(bundle, model, out listedSize)));
         byte[] blobBytes = File.ReadAllBytes(file);
+        Console.WriteLine("model file: " + Path.GetFileName(file) + " " + listedSize + " bytes, read " + blobBytes.Length);
+        Console.WriteLine("unknown model file: " + (Native.oc_bundle_model_file(bundle, "no-such-model", out listedSize) == IntPtr.Zero) + " " + listedSize);
         GCHandle blobPin = GCHandle.Alloc(blobBytes, GCHandleType.Pinned);
         IntPtr blob;
         s = Native.oc_bundle_open_blob_memory(bundle, model, blobPin.AddrOfPinnedObject(), (UIntPtr)blobBytes.Length,

@@ -40,6 +40,10 @@ int main(int argc, char **argv) {
         oc::Blob blob = bundle.blob(argv[2]);
         std::printf("platform %s, model %s, %zu EPs\n", bundle.platform().c_str(), blob.info().name,
                     blob.execution_providers().size());
+        uint64_t listed = 0;
+        const std::string file = bundle.model_file(argv[2], &listed); // before `listed` is read
+        std::printf("model file %s, %llu bytes; unknown: '%s'\n", file.c_str(), static_cast<unsigned long long>(listed),
+                    bundle.model_file("no-such-model").c_str());
         {
             oc::Session session(runtime, blob);
             std::printf("session %s\n", oc_load_path_name(session.load_path()));
