@@ -1279,16 +1279,12 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     # the engine's own call for the blob's preferred EP (which this onnxruntime lacks), from a delegate
     entry = json.loads((bundles / platform / "manifest.json").read_text())["models"][model]
     # the blob file by the manifest (oc_bundle_model_file), not by a glob over the folder
-    assert (
-        f"model file: {entry['file'].rsplit('/', 1)[-1]} {entry['blob_size']} bytes, read {entry['blob_size']}"
-        in facts
-    )
+    size, file = entry["blob_size"], entry["file"].rsplit("/", 1)[-1]
+    assert f"model file: {file} {size} bytes, read {size}" in facts
     assert "unknown model file: True 0" in facts
     # bytes that are not the manifest's blob: named as such, with the file the manifest names
-    assert (
-        f"bytes given for model '{model}' are not its blob in this bundle: manifest.json names {entry['file']}"
-        in facts
-    )
+    named = f"manifest.json names {entry['file']}"
+    assert f"bytes given for model '{model}' are not its blob in this bundle: {named}" in facts
     preferred = read_header((bundles / platform / entry["file"]).read_bytes())[0]
     first = preferred.execution_providers[0]
     line = facts.split("appender eps: ", 1)[1].splitlines()[0]  # android's XNNPACK: skipped, not offered
