@@ -265,8 +265,12 @@ def test_model_failing_the_checker_is_refused(tmp_path: Path) -> None:
     model.graph.node[0].input[0] = "nowhere"
     assets = tmp_path / "assets"
     save(model, assets, "bad")
-    with pytest.raises(ModelError, match=r"bad\.onnx.*fails the ONNX checker"):
+    with pytest.raises(ModelError, match=r"bad\.onnx.*fails the ONNX checker") as failure:
         cook(job_for(assets, "bad", shipped_settings("android"), tmp_path / "build"))
+    # the checker's whole message on one line: the node, and what is wrong with its input
+    message = str(failure.value)
+    assert "input 'nowhere' of node" in message and "OpType: Relu" in message, message
+    assert "is not output of any previous nodes" in message and "\n" not in message, message
 
 
 def test_sample_inputs_with_wrong_keys_are_refused(tmp_path: Path) -> None:

@@ -1297,6 +1297,7 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
         and f"model '{model}': the engine's appender of {first} failed: no devkit attached)" in facts
     ), facts
     assert "status the CPU EP's appender: OC_ERR_INVALID_ARGUMENT" in facts
+    assert "status an empty library path: OC_ERR_INVALID_ARGUMENT (oc_runtime_load: an empty library path;" in facts
 
 
 def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:

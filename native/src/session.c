@@ -76,6 +76,10 @@ oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *
     void *library;
     if (out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_load: out is NULL");
     *out = NULL;
+    if (path[0] == '\0')
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_load: an empty library path; pass the path of "
+                       "onnxruntime's library (the onnxruntime wheel has it in onnxruntime/capi/), or NULL for the "
+                       "platform's default name, %s", DEFAULT_LIBRARY);
 #ifdef _WIN32
     {
         /* A UTF-8 path; one with a folder is loaded with that folder first in the search for the

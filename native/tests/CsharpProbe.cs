@@ -182,6 +182,7 @@ static class CsharpProbe
                                                               IntPtr.Zero, IntPtr.Zero, out other, ref err), Status.Manifest, err);
         pin.Free();
         Expect("no onnxruntime", Native.oc_runtime_load("/nonexistent/libonnxruntime.so", out other, ref err), Status.RuntimeLoad, err);
+        Expect("an empty library path", Native.oc_runtime_load("", out other, ref err), Status.InvalidArgument, err);
         Expect("null argument", Native.oc_blob_open_memory(IntPtr.Zero, (UIntPtr)5, IntPtr.Zero, out other, ref err), Status.InvalidArgument, err);
         Native.oc_runtime_release(runtime);
         Native.oc_bundle_close(bundle);

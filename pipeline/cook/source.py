@@ -180,16 +180,24 @@ def _check(model: onnx.ModelProto, asset: AssetModel) -> None:
         # Over 2 GB a model cannot be serialized for the checker: it checks the file and its data.
         onnx.checker.check_model(str(asset.path) if is_large(model) else model)
     except onnx.checker.ValidationError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "hard links" in first_line:  # onnx's guard against hardlink attacks, on large models' data
+        said = _checker_words(exc)
+        if "hard links" in said:  # onnx's guard against hardlink attacks, on large models' data
             raise ModelError(
-                f"the ONNX checker refuses the model's external data: {first_line}; make the data file a "
+                f"the ONNX checker refuses the model's external data: {said}; make the data file a "
                 "copy of its own (one link: `cp` it, rather than a hard link from a cache or a checkout)"
             ) from None
         raise ModelError(
-            f"the model fails the ONNX checker: {first_line}; fix the model at its source (exporter) "
-            "before cooking"
+            f"the model fails the ONNX checker: {said}; fix the model at its source (exporter) before cooking"
         ) from None
+
+
+def _checker_words(exc: Exception, limit: int = 600) -> str:
+    """The checker's whole message on one line: its first line alone can stop mid-sentence ("input
+    'x' of node: " then the node's name and type on the next lines, "is not output of any previous
+    nodes" after them)."""
+    words = " ".join(str(exc).split()) or type(exc).__name__
+    return words if len(words) <= limit else words[: limit - 3] + "..."
+
 
 
 def _check_loadable(model: onnx.ModelProto) -> None:
