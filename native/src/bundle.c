@@ -589,7 +589,8 @@ static oc_status unknown_model(const oc_bundle *b, const char *name, oc_error *e
     size_t i, best = (size_t)-1, best_score = 0, used = 0;
     char names[600];
     /* "did you mean": the listed name that differs only in case, or whose last part is the name
-     * (`detector` for `vision/detector`), else the one sharing the longest prefix */
+     * (`detector` for `vision/detector`), else the one sharing the longest prefix, where that is
+     * at least 3 bytes and half the name (one shared letter suggested an unrelated model) */
     for (i = 0; i < b->model_count; ++i) {
         const char *listed = b->models[i].name, *slash = strrchr(listed, '/');
         size_t k = 0;
@@ -598,7 +599,7 @@ static oc_status unknown_model(const oc_bundle *b, const char *name, oc_error *e
             break;
         }
         while (name[k] && name[k] == listed[k]) ++k;
-        if (k > best_score) {
+        if (k > best_score && k >= 3 && 2 * k >= strlen(name)) {
             best_score = k;
             best = i;
         }
