@@ -41,17 +41,22 @@ CHILD = textwrap.dedent(
         else:
             raise SystemExit("the import blocker does not work")
 
-    import pipeline.runtime
+    if mode == "vendored":  # the folder copied into a game's own package: no `pipeline` at all
+        sys.meta_path.insert(0, Blocker())
+        COOKING_ONLY = (*COOKING_ONLY, "pipeline")
+        import game.onnx_loader as loader
+    else:
+        import pipeline.runtime as loader
 
     def leaked():
         return sorted(name for name in sys.modules if name.partition(".")[0] in COOKING_ONLY)
 
-    assert not leaked(), f"import pipeline.runtime imported {{leaked()}}"
+    assert not leaked(), f"importing the loader imported {{leaked()}}"
 
     import numpy as np
 
     with open(blob_path, "rb") as stream:
-        session = pipeline.runtime.session_from_blob(stream.read(), providers=["CPUExecutionProvider"])
+        session = loader.session_from_blob(stream.read(), providers=["CPUExecutionProvider"])
     data = np.load(npz_path)
     np.testing.assert_allclose(session.run(None, {{"x": data["x"]}})[0], data["y"], rtol=1e-6, atol=1e-6)
     assert not leaked(), f"loading a blob imported {{leaked()}}"
@@ -86,6 +91,32 @@ def test_loader_runs_without_the_cooking_packages(
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
     result = subprocess.run(
         [sys.executable, "-c", CHILD, str(blob), str(npz), mode],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "OK"
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "ort"])
+def test_the_loader_folder_copied_into_a_games_package_runs_alone(
+    fmt: str, cooked: dict[str, tuple[Path, Path]], tmp_path: Path
+) -> None:
+    """docs/loader.md, "Shipping the loader": `pipeline/runtime/` copied as `game/onnx_loader/` (its
+    imports are relative) runs with neither the cooker nor any package named `pipeline` importable."""
+    import shutil
+
+    blob, npz = cooked[fmt]
+    shutil.copytree(REPO / "pipeline" / "runtime", tmp_path / "game" / "onnx_loader",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    (tmp_path / "game" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(blob), str(npz), "vendored"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
