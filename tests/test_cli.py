@@ -93,7 +93,11 @@ def test_init_writes_a_project_and_overwrites_nothing(
     assert (tmp_path / "content" / "models").is_dir()
     shipped = sorted(p.name for p in (REPO / "platforms").glob("*.yaml"))
     assert sorted(p.name for p in (tmp_path / "platforms").glob("*.yaml")) == shipped
-    assert "yaml-language-server" not in (tmp_path / "platforms" / "android.yaml").read_text()
+    # editors find the schema beside the platform files (not the cooker checkout's docs/)
+    first = (tmp_path / "platforms" / "android.yaml").read_text().splitlines()[0]
+    assert first == "# yaml-language-server: $schema=settings.schema.json"
+    schema = (tmp_path / "platforms" / "settings.schema.json").read_text()
+    assert schema == (REPO / "docs" / "settings.schema.json").read_text()
     before = (tmp_path / "cook.toml").read_text()
     assert main(["init", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pipeline
 from pipeline.cli.project import PROJECT_FILE, ProjectError
+from pipeline.settings.docs import schema_text
 
 SCHEMA_LINE = "# yaml-language-server:"
+SCHEMA_FILE = "settings.schema.json"
 
 COOK_TOML = """\
 # onnx-cooker project file: `onnx-cooker cook` from this folder or any folder below it.
@@ -57,14 +59,18 @@ def init(folder: Path, *, assets: str = "assets") -> str:
         if target.exists():
             done.append(f"kept {target} (already there)")
             continue
-        # The schema comment points into the cooker's checkout: not there in a studio's tree.
+        # The shipped comment points into the cooker's checkout: here it names the schema beside it.
         lines = [
             line
             for line in source.read_text(encoding="utf-8").splitlines()
             if not line.startswith(SCHEMA_LINE)
         ]
-        target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        target.write_text("\n".join([f"{SCHEMA_LINE} $schema={SCHEMA_FILE}", *lines]) + "\n", encoding="utf-8")
         done.append(f"wrote {target}")
+    schema = platforms / SCHEMA_FILE  # what editors complete and check platform files with
+    if not schema.exists():
+        schema.write_text(schema_text(), encoding="utf-8")
+        done.append(f"wrote {schema} (editors read it through each platform file's first line)")
     (folder / assets).mkdir(parents=True, exist_ok=True)
     project.write_text(COOK_TOML.format(assets=assets), encoding="utf-8")
     done.append(f"wrote {project}")
