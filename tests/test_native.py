@@ -145,6 +145,14 @@ def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bund
     assert "session onnx-file-buffers" in done.stdout
     entry = json.loads((bundles / "windows-dml" / "manifest.json").read_text())["models"]["big_weights"]
     assert f"model file {entry['file']}, {entry['blob_size']} bytes; unknown: ''" in done.stdout
+    # from the manifest's bytes and the blob's (a pak's): the unpack level, in place, and the signature
+    header = read_header((bundles / "windows-dml" / entry["file"]).read_bytes())[0]
+    assert header.weights is not None
+    unpacked = f"unpacked: model {header.graph_size} bytes, weights {header.weights.size} bytes in place"
+    assert unpacked in done.stdout, done.stdout
+    for value in entry["inputs"]:
+        assert f"input {value['name']} {value['type']} " in done.stdout
+    assert "provider option DmlExecutionProvider device_id=0" in done.stdout
     # windows-dml prefers DirectML, absent from the Linux wheel: the classic list, and why
     assert "eps: CPUExecutionProvider; skipped DmlExecutionProvider (not offered" in done.stdout
     # the engine's own call for it (oc::Runtime::set_ep_appender): DirectML then goes first
@@ -1298,7 +1306,10 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
         and f"model '{model}': the engine's appender of {first} failed: no devkit attached)" in facts
     ), facts
     assert "status the CPU EP's appender: OC_ERR_INVALID_ARGUMENT" in facts
-    assert "status an empty library path: OC_ERR_INVALID_ARGUMENT (oc_runtime_load: an empty library path;" in facts
+    assert (
+        "status an empty library path: OC_ERR_INVALID_ARGUMENT (oc_runtime_load: an empty library path;"
+        in facts
+    )
 
 
 def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:

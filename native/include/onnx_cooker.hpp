@@ -86,14 +86,46 @@ public:
         for (size_t i = 0; i < oc_blob_ep_count(handle_.get()); ++i) names.emplace_back(oc_blob_ep_name(handle_.get(), i));
         return names;
     }
+    // The recipe's session options and provider options of one EP, as (key, value) pairs.
     std::vector<std::pair<std::string, std::string>> session_options(const std::string &ep) const {
         std::vector<std::pair<std::string, std::string>> options;
         for (size_t i = 0; i < oc_blob_session_option_count(handle_.get(), ep.c_str()); ++i) {
             const char *key = nullptr, *value = nullptr;
-            oc_blob_session_option(handle_.get(), ep.c_str(), i, &key, &value);
+            oc_error err{};
+            err.status = oc_blob_session_option(handle_.get(), ep.c_str(), i, &key, &value);
+            detail::check(err.status, err);
             options.emplace_back(key, value);
         }
         return options;
+    }
+    std::vector<std::pair<std::string, std::string>> provider_options(const std::string &ep) const {
+        std::vector<std::pair<std::string, std::string>> options;
+        for (size_t i = 0; i < oc_blob_provider_option_count(handle_.get(), ep.c_str()); ++i) {
+            const char *key = nullptr, *value = nullptr;
+            oc_error err{};
+            err.status = oc_blob_provider_option(handle_.get(), ep.c_str(), i, &key, &value);
+            detail::check(err.status, err);
+            options.emplace_back(key, value);
+        }
+        return options;
+    }
+    // The unpack level: the model file's bytes and the weights section's (empty when none), valid
+    // as long as the Blob (views into the caller's memory where stored raw).
+    struct Bytes {
+        const void *data = nullptr;
+        size_t size = 0;
+    };
+    Bytes model() {
+        oc_error err{};
+        Bytes bytes;
+        detail::check(oc_blob_model(handle_.get(), &bytes.data, &bytes.size, &err), err);
+        return bytes;
+    }
+    Bytes weights() {
+        oc_error err{};
+        Bytes bytes;
+        detail::check(oc_blob_weights(handle_.get(), &bytes.data, &bytes.size, &err), err);
+        return bytes;
     }
     // The header's device_policy ("prefer_gpu", ...), or "" when it has none.
     std::string device_policy() const {
@@ -114,6 +146,21 @@ public:
         detail::check(oc_bundle_open_dir(dir.c_str(), options, &raw, &err), err);
         return Bundle(raw);
     }
+    // A pak's files through the reader's callbacks (copied; its `user` must outlive the Bundle).
+    static Bundle open(const oc_reader &reader, const oc_bundle_options *options = nullptr) {
+        oc_error err{};
+        oc_bundle *raw = nullptr;
+        detail::check(oc_bundle_open_reader(&reader, options, &raw, &err), err);
+        return Bundle(raw);
+    }
+    // manifest.json's bytes (copied); the blobs then come from blob(name, data, size), or `reader`.
+    static Bundle from_manifest(const void *manifest, size_t size, const oc_reader *reader = nullptr,
+                                const oc_bundle_options *options = nullptr) {
+        oc_error err{};
+        oc_bundle *raw = nullptr;
+        detail::check(oc_bundle_open_manifest(manifest, size, reader, options, &raw, &err), err);
+        return Bundle(raw);
+    }
     explicit Bundle(oc_bundle *raw) noexcept : handle_(raw) {}
 
     std::string platform() const { return oc_bundle_platform(handle_.get()); }
@@ -121,6 +168,15 @@ public:
         std::vector<std::string> names;
         for (size_t i = 0; i < oc_bundle_model_count(handle_.get()); ++i) names.emplace_back(oc_bundle_model_name(handle_.get(), i));
         return names;
+    }
+    // A model's inputs (outputs: true, its outputs) from the manifest; strings live as long as the Bundle.
+    std::vector<oc_tensor_info> signature(const std::string &name, bool outputs = false) const {
+        std::vector<oc_tensor_info> found(oc_bundle_signature_count(handle_.get(), name.c_str(), outputs ? 1 : 0));
+        for (size_t i = 0; i < found.size(); ++i) {
+            oc_error err{};
+            detail::check(oc_bundle_signature(handle_.get(), name.c_str(), outputs ? 1 : 0, i, &found[i], &err), err);
+        }
+        return found;
     }
     Blob blob(const std::string &name) {
         oc_error err{};

@@ -2,6 +2,9 @@
 // bundle: test_cxx_header BUNDLE_DIR MODEL ORT_LIBRARY. Prints one line per step; exit 0 on success.
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "onnx_cooker.hpp"
 
@@ -40,6 +43,24 @@ int main(int argc, char **argv) {
         oc::Blob blob = bundle.blob(argv[2]);
         std::printf("platform %s, model %s, %zu EPs\n", bundle.platform().c_str(), blob.info().name,
                     blob.execution_providers().size());
+        { // the manifest's bytes and the blob's in memory (a pak's), the unpack level and the signature
+            std::ifstream manifest_file(std::string(argv[1]) + "/manifest.json", std::ios::binary);
+            const std::string manifest((std::istreambuf_iterator<char>(manifest_file)), std::istreambuf_iterator<char>());
+            oc::Bundle held = oc::Bundle::from_manifest(manifest.data(), manifest.size());
+            std::ifstream blob_file(std::string(argv[1]) + "/" + held.model_file(argv[2]), std::ios::binary);
+            const std::string bytes((std::istreambuf_iterator<char>(blob_file)), std::istreambuf_iterator<char>());
+            oc::Blob from_bytes = held.blob(argv[2], bytes.data(), bytes.size());
+            const oc::Blob::Bytes model = from_bytes.model(), weights = from_bytes.weights();
+            const bool inside = static_cast<const char *>(weights.data) >= bytes.data() &&
+                                static_cast<const char *>(weights.data) + weights.size <= bytes.data() + bytes.size();
+            std::printf("unpacked: model %zu bytes, weights %zu bytes%s\n", model.size, weights.size,
+                        inside ? " in place" : "");
+            for (const oc_tensor_info &input : held.signature(argv[2]))
+                std::printf("input %s %s %s\n", input.name, input.type, input.shape);
+            for (const std::string &ep : from_bytes.execution_providers())
+                for (const auto &option : from_bytes.provider_options(ep))
+                    std::printf("provider option %s %s=%s\n", ep.c_str(), option.first.c_str(), option.second.c_str());
+        }
         uint64_t listed = 0;
         const std::string file = bundle.model_file(argv[2], &listed); // before `listed` is read
         std::printf("model file %s, %llu bytes; unknown: '%s'\n", file.c_str(), static_cast<unsigned long long>(listed),

@@ -65,7 +65,8 @@ def init(folder: Path, *, assets: str = "assets") -> str:
             for line in source.read_text(encoding="utf-8").splitlines()
             if not line.startswith(SCHEMA_LINE)
         ]
-        target.write_text("\n".join([f"{SCHEMA_LINE} $schema={SCHEMA_FILE}", *lines]) + "\n", encoding="utf-8")
+        text = "\n".join([f"{SCHEMA_LINE} $schema={SCHEMA_FILE}", *lines]) + "\n"
+        target.write_text(text, encoding="utf-8")
         done.append(f"wrote {target}")
     schema = platforms / SCHEMA_FILE  # what editors complete and check platform files with
     if not schema.exists():

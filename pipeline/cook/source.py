@@ -199,7 +199,6 @@ def _checker_words(exc: Exception, limit: int = 600) -> str:
     return words if len(words) <= limit else words[: limit - 3] + "..."
 
 
-
 def _check_loadable(model: onnx.ModelProto) -> None:
     """What the checker lets through but no onnxruntime can cook, with the fix."""
     if not model.graph.output:
