@@ -1310,6 +1310,20 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
         "status an empty library path: OC_ERR_INVALID_ARGUMENT (oc_runtime_load: an empty library path;"
         in facts
     )
+    # the managed layer (Bundle, Blob, Runtime, Session: IDisposable; OnnxCookerException)
+    graph = preferred.graph_size
+    weights = preferred.weights.size if preferred.weights is not None else 0
+    assert (
+        f" {entry['file']} inputs {len(entry['inputs'])} eps {','.join(preferred.execution_providers)}"
+        in facts
+    )
+    assert f" model bytes {graph} weights bytes {weights}" in facts, facts
+    for ep, options in preferred.provider_options.items():
+        for key, value in options.items():
+            assert f"managed provider option: {ep} {key}={value}" in facts
+    session_line = facts.split("managed session: ", 1)[1].splitlines()[0]
+    assert session_line.endswith(") True") and "CPUExecutionProvider" in session_line, session_line
+    assert "managed exception: UnknownModel OC_ERR_UNKNOWN_MODEL" in facts
 
 
 def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@
 // passed in (progress, reader) is then called from those threads, and its delegate must stay alive
 // (hold a reference) for as long as the library may call it.
 using System;
+using System.Collections.Generic;
 using System.Runtime.InteropServices;
 
 namespace OnnxCooker
@@ -141,7 +142,11 @@ namespace OnnxCooker
 
     public static class Native
     {
-        const string Lib = "onnx_cooker";
+#if UNITY_IOS && !UNITY_EDITOR
+        const string Lib = "__Internal";  // iOS links the library statically into the player
+#else
+        const string Lib = "onnx_cooker";  // libonnx_cooker.so / .dylib, onnx_cooker.dll
+#endif
 
         [DllImport(Lib)] public static extern IntPtr oc_status_name(Status status);
 
@@ -221,6 +226,284 @@ namespace OnnxCooker
             byte[] bytes = new byte[n];
             Marshal.Copy(utf8, bytes, 0, n);
             return System.Text.Encoding.UTF8.GetString(bytes);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // The same, managed: IDisposable owners over the handles above, failures as OnnxCookerException.
+    // Dispose sessions before their blob, blobs before their bundle's bytes (a Blob opened from a
+    // byte[] pins it until Dispose). Objects keep what they borrow referenced, so the garbage
+    // collector never frees it first; they have no finalizers: Dispose (or `using`) releases.
+    // ---------------------------------------------------------------------------------------------
+
+    public sealed class OnnxCookerException : Exception
+    {
+        public Status Status { get; }
+        public OnnxCookerException(Status status, string message) : base(message) { Status = status; }
+
+        internal static void Check(Status status, Error err)
+        {
+            if (status != Status.Ok)
+                throw new OnnxCookerException(status, Native.Text(Native.oc_status_name(status)) + ": " + err.Message);
+        }
+    }
+
+    public sealed class Bundle : IDisposable
+    {
+        public IntPtr Handle { get; private set; }
+        Bundle(IntPtr handle) { Handle = handle; }
+
+        /// <summary>The bundle in a folder (its manifest.json); options: an unmanaged BundleOptions, or IntPtr.Zero.</summary>
+        public static Bundle Open(string dir, IntPtr options = default(IntPtr))
+        {
+            Error err = Error.Create();
+            IntPtr handle;
+            OnnxCookerException.Check(Native.oc_bundle_open_dir(dir, options, out handle, ref err), err);
+            return new Bundle(handle);
+        }
+
+        /// <summary>manifest.json's bytes (copied): blobs then come from OpenBlob(name, bytes).</summary>
+        public static Bundle FromManifest(byte[] manifest, IntPtr options = default(IntPtr))
+        {
+            Error err = Error.Create();
+            IntPtr handle;
+            GCHandle pin = GCHandle.Alloc(manifest, GCHandleType.Pinned);
+            try
+            {
+                OnnxCookerException.Check(Native.oc_bundle_open_manifest(pin.AddrOfPinnedObject(), (UIntPtr)manifest.Length,
+                                                                         IntPtr.Zero, options, out handle, ref err), err);
+            }
+            finally { pin.Free(); }
+            return new Bundle(handle);
+        }
+
+        public string Platform { get { return Native.Text(Native.oc_bundle_platform(Live())); } }
+
+        public string[] Models
+        {
+            get
+            {
+                string[] names = new string[(int)Native.oc_bundle_model_count(Live())];
+                for (int i = 0; i < names.Length; i++) names[i] = Native.Text(Native.oc_bundle_model_name(Handle, (UIntPtr)i));
+                return names;
+            }
+        }
+
+        /// <summary>The blob file the manifest names for a model (relative to the bundle folder), null for none.</summary>
+        public string ModelFile(string name, out ulong size) { return Native.Text(Native.oc_bundle_model_file(Live(), name, out size)); }
+
+        public TensorInfo[] Signature(string name, bool outputs)
+        {
+            TensorInfo[] found = new TensorInfo[(int)Native.oc_bundle_signature_count(Live(), name, outputs ? 1 : 0)];
+            for (int i = 0; i < found.Length; i++)
+            {
+                Error err = Error.Create();
+                OnnxCookerException.Check(Native.oc_bundle_signature(Handle, name, outputs ? 1 : 0, (UIntPtr)i, out found[i], ref err), err);
+            }
+            return found;
+        }
+
+        /// <summary>A model's blob read or mapped from the bundle folder.</summary>
+        public Blob OpenBlob(string name)
+        {
+            Error err = Error.Create();
+            IntPtr blob;
+            OnnxCookerException.Check(Native.oc_bundle_open_blob(Live(), name, out blob, ref err), err);
+            return new Blob(blob, default(GCHandle), null);
+        }
+
+        /// <summary>A model's blob from bytes the game holds (a pak's, a ScriptableObject's), checked against
+        /// the manifest; the bytes stay pinned until the Blob is disposed.</summary>
+        public Blob OpenBlob(string name, byte[] bytes)
+        {
+            Error err = Error.Create();
+            IntPtr blob;
+            GCHandle pin = GCHandle.Alloc(bytes, GCHandleType.Pinned);
+            Status status = Native.oc_bundle_open_blob_memory(Live(), name, pin.AddrOfPinnedObject(), (UIntPtr)bytes.Length, out blob, ref err);
+            if (status != Status.Ok) pin.Free();
+            OnnxCookerException.Check(status, err);
+            return new Blob(blob, pin, bytes);
+        }
+
+        IntPtr Live()
+        {
+            if (Handle == IntPtr.Zero) throw new ObjectDisposedException("OnnxCooker.Bundle");
+            return Handle;
+        }
+
+        public void Dispose()
+        {
+            if (Handle != IntPtr.Zero) Native.oc_bundle_close(Handle);  // blobs opened from it stay valid
+            Handle = IntPtr.Zero;
+        }
+    }
+
+    public sealed class Blob : IDisposable
+    {
+        public IntPtr Handle { get; private set; }
+        GCHandle pin;
+        readonly byte[] bytes;  // referenced while pinned
+
+        internal Blob(IntPtr handle, GCHandle pin, byte[] bytes) { Handle = handle; this.pin = pin; this.bytes = bytes; }
+
+        /// <summary>A blob from bytes alone (no bundle): pinned until Dispose.</summary>
+        public static Blob FromBytes(byte[] bytes, IntPtr options = default(IntPtr))
+        {
+            Error err = Error.Create();
+            IntPtr blob;
+            GCHandle pin = GCHandle.Alloc(bytes, GCHandleType.Pinned);
+            Status status = Native.oc_blob_open_memory(pin.AddrOfPinnedObject(), (UIntPtr)bytes.Length, options, out blob, ref err);
+            if (status != Status.Ok) pin.Free();
+            OnnxCookerException.Check(status, err);
+            return new Blob(blob, pin, bytes);
+        }
+
+        public BlobInfo Info
+        {
+            get
+            {
+                Error err = Error.Create();
+                BlobInfo info;
+                OnnxCookerException.Check(Native.oc_blob_get_info(Live(), out info, ref err), err);
+                return info;
+            }
+        }
+
+        /// <summary>The recipe's EPs in order of preference.</summary>
+        public string[] ExecutionProviders
+        {
+            get
+            {
+                string[] names = new string[(int)Native.oc_blob_ep_count(Live())];
+                for (int i = 0; i < names.Length; i++) names[i] = Native.Text(Native.oc_blob_ep_name(Handle, (UIntPtr)i));
+                return names;
+            }
+        }
+
+        public KeyValuePair<string, string>[] ProviderOptions(string ep)
+        {
+            KeyValuePair<string, string>[] found = new KeyValuePair<string, string>[(int)Native.oc_blob_provider_option_count(Live(), ep)];
+            for (int i = 0; i < found.Length; i++)
+            {
+                IntPtr key, value;
+                Native.oc_blob_provider_option(Handle, ep, (UIntPtr)i, out key, out value);
+                found[i] = new KeyValuePair<string, string>(Native.Text(key), Native.Text(value));
+            }
+            return found;
+        }
+
+        public KeyValuePair<string, string>[] SessionOptions(string ep)
+        {
+            KeyValuePair<string, string>[] found = new KeyValuePair<string, string>[(int)Native.oc_blob_session_option_count(Live(), ep)];
+            for (int i = 0; i < found.Length; i++)
+            {
+                IntPtr key, value;
+                Native.oc_blob_session_option(Handle, ep, (UIntPtr)i, out key, out value);
+                found[i] = new KeyValuePair<string, string>(Native.Text(key), Native.Text(value));
+            }
+            return found;
+        }
+
+        /// <summary>The model file's bytes (a copy: for Microsoft.ML.OnnxRuntime's InferenceSession(byte[])).</summary>
+        public byte[] ModelBytes() { return Copy(Native.oc_blob_model); }
+
+        /// <summary>The weights section's bytes (a copy; empty when none), named Info.WeightsFile in the graph.</summary>
+        public byte[] WeightsBytes() { return Copy(Native.oc_blob_weights); }
+
+        delegate Status Section(IntPtr blob, out IntPtr bytes, out UIntPtr size, ref Error err);
+
+        byte[] Copy(Section section)
+        {
+            Error err = Error.Create();
+            IntPtr data;
+            UIntPtr size;
+            OnnxCookerException.Check(section(Live(), out data, out size, ref err), err);
+            byte[] copy = new byte[(long)(ulong)size];
+            if (copy.Length > 0) Marshal.Copy(data, copy, 0, copy.Length);
+            return copy;
+        }
+
+        internal IntPtr Live()
+        {
+            if (Handle == IntPtr.Zero) throw new ObjectDisposedException("OnnxCooker.Blob");
+            return Handle;
+        }
+
+        public void Dispose()
+        {
+            if (Handle != IntPtr.Zero) Native.oc_blob_close(Handle);  // then the bytes it borrowed
+            Handle = IntPtr.Zero;
+            if (pin.IsAllocated) pin.Free();
+            GC.KeepAlive(bytes);
+        }
+    }
+
+    public sealed class Runtime : IDisposable
+    {
+        public IntPtr Handle { get; private set; }
+        Runtime(IntPtr handle) { Handle = handle; }
+
+        /// <summary>onnxruntime's library at `path` (null: the platform's default name).</summary>
+        public static Runtime Load(string path)
+        {
+            Error err = Error.Create();
+            IntPtr handle;
+            OnnxCookerException.Check(Native.oc_runtime_load(path, out handle, ref err), err);
+            return new Runtime(handle);
+        }
+
+        public string Version { get { return Native.Text(Native.oc_runtime_version(Live())); } }
+
+        /// <summary>A session with the blob's recipe (options: an unmanaged SessionOptions, or IntPtr.Zero).</summary>
+        public Session CreateSession(Blob blob, IntPtr options = default(IntPtr))
+        {
+            Error err = Error.Create();
+            IntPtr session;
+            LoadPath path;
+            byte[] explanation = new byte[1024];
+            OnnxCookerException.Check(Native.oc_session_create_on_devices(Live(), blob.Live(), options, IntPtr.Zero, out session,
+                                                                          out path, explanation, (UIntPtr)explanation.Length, ref err), err);
+            int n = Array.IndexOf(explanation, (byte)0);
+            return new Session(this, blob, session, path, System.Text.Encoding.UTF8.GetString(explanation, 0, n < 0 ? explanation.Length : n));
+        }
+
+        internal IntPtr Live()
+        {
+            if (Handle == IntPtr.Zero) throw new ObjectDisposedException("OnnxCooker.Runtime");
+            return Handle;
+        }
+
+        public void Dispose()
+        {
+            if (Handle != IntPtr.Zero) Native.oc_runtime_release(Handle);
+            Handle = IntPtr.Zero;
+        }
+    }
+
+    /// <summary>onnxruntime's OrtSession* (Handle), to run through the OrtApi (Native.oc_runtime_api).</summary>
+    public sealed class Session : IDisposable
+    {
+        public IntPtr Handle { get; private set; }
+        public LoadPath LoadPath { get; }
+        /// <summary>Which EPs it got, and why (the line the Python loader logs).</summary>
+        public string Explanation { get; }
+        readonly Runtime runtime;
+        readonly Blob blob;  // referenced: the session borrows it
+
+        internal Session(Runtime runtime, Blob blob, IntPtr handle, LoadPath path, string explanation)
+        {
+            this.runtime = runtime;
+            this.blob = blob;
+            Handle = handle;
+            LoadPath = path;
+            Explanation = explanation;
+        }
+
+        public void Dispose()
+        {
+            if (Handle != IntPtr.Zero && runtime.Handle != IntPtr.Zero) Native.oc_session_release(runtime.Handle, Handle);
+            Handle = IntPtr.Zero;
+            GC.KeepAlive(blob);
         }
     }
 }

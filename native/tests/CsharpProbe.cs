@@ -186,8 +186,43 @@ static class CsharpProbe
         Expect("null argument", Native.oc_blob_open_memory(IntPtr.Zero, (UIntPtr)5, IntPtr.Zero, out other, ref err), Status.InvalidArgument, err);
         Native.oc_runtime_release(runtime);
         Native.oc_bundle_close(bundle);
+        Managed(dir, model, ortLibrary);
         Console.WriteLine(failures == 0 ? "ok" : failures + " failures");
         return failures == 0 ? 0 : 1;
+    }
+
+    // The managed layer: `using` owners, the manifest's blob from a byte[], a session, and an exception.
+    static void Managed(string dir, string model, string ortLibrary)
+    {
+        using (Bundle bundle = Bundle.FromManifest(File.ReadAllBytes(Path.Combine(dir, "manifest.json"))))
+        using (Runtime runtime = Runtime.Load(ortLibrary))
+        {
+            ulong size;
+            string file = bundle.ModelFile(model, out size);
+            using (Blob blob = bundle.OpenBlob(model, File.ReadAllBytes(Path.Combine(dir, file))))
+            {
+                Console.WriteLine("managed: " + bundle.Platform + " " + string.Join(",", bundle.Models).Length + " " + file +
+                                  " inputs " + bundle.Signature(model, false).Length + " eps " +
+                                  string.Join(",", blob.ExecutionProviders) + " model bytes " + blob.ModelBytes().Length +
+                                  " weights bytes " + blob.WeightsBytes().Length);
+                foreach (string ep in blob.ExecutionProviders)
+                    foreach (var option in blob.ProviderOptions(ep))
+                        Console.WriteLine("managed provider option: " + ep + " " + option.Key + "=" + option.Value);
+                using (Session session = runtime.CreateSession(blob))
+                    Console.WriteLine("managed session: " + session.LoadPath + " (" + session.Explanation + ") " +
+                                      (session.Handle != IntPtr.Zero));
+            }
+            try
+            {
+                bundle.OpenBlob("no-such-model", new byte[] { 1, 2, 3 });
+                failures++;
+                Console.WriteLine("FAIL managed: an unknown model opened");
+            }
+            catch (OnnxCookerException e)
+            {
+                Console.WriteLine("managed exception: " + e.Status + " " + e.Message.Split(':')[0]);
+            }
+        }
     }
 
     static Status OpenBytes(byte[] bytes, ref Error err)
