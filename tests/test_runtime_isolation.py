@@ -87,13 +87,17 @@ def test_loader_runs_without_the_cooking_packages(
 ) -> None:
     # "block": the packages cannot be imported at all. "observe": they are installed, and the loader
     # still must not import them (a lazy import would only fail in a game build, not here).
-    blob, npz = cooked[fmt]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    run_child(*cooked[fmt], mode, tmp_path, REPO)
+
+
+def run_child(blob: Path, npz: Path, mode: str, cwd: Path, path: Path) -> None:
+    """CHILD in a fresh interpreter with ``path`` as its PYTHONPATH: it must print OK."""
+    env = {**os.environ, "PYTHONPATH": str(path), "PYTHONDONTWRITEBYTECODE": "1"}
     result = subprocess.run(
         [sys.executable, "-c", CHILD, str(blob), str(npz), mode],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         timeout=120,
         check=False,
@@ -110,22 +114,10 @@ def test_the_loader_folder_copied_into_a_games_package_runs_alone(
     imports are relative) runs with neither the cooker nor any package named `pipeline` importable."""
     import shutil
 
-    blob, npz = cooked[fmt]
     shutil.copytree(REPO / "pipeline" / "runtime", tmp_path / "game" / "onnx_loader",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     (tmp_path / "game" / "__init__.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(blob), str(npz), "vendored"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "OK"
+    run_child(*cooked[fmt], "vendored", tmp_path, tmp_path)
 
 
 def test_cooking_packages_are_importable_here() -> None:

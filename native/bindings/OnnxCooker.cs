@@ -382,23 +382,24 @@ namespace OnnxCooker
 
         public KeyValuePair<string, string>[] ProviderOptions(string ep)
         {
-            KeyValuePair<string, string>[] found = new KeyValuePair<string, string>[(int)Native.oc_blob_provider_option_count(Live(), ep)];
-            for (int i = 0; i < found.Length; i++)
-            {
-                IntPtr key, value;
-                Native.oc_blob_provider_option(Handle, ep, (UIntPtr)i, out key, out value);
-                found[i] = new KeyValuePair<string, string>(Native.Text(key), Native.Text(value));
-            }
-            return found;
+            return Pairs(ep, Native.oc_blob_provider_option_count(Live(), ep), Native.oc_blob_provider_option);
         }
 
         public KeyValuePair<string, string>[] SessionOptions(string ep)
         {
-            KeyValuePair<string, string>[] found = new KeyValuePair<string, string>[(int)Native.oc_blob_session_option_count(Live(), ep)];
+            return Pairs(ep, Native.oc_blob_session_option_count(Live(), ep), Native.oc_blob_session_option);
+        }
+
+        delegate Status Pair(IntPtr blob, string ep, UIntPtr index, out IntPtr key, out IntPtr value);
+
+        KeyValuePair<string, string>[] Pairs(string ep, UIntPtr count, Pair pair)
+        {
+            KeyValuePair<string, string>[] found = new KeyValuePair<string, string>[(int)count];
             for (int i = 0; i < found.Length; i++)
             {
                 IntPtr key, value;
-                Native.oc_blob_session_option(Handle, ep, (UIntPtr)i, out key, out value);
+                Error err = Error.Create();
+                OnnxCookerException.Check(pair(Handle, ep, (UIntPtr)i, out key, out value), err);
                 found[i] = new KeyValuePair<string, string>(Native.Text(key), Native.Text(value));
             }
             return found;

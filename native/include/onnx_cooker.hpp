@@ -87,27 +87,12 @@ public:
         return names;
     }
     // The recipe's session options and provider options of one EP, as (key, value) pairs.
-    std::vector<std::pair<std::string, std::string>> session_options(const std::string &ep) const {
-        std::vector<std::pair<std::string, std::string>> options;
-        for (size_t i = 0; i < oc_blob_session_option_count(handle_.get(), ep.c_str()); ++i) {
-            const char *key = nullptr, *value = nullptr;
-            oc_error err{};
-            err.status = oc_blob_session_option(handle_.get(), ep.c_str(), i, &key, &value);
-            detail::check(err.status, err);
-            options.emplace_back(key, value);
-        }
-        return options;
+    using Options = std::vector<std::pair<std::string, std::string>>;
+    Options session_options(const std::string &ep) const {
+        return pairs(ep, oc_blob_session_option_count, oc_blob_session_option);
     }
-    std::vector<std::pair<std::string, std::string>> provider_options(const std::string &ep) const {
-        std::vector<std::pair<std::string, std::string>> options;
-        for (size_t i = 0; i < oc_blob_provider_option_count(handle_.get(), ep.c_str()); ++i) {
-            const char *key = nullptr, *value = nullptr;
-            oc_error err{};
-            err.status = oc_blob_provider_option(handle_.get(), ep.c_str(), i, &key, &value);
-            detail::check(err.status, err);
-            options.emplace_back(key, value);
-        }
-        return options;
+    Options provider_options(const std::string &ep) const {
+        return pairs(ep, oc_blob_provider_option_count, oc_blob_provider_option);
     }
     // The unpack level: the model file's bytes and the weights section's (empty when none), valid
     // as long as the Blob (views into the caller's memory where stored raw).
@@ -135,6 +120,18 @@ public:
     oc_blob *get() const noexcept { return handle_.get(); }
 
 private:
+    using Count = size_t (*)(const oc_blob *, const char *);
+    using Pair = oc_status (*)(const oc_blob *, const char *, size_t, const char **, const char **);
+    Options pairs(const std::string &ep, Count count, Pair pair) const {
+        Options options;
+        for (size_t i = 0; i < count(handle_.get(), ep.c_str()); ++i) {
+            const char *key = nullptr, *value = nullptr;
+            oc_error err{};
+            detail::check(pair(handle_.get(), ep.c_str(), i, &key, &value), err);
+            options.emplace_back(key, value);
+        }
+        return options;
+    }
     detail::Handle<oc_blob, oc_blob_close> handle_;
 };
 
