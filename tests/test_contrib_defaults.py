@@ -19,6 +19,7 @@ from pipeline.cook.defaults import drop_default_attributes
 from pipeline.layout import blob_path
 from pipeline.runtime import decode_blob, session_from_blob
 from tests.test_cook import job_for, save, shipped_settings
+from tests.test_native import native, ort_library, run_native  # noqa: F401
 from tests.test_target_check import OLD_RUNTIME, check_for, run_check
 
 
@@ -165,4 +166,59 @@ def test_without_the_drop_the_older_target_refuses_the_blob(
     _, _, version = cook_gpt2(tmp_path, "windows-dml")
     with pytest.raises(RuntimeCheckError) as failure:
         target_check(tmp_path, "windows-dml", version)
-    assert "Unrecognized attribute: weight_prepacked for operator MatMulNBits" in str(failure.value)
+    message = str(failure.value)
+    words = "does not know attribute weight_prepacked of operator MatMulNBits: the cook drops such attributes"
+    assert f"onnxruntime 1.24.4, the platform's runtime_version, {words}" in message, message
+
+
+# --- an ORT-format blob with the attribute, loaded by an onnxruntime older than its platform's -----
+
+WORDS = (
+    "onnxruntime 1.24.4 does not know attribute weight_prepacked of operator MatMulNBits, which model "
+    "'llm' (android) uses: it is older than the onnxruntime the platform ships; load it with the "
+    "platform's onnxruntime (its runtime_version), or cook a platform for onnxruntime 1.24.4"
+)
+
+
+def ort_blob(tmp_path: Path) -> Path:
+    """The 4-bit GPT-2 saved in the ORT format by this onnxruntime at level basic (as android's cook,
+    whose onnxruntime 1.32 knows the attribute), as a blob file."""
+    from runtime_helpers import make_blob
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(tmp_path / "llm.ort")
+    options.add_session_config_entry("session.save_model_format", "ORT")
+    model = gpt2_q4(tmp_path / "export").SerializeToString()
+    onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    path = tmp_path / "llm.ocb"
+    path.write_bytes(make_blob((tmp_path / "llm.ort").read_bytes(), "ort", name="llm", platform="android"))
+    return path
+
+
+def test_an_attribute_an_older_onnxruntime_lacks_is_its_incompatibility_in_python(tmp_path: Path) -> None:
+    from runtime_helpers import run_in_runtime
+
+    blob = ort_blob(tmp_path)
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
+        "from pipeline.runtime import session_from_blob, IncompatibleRuntimeError\n"
+        "try:\n"
+        "    session_from_blob(open(sys.argv[2], 'rb').read()); raised = None\n"
+        "except IncompatibleRuntimeError as exc:\n"
+        "    raised = [exc.operator, str(exc)]\n"
+        "print(json.dumps({'onnxruntime': onnxruntime.__version__, 'raised': raised}))\n"
+    )
+    report = run_in_runtime(OLD_RUNTIME, tmp_path / "work", ["-c", code, str(blob)])
+    assert report["raised"] == ["MatMulNBits", WORDS], report
+
+
+def test_an_attribute_an_older_onnxruntime_lacks_is_its_incompatibility_in_c(
+    native: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    blob = ort_blob(tmp_path)
+    done = run_native([native / "oc-run", "--blob", blob, "--ort", ort_library(OLD_RUNTIME)], check=False)
+    assert done.returncode == 1
+    assert WORDS in done.stderr, done.stderr
+    run_native([native / "oc-run", "--blob", blob, "--ort", ort_library("1.32.0")])  # its platform's loads it

@@ -942,7 +942,19 @@ static oc_status create_along(session_ctx *c, oc_load_path path, OrtSessionOptio
          * recorded it): "Missing action <action> for transformer <transformer>" (compat.incompatibility) */
         const char *action = strstr(message, "Missing action ");
         const char *transformer = action ? strstr(action, " for transformer ") : NULL;
-        if (action != NULL && transformer != NULL) {
+        /* an attribute a newer onnxruntime gave one of its own operators (compat.incompatibility) */
+        const char *attribute = strstr(message, "Unrecognized attribute: ");
+        const char *op = attribute ? strstr(attribute, " for operator ") : NULL;
+        if (attribute != NULL && op != NULL) {
+            attribute += strlen("Unrecognized attribute: ");
+            op += strlen(" for operator ");
+            status = oc_fail(c->err, OC_ERR_INCOMPATIBLE_RUNTIME,
+                             "onnxruntime %s does not know attribute %.*s of operator %.*s, which model '%s' (%s) "
+                             "uses: it is older than the onnxruntime the platform ships; load it with the platform's "
+                             "onnxruntime (its runtime_version), or cook a platform for onnxruntime %s",
+                             c->rt->version, (int)strcspn(attribute, " \t\r\n"), attribute,
+                             (int)strcspn(op, " \t\r\n"), op, blob->info.name, blob->info.platform, c->rt->version);
+        } else if (action != NULL && transformer != NULL) {
             int action_len = (int)(transformer - action - (int)strlen("Missing action "));
             transformer += strlen(" for transformer ");
             status = oc_fail(c->err, OC_ERR_INCOMPATIBLE_RUNTIME,

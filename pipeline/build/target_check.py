@@ -52,6 +52,7 @@ WORKER_FILES = (
     "cook/compare.py",
     "build/__init__.py",
     "build/target_check_worker.py",
+    "build/load_failure.py",
     "build/placement.py",
     "settings/__init__.py",
     "settings/advice.py",

@@ -33,10 +33,11 @@ from typing import Any
 import numpy as np
 import onnxruntime
 
+from pipeline.build.load_failure import cannot_load
 from pipeline.build.placement import measure, not_measurable, preferred_ep
 from pipeline.cook.compare import RANDOM_SEED, compare
 from pipeline.layout import CHECKING_MODEL, entry_path, verify_data_path
-from pipeline.runtime import BundleError, IncompatibleRuntimeError
+from pipeline.runtime import BundleError
 from pipeline.runtime import session_from_blob as _session_from_blob
 from pipeline.runtime.blob import check_blob as _check_blob
 from pipeline.runtime.frames import Frame
@@ -67,24 +68,7 @@ def check_model(platform_dir: Path, name: str, package: str = "onnxruntime") -> 
     try:
         session = session_from_blob(blob, providers=CPU_ONLY)
     except BundleError as exc:
-        if isinstance(exc, IncompatibleRuntimeError) and exc.operator is not None:  # this is the platform's
-            error = (
-                f"cannot load: onnxruntime {onnxruntime.__version__}, the platform's runtime_version, has no "
-                f"kernel for {exc.operator}: raise runtime_version if the target ships a newer onnxruntime, "
-                f"export the model without that operator, or `skip_platforms: [{platform}]` in "
-                f"{name}.cook.yaml"
-            )
-            return {"ok": False, "error": error}
-        if "Unrecognized attribute" in str(exc) and entry.get("format") == "ort":
-            # the cook's onnxruntime writes its own (e.g. MatMulNBits' weight_prepacked from 1.32)
-            as_onnx = onnx_instead_for(platform, settings)
-            error = (
-                f"cannot load: {exc}; the cook's newer onnxruntime may have written that attribute into the "
-                f"ORT-format model: cook it as ONNX for this platform ({as_onnx}), or raise runtime_version "
-                "if the target ships a newer onnxruntime"
-            )
-            return {"ok": False, "error": error}  # the attribute may be the source's own: the rest too
-        return {"ok": False, "error": f"cannot load: {exc}"}
+        return {"ok": False, "error": cannot_load(exc, entry.get("format"), platform, name, settings)}
     data_path = verify_data_path(platform_dir, name)
     if not data_path.is_file():
         return _placed_only(blob, None, package, "loaded only (verify is off for this model)", settings)

@@ -112,14 +112,25 @@ def missing_kernel(message: str) -> str | None:
 
 
 _MISSING_ACTION = re.compile(r"Missing action (\S+) for transformer (\S+)")
+# An attribute a newer onnxruntime gave one of its own operators (schemas check it in full builds,
+# ORT format included): "Unrecognized attribute: weight_prepacked for operator MatMulNBits"
+_UNKNOWN_ATTRIBUTE = re.compile(r"Unrecognized attribute: (\S+) for operator (\S+)")
 
 
 def incompatibility(message: str, name: str, platform: str, installed: str) -> tuple[str, str] | None:
     """What onnxruntime ``installed`` lacks that the blob needs, and what to do (the C loader says the
     same), when its error ``message`` is one an older onnxruntime gives: no kernel for an operator,
-    or no action for a saved runtime optimization that a newer one recorded. Else None."""
+    an attribute of an operator it does not know, or no action for a saved runtime optimization that
+    a newer one recorded. Else None."""
     if (operator := missing_kernel(message)) is not None:
         return operator, no_kernel_message(operator, name, platform, installed)
+    if (match := _UNKNOWN_ATTRIBUTE.search(message)) is not None:
+        return match.group(2), (
+            f"onnxruntime {installed} does not know attribute {match.group(1)} of operator "
+            f"{match.group(2)}, which model '{name}' ({platform}) uses: it is older than the onnxruntime the "
+            "platform ships; load it with the platform's onnxruntime (its runtime_version), or cook a "
+            f"platform for onnxruntime {installed}"
+        )
     if (match := _MISSING_ACTION.search(message)) is None:
         return None
     return match.group(1), (
