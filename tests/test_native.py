@@ -152,6 +152,9 @@ def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bund
     assert unpacked in done.stdout, done.stdout
     for value in entry["inputs"]:
         assert f"input {value['name']} {value['type']} " in done.stdout
+    for dim in entry["inputs"][0]["shape"]:  # Bundle::dims: the same shape without JSON
+        size, symbol = (dim, "") if isinstance(dim, int) else (-1, dim or "")
+        assert f"first input dim {size} '{symbol}'" in done.stdout, done.stdout
     assert "provider option DmlExecutionProvider device_id=0" in done.stdout
     # windows-dml prefers DirectML, absent from the Linux wheel: the classic list, and why
     assert "eps: CPUExecutionProvider; skipped DmlExecutionProvider (not offered" in done.stdout
@@ -849,6 +852,48 @@ def test_nnapi_is_registered_as_onnxruntimes_android_builds_take_it(native: Path
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_signature_shapes_read_without_json_as_sizes_and_names(native: Path, tmp_path: Path) -> None:
+    """oc_bundle_signature_rank / oc_bundle_signature_dim: sizes, names and free dimensions as the
+    manifest gives them; what the cooker never writes (negative, fractional, nested, huge numbers, a
+    shape that is no list) reads as free or as no shape, never a crash (the sanitizer build)."""
+    from tests.models import dense_model
+
+    blob = make_blob(dense_model(4, 2, batch=1, seed=1).SerializeToString(), "onnx")
+    folder = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
+    manifest = json.loads((folder / "manifest.json").read_text())
+    shapes = {
+        "image": ["batch", 3, 224, 224],
+        "free": [None, "seq"],
+        "scalar": [],
+        "odd": [-1, 2.5, [3], 1e30, {"x": 1}, 7],
+        "sequence": None,
+        "text": "not a list",
+    }
+    manifest["models"]["net"]["inputs"] = [
+        {"name": k, "type": "tensor(float)", "shape": v} for k, v in shapes.items()
+    ]
+    manifest["models"]["net"]["outputs"] = [{"name": "y", "type": "seq(tensor(float))"}]  # no shape at all
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (line, *_) = [
+        json.loads(x)
+        for x in run_native([native / "oc-probe", "manifest", folder / "manifest.json"]).stdout.splitlines()
+    ]
+    assert line["status"] == "OC_OK", line
+    got = {t["name"]: t["dims"] for t in line["models"]["net"]["inputs"]}
+    assert got == {
+        "image": [[-1, "batch"], [3, None], [224, None], [224, None]],
+        "free": [[-1, None], [-1, "seq"]],
+        "scalar": [],
+        "odd": [[-1, None], [-1, None], [-1, None], [-1, None], [-1, None], [7, None]],
+        "sequence": None,
+        "text": None,
+    }, got
+    assert [t["dims"] for t in line["models"]["net"]["outputs"]] == [None]
+    assert {t["past"] for side in ("inputs", "outputs") for t in line["models"]["net"][side]} == {
+        "OC_ERR_INVALID_ARGUMENT"
+    }
+
+
 def test_an_unknown_model_name_gets_the_nearest_and_the_bundles_names(native: Path, tmp_path: Path) -> None:
     """A model name given in another case, or without its folder, is suggested as the name it
     misses; the message lists the bundle's models, as the Python loader's does. A manifest cut off
@@ -1324,6 +1369,9 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     session_line = facts.split("managed session: ", 1)[1].splitlines()[0]
     assert session_line.endswith(") True") and "CPUExecutionProvider" in session_line, session_line
     assert "managed exception: UnknownModel OC_ERR_UNKNOWN_MODEL" in facts
+    for dim in entry["inputs"][0]["shape"]:  # Bundle.Dims: the shape without JSON
+        size, symbol = (dim, "-") if isinstance(dim, int) else (-1, dim or "-")
+        assert f"managed first input dim: {size} {symbol}" in facts, facts
 
 
 def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:

@@ -176,6 +176,9 @@ namespace OnnxCooker
         [DllImport(Lib)] public static extern IntPtr oc_bundle_model_file(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, out ulong size);
         [DllImport(Lib)] public static extern Status oc_bundle_signature(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs, UIntPtr index, out TensorInfo info, ref Error err);
         [DllImport(Lib)] public static extern UIntPtr oc_bundle_signature_count(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs);
+        // The shape without JSON: rank (-1: none), and each dimension's size (-1: free) and name (IntPtr.Zero: none)
+        [DllImport(Lib)] public static extern long oc_bundle_signature_rank(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs, UIntPtr index);
+        [DllImport(Lib)] public static extern Status oc_bundle_signature_dim(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, int outputs, UIntPtr index, UIntPtr dim, out long size, out IntPtr symbol, ref Error err);
         [DllImport(Lib)] public static extern Status oc_bundle_open_blob(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, out IntPtr blob, ref Error err);
         [DllImport(Lib)] public static extern Status oc_bundle_open_blob_memory(IntPtr bundle, [MarshalAs(UnmanagedType.LPStr)] string name, IntPtr data, UIntPtr size, out IntPtr blob, ref Error err);
 
@@ -299,6 +302,24 @@ namespace OnnxCooker
             {
                 Error err = Error.Create();
                 OnnxCookerException.Check(Native.oc_bundle_signature(Handle, name, outputs ? 1 : 0, (UIntPtr)i, out found[i], ref err), err);
+            }
+            return found;
+        }
+
+        /// <summary>One signature's dimensions: (size, name) each, size -1 where it is free and name null where
+        /// it has none; empty for no shape (a non-tensor).</summary>
+        public KeyValuePair<long, string>[] Dims(string name, bool outputs, int index)
+        {
+            long rank = Native.oc_bundle_signature_rank(Live(), name, outputs ? 1 : 0, (UIntPtr)index);
+            KeyValuePair<long, string>[] found = new KeyValuePair<long, string>[rank < 0 ? 0 : rank];
+            for (int d = 0; d < found.Length; d++)
+            {
+                Error err = Error.Create();
+                long size;
+                IntPtr symbol;
+                OnnxCookerException.Check(Native.oc_bundle_signature_dim(Handle, name, outputs ? 1 : 0, (UIntPtr)index, (UIntPtr)d,
+                                                                         out size, out symbol, ref err), err);
+                found[d] = new KeyValuePair<long, string>(size, Native.Text(symbol));
             }
             return found;
         }

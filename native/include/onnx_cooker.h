@@ -272,6 +272,14 @@ OC_API oc_status oc_bundle_signature(const oc_bundle *bundle, const char *name, 
                                      oc_tensor_info *out, oc_error *err);
 OC_API size_t oc_bundle_signature_count(const oc_bundle *bundle, const char *name, int outputs);
 
+/* The same shape without JSON: its rank (-1: no shape, as for a non-tensor, an unknown model or an
+ * index past the count), and dimension `dim` (< rank) as *size >= 0, or -1 where the dimension is
+ * free, with *symbol (may be NULL to skip) its name ("batch") or NULL where it has none. A dimension
+ * past the rank is OC_ERR_INVALID_ARGUMENT. Names live as long as the bundle. */
+OC_API int64_t oc_bundle_signature_rank(const oc_bundle *bundle, const char *name, int outputs, size_t index);
+OC_API oc_status oc_bundle_signature_dim(const oc_bundle *bundle, const char *name, int outputs, size_t index,
+                                         size_t dim, int64_t *size, const char **symbol, oc_error *err);
+
 /* Open model `name`'s blob: mapped (or read) through the bundle, its size and (verify) sha256
  * checked against the manifest, its cook key and model sha256 against the header, then checked as
  * oc_blob_open_memory does. The blob owns what it mapped or read; release it with oc_blob_close. */

@@ -166,6 +166,22 @@ public:
         for (size_t i = 0; i < oc_bundle_model_count(handle_.get()); ++i) names.emplace_back(oc_bundle_model_name(handle_.get(), i));
         return names;
     }
+    // One signature's dimensions without JSON: (size, name) each, size -1 where it is free and name ""
+    // where it has none; empty for no shape (a non-tensor).
+    std::vector<std::pair<int64_t, std::string>> dims(const std::string &name, bool outputs, size_t index) const {
+        std::vector<std::pair<int64_t, std::string>> found;
+        const int side = outputs ? 1 : 0;
+        for (int64_t d = 0; d < oc_bundle_signature_rank(handle_.get(), name.c_str(), side, index); ++d) {
+            oc_error err{};
+            int64_t size = 0;
+            const char *symbol = nullptr;
+            detail::check(oc_bundle_signature_dim(handle_.get(), name.c_str(), side, index, static_cast<size_t>(d), &size,
+                                                  &symbol, &err),
+                          err);
+            found.emplace_back(size, symbol != nullptr ? symbol : "");
+        }
+        return found;
+    }
     // A model's inputs (outputs: true, its outputs) from the manifest; strings live as long as the Bundle.
     std::vector<oc_tensor_info> signature(const std::string &name, bool outputs = false) const {
         std::vector<oc_tensor_info> found(oc_bundle_signature_count(handle_.get(), name.c_str(), outputs ? 1 : 0));

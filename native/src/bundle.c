@@ -16,6 +16,14 @@
 #define MAX_HEADER_SIZE (16ull << 20)
 #define SMALL_BLOB (1u << 20)
 
+/* A signature's shape without JSON: rank -1 when it gives none (not a tensor); each dimension's
+ * size, or -1 where it is free, with its symbolic name where the manifest gives one. */
+typedef struct tensor_dims {
+    int64_t rank;
+    int64_t *sizes;
+    const char **symbols;
+} tensor_dims;
+
 typedef struct model_entry {
     const char *name;
     const char *file;
@@ -25,6 +33,7 @@ typedef struct model_entry {
     const char *cook_key;     /* NULL when the entry has none */
     const char *model_sha256; /* NULL when the entry has none */
     oc_tensor_info *inputs, *outputs;
+    struct tensor_dims *input_dims, *output_dims; /* each signature's shape, parsed (the same order) */
     size_t input_count, output_count;
     /* The blob file hashed at open (verify, a folder bundle): its identity then. A load of the
      * same file (same identity) needs no sha256 and no CRC pass again, as in the Python loader. */
@@ -104,18 +113,43 @@ static const char *dup_string(oc_bundle *b, const cJSON *item) {
     return cJSON_IsString(item) ? oc_arena_strndup(&b->arena, item->valuestring, strlen(item->valuestring)) : NULL;
 }
 
-static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info **out, size_t *count, oc_error *err,
-                                 const char *model) {
+/* A shape's dimensions: an array of sizes (integers >= 0), names (strings) and nulls. Anything else
+ * in it (a negative or fractional number, a nested value: not what the cooker writes) is a free
+ * dimension without a name; a shape that is no array has no rank. */
+static int parse_dims(oc_bundle *b, const cJSON *shape, tensor_dims *out) {
+    const cJSON *dim;
+    size_t k = 0, n;
+    out->rank = -1;
+    if (!cJSON_IsArray(shape)) return 1;
+    n = (size_t)cJSON_GetArraySize(shape);
+    out->sizes = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof *out->sizes);
+    out->symbols = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof *out->symbols);
+    if (out->sizes == NULL || out->symbols == NULL) return 0;
+    cJSON_ArrayForEach(dim, shape) {
+        double value = cJSON_IsNumber(dim) ? dim->valuedouble : -1.0;
+        out->sizes[k] = value >= 0 && value <= 9007199254740992.0 && value == (double)(int64_t)value ? (int64_t)value : -1;
+        out->symbols[k] = dup_string(b, dim); /* NULL for a number or null */
+        if (cJSON_IsString(dim) && out->symbols[k] == NULL) return 0;
+        ++k;
+    }
+    out->rank = (int64_t)k;
+    return 1;
+}
+
+static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info **out, tensor_dims **dims,
+                                 size_t *count, oc_error *err, const char *model) {
     const cJSON *item;
     size_t n, i = 0;
     *out = NULL;
+    *dims = NULL;
     *count = 0;
     if (list == NULL) return OC_OK;
     if (!cJSON_IsArray(list))
         return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `onnx-cooker cook`", where_of(b), model);
     n = (size_t)cJSON_GetArraySize(list);
     *out = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **out);
-    if (*out == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+    *dims = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **dims);
+    if (*out == NULL || *dims == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
     cJSON_ArrayForEach(item, list) {
         const cJSON *shape = oc_json_get(item, "shape");
         char *text;
@@ -126,7 +160,8 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
         text = shape ? cJSON_PrintUnformatted(shape) : NULL;
         (*out)[i].shape = oc_arena_strndup(&b->arena, text ? text : "null", text ? strlen(text) : 4);
         free(text);
-        if ((*out)[i].shape == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+        if ((*out)[i].shape == NULL || !parse_dims(b, shape, &(*dims)[i]))
+            return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
         ++i;
     }
     *count = i;
@@ -184,9 +219,10 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
                              "folder; re-run `onnx-cooker cook`", where_of(b), m->name, m->file);
             goto done;
         }
-        status = parse_signature(b, oc_json_get(entry, "inputs"), &m->inputs, &m->input_count, err, m->name);
+        status = parse_signature(b, oc_json_get(entry, "inputs"), &m->inputs, &m->input_dims, &m->input_count, err,
+                                 m->name);
         if (status == OC_OK)
-            status = parse_signature(b, oc_json_get(entry, "outputs"), &m->outputs, &m->output_count,
+            status = parse_signature(b, oc_json_get(entry, "outputs"), &m->outputs, &m->output_dims, &m->output_count,
                                      err, m->name);
         if (status != OC_OK) goto done;
         ++i;
@@ -634,6 +670,32 @@ oc_status oc_bundle_signature(const oc_bundle *b, const char *name, int outputs,
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "model '%s' has %zu %s", name, outputs ? m->output_count : m->input_count,
                        outputs ? "outputs" : "inputs");
     *out = outputs ? m->outputs[index] : m->inputs[index];
+    return OC_OK;
+}
+
+static const tensor_dims *signature_dims(const oc_bundle *b, const char *name, int outputs, size_t index) {
+    const model_entry *m = find_model(b, name);
+    if (m == NULL || index >= (outputs ? m->output_count : m->input_count)) return NULL;
+    return outputs ? &m->output_dims[index] : &m->input_dims[index];
+}
+
+int64_t oc_bundle_signature_rank(const oc_bundle *b, const char *name, int outputs, size_t index) {
+    const tensor_dims *dims = signature_dims(b, name, outputs, index);
+    return dims != NULL ? dims->rank : -1;
+}
+
+oc_status oc_bundle_signature_dim(const oc_bundle *b, const char *name, int outputs, size_t index, size_t dim,
+                                  int64_t *size, const char **symbol, oc_error *err) {
+    const tensor_dims *dims;
+    if (b == NULL || name == NULL || size == NULL)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_signature_dim: NULL argument");
+    if (find_model(b, name) == NULL) return unknown_model(b, name, err);
+    dims = signature_dims(b, name, outputs, index);
+    if (dims == NULL || dims->rank < 0 || dim >= (size_t)dims->rank)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "model '%s': %s %zu has no dimension %zu (its rank: %lld)", name,
+                       outputs ? "output" : "input", index, dim, (long long)(dims != NULL ? dims->rank : -1));
+    *size = dims->sizes[dim];
+    if (symbol != NULL) *symbol = dims->symbols[dim];
     return OC_OK;
 }
 

@@ -205,6 +205,8 @@ static class CsharpProbe
                                   " inputs " + bundle.Signature(model, false).Length + " eps " +
                                   string.Join(",", blob.ExecutionProviders) + " model bytes " + blob.ModelBytes().Length +
                                   " weights bytes " + blob.WeightsBytes().Length);
+                foreach (var dim in bundle.Dims(model, false, 0))
+                    Console.WriteLine("managed first input dim: " + dim.Key + " " + (dim.Value ?? "-"));
                 foreach (string ep in blob.ExecutionProviders)
                     foreach (var option in blob.ProviderOptions(ep))
                         Console.WriteLine("managed provider option: " + ep + " " + option.Key + "=" + option.Value);

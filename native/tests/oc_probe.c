@@ -272,6 +272,7 @@ int main(int argc, char **argv) {
         json_string(status == OC_OK ? "" : err.message);
         if (status == OC_OK) {
             size_t m, k;
+            int64_t d;
             printf(", \"platform\": ");
             json_string(oc_bundle_platform(bundle));
             printf(", \"models\": {");
@@ -290,7 +291,21 @@ int main(int argc, char **argv) {
                         json_string(t.name);
                         printf(", \"type\": ");
                         json_string(t.type);
-                        printf(", \"shape\": %s}", t.shape);
+                        printf(", \"shape\": %s, \"dims\": ", t.shape);
+                        printf(oc_bundle_signature_rank(bundle, name, side, k) < 0 ? "null" : "[");
+                        for (d = 0; d < oc_bundle_signature_rank(bundle, name, side, k); ++d) {
+                            int64_t size = 0;
+                            const char *symbol = NULL;
+                            oc_bundle_signature_dim(bundle, name, side, k, (size_t)d, &size, &symbol, NULL);
+                            printf("%s[%lld, ", d ? ", " : "", (long long)size);
+                            if (symbol) json_string(symbol);
+                            else printf("null");
+                            printf("]");
+                        }
+                        if (oc_bundle_signature_rank(bundle, name, side, k) >= 0) printf("]");
+                        /* past the rank: refused */
+                        printf(", \"past\": \"%s\"}", oc_status_name(oc_bundle_signature_dim(
+                            bundle, name, side, k, 99, &(int64_t){0}, NULL, NULL)));
                     }
                     printf("]");
                 }

@@ -57,6 +57,8 @@ int main(int argc, char **argv) {
                         inside ? " in place" : "");
             for (const oc_tensor_info &input : held.signature(argv[2]))
                 std::printf("input %s %s %s\n", input.name, input.type, input.shape);
+            for (const auto &dim : held.dims(argv[2], false, 0))
+                std::printf("first input dim %lld '%s'\n", static_cast<long long>(dim.first), dim.second.c_str());
             for (const std::string &ep : from_bytes.execution_providers())
                 for (const auto &option : from_bytes.provider_options(ep))
                     std::printf("provider option %s %s=%s\n", ep.c_str(), option.first.c_str(), option.second.c_str());
