@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.build.manifest import write_manifest
 from pipeline.build.run_job import cook
+from pipeline.build.summary import cook_line
 from pipeline.errors import CookError, GuardError, ModelError, VerifyError
 from pipeline.layout import blob_path
 from pipeline.runtime import session_from_blob
@@ -93,6 +94,10 @@ def test_each_precision_cooks_shrinks_and_passes_the_gate(
     if precision == "int8-static":
         assert record["options"]["calibration"].startswith("the verification inputs")
     assert fp32["precision"] == {"precision": "fp32"}
+    # the cook's line says what ships and how far it is from the source, beside its own verification
+    line = cook_line(variant)
+    assert f", {precision} against the fp32 source: cosine {row['cosine']:.7g}, max abs " in line, line
+    assert "against that variant" in line and "fp32 source" not in cook_line(fp32)
     # What ships runs through the loader, and its inputs and outputs keep the source's types.
     blob = blob_path(tmp_path / precision / "build" / platform, "m", variant["format"]).read_bytes()
     x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)

@@ -37,6 +37,8 @@ def cook_line(entry: Mapping[str, Any]) -> str:
             )
     else:
         checked = "NOT verified (verify: false)"
+    if (variant := _variant_text(entry.get("precision"))) is not None:
+        checked = f"{variant}; {checked} against that variant"
     size = f"{entry['blob_size']:,} B from {entry['source_size']:,} B of source"
     notes = [_why_larger(entry)] if entry["blob_size"] > entry["source_size"] else []
     narrow = entry.get("narrow_weights")
@@ -54,6 +56,21 @@ def cook_line(entry: Mapping[str, Any]) -> str:
             done = "with " + ", ".join(f"{k} {v}" for k, v in fallback["used"].items())
         line += f"\n  warning: {entry['name']} cooked {done}: {fallback['why']}"
     return line
+
+
+def _variant_text(precision: Any) -> str | None:
+    """``fp16 against the fp32 source: cosine 0.99999, max abs 0.0025`` for a blob cooked at a lower
+    precision (its accuracy rows, the worst output's), else None."""
+    if not isinstance(precision, Mapping) or precision.get("precision") in (None, "fp32"):
+        return None
+    rows = (precision.get("accuracy") or {}).get("outputs") or []
+    text = f"{precision['precision']}"
+    if rows:
+        cosine = min((r["cosine"] for r in rows if r.get("cosine") is not None), default=None)
+        worst = max(r.get("max_abs", 0.0) for r in rows)
+        shown = f"cosine {cosine:.7g}, " if cosine is not None else ""
+        text += f" against the fp32 source: {shown}max abs {worst:.2g}"
+    return text
 
 
 def _why_larger(entry: Mapping[str, Any]) -> str:
