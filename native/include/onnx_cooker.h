@@ -55,7 +55,7 @@ extern "C" {
 
 #define OC_VERSION_MAJOR 0
 #define OC_VERSION_MINOR 2
-#define OC_VERSION_PATCH 0
+#define OC_VERSION_PATCH 1
 /* The blob format version this library reads (others are OC_ERR_UNSUPPORTED_VERSION). */
 #define OC_BLOB_FORMAT_VERSION 3
 #define OC_MANIFEST_VERSION 1
@@ -482,9 +482,9 @@ OC_API const char *oc_blob_device_policy(const oc_blob *blob);
  * `values[i]` (UTF-8, borrowed during the call; count 0 when the blob has none). Return OC_OK once
  * it is appended; any other status fails the session creation with that status (a value that is no
  * oc_status: OC_ERR_SESSION_CREATE), and what the appender wrote into err->message (may be left
- * empty) after the model's and the EP's names. Called
- * on the thread that creates the session, once per session, in the EP list's order (the CPU EP
- * last), with the same options every load path then starts from. */
+ * empty) after the model's and the EP's names. Called on the thread that creates the session, once
+ * per session, in the EP list's order (the CPU EP last), with the same options every load path then
+ * starts from. */
 typedef oc_status (*oc_ep_append_fn)(void *user, struct OrtSessionOptions *options, const char *ep,
                                      const char *const *keys, const char *const *values, size_t count,
                                      oc_error *err);
