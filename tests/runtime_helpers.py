@@ -342,3 +342,20 @@ def fresh_header_cache(patch: Any) -> None:
     (``header._cached_header``), which the patch puts back with the constants."""
     fresh = functools.lru_cache(maxsize=64)(header_module._header_from_json)
     patch.setattr(header_module, "_cached_header", fresh)
+
+
+INCOMPATIBLE_LOAD = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
+    "from pipeline.runtime import session_from_blob, IncompatibleRuntimeError\n"
+    "try:\n"
+    "    session_from_blob(open(sys.argv[2], 'rb').read()); raised = None\n"
+    "except IncompatibleRuntimeError as exc:\n"
+    "    raised = [exc.operator, str(exc)]\n"
+    "print(json.dumps({'onnxruntime': onnxruntime.__version__, 'raised': raised}))\n"
+)
+
+
+def incompatibility_in(version: str, work: Path, blob: Path) -> list[str] | None:
+    """The Python loader's IncompatibleRuntimeError loading ``blob`` in onnxruntime ``version``'s own
+    environment: [its operator, its message], or None when the blob loads there."""
+    return run_in_runtime(version, work, ["-c", INCOMPATIBLE_LOAD, str(blob)])["raised"]

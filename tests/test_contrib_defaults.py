@@ -197,20 +197,9 @@ def ort_blob(tmp_path: Path) -> Path:
 
 
 def test_an_attribute_an_older_onnxruntime_lacks_is_its_incompatibility_in_python(tmp_path: Path) -> None:
-    from runtime_helpers import run_in_runtime
+    from runtime_helpers import incompatibility_in
 
-    blob = ort_blob(tmp_path)
-    code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
-        "from pipeline.runtime import session_from_blob, IncompatibleRuntimeError\n"
-        "try:\n"
-        "    session_from_blob(open(sys.argv[2], 'rb').read()); raised = None\n"
-        "except IncompatibleRuntimeError as exc:\n"
-        "    raised = [exc.operator, str(exc)]\n"
-        "print(json.dumps({'onnxruntime': onnxruntime.__version__, 'raised': raised}))\n"
-    )
-    report = run_in_runtime(OLD_RUNTIME, tmp_path / "work", ["-c", code, str(blob)])
-    assert report["raised"] == ["MatMulNBits", WORDS], report
+    assert incompatibility_in(OLD_RUNTIME, tmp_path / "work", ort_blob(tmp_path)) == ["MatMulNBits", WORDS]
 
 
 def test_an_attribute_an_older_onnxruntime_lacks_is_its_incompatibility_in_c(

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
-from runtime_helpers import make_blob, run_in_runtime
+from runtime_helpers import incompatibility_in, make_blob
 
 from tests.test_native import native, ort_library, run_native  # noqa: F401
 
@@ -60,17 +60,7 @@ def runtime_style_blob(tmp_path: Path) -> bytes:
 def test_an_action_an_older_onnxruntime_lacks_is_its_incompatibility_in_python(tmp_path: Path) -> None:
     blob = tmp_path / "qsoftmax.ocb"
     blob.write_bytes(runtime_style_blob(tmp_path))
-    code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
-        "from pipeline.runtime import session_from_blob, IncompatibleRuntimeError\n"
-        "try:\n"
-        "    session_from_blob(open(sys.argv[2], 'rb').read()); raised = None\n"
-        "except IncompatibleRuntimeError as exc:\n"
-        "    raised = [exc.operator, str(exc)]\n"
-        "print(json.dumps({'onnxruntime': onnxruntime.__version__, 'raised': raised}))\n"
-    )
-    report = run_in_runtime(OLDER, tmp_path / "work", ["-c", code, str(blob)])
-    assert report["raised"] == ["1DQ_CPU_Softmax", WORDS], report
+    assert incompatibility_in(OLDER, tmp_path / "work", blob) == ["1DQ_CPU_Softmax", WORDS]
 
 
 def test_an_action_an_older_onnxruntime_lacks_is_its_incompatibility_in_c(
