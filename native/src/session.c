@@ -474,14 +474,12 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
     oc_ep_append_fn appender;
     void *user = NULL;
     if (strcmp(ep, OC_CPU_EP) == 0) return OC_OK; /* always there, last */
+    if (n > 64) return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);
+    for (i = 0; i < n; ++i) oc_blob_provider_option(c->blob, ep, i, &keys[i], &values[i]);
     oc_lock();
     appender = oc_runtime_appender(c->rt, ep, &user);
     oc_unlock();
-    if (appender != NULL) {
-        if (n > 64) return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);
-        for (i = 0; i < n; ++i) oc_blob_provider_option(c->blob, ep, i, &keys[i], &values[i]);
-        return call_appender(c, appender, user, options, ep, keys, values, n);
-    }
+    if (appender != NULL) return call_appender(c, appender, user, options, ep, keys, values, n);
     if (strcmp(ep, NNAPI_EP) == 0 && (nnapi = nnapi_append(c->rt)) != NULL)
         return check_ort(c, nnapi(options, 0), OC_ERR_SESSION_CREATE, "refused an execution provider for");
     if (name == NULL && !v2) {
@@ -495,8 +493,6 @@ static oc_status append_ep(session_ctx *c, OrtSessionOptions *options, const cha
                        "onnxruntime build offers for it with oc_runtime_set_ep_appender, or pass providers without it",
                        c->blob->info.name, ep);
     }
-    if (n > 64) return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': %s has too many provider options", c->blob->info.name, ep);
-    for (i = 0; i < n; ++i) oc_blob_provider_option(c->blob, ep, i, &keys[i], &values[i]);
     if (v2) return append_v2(c, options, ep, keys, values, n);
     if (check_ort(c, api->SessionOptionsAppendExecutionProvider(options, name, keys, values, n), OC_ERR_SESSION_CREATE,
                   "refused an execution provider for") != OC_OK) {

@@ -68,9 +68,10 @@ def drop_default_attributes(model: onnx.ModelProto) -> list[str]:
             if node.domain in ONNX_DOMAINS:
                 continue
             defaults = _defaults_for(node, opsets)
-            kept = [a for a in node.attribute if not (a.name in defaults and _same(a, defaults[a.name]))]
-            if len(kept) != len(node.attribute):
-                dropped.update(f"{node.op_type}.{a.name}" for a in node.attribute if a not in kept)
+            at_default = {a.name for a in node.attribute if a.name in defaults and _same(a, defaults[a.name])}
+            if at_default:
+                dropped.update(f"{node.op_type}.{name}" for name in at_default)
+                kept = [a for a in node.attribute if a.name not in at_default]
                 del node.attribute[:]
                 node.attribute.extend(kept)
     return sorted(dropped)
