@@ -110,4 +110,6 @@ def test_progress_reaches_the_calling_thread_in_stages_from_0_to_1(
         for stage in stages:
             fractions = [fraction for s, fraction in mine if s == stage]
             assert fractions[0] == 0.0 and fractions[-1] == 1.0, (step, stage, fractions)
+            # each stage starts once and ends once: a loading bar counting stages counts each one
+            assert fractions.count(0.0) == 1 and fractions.count(1.0) == 1, (step, stage, fractions)
             assert fractions == sorted(fractions), (step, stage, fractions)

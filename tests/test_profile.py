@@ -227,6 +227,26 @@ def test_yaml_syntax_error_names_the_line(platforms_dir: Path, text: str, messag
             "provider_options: {CPUExecutionProvider: 1}\n",
             "'provider_options.CPUExecutionProvider' must be a mapping of option -> value; got 1",
         ),
+        (
+            "provider_options: {QNNExecutionProvider: {backend_path: libQnnHtp.so}}\n",
+            "'provider_options.QNNExecutionProvider.backend_path' cannot travel in a blob: its name holds "
+            "'path': it may name a file, folder, library or memory address (the loaders refuse it",
+        ),
+        (
+            "provider_options: {OpenVINOExecutionProvider: {device_type: CPU/x}}\n",
+            "'provider_options.OpenVINOExecutionProvider.device_type' cannot travel in a blob: its value "
+            "holds a path separator",
+        ),
+        (
+            "ep_session_options: {CPUExecutionProvider: {session.optimized_model_filepth: x}}\n",
+            "'ep_session_options.CPUExecutionProvider.session.optimized_model_filepth' cannot travel in a "
+            "blob: only the onnxruntime config entries",
+        ),
+        (
+            "ep_session_options: {CPUExecutionProvider: {session.intra_op.allow_spining: '0'}}\n",
+            "'ep_session_options.CPUExecutionProvider.session.intra_op.allow_spining' cannot travel in a "
+            "blob: did you mean 'session.intra_op.allow_spinning'?",
+        ),
         ("verify_dims: {batch: 0}\n", "'verify_dims.batch' must be an integer >= 1; got 0 (an integer)"),
         ("verify_dims: {batch: 2.0}\n", "'verify_dims.batch' must be an integer >= 1; got 2.0 (a float)"),
         ('description: "two\\nlines"\n', "'description' must be one line"),

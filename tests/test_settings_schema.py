@@ -100,6 +100,13 @@ WRONG = {
     "unsafe config entry": {
         "ep_session_options": {"CPUExecutionProvider": {"session.use_ort_model_bytes_directly": "1"}}
     },
+    "config entry naming a file": {
+        "ep_session_options": {"CPUExecutionProvider": {"session.node_partition_config_file": "x"}}
+    },
+    "config entry not on the list": {"ep_session_options": {"CPUExecutionProvider": {"session.x_y": "1"}}},
+    "option naming a folder": {"provider_options": {"OpenVINOExecutionProvider": {"Cache_Dir": "c"}}},
+    "option loading a library": {"provider_options": {"QNNExecutionProvider": {"backend_path": "l"}}},
+    "provider option value, a path": {"provider_options": {"DmlExecutionProvider": {"device_id": "../0"}}},
 }
 
 
@@ -118,7 +125,9 @@ def test_schema_and_cooker_accept_a_full_platform(validator: Any, tmp_path: Path
         "runtime_version": "1.24",
         "execution_providers": ["DmlExecutionProvider", "CPUExecutionProvider"],
         "provider_options": {"DmlExecutionProvider": {"device_id": 0, "name": "x", "on": True}},
-        "ep_session_options": {"CPUExecutionProvider": {"session.intra_op.allow_spinning": "0"}},
+        "ep_session_options": {
+            "CPUExecutionProvider": {"session.intra_op.allow_spinning": "0", "mlas.use_lut_gemm": "1"}
+        },
         "rtol": 0,
         "fixed_shapes": {"images": [1, 3, 224, 224]},
         "include": ["vision/*"],

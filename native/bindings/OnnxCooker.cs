@@ -163,6 +163,7 @@ namespace OnnxCooker
         [DllImport(Lib)] public static extern Status oc_blob_provider_option(IntPtr blob, [MarshalAs(UnmanagedType.LPStr)] string ep, UIntPtr index, out IntPtr key, out IntPtr value);
         [DllImport(Lib)] public static extern UIntPtr oc_blob_session_option_count(IntPtr blob, [MarshalAs(UnmanagedType.LPStr)] string ep);
         [DllImport(Lib)] public static extern Status oc_blob_session_option(IntPtr blob, [MarshalAs(UnmanagedType.LPStr)] string ep, UIntPtr index, out IntPtr key, out IntPtr value);
+        [DllImport(Lib)] public static extern Status oc_blob_check_recipe(IntPtr blob, ref Error err);
 
         // Bundles
         [DllImport(Lib)] public static extern Status oc_bundle_open_dir([MarshalAs(UnmanagedType.LPStr)] string dir, IntPtr options, out IntPtr bundle, ref Error err);
@@ -409,6 +410,14 @@ namespace OnnxCooker
         public KeyValuePair<string, string>[] SessionOptions(string ep)
         {
             return Pairs(ep, Native.oc_blob_session_option_count(Live(), ep), Native.oc_blob_session_option);
+        }
+
+        /// <summary>Throws unless the recipe asks only for what a blob may (oc_blob_check_recipe):
+        /// call it before applying the recipe to sessions of your own.</summary>
+        public void CheckRecipe()
+        {
+            Error err = Error.Create();
+            OnnxCookerException.Check(Native.oc_blob_check_recipe(Live(), ref err), err);
         }
 
         delegate Status Pair(IntPtr blob, string ep, UIntPtr index, out IntPtr key, out IntPtr value);

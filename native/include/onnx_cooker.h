@@ -187,6 +187,15 @@ OC_API size_t oc_blob_session_option_count(const oc_blob *blob, const char *ep);
 OC_API oc_status oc_blob_session_option(const oc_blob *blob, const char *ep, size_t index, const char **key,
                                         const char **value);
 
+/* Whether the recipe asks only for what a blob may (oc_session_create checks the same before it
+ * applies any): OC_OK, or OC_ERR_SESSION_CREATE naming the first option refused. Refused are
+ * session config entries not on the loader's allow-list (docs/settings.md; others may name files
+ * onnxruntime reads or writes) or owned by the load paths, named options with values onnxruntime
+ * has no name for, and provider options whose name or value may point at a file, folder, library
+ * or memory address (QNN backend_path, OpenVINO cache_dir, ...). At the unpack level, call it
+ * before applying the recipe to sessions of your own. */
+OC_API oc_status oc_blob_check_recipe(const oc_blob *blob, oc_error *err);
+
 /* ---------------------------------------------------------------------------------------------
  * Bundles
  * ------------------------------------------------------------------------------------------- */

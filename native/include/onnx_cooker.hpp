@@ -94,6 +94,12 @@ public:
     Options provider_options(const std::string &ep) const {
         return pairs(ep, oc_blob_provider_option_count, oc_blob_provider_option);
     }
+    // Throws unless the recipe asks only for what a blob may (oc_blob_check_recipe): call it before
+    // applying the recipe to sessions of your own.
+    void check_recipe() const {
+        oc_error err{};
+        detail::check(oc_blob_check_recipe(handle_.get(), &err), err);
+    }
     // The unpack level: the model file's bytes and the weights section's (empty when none), valid
     // as long as the Blob (views into the caller's memory where stored raw).
     struct Bytes {

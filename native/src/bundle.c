@@ -57,6 +57,7 @@ struct oc_bundle {
     void *progress_user;
     ZSTD_DCtx *dctx; /* kept for the blobs opened through this bundle: lent to one open at a time */
     int dctx_lent;   /* under oc_lock: an open is using dctx (a concurrent open decodes with its own) */
+    int out_of_memory; /* a manifest string could not be copied: not a damaged manifest */
 };
 
 static void *bundle_zstd_alloc(void *opaque, size_t size) { return oc_malloc((const oc_alloc *)opaque, size); }
@@ -109,8 +110,18 @@ static int safe_relative(const char *file) {
     }
 }
 
+/* The string `item` holds, copied into the arena; NULL when it is no string, or when the copy failed
+ * (then b->out_of_memory is set, so that the caller reports memory, not a malformed manifest). */
 static const char *dup_string(oc_bundle *b, const cJSON *item) {
-    return cJSON_IsString(item) ? oc_arena_strndup(&b->arena, item->valuestring, strlen(item->valuestring)) : NULL;
+    const char *copy;
+    if (!cJSON_IsString(item)) return NULL;
+    copy = oc_arena_strndup(&b->arena, item->valuestring, strlen(item->valuestring));
+    if (copy == NULL) b->out_of_memory = 1;
+    return copy;
+}
+
+static oc_status manifest_out_of_memory(oc_error *err) {
+    return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest (its allocator refused)");
 }
 
 /* A shape's dimensions: an array of sizes (integers >= 0), names (strings) and nulls. Anything else
@@ -149,19 +160,20 @@ static oc_status parse_signature(oc_bundle *b, const cJSON *list, oc_tensor_info
     n = (size_t)cJSON_GetArraySize(list);
     *out = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **out);
     *dims = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof **dims);
-    if (*out == NULL || *dims == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+    if (*out == NULL || *dims == NULL) return manifest_out_of_memory(err);
     cJSON_ArrayForEach(item, list) {
         const cJSON *shape = oc_json_get(item, "shape");
         char *text;
         (*out)[i].name = dup_string(b, oc_json_get(item, "name"));
         (*out)[i].type = dup_string(b, oc_json_get(item, "type"));
+        if (b->out_of_memory) return manifest_out_of_memory(err);
         if ((*out)[i].name == NULL || (*out)[i].type == NULL)
             return oc_fail(err, OC_ERR_MANIFEST, "%s: manifest entry '%s' has a malformed I/O signature; re-run `onnx-cooker cook`", where_of(b), model);
         text = shape ? cJSON_PrintUnformatted(shape) : NULL;
         (*out)[i].shape = oc_arena_strndup(&b->arena, text ? text : "null", text ? strlen(text) : 4);
         free(text);
         if ((*out)[i].shape == NULL || !parse_dims(b, shape, &(*dims)[i]))
-            return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+            return manifest_out_of_memory(err);
         ++i;
     }
     *count = i;
@@ -187,6 +199,10 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
     }
     b->platform = dup_string(b, oc_json_get(root, "platform"));
     models = oc_json_get(root, "models");
+    if (b->out_of_memory) {
+        status = manifest_out_of_memory(err);
+        goto done;
+    }
     if (b->platform == NULL || !cJSON_IsObject(models)) {
         status = oc_fail(err, OC_ERR_MANIFEST, "%s: manifest.json needs 'platform' (string) and 'models' (object); re-run `onnx-cooker cook`",
                          where_of(b));
@@ -195,7 +211,7 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
     n = (size_t)cJSON_GetArraySize(models);
     b->models = oc_arena_alloc(&b->arena, (n ? n : 1) * sizeof *b->models);
     if (b->models == NULL) {
-        status = oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest");
+        status = manifest_out_of_memory(err);
         goto done;
     }
     cJSON_ArrayForEach(entry, models) {
@@ -206,6 +222,10 @@ static oc_status parse_manifest(oc_bundle *b, const char *text, size_t size, oc_
         m->blob_sha256 = dup_string(b, oc_json_get(entry, "blob_sha256"));
         m->cook_key = dup_string(b, oc_json_get(entry, "cook_key"));
         m->model_sha256 = dup_string(b, oc_json_get(entry, "model_sha256"));
+        if (m->name == NULL || b->out_of_memory) {
+            status = manifest_out_of_memory(err);
+            goto done;
+        }
         if (!cJSON_IsObject(entry) || m->name == NULL || m->file == NULL || m->format == NULL || m->blob_sha256 == NULL ||
             !count_of(oc_json_get(entry, "blob_size"), &m->blob_size)) {
             status = oc_fail(err, OC_ERR_MANIFEST,
@@ -755,6 +775,19 @@ static ZSTD_DCtx *borrow_dctx(oc_bundle *b) {
     return dctx;
 }
 
+/* The bundle's progress callback for a blob it checks: the bundle reports "check" 0.0 before the
+ * sha256 pass, so the blob's own "check" 0.0 after it is not passed on (each stage starts once). */
+typedef struct progress_relay {
+    oc_progress_fn progress;
+    void *user;
+} progress_relay;
+
+static void relay_after_check_started(void *user, const char *stage, double fraction) {
+    const progress_relay *relay = (const progress_relay *)user;
+    if (fraction == 0.0 && strcmp(stage, "check") == 0) return;
+    relay->progress(relay->user, stage, fraction);
+}
+
 /* `trusted`: these are the very bytes hashed when the bundle was opened (same file identity). */
 static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *path, const uint8_t *data, size_t size,
                               void *map, size_t map_size, void *buffer, int trusted, oc_blob **out, oc_error *err) {
@@ -762,6 +795,7 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
     oc_blob_info info;
     oc_status status;
     ZSTD_DCtx *dctx;
+    progress_relay relay;
     if ((uint64_t)size != m->blob_size)
         return oc_fail(err, OC_ERR_CHECKSUM,
                        "%s: blob does not match the sha256/size recorded in manifest.json (%zu bytes, the manifest says "
@@ -776,8 +810,10 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
     options.max_model_size = b->max_model_size;
     options.skip_raw_check = b->verify || b->is_signed || trusted; /* a checked sha256 covers every byte */
     options.allocator = NULL;
-    options.progress = b->progress;
-    options.progress_user = b->progress_user;
+    relay.progress = b->progress;
+    relay.user = b->progress_user;
+    options.progress = b->progress ? relay_after_check_started : NULL;
+    options.progress_user = &relay;
     {
         oc_allocator hooks;
         hooks.alloc = b->alloc.alloc;

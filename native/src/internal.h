@@ -45,6 +45,29 @@ oc_status oc_error_in_file(oc_error *err, oc_status status, const char *path);
 
 oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list args);
 
+/* What to do about a session option or provider option the library refuses (the Python loader's
+ * options.py says the same words: BAD_OPTION_FIX, UNLISTED_ENTRY, BAD_PROVIDER_OPTION_FIX). */
+#define OC_BAD_OPTION_FIX                                                                                        \
+    "; the platform's ep_session_options allow the keys and values of docs/settings.md: fix them and re-cook "   \
+    "with this onnx-cooker"
+#define OC_UNLISTED_ENTRY                                                                                        \
+    " (it is not in the loader's list of entries that only change how a session computes, docs/settings.md; "   \
+    "others may name files onnxruntime reads or writes); a game that needs it sets it on the session options "  \
+    "it passes"
+#define OC_BAD_PROVIDER_OPTION_FIX                                                                               \
+    "; a blob may not choose where an EP reads, writes or loads from: remove it from the platform's "          \
+    "provider_options and re-cook, and have the game pass it itself (docs/settings.md)"
+
+/* recipe.c: what of a blob's recipe onnxruntime may see. A config entry the load paths own, or one
+ * not on the allow-list, for model `model` and EP `ep`: OC_ERR_SESSION_CREATE; a provider option
+ * whose name or value may point at a file, folder, library or address: the same. */
+int oc_recipe_entry_owned(const char *key);
+int oc_recipe_entry_safe(const char *key);
+oc_status oc_recipe_check_entry(const char *model, const char *ep, const char *key, oc_error *err);
+oc_status oc_recipe_check_provider_option(const char *model, const char *ep, const char *key, const char *value,
+                                          oc_error *err);
+oc_status oc_recipe_check_provider_options(const oc_blob *blob, oc_error *err); /* every EP's */
+
 /* An external-data tensor the blob's header lists: main-graph initializer `name`, at `offset` in
  * the weights section, `nbytes` long. */
 typedef struct oc_ref_tensor {

@@ -254,24 +254,11 @@ static int version_below(const int a[3], const int b[3]) {
     return 0;
 }
 
-static const char *const UNSAFE_ENTRIES[] = {
-    "session.use_ort_model_bytes_for_initializers", "session.use_ort_model_bytes_directly",
-    "session.use_memory_mapped_ort_model", "session.load_model_format",
-    "session.use_external_initializer_file_buffers_directly", "session.model_external_initializers_file_folder_path"};
-
-/* What to do about a session option the library refuses (pipeline/runtime/options.py says the same) */
-#define BAD_OPTION_FIX                                                                                           \
-    "; the platform's ep_session_options allow the keys and values of docs/settings.md: fix them and re-cook "   \
-    "with this onnx-cooker"
-
-static int starts_with(const char *text, const char *prefix) { return strncmp(text, prefix, strlen(prefix)) == 0; }
-
 static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *options, const char *ep) {
     const OrtApi *api = c->rt->api;
     size_t i, n = oc_blob_session_option_count(c->blob, ep);
     for (i = 0; i < n; ++i) {
         const char *key, *value;
-        size_t k;
         oc_blob_session_option(c->blob, ep, i, &key, &value);
         if (strcmp(key, "enable_mem_pattern") == 0) {
             int on = !(strcmp(value, "False") == 0 || strcmp(value, "0") == 0 || value[0] == '\0');
@@ -283,7 +270,7 @@ static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *option
             if (strcmp(value, "sequential") == 0) mode = ORT_SEQUENTIAL;
             else if (strcmp(value, "parallel") == 0) mode = ORT_PARALLEL;
             else
-                return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': bad session option for %s: execution_mode '%s'" BAD_OPTION_FIX,
+                return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': bad session option for %s: execution_mode '%s'" OC_BAD_OPTION_FIX,
                                c->blob->info.name, ep, value);
             if (check_ort(c, api->SetSessionExecutionMode(options, mode), OC_ERR_SESSION_CREATE,
                           "refused a session option of") != OC_OK)
@@ -296,23 +283,15 @@ static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *option
             else if (strcmp(value, "all") == 0) level = ORT_ENABLE_ALL;
             else
                 return oc_fail(c->err, OC_ERR_SESSION_CREATE,
-                               "model '%s': bad session option for %s: graph_optimization_level '%s'" BAD_OPTION_FIX,
+                               "model '%s': bad session option for %s: graph_optimization_level '%s'" OC_BAD_OPTION_FIX,
                                c->blob->info.name,
                                ep, value);
             if (check_ort(c, api->SetSessionGraphOptimizationLevel(options, level), OC_ERR_SESSION_CREATE,
                           "refused a session option of") != OC_OK)
                 return OC_ERR_SESSION_CREATE;
         } else {
-            for (k = 0; k < sizeof UNSAFE_ENTRIES / sizeof UNSAFE_ENTRIES[0]; ++k)
-                if (strcmp(key, UNSAFE_ENTRIES[k]) == 0)
-                    return oc_fail(c->err, OC_ERR_SESSION_CREATE,
-                                   "model '%s': bad session option for %s: %s is refused: the loader sets it itself, for "
-                                   "the load path it proved (docs/design.md, loading from memory)" BAD_OPTION_FIX,
-                                   c->blob->info.name, ep, key);
-            if (!starts_with(key, "session.") && !starts_with(key, "optimization.") && !starts_with(key, "mlas."))
-                return oc_fail(c->err, OC_ERR_SESSION_CREATE,
-                               "model '%s': bad session option for %s: config entry '%s' is not allowed in a blob "
-                               "(session.*, optimization.*, mlas.*)" BAD_OPTION_FIX, c->blob->info.name, ep, key);
+            oc_status refused = oc_recipe_check_entry(c->blob->info.name, ep, key, c->err);
+            if (refused != OC_OK) return refused;
             if (check_ort(c, api->AddSessionConfigEntry(options, key, value), OC_ERR_SESSION_CREATE,
                           "refused a session option of") != OC_OK)
                 return OC_ERR_SESSION_CREATE;
@@ -569,6 +548,7 @@ static oc_status recipe_options(session_ctx *c, const oc_session_options *o, con
                          "could not create session options for") != OC_OK) {
         return OC_ERR_SESSION_CREATE;
     }
+    TRY(oc_recipe_check_provider_options(c->blob, c->err)); /* before any goes on: the Python loader's order */
     for (i = 0; i < count; ++i) TRY(apply_session_options(c, options, chosen[i]));
     TRY_ORT(api->AddSessionConfigEntry(options, "session.enable_saved_runtime_optimizations",
                                        c->blob->info.saved_runtime_optimizations ? "1" : "0"),

@@ -7,7 +7,13 @@ from typing import Any
 
 import onnxruntime
 
-from .constants import ALLOWED_CONFIG_PREFIXES, OPTIMIZATION_LEVELS, UNSAFE_CONFIG_ENTRIES
+from .constants import (
+    OPTIMIZATION_LEVELS,
+    SAFE_CONFIG_ENTRIES,
+    SAFE_CONFIG_PREFIXES,
+    UNSAFE_CONFIG_ENTRIES,
+    unsafe_provider_option,
+)
 from .errors import SessionCreateError
 from .header import BlobHeader
 
@@ -39,10 +45,9 @@ def _apply_session_options(options: onnxruntime.SessionOptions, values: Mapping[
             options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(value)]
         elif key in UNSAFE_CONFIG_ENTRIES:
             raise ValueError(f"{key} is refused: {UNSAFE_CONFIG_ENTRIES[key]}")
-        elif not key.startswith(ALLOWED_CONFIG_PREFIXES):
-            # Other entries (e.g. ep.context_file_path) can make an EP write files: not from a blob.
-            allowed = ", ".join(prefix + "*" for prefix in ALLOWED_CONFIG_PREFIXES)
-            raise ValueError(f"config entry '{key}' is not allowed in a blob ({allowed})")
+        elif key not in SAFE_CONFIG_ENTRIES and not key.startswith(SAFE_CONFIG_PREFIXES):
+            # Others may name files onnxruntime reads or writes (constants.SAFE_CONFIG_ENTRIES)
+            raise ValueError(f"config entry '{key}' is not one a blob may carry{UNLISTED_ENTRY}")
         else:
             options.add_session_config_entry(key, str(value))
 
@@ -55,6 +60,31 @@ BAD_OPTION_FIX = (
 )
 
 
+# Why an entry is refused, and what a game that wants it does (native/src/session.c says the same)
+UNLISTED_ENTRY = (
+    " (it is not in the loader's list of entries that only change how a session computes, "
+    "docs/settings.md; others may name files onnxruntime reads or writes); a game that needs it sets "
+    "it on the session options it passes"
+)
+# What to do about a provider option the loader refuses (native/src/session.c says the same)
+BAD_PROVIDER_OPTION_FIX = (
+    "; a blob may not choose where an EP reads, writes or loads from: remove it from the platform's "
+    "provider_options and re-cook, and have the game pass it itself (docs/settings.md)"
+)
+
+
+def check_provider_options(header: BlobHeader) -> None:
+    """Refuse provider options that may name a file, folder, library or memory address
+    (``constants.unsafe_provider_option``), for every EP the blob lists options for."""
+    for ep, options in header.provider_options.items():
+        for key, value in options.items():
+            if why := unsafe_provider_option(str(key), value):
+                raise SessionCreateError(
+                    f"model {header.name!r}: provider option '{key}' for {ep} is refused: {why}"
+                    f"{BAD_PROVIDER_OPTION_FIX}"
+                )
+
+
 def session_options_for(
     header: BlobHeader, providers: Sequence[str], base: onnxruntime.SessionOptions | None = None
 ) -> onnxruntime.SessionOptions:
@@ -62,6 +92,7 @@ def session_options_for(
 
     A blob may not set the entries the load paths own (``UNSAFE_CONFIG_ENTRIES``).
     """
+    check_provider_options(header)
     options = base if base is not None else onnxruntime.SessionOptions()
     for ep in providers:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import platform
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,9 +21,13 @@ from types import MappingProxyType
 from typing import Any
 
 from pipeline.runtime.constants import (
-    ALLOWED_CONFIG_PREFIXES,
     OPTIMIZATION_LEVELS,
+    SAFE_CONFIG_ENTRIES,
+    SAFE_CONFIG_PREFIXES,
     UNSAFE_CONFIG_ENTRIES,
+    UNSAFE_PROVIDER_OPTION_VALUE_CHARACTERS,
+    UNSAFE_PROVIDER_OPTION_WORDS,
+    unsafe_provider_option,
 )
 from pipeline.settings.checks import Scalar, check_names, describe, is_name, type_hint
 
@@ -185,6 +190,14 @@ def check_provider_options(name: str, value: dict[Any, Any]) -> list[str]:
                 for option, item in options.items()
                 if not isinstance(item, Scalar)
             ]
+        if not found:
+            found = [
+                f"'{name}.{ep}.{option}' cannot travel in a blob: {why} (the loaders refuse it, since a blob "
+                "may not choose where an EP reads, writes or loads from); have the game pass it itself "
+                "(providers=[(ep, options)] in Python, oc_runtime_set_ep_appender in C)"
+                for option, item in options.items()
+                if (why := unsafe_provider_option(option, item))
+            ]
         problems += found
     return problems
 
@@ -232,11 +245,14 @@ def _check_session_option(name: str, option: str, value: Any) -> list[str]:
     if option in UNSAFE_CONFIG_ENTRIES:
         return [f"{name!r} must not be set: {UNSAFE_CONFIG_ENTRIES[option]}"]
     if "." in option:
-        if not option.startswith(ALLOWED_CONFIG_PREFIXES):
+        if option not in SAFE_CONFIG_ENTRIES and not option.startswith(SAFE_CONFIG_PREFIXES):
+            close = difflib.get_close_matches(option, sorted(SAFE_CONFIG_ENTRIES), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             return [
-                f"{name!r}: only onnxruntime config entries starting with "
-                f"{', '.join(ALLOWED_CONFIG_PREFIXES)} may travel in a blob (others, such as "
-                "ep.context_file_path, can make an EP write files)"
+                f"{name!r} cannot travel in a blob: {hint}only the onnxruntime config entries of "
+                "docs/settings.md that change how a session computes may (others, such as "
+                "session.optimized_model_filepath, name files onnxruntime reads or writes); set others "
+                "on the session options the game passes"
             ]
         if isinstance(value, str):
             return []
@@ -281,11 +297,31 @@ def session_options_schema() -> dict[str, Any]:
         option: {"type": "boolean"} if allowed is bool else {"enum": list(allowed)}
         for option, allowed in SESSION_OPTIONS.items()
     }
-    prefixes = "|".join(prefix.rstrip(".") for prefix in ALLOWED_CONFIG_PREFIXES)
+    known.update({entry: {"type": "string"} for entry in sorted(SAFE_CONFIG_ENTRIES)})
+    prefixes = "|".join(re.escape(prefix) for prefix in SAFE_CONFIG_PREFIXES)
     return {
         "type": "object",
         "properties": known,
-        "patternProperties": {rf"^({prefixes})\.": {"type": "string"}},
-        "propertyNames": {"not": {"enum": sorted(UNSAFE_CONFIG_ENTRIES)}},
+        "patternProperties": {rf"^({prefixes})": {"type": "string"}},
         "additionalProperties": False,
+    }
+
+
+def provider_options_schema() -> dict[str, Any]:
+    """One EP's provider options as JSON Schema: scalars, no name holding a word of
+    ``UNSAFE_PROVIDER_OPTION_WORDS`` (ASCII case ignored: JSON Schema patterns take no flags) and no
+    string value holding a path separator."""
+
+    def any_case(word: str) -> str:
+        return "".join(f"[{c}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+    words = "|".join(any_case(word) for word in UNSAFE_PROVIDER_OPTION_WORDS)
+    separators = "".join(re.escape(c) for c in UNSAFE_PROVIDER_OPTION_VALUE_CHARACTERS)
+    return {
+        "type": "object",
+        "propertyNames": {"type": "string", "pattern": r"\S", "not": {"pattern": f"({words})"}},
+        "additionalProperties": {
+            "type": ["string", "number", "boolean"],
+            "not": {"type": "string", "pattern": f"[{separators}]"},
+        },
     }

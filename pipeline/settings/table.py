@@ -70,11 +70,6 @@ def _freeze_options(options: Mapping[str, Mapping[str, Any]]) -> Options:
 
 _NAME_SCHEMA = {"type": "string", "pattern": r"\S"}
 _SIZE_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_DIM_SIZE}
-_SCALAR_OPTIONS_SCHEMA = {
-    "type": "object",
-    "propertyNames": _NAME_SCHEMA,
-    "additionalProperties": {"type": ["string", "number", "boolean"]},
-}
 BOOL = Kind(bool, "true or false", bool, schema={"type": "boolean"})
 INT = Kind(int, "an integer", int, schema={"type": "integer"})
 FLOAT = Kind(float, "a number", float, freeze=float, schema={"type": "number"})
@@ -187,13 +182,15 @@ SETTINGS: tuple[Setting, ...] = (
             "runtime EPs in order of preference (custom names pass through)",
             check=eprules.check_execution_providers, schema={"minItems": 1, "uniqueItems": True}),
     Setting("provider_options", EP_OPTIONS, {},
-            "per-EP options given to the EP at load, e.g. `{DmlExecutionProvider: {device_id: 0}}`",
+            "per-EP options given to the EP at load, e.g. `{DmlExecutionProvider: {device_id: 0}}`; not "
+            "ones that may name a file, folder, library or address (see "
+            "[what a blob may ask for](#what-a-blob-may-ask-for))",
             check=eprules.check_provider_options, cooked=eprules.listed_provider_options,
-            schema={"additionalProperties": _SCALAR_OPTIONS_SCHEMA}),
+            schema={"additionalProperties": eprules.provider_options_schema()}),
     Setting("ep_session_options", EP_OPTIONS, {},
             "per-EP session options (`enable_mem_pattern`, `execution_mode`, `graph_optimization_level`, or "
-            "an onnxruntime config entry starting with `session.`, `optimization.` or `mlas.`, such as "
-            "`session.intra_op.allow_spinning`; others could make an EP write files and are refused)",
+            "an onnxruntime config entry that only changes how a session computes, such as "
+            "`session.intra_op.allow_spinning`: see [what a blob may ask for](#what-a-blob-may-ask-for))",
             check=eprules.check_ep_session_options, cooked=eprules.session_options_with_rules,
             schema={"additionalProperties": eprules.session_options_schema()}),
     Setting("ep_device_policy", TEXT, "none",
