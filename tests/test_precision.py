@@ -329,3 +329,34 @@ def test_a_budget_message_uses_sizes_measured_on_other_platforms(tmp_path: Path)
     fp32 = cook(job_for(tmp_path / "assets", "m", shipped_settings("console"), build))
     with pytest.raises(CookError, match=r"measured: its ios blob"):
         write_manifest(build / "console", "console", ["m"], max_bundle_bytes=fp32["blob_size"] - 1)
+
+
+def _pinned_matmul_model() -> onnx.ModelProto:
+    """x[n, feat] @ W[20, 8]: the weight pins feat at 20 (no other size runs)."""
+    weight = np.random.default_rng(3).standard_normal((20, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "pinned",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "feat"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8-static"])
+def test_a_variant_is_verified_at_the_sizes_its_source_is(tmp_path: Path, precision: str) -> None:
+    """onnxruntime's fp16 converter writes its input Casts after the nodes that read them: the cook
+    reads the variant's dimensions in node order again, so a weight still pins its input's size and
+    a convolution's free height and width are still tried wide, as for the fp32 cook (they read as
+    unconstrained before: feat at 16, which MatMul refused, and a conv at 16x16)."""
+    for name, model in (("pinned", _pinned_matmul_model()), ("conv", conv_bn_relu_model())):
+        if name == "conv":  # free height and width
+            model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
+            model.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
+        fp32 = cook_at(tmp_path / name / "fp32", model, "android")
+        variant = cook_at(tmp_path / name / precision, model, "android", precision=precision)
+        assert variant["verification"]["default_dims"] == fp32["verification"]["default_dims"], name
+    assert fp32["verification"]["default_dims"] == {"h": 64, "w": 64}

@@ -26,9 +26,10 @@ from pipeline.cook.feeds import (
     refuse_meaningless,
     source_reference,
 )
-from pipeline.cook.inputs import synthesize_inputs
+from pipeline.cook.inputs import as_input_types, synthesize_inputs
 from pipeline.cook.job import CookJob
 from pipeline.cook.precision import (
+    FP32,
     VERIFY_ATOL_OF_RANGE,
     verify_tolerances,
 )
@@ -51,14 +52,23 @@ from pipeline.steptimes import step
 
 
 def verify_blob(
-    job: CookJob, model: onnx.ModelProto, blob: bytes, read: SourceRead
+    job: CookJob,
+    model: onnx.ModelProto,
+    blob: bytes,
+    read: SourceRead,
+    sized_by: onnx.ModelProto | None = None,
 ) -> tuple[dict[str, Any], bytes | None]:
-    """The verification report, and its inputs with the source's outputs (an .npz) for the runtime check."""
+    """The verification report, and its inputs with the source's outputs (an .npz) for the runtime
+    check. ``sized_by`` (a precision variant's fp32 source) chooses the inputs, in ``model``'s types."""
     settings = verify_tolerances(job.settings)
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
     with step("verify: the source's outputs"):
-        inputs = feeds_for(job, model, read)
+        if sized_by is None:
+            inputs = feeds_for(job, model, read)
+        else:  # the source's outputs on them are not the variant's: run the variant
+            inputs = feeds_for(job, sized_by, read)
+            inputs = replace(inputs, feeds=as_input_types(model, inputs.feeds), outputs=None)
         refuse_meaningless(inputs.feeds, inputs.origin)
         reference, noise, default_level = _references(job, model, inputs, settings)
         floats: dict[str, Any] = {}
@@ -101,8 +111,10 @@ def _references(
     those a selection computes."""
     try:
         reference = source_reference(job, model, inputs)
-    except Exception as exc:  # onnxruntime errors on the source itself
-        raise cannot_run(job, "the source model", exc, inputs) from None
+    except Exception as exc:  # onnxruntime errors on the source itself (or its precision variant)
+        precision = job.settings.precision
+        what = "the source model" if precision == FP32 else f"its {precision} variant"
+        raise cannot_run(job, what, exc, inputs) from None
     noise, default_level = (
         _rounding_noise(model, inputs.feeds, reference, job) if settings.verify_scale else ({}, {})
     )

@@ -19,7 +19,7 @@ from pipeline.cook.precision import (
 )
 from pipeline.cook.precision import accuracy as precision_accuracy
 from pipeline.cook.precision import convert as convert_precision
-from pipeline.cook.source import SourceRead
+from pipeline.cook.source import SourceRead, sort_nodes
 from pipeline.cook.verify import reference_outputs
 from pipeline.settings.precision_options import resolved as resolved_options
 
@@ -36,7 +36,7 @@ def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) ->
             inputs = feeds_for(job, model, read)
             calibration = [inputs.feeds]
             origin = f"the verification inputs ({inputs.origin}); no {asset.name}.calib.npz"
-    return convert_precision(
+    variant, record = convert_precision(
         model,
         settings.precision,
         keep_ops=settings.precision_keep_ops,
@@ -45,6 +45,11 @@ def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) ->
         calibration_origin=origin,
         work_dir=job.platform_dir,
     )
+    # onnxruntime's fp16 converter writes its input Casts last: in order again, as the source was,
+    # so that the verification reads the variant's dimensions as it read the source's (the sizes a
+    # weight pins, a convolution's height and width) and runs it on the same inputs
+    sort_nodes(variant.graph)
+    return variant, record
 
 
 def accuracy_gate(

@@ -94,7 +94,10 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
             mode=job.settings.downgrade,
             where=str(asset.settings_path or asset.path.with_suffix(".cook.yaml")),
         )
-    variant = cook_with_style_fallback(job, model, read, key, reference)
+    # a precision variant is verified on inputs sized as its fp32 source runs them (a quantized
+    # weight read through DequantizeLinear pins no size the variant shows)
+    sized_by = source_model if source_model is not reference else None
+    variant = cook_with_style_fallback(job, model, read, key, reference, sized_by)
     if repairs:
         variant = replace(variant, fallbacks=[*repairs, *variant.fallbacks])
     check_blob_budget(job, len(variant.blob), variant.weight_bytes)

@@ -55,12 +55,17 @@ COOK_YAML = ".cook.yaml"
 
 
 def cook_with_style_fallback(
-    job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str, reference: onnx.ModelProto
+    job: CookJob,
+    model: onnx.ModelProto,
+    read: SourceRead,
+    key: str,
+    reference: onnx.ModelProto,
+    sized_by: onnx.ModelProto | None = None,
 ) -> Variant:
     """The platform's form of the model; for a runtime-style blob that does not load, the first
     fallback form that loads and verifies, recorded. Never a blob that failed to load."""
     try:
-        return cook_variant(job, model, read, key, reference)
+        return cook_variant(job, model, read, key, reference, sized_by)
     except VerifyError as exc:
         if LOAD_FAILURE not in str(exc) or job.settings.optimization_style != OptimizationStyle.RUNTIME:
             raise
@@ -75,7 +80,7 @@ def cook_with_style_fallback(
         attempt = replace(job, settings=replace(job.settings, **change))
         described = ", ".join(f"{k} {v}" for k, v in change.items())
         try:
-            variant = cook_variant(attempt, model, read, key, reference)
+            variant = cook_variant(attempt, model, read, key, reference, sized_by)
         except CookError as exc:  # a guard or the verification refuses this form too: the next one
             tried.append(f"{described}: {exc.problem}")
             continue
@@ -101,10 +106,17 @@ def _style_pinned(job: CookJob) -> bool:
 
 
 def cook_variant(
-    job: CookJob, model: onnx.ModelProto, read: SourceRead, key: str, reference: onnx.ModelProto
+    job: CookJob,
+    model: onnx.ModelProto,
+    read: SourceRead,
+    key: str,
+    reference: onnx.ModelProto,
+    sized_by: onnx.ModelProto | None = None,
 ) -> Variant:
     """Optimize, guard, compress and verify ``model`` with ``job``'s settings (no file written); the
-    blob must compute what ``reference`` computes (``model`` itself, or the model before a downgrade)."""
+    blob must compute what ``reference`` computes (``model`` itself, or the model before a downgrade),
+    on inputs sized as ``sized_by`` runs them (the fp32 source of a precision variant; default:
+    ``reference``)."""
     asset, settings = job.asset, job.settings
     large = is_large(model)
     fallback: dict[str, Any] | None = None
@@ -157,7 +169,7 @@ def cook_variant(
     # In the blob now: a model over 2 GB held three times over during verification is 7 GB more
     proto = graph = weights = None  # type: ignore[assignment]
     try:
-        verification, verify_data = verify_blob(job, reference, blob, read)
+        verification, verify_data = verify_blob(job, reference, blob, read, sized_by)
     except VerifyError as exc:
         raise VerifyError(f"verification failed: {exc.problem}") from None
     return Variant(
