@@ -252,6 +252,22 @@ def test_a_task_pattern_matching_no_task_is_an_error_with_the_near_name(
     assert not (root / "out" / "cooked" / "android").exists()  # nothing was cooked
 
 
+def test_info_of_a_task_that_does_not_exist_is_an_error_with_the_near_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """doit's info raised a KeyError traceback for a mistyped task name."""
+    root = _tree(tmp_path / "game", pyproject=False)
+    os.chdir(root)
+    try:
+        assert main(["info", "cook:android:characters/fase"]) == 2
+    finally:
+        os.chdir(REPO)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    assert "no cook task matches 'cook:android:characters/fase'" in captured.err
+    assert "did you mean 'cook:android:characters/face'?" in captured.err
+
+
 def test_help_lists_commands_variables_and_doit_options() -> None:
     def run(*args: str) -> str:
         done = subprocess.run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -311,3 +312,36 @@ def test_a_runtime_check_that_crashes_onnxruntime_names_the_model(tmp_path: Path
         "onnxruntime 1.32.0 crashed (signal 11) loading or running 'crash', as a game shipping it" in message
     )
     assert "skip_platforms" in message and TRACEBACK not in message
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_cook_says_one_line_and_the_next_cook_finishes(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) mid-cook: one line saying what to do, no
+    traceback of whatever was waiting (doit's worker queue, a cook's isolated child), exit 130 as
+    shells expect; the next cook finishes and the bundle is whole."""
+    project = small_project(tmp_path / "project")
+    (project / "cook.toml").write_text("")  # onnx-cooker's project file: the defaults
+    cook = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "cook", "-n", "2"],
+        cwd=project,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    assert cook.stdout is not None
+    seen = []
+    for line in cook.stdout:  # a task has started: the cook is under way
+        seen.append(line)
+        if line.startswith(".  cook:android:"):
+            break
+    os.killpg(cook.pid, signal.SIGINT)
+    rest, _ = cook.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert cook.returncode == 130, output
+    assert TRACEBACK not in output and "KeyboardInterrupt" not in output, output
+    assert "onnx-cooker: interrupted; nothing half-written was published" in output, output
+    again = doit(project, "cook", timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_bundle_intact(project / "build" / "android", {"net", "mlp"})

@@ -118,6 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `onnx-cooker list --all | head`: the reader left, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of whatever was waiting
+        print(
+            f"\n{PROG}: interrupted; nothing half-written was published: run the same command again to "
+            "finish (what completed is not redone)",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def _leading_options(argv: list[str]) -> int:
@@ -221,10 +228,11 @@ def _doit(args: argparse.Namespace) -> int:
             env[variable] = str(given.resolve())
     os.environ.update(env)  # doit's worker processes (-n) inherit what the tasks were loaded with
     loader = ModuleTaskLoader(cook_namespace(project.root, env))
-    if command == "run":
-        if unmatched := _unmatched_patterns(rest, env, project.root):
+    if command in ("run", "info"):  # info of a name doit does not know is a KeyError traceback
+        if unmatched := _unmatched_patterns(rest, env, project.root, every_name=command == "info"):
             print(f"{PROG}: error: {unmatched}", file=sys.stderr)
             return 2
+    if command == "run":
         return DoitMain(loader, config_filenames=()).run([command, *rest])
     # doit catches a broken pipe itself and prints a traceback: its listings go through a buffer
     listing = io.StringIO()
@@ -239,16 +247,18 @@ def _doit(args: argparse.Namespace) -> int:
     return code
 
 
-def _unmatched_patterns(words: list[str], env: dict[str, str], root: Path) -> str | None:
+def _unmatched_patterns(
+    words: list[str], env: dict[str, str], root: Path, every_name: bool = False
+) -> str | None:
     """Why a task pattern with ``*`` (``"cook:*:mnst"``) matches no cook task, else None: doit runs
     nothing for it and exits 0, so a typo would pass for a cook. Names without ``*`` are doit's to
-    check ("Invalid parameter")."""
+    check ("Invalid parameter"), unless ``every_name`` (``info``, where doit has no check)."""
     import difflib
     import fnmatch
 
     from pipeline.build.tasks import cook_tasks
 
-    patterns = [word for word in words if "*" in word and not word.startswith("-")]
+    patterns = [word for word in words if ("*" in word or every_name) and not word.startswith("-")]
     if not patterns:
         return None
     try:  # the cook's own planning reports a project it cannot plan (and its warnings), in the run
