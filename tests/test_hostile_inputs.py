@@ -181,7 +181,7 @@ def test_truncated_model_is_refused_naming_the_file(tmp_path: Path, keep: float)
         assets,
         "cut",
         rf"^{re.escape(str(path))} \(model 'cut', platform '[^']+'\): "
-        "(the file is not a readable ONNX model|the model fails the ONNX checker)",
+        rf"({NOT_A_MODEL}|the file is empty \(0 bytes\))",
     )
 
 
@@ -205,15 +205,32 @@ def _ort_format(scratch: Path) -> bytes:
     return to_ort_format(matmul_model().SerializeToString(), scratch)
 
 
+def _empty(_: Path) -> bytes:
+    return b""
+
+
+NOT_A_MODEL = (
+    "(the file is not a readable ONNX model|the model fails the ONNX checker|the file holds no ONNX graph)"
+)
+
+
 @pytest.mark.parametrize(
-    "content",
-    [_zeros, _text, _cooked_blob, _plain_zstd, _ort_format],
-    ids=["zeros", "lfs-pointer", "cooked-blob", "zstd", "ort-format"],
+    ("content", "words"),
+    [
+        (_zeros, NOT_A_MODEL),
+        (_text, r"the file is a Git LFS pointer \(\d+ bytes\), not the model: fetch it with `git lfs pull`"),
+        (_empty, r"the file is empty \(0 bytes\), not a model"),
+        (_cooked_blob, NOT_A_MODEL),
+        (_plain_zstd, NOT_A_MODEL),
+        (_ort_format, NOT_A_MODEL),
+    ],
+    ids=["zeros", "lfs-pointer", "empty", "cooked-blob", "zstd", "ort-format"],
 )
 def test_file_that_is_not_an_onnx_model_is_refused_naming_the_file(
-    tmp_path: Path, content: Callable[[Path], bytes]
+    tmp_path: Path, content: Callable[[Path], bytes], words: str
 ) -> None:
-    """What lands in assets/ by mistake: an unfetched LFS pointer, a cooked blob, an ORT-format file..."""
+    """What lands in assets/ by mistake: an unfetched LFS pointer (named as one, with the fix), an
+    empty file (it read as a model without opset_import before), a cooked blob, an ORT-format file..."""
     assets = tmp_path / "assets"
     assets.mkdir()
     scratch = tmp_path / "scratch"
@@ -222,11 +239,7 @@ def test_file_that_is_not_an_onnx_model_is_refused_naming_the_file(
     path = assets / "stray.onnx"
     path.write_bytes(data)
     assert_cook_refused(
-        tmp_path,
-        assets,
-        "stray",
-        rf"^{re.escape(str(path))} \(model 'stray', platform '[^']+'\): "
-        "(the file is not a readable ONNX model|the model fails the ONNX checker)",
+        tmp_path, assets, "stray", rf"^{re.escape(str(path))} \(model 'stray', platform '[^']+'\): {words}"
     )
 
 

@@ -781,11 +781,14 @@ def test_inspect_blob_prints_the_header(bundle_dir: Path) -> None:
     assert commands.splitlines()[0].startswith(f"head -c {first.offset + first.size} {path} | tail -c +")
 
 
-def test_inspect_bundle_lists_its_models(bundle_dir: Path) -> None:
-    result = run_cli("inspect", str(bundle_dir))
+@pytest.mark.parametrize("given", ["folder", "manifest.json"])
+def test_inspect_bundle_lists_its_models(bundle_dir: Path, given: str) -> None:
+    """A bundle folder, or its manifest.json (read as a blob before: "not an onnx-cooker blob")."""
+    path = bundle_dir if given == "folder" else bundle_dir / "manifest.json"
+    result = run_cli("inspect", str(path))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"bundle {bundle_dir} (platform android): 2 model(s)"
+    assert lines[0] == f"bundle {path} (platform android): 2 model(s)"
     manifest = manifest_of(bundle_dir)["models"]
     for name, line in zip(("denoiser", "upscaler"), lines[1:], strict=True):
         entry = manifest[name]

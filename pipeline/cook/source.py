@@ -85,14 +85,34 @@ def load_source(asset: AssetModel, read: SourceRead | None = None) -> onnx.Model
         raise exc.in_context(model_path=asset.path, model_name=asset.name) from None
 
 
+# The first line of a Git LFS pointer file, what a checkout without `git lfs pull` holds
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
 def _load_source(asset: AssetModel, read: SourceRead) -> onnx.ModelProto:
+    data = read.data[asset.path]
+    if not data:
+        raise ModelError(
+            "the file is empty (0 bytes), not a model; re-export it from its training framework or "
+            "restore it from source control"
+        )
+    if data.startswith(LFS_POINTER):
+        raise ModelError(
+            f"the file is a Git LFS pointer ({len(data)} bytes), not the model: fetch it with "
+            "`git lfs pull` (on a build machine, `git lfs install` before the checkout)"
+        )
     try:
-        model = onnx.load_model_from_string(read.data[asset.path])
+        model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf's DecodeError, OSError, ValueError... all mean the same here
         raise ModelError(
             f"the file is not a readable ONNX model ({type(exc).__name__}: {exc}); re-export it from its "
             "training framework or restore it from source control"
         ) from None
+    if not model.HasField("graph"):  # bytes protobuf reads as a model of unknown fields, or none
+        raise ModelError(
+            f"the file holds no ONNX graph ({len(data):,} bytes that read as a model without one): not "
+            "an ONNX model; re-export it from its training framework or restore it from source control"
+        )
     _check_external_data(model, asset)
     try:
         _load_external_data(model, {path.name: read.data[path] for path in asset.external_data})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .blob import unpack_blob
 from .bundle import open_bundle
-from .constants import Precision
+from .constants import MANIFEST_NAME, Precision
 from .errors import BundleError, CorruptBlobError, ManifestError
 from .frames import Frame
 from .header import BlobHeader, read_header_from_file
@@ -20,8 +20,9 @@ from .sections import plain_file_name
 
 
 def inspect(path: Path) -> str:
-    """A readable description of a blob file or a bundle folder."""
-    if path.is_dir():
+    """A readable description of a blob file or a bundle folder (or its manifest.json, which
+    open_bundle takes for its folder)."""
+    if path.is_dir() or path.name == MANIFEST_NAME:
         bundle = open_bundle(path)
         lines = [f"bundle {path} (platform {bundle.platform}): {len(bundle.names)} model(s)"]
         for name in bundle.names:
