@@ -110,6 +110,14 @@ def test_ep_domains_from_the_data_table() -> None:
     assert ep_domains("ConsoleGpuExecutionProvider") == ("",)
 
 
+def test_a_consoles_own_ep_names_pass_where_slips_of_onnxruntimes_do_not(platforms_dir: Path) -> None:
+    """Names of their own (a console's EP, two letters off a known one) pass through; the slips of
+    the message table above are refused."""
+    for ep in ("ConsoleGpuExecutionProvider", "AgcExecutionProvider", "MyNpuExecutionProvider"):
+        platform = load_one(platforms_dir, f"execution_providers: [{ep}, CPUExecutionProvider]\n")
+        assert resolve(platform, {}, {}).execution_providers[0] == ep
+
+
 def test_profile_imports_only_stdlib_and_yaml() -> None:
     code = (
         "import sys, pipeline.settings.resolve; "
@@ -218,6 +226,16 @@ def test_yaml_syntax_error_names_the_line(platforms_dir: Path, text: str, messag
             "'execution_providers[1]' must be a non-empty string",
         ),
         ("include: ['']\n", "'include[0]' must be a non-empty string; got ''"),
+        (
+            "execution_providers: [CoreMLExecutionprovider, CPUExecutionProvider]\n",
+            "'execution_providers' lists 'CoreMLExecutionprovider', which no onnxruntime knows: did you "
+            "mean 'CoreMLExecutionProvider'?",
+        ),
+        (
+            "execution_providers: [CUDA]\n",
+            "'execution_providers' lists 'CUDA', which no onnxruntime knows: did you mean "
+            "'CUDAExecutionProvider'?",
+        ),
         ("provider_options: []\n", "'provider_options' must be a mapping; got a list"),
         (
             "provider_options: {CPUExecutionProvider: {arena: [1]}}\n",

@@ -1,8 +1,10 @@
 """What a failed runtime check says (pipeline/build/target_check.py): each model's failure with its fix
-as the worker gave it, the fix for failures that carry none, and a worker that crashed."""
+as the worker gave it, the fix for failures that carry none, a worker that crashed, and a version the
+package registry does not have."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pipeline.cook.job import RuntimeCheck
@@ -48,4 +50,23 @@ def crashed_message(check: RuntimeCheck, returncode: int, stderr: str) -> str:
         f"`skip_platforms`, raise runtime_version in {check.profile} if the target ships a newer "
         "onnxruntime, or try another `optimization_level` for the model; and report it to onnxruntime"
         + (f" ({tail})" if tail else "")
+    )
+
+
+_PIP_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+
+
+def no_such_version(output: str, requirement: str) -> str | None:
+    """pip's "No matching distribution" for ``requirement`` in one sentence, with the newest releases
+    the registry has for this Python; None for any other failure, or where it lists none."""
+    if "No matching distribution found" not in output:
+        return None
+    package, _, version = requirement.partition("==")
+    found = _PIP_VERSIONS.search(output)
+    releases = [v for v in (found.group(1).split(", ") if found else []) if re.fullmatch(r"[0-9.]+", v)]
+    newest = ", ".join(releases[-4:])  # none at all: more likely a registry this machine cannot reach
+    return (
+        f"the package registry has no {package} {version} for this Python; its newest: {newest}"
+        if releases
+        else None
     )

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.build.check_messages import crashed_message, failed_message
+from pipeline.build.check_messages import crashed_message, failed_message, no_such_version
 from pipeline.cook.job import RuntimeCheck
 from pipeline.cook.key import tool_versions
 from pipeline.errors import CookError
@@ -215,7 +215,10 @@ def _make(version: str, final: Path, profile: Path, install_timeout: float, requ
         command += [*requirements, numpy, "zstandard"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=install_timeout, check=False)
         if done.returncode != 0:
-            tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            output = (done.stderr or done.stdout).strip()
+            if missing := no_such_version(output, requirements[0]):
+                raise RuntimeCheckError(f"{profile}: {missing}; fix `runtime_version` (or `runtime_package`)")
+            tail = " ".join(output.splitlines()[-3:])
             raise RuntimeCheckError(
                 f"{profile}: cannot install {' '.join(requirements)} for the runtime check from the package "
                 f"registry ({tail}). If the registry cannot be reached from this machine, or no wheel of "

@@ -78,6 +78,34 @@ EP_RULES: Mapping[str, EpRule] = MappingProxyType(
     }
 )
 _UNKNOWN_EP_RULE = EpRule()
+
+# The EP names of onnxruntime's builds (case-sensitive, as onnxruntime compares them): a name that is
+# one of these but for case, a short name, or a one-letter slip is a typo the session would pass
+# over silently (custom console EPs, named otherwise, pass through).
+ONNXRUNTIME_EPS = (
+    "ACLExecutionProvider", "ArmNNExecutionProvider", "AzureExecutionProvider", "CANNExecutionProvider",
+    "CoreMLExecutionProvider", "CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider",
+    "DnnlExecutionProvider", "JsExecutionProvider", "MIGraphXExecutionProvider", "NnapiExecutionProvider",
+    "NvTensorRTRTXExecutionProvider", "OpenVINOExecutionProvider", "QNNExecutionProvider",
+    "RknpuExecutionProvider", "ROCMExecutionProvider", "SNPEExecutionProvider", "TensorrtExecutionProvider",
+    "VitisAIExecutionProvider", "VSINPUExecutionProvider", "WebGpuExecutionProvider",
+    "WebNNExecutionProvider", "XnnpackExecutionProvider",
+)  # fmt: skip
+_SUFFIX = "executionprovider"
+
+
+def _meant_ep(ep: str) -> str | None:
+    """The onnxruntime EP name ``ep`` is a slip of, or None (a known name, or a name of its own)."""
+    if ep in ONNXRUNTIME_EPS:
+        return None
+    folded = ep.lower()
+    for known in ONNXRUNTIME_EPS:
+        if folded in (known.lower(), known.lower().removesuffix(_SUFFIX)):
+            return known
+    close = difflib.get_close_matches(ep, ONNXRUNTIME_EPS, n=1, cutoff=0.95)
+    return close[0] if close else None
+
+
 # The onnxruntime builds a platform may name as the one its target ships (``runtime_package``) ->
 # what the runtime check installs in its own environment on a build machine to stand in for it: the
 # package itself where it runs there, else the CPU wheel of the same version, which loads the same
@@ -166,6 +194,13 @@ def check_execution_providers(name: str, value: list[Any]) -> list[str]:
     problems += [
         f"{name!r} lists {ep!r} more than once; list each execution provider once"
         for ep in sorted({ep for ep in value if value.count(ep) > 1})
+    ]
+    problems += [
+        f"{name!r} lists {ep!r}, which no onnxruntime knows: did you mean {meant!r}? (onnxruntime "
+        "compares EP names exactly, and a session would pass over this one; a console's own EP with a "
+        "name of its own is fine)"
+        for ep in dict.fromkeys(value)
+        if (meant := _meant_ep(ep))
     ]
     for ep in dict.fromkeys(value):
         rule = ep_rule(ep)
