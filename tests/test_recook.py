@@ -347,6 +347,27 @@ def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path:
 
 
 @pytest.mark.slow
+def test_a_removed_models_staged_files_go_with_its_manifest_entry(tmp_path: Path) -> None:
+    """What a cook staged for a model (its entry, blob, verification data) goes when the manifest
+    no longer lists it; they stayed for good, and the staged blob, a hard link of the published one,
+    kept its bytes on disk after retiring deleted that."""
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    staged = project / "build" / "android" / ".entries"
+    assert {p.name for p in staged.iterdir() if p.name.startswith("mlp.")} >= {
+        "mlp.json",
+        "mlp.ort.ocb",
+        "mlp.verify.npz",
+    }
+    kept = sorted(p.name for p in staged.iterdir() if p.name.startswith("net."))
+    (project / "assets" / "mlp.onnx").unlink()
+    assert doit(project, "cook").returncode == 0
+    assert not [p.name for p in staged.iterdir() if p.name.startswith("mlp.")]
+    assert sorted(p.name for p in staged.iterdir() if p.name.startswith("net.")) == kept
+    assert set(open_bundle(project / "build" / "android").names) == {"net"}
+
+
+@pytest.mark.slow
 def test_published_blob_unpacks_with_the_stock_tool_recipe_and_the_cli(tmp_path: Path) -> None:
     """What ``inspect`` prints (zstd, head, tail) and ``unpack`` write the same model file."""
     project = small_project(tmp_path / "p")

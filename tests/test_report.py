@@ -134,6 +134,30 @@ def test_a_failure_and_the_changes_since_the_last_cook_are_reported(tmp_path: Pa
     assert "<td>added</td><td>added</td>" in page and "<td>mlp</td><td>removed</td>" in page
 
 
+def test_a_bundle_whose_platform_file_is_gone_is_named_in_the_cook_and_the_report(tmp_path: Path) -> None:
+    """A platform file removed: its bundle folder stays (the cook deletes no folder it does not
+    plan), but every cook says so with the fix and the report marks it, since a packaging step that
+    ships build/*/ would still ship it."""
+    project = small_project(tmp_path / "p")
+    shutil.copy2(project / "platforms" / "android.yaml", project / "platforms" / "handheld.yaml")
+    assert doit(project, "cook").returncode == 0
+    (project / "platforms" / "handheld.yaml").unlink()
+    run = doit(project, "cook")
+    assert run.returncode == 0 and TRACEBACK not in run.stdout + run.stderr
+    said = (
+        f"warning: {project / 'build' / 'handheld'} holds the bundle of platform 'handheld', which "
+        f"{project / 'platforms'} no longer has (handheld.yaml): no cook updates it; delete that folder"
+    )
+    assert said in run.stderr, run.stderr
+    page = (project / "build" / "report.html").read_text()
+    assert "B) (no platform file)</h2>" in page and "no platform file handheld.yaml any more" in page
+    assert page.count("(no platform file)") == 1  # android's bundle is this cook's
+    shutil.rmtree(project / "build" / "handheld")
+    quiet = doit(project, "cook")
+    assert "holds the bundle of platform" not in quiet.stderr
+    assert "no platform file" not in (project / "build" / "report.html").read_text()
+
+
 def test_diff_names_added_removed_and_changed_models_and_gates_growth(tmp_path: Path) -> None:
     old = small_project(tmp_path / "old")
     assert doit(old, "cook").returncode == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.build.placement_check import placements
-from pipeline.build.publish import publish, retire
+from pipeline.build.publish import drop_unlisted_entries, publish, retire
 from pipeline.build.target_check import verified_versions
 from pipeline.cook.budget import measured_variants, shrink_hint
 from pipeline.cook.key import BUNDLE_FORMAT, tool_versions
@@ -66,6 +66,7 @@ def write_manifest(
     target = platform_dir / MANIFEST_NAME
     write_json(target, manifest)  # ...then the switch
     retire(platform_dir, models)  # blobs no manifest lists go after a grace period
+    drop_unlisted_entries(platform_dir, models)  # and what cooks staged for them, now
     return target
 
 

@@ -118,9 +118,10 @@ class CookReporter(ConsoleReporter):
         if self.cache.cooks:
             self.outstream.write(self.cache.summary() + "\n")
         try:
+            from pipeline.build.tasks import ORPHANED_BUNDLES
             from pipeline.report.html import write_report
 
-            path = write_report(self.build)
+            path = write_report(self.build, orphaned=ORPHANED_BUNDLES)
             self.outstream.write(f"report: {path}\n")
         except Exception as exc:  # noqa: BLE001  the report never fails a cook
             self.outstream.write(f"warning: cannot write the cook report: {exc}\n")

@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pipeline.build.stamps import file_state, known_sha256, remember
 from pipeline.errors import CookError
 from pipeline.fsutil import copy_hashed, file_sha256, write_json
-from pipeline.layout import BLOB_SUFFIX, OLD_BLOB_SUFFIXES, STAMPS_DIR
+from pipeline.layout import BLOB_SUFFIX, ENTRIES_DIR, OLD_BLOB_SUFFIXES, STAMPS_DIR
 
 # How long a blob stays after a new manifest stopped listing it: readers that opened the previous
 # manifest (an editor hot-reloading, a test runner, a packaging step) finish with it meanwhile.
@@ -122,6 +122,22 @@ def retire(platform_dir: Path, listed: Mapping[str, dict[str, Any]], now: float 
         else:
             current[relative] = since
     write_json(ledger_path, current)
+
+
+# What a cook stages for a model in .entries/ (pipeline/layout.py), by the end of its file name
+_STAGED_ENDS = (".json", ".verify.npz", ".applied.ort", *(f".{f}.{BLOB_SUFFIX}" for f in ("onnx", "ort")))
+
+
+def drop_unlisted_entries(platform_dir: Path, listed: Collection[str]) -> None:
+    """After the new manifest is in place: what cooks staged for models it does not list (a model
+    removed from the assets, or from this platform) goes, else it stays on disk for good (the
+    staged blob is a hard link of the published one, which retiring then does not free)."""
+    staged = platform_dir / ENTRIES_DIR
+    for path in staged.rglob("*") if staged.is_dir() else ():
+        relative = path.relative_to(staged).as_posix()
+        end = next((end for end in _STAGED_ENDS if relative.endswith(end)), None)
+        if end is not None and path.is_file() and relative.removesuffix(end) not in listed:
+            path.unlink(missing_ok=True)
 
 
 def remove_published(platform_dir: Path) -> None:

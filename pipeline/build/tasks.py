@@ -93,6 +93,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
             mine = _shard_share(plans, shard, cache)
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
+    _warn_orphans(where.build, where.platforms, {platform.name for platform in platforms})
     if shard is not None:  # its cooks and their runtime checks, into the cache; no manifests
         for platform, jobs in plans:
             share = [job for job in jobs if id(job) in mine]
@@ -119,6 +120,27 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         # a model that cannot be cooked keeps the platform's previous bundle, as a failed cook does
         manifest["task_dep"] = [f"cook:{platform.name}:{model.name}" for model in failing[platform.name]]
         yield manifest
+
+
+# The bundles in the build folder of platforms the project no longer has (set as the tasks are
+# planned, read by the cook report in the same process: pipeline/build/progress.py).
+ORPHANED_BUNDLES: list[str] = []
+
+
+def _warn_orphans(build: Path, platforms_dir: Path, planned: set[str]) -> None:
+    """A bundle folder whose platform file is gone: no cook updates it any more, yet a packaging
+    step that ships build/*/ would ship it; one line each, with the fix."""
+    orphans = sorted(
+        path.parent.name for path in build.glob(f"*/{MANIFEST_NAME}") if path.parent.name not in planned
+    )
+    ORPHANED_BUNDLES[:] = orphans
+    sys.stderr.write(
+        "".join(
+            f"warning: {build / name} holds the bundle of platform {name!r}, which {platforms_dir} no longer "
+            f"has ({name}.yaml): no cook updates it; delete that folder, or restore the platform file\n"
+            for name in orphans
+        )
+    )
 
 
 def _warn(strays: tuple[str, ...]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from pipeline.fsutil import atomic_write, write_json
@@ -123,6 +123,7 @@ def render(
     first: bool,
     failures: Sequence[Mapping[str, str]],
     title: str = "onnx-cooker: cook report",
+    orphaned: Collection[str] = (),
 ) -> str:
     body = [f"<h1>{_e(title)}</h1>"]
     if failures:
@@ -133,12 +134,18 @@ def render(
         ordered = sorted(models.values(), key=lambda m: -m.entry["blob_size"])
         total = sum(m.entry["blob_size"] for m in ordered)
         failed = failed_tasks(platform, failures)
-        stale = " (stale)" if failed else ""
+        stale = " (no platform file)" if platform in orphaned else " (stale)" if failed else ""
         body += [
             f'<section class="platform" data-platform="{_e(platform)}">',
             f"<h2>{_e(platform)}: {len(ordered)} model(s), bundle {_e(_mb(total))} ({total:,} B){stale}</h2>",
         ]
-        if failed:
+        if platform in orphaned:
+            body.append(
+                f'<p class="stale">The project has no platform file {_e(platform)}.yaml any more: no cook '
+                "updates this bundle, yet a packaging step that ships every bundle folder still ships it. "
+                "Delete its folder, or restore the platform file.</p>"
+            )
+        elif failed:
             body.append(
                 f'<p class="stale">The last cook failed here ({_e(", ".join(failed))}): this is the '
                 "bundle of an earlier cook, which a game still gets; its sizes are not this run's.</p>"
@@ -167,14 +174,15 @@ def failed_tasks(platform: str, failures: Sequence[Mapping[str, str]]) -> list[s
     )
 
 
-def write_report(build: Path) -> Path:
-    """``build/report.html`` from the build's manifests, step times, failures and previous report."""
+def write_report(build: Path, orphaned: Collection[str] = ()) -> Path:
+    """``build/report.html`` from the build's manifests, step times, failures and previous report;
+    ``orphaned``: the bundles of platforms the project no longer has."""
     platforms = read_build(build)
     current = summary(platforms)
     snapshot = build / SNAPSHOT_PATH
     first = not snapshot.is_file()
     previous = {} if first else json.loads(snapshot.read_text(encoding="utf-8"))
-    page = render(platforms, changes(previous, current), first, read_failures(build))
+    page = render(platforms, changes(previous, current), first, read_failures(build), orphaned=orphaned)
     target = build / REPORT_NAME
     atomic_write(target, page.encode())
     write_json(snapshot, current)
