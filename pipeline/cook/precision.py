@@ -8,11 +8,13 @@ the cook, with the numbers and a hint, when it drifts past the precision's limit
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import math
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -112,7 +114,10 @@ def _int8(
     excluded = [node.name for node in model.graph.node if node.op_type in keep_ops and node.name]
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".quantize-", dir=work_dir) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix=".quantize-", dir=work_dir) as tmp,
+        _without_preprocessing_advice(),
+    ):
         source, target = Path(tmp) / "source.onnx", Path(tmp) / "int8.onnx"
         named = _named_nodes(model)
         onnx.save(named, source)
@@ -140,6 +145,23 @@ def _int8(
     if raised:
         options["opset_raised_to"] = QDQ_MIN_OPSET
     return quantized, {"precision": precision, "converter": converter, "options": options}
+
+
+@contextlib.contextmanager
+def _without_preprocessing_advice() -> Iterator[None]:
+    """onnxruntime's quantizers log "Please consider to run pre-processing before quantization" on
+    the root logger, once per model and platform: the cook optimizes the model itself, so the
+    advice is noise in its output (other messages pass)."""
+
+    def advice(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Please consider")
+
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
 
 
 def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
