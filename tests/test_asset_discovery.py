@@ -190,6 +190,22 @@ def test_every_stray_warns_once_per_run_and_the_cook_goes_on(project: Path) -> N
 
 
 @pytest.mark.slow
+def test_an_include_or_exclude_glob_matching_no_model_warns_with_the_fix(project: Path) -> None:
+    """exclude: ["vison/*"] (a typo) excludes nothing and says nothing: the models it meant to keep
+    out ship. A glob that matches no model is named, once a run; "*" and globs that match are not."""
+    profile = project / "platforms" / "android.yaml"
+    profile.write_text(profile.read_text() + 'include: ["*"]\nexclude: ["vison/*", "mnist"]\n')
+    run = cook(project)
+    assert run.returncode == 0, run.output
+    (line,) = WARNING.findall(run.stderr)
+    assert line == (
+        f"{profile}: exclude glob 'vison/*' matches none of the {len(discover(project / 'assets'))} model(s) "
+        "in the assets; fix it or remove it (`onnx-cooker list --all` lists the models)"
+    )
+    assert "cook:android:mnist" not in run.ran and "cook:ios:mnist" in run.ran
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STRAYS))
 def test_cook_strict_fails_the_run_for_each_stray(project: Path, name: str) -> None:
     add_tiny_mlp(project / "assets")

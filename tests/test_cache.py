@@ -159,6 +159,7 @@ def test_a_poisoned_entry_is_refused_in_one_line_cooked_again_and_overwritten(
     assert not refusing.hit
     (note,) = refusing.notes
     assert note.startswith("warning: cook cache entry") and "refused, cooked again" in note
+    assert " (net for windows-dml) refused" in note  # which cook, among -n N interleaved lines
     assert "\n" not in note
     assert outputs(second) == outputs(first)
     # The re-cook overwrote the entry: the next agent hits again.

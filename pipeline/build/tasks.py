@@ -6,6 +6,7 @@ and doit; the cooking code is imported inside the actions (pipeline.build.action
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import sys
 from collections.abc import Iterator, Mapping
@@ -94,6 +95,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
     except CookError as exc:
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
     _warn_orphans(where.build, where.platforms, {platform.name for platform in platforms})
+    _warn_unmatched_globs(platforms, [asset.name for asset in found.models])
     if shard is not None:  # its cooks and their runtime checks, into the cache; no manifests
         for platform, jobs in plans:
             share = [job for job in jobs if id(job) in mine]
@@ -141,6 +143,23 @@ def _warn_orphans(build: Path, platforms_dir: Path, planned: set[str]) -> None:
             for name in orphans
         )
     )
+
+
+def _warn_unmatched_globs(platforms: list[Platform], names: list[str]) -> None:
+    """An include or exclude glob that matches no model is a typo more often than not (exclude
+    "bigg/*" keeps every big model in): one line each. A platform that selects nothing at all is
+    an error already (plan._refuse_empty)."""
+    if not names:
+        return
+    lines = [
+        f"warning: {platform.path}: {key} glob {glob!r} matches none of the {len(names)} model(s) in the "
+        f"assets; fix it or remove it (`onnx-cooker list --all` lists the models)\n"
+        for platform in platforms
+        for key, globs in (("include", platform.include), ("exclude", platform.exclude))
+        for glob in globs
+        if glob != "*" and not any(fnmatch.fnmatchcase(name, glob) for name in names)
+    ]
+    sys.stderr.write("".join(lines))
 
 
 def _warn(strays: tuple[str, ...]) -> None:

@@ -57,7 +57,7 @@ def write_operator_configs(platform_dir: Path, entries: Mapping[str, Mapping[str
         return _write(platform_dir, reduced, type_reduction)  # entries from before they carried lists
     except (BundleError, ValueError, OSError) as exc:
         raise CookError(
-            f"{platform_dir}: cannot write the reduced-build operator config ({exc}); run `doit cook` again"
+            f"{platform_dir}: cannot write the reduced-build operator config ({exc}); run the cook again"
         ) from None
 
 

@@ -108,7 +108,7 @@ def _run(
         if free < 2 * tensor_bytes(model):  # onnxruntime's message does not say why it could not save
             raise ModelError(
                 f"cannot save the optimized model into {output.parent}: No space left on device "
-                f"({free:,} bytes free); free disk space and run `doit cook` again"
+                f"({free:,} bytes free); free disk space and run the cook again"
             ) from None
         hint = _hint(str(exc), default_opset(model))
         if settings.format == ModelFormat.ORT and "do not support type" in str(exc):

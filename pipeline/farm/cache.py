@@ -177,7 +177,10 @@ class CookCache:
             else:
                 raise
             self.refused = True
-            self.notes.append(f"warning: cook cache entry {digest[:16]} refused, cooked again: {why}")
+            self.notes.append(
+                f"warning: cook cache entry {digest[:16]} ({name} for {platform}) refused, cooked again: "
+                f"{why}"
+            )
             return None
         self.hit = True
         self.bytes_in += _sizes(staged)
