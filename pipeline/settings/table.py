@@ -296,7 +296,8 @@ SETTINGS: tuple[Setting, ...] = (
             "size budget of one model's blob; over it the cook fails naming the size and what precision "
             "would fit (0 = no budget)",
             low=0),
-    Setting("include", NAMES, ["*"], "globs on model names selecting what this platform cooks; a glob that matches no model warns",
+    Setting("include", NAMES, ["*"],
+            "globs on model names selecting what this platform cooks; a glob that matches no model warns",
             check=check_names, scope="platform"),
     Setting("exclude", NAMES, [], AS_ABOVE, check=check_names, scope="platform"),
     Setting("description", TEXT, "", "one line shown by `doit list`", check=check_one_line,
