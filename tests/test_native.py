@@ -166,6 +166,11 @@ def test_the_cpp_header_compiles_strict_and_wraps_the_library(native: Path, bund
         "policy eps: device policy prefer_cpu (given by the caller); onnxruntime picks among: " in done.stdout
     )
     assert "OC_ERR_UNKNOWN_MODEL" in done.stdout
+    # oc::Session as a member: empty, assigned, reassigned (the first released: ASan sees no leak)
+    assert "member: empty 1, held 1, reloaded 1" in done.stdout
+    # a mistyped model name throws, where the C counts read 0 (no inputs) and -1 (no shape)
+    assert "unknown model's signature: OC_ERR_UNKNOWN_MODEL" in done.stdout
+    assert "unknown model's dims: OC_ERR_UNKNOWN_MODEL" in done.stdout
 
 
 def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
@@ -217,7 +222,7 @@ def test_engines_build_with_the_library_as_cmake_and_pkg_config_expect(
     )
     built = {path.name for path in (sub / "onnx_cooker").iterdir()}
     programs = {"oc-run", "oc-probe", "test_npy", "test_in_place", "test_ep_appender", "test_threads"}
-    programs.add("test_progress")
+    programs |= {"test_progress", "test_misuse"}
     assert "libonnx_cooker.a" in built and not built & programs
     made["subdirectory"] = sub / "consumer"
     made_cxx = {"subdirectory": sub / "consumer_cxx"}  # the README's C++: ORT's header came with the target
@@ -1372,6 +1377,16 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     for dim in entry["inputs"][0]["shape"]:  # Bundle.Dims: the shape without JSON
         size, symbol = (dim, "-") if isinstance(dim, int) else (-1, dim or "-")
         assert f"managed first input dim: {size} {symbol}" in facts, facts
+    # Unity's `using` around a blob whose session lives on: the blob stays open (its bytes pinned)
+    # until the session is disposed, and refuses new use; a Runtime likewise (it released nothing
+    # and leaked the session before, or unpinned bytes onnxruntime read in place)
+    said = "blob disposed before its session: open True, refuses new use True, closed with the session True"
+    assert said in facts, facts
+    assert "session eps (CPUExecutionProvider (given by the caller)) refused ''" in facts, facts
+    assert "runtime disposed before its session: open True, released with it True" in facts, facts
+    # a mistyped model name throws, where the C counts read as no inputs; null bytes are an argument error
+    assert "managed Signature: UnknownModel" in facts and "managed Dims: UnknownModel" in facts, facts
+    assert "managed null bytes: ArgumentNullException" in facts, facts
 
 
 def test_zstd_frames_decode_in_parallel_and_damage_names_the_frame(native: Path, tmp_path: Path) -> None:
@@ -1954,3 +1969,40 @@ def test_opening_a_bundle_names_its_first_damaged_blob_in_name_order(native: Pat
         )
         assert done.returncode != 0
         assert "b_damaged.onnx.ocb: blob does not match the sha256/size" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_what_an_engine_gets_wrong_is_an_argument_error_and_memory_runs_out_cleanly(
+    native: Path, bundles: Path, version: str
+) -> None:
+    """native/tests/test_misuse.c, under ASan/UBSan: an engine's own onnxruntime taken by its
+    OrtGetApiBase (the library asks it for version and API: the same load path as oc_runtime_load);
+    version text that is no 1.21+ version refused (it picked load paths and read plugin-EP functions
+    past an older table); options that contradict themselves refused (they were ignored); and an
+    allocator refusing each allocation in turn gives OC_ERR_OUT_OF_MEMORY, never a damaged-manifest
+    verdict, and leaks nothing."""
+    done = run_native([native / "test_misuse", ort_library(version), bundles / "windows-dml", "big_weights"])
+    cases: dict[str, list[dict]] = {}
+    for line in done.stdout.splitlines():
+        case = json.loads(line)
+        cases.setdefault(case["case"], []).append(case)
+    (base,) = cases["from_api_base"]
+    assert base["status"] == "OC_OK" and base["version"] == base["onnxruntime"] == version, base
+    assert base["session"] == "OC_OK" and base["path"] == base["path_loaded"], base
+    refused = cases["from_api with a version that is none"]
+    assert [case["version"] for case in refused] == ["garbage", "", "1.20.0"]
+    for case in refused:
+        assert case["status"] == "OC_ERR_INVALID_ARGUMENT" and not case["runtime"], case
+        assert "call oc_runtime_from_api_base, which asks onnxruntime itself" in case["message"]
+    assert cases["from_api with the real version"][0]["status"] == "OC_OK"
+    for name, words in (
+        ("providers NULL with a count", "provider_count is 2 but providers is NULL"),
+        ("a negative thread count", "intra_op_threads is -3"),
+        ("a blob opened on a negative thread count", "threads is -5"),
+    ):
+        (case,) = cases[name]
+        assert case["status"] == "OC_ERR_INVALID_ARGUMENT" and words in case["message"], case
+    assert "out of memory: a wrong verdict" not in cases, cases.get("out of memory: a wrong verdict")
+    (sweep,) = cases["out of memory sweep"]
+    assert sweep["statuses"] == ["OC_ERR_OUT_OF_MEMORY", "OC_OK"] and sweep["runs"] > 3, sweep
+    assert sweep["leaked"] == 0, sweep

@@ -186,6 +186,7 @@ namespace OnnxCooker
         // Sessions
         [DllImport(Lib)] public static extern Status oc_runtime_load([MarshalAs(UnmanagedType.LPStr)] string libraryPath, out IntPtr runtime, ref Error err);
         [DllImport(Lib)] public static extern Status oc_runtime_from_api(IntPtr api, [MarshalAs(UnmanagedType.LPStr)] string version, out IntPtr runtime, ref Error err);
+        [DllImport(Lib)] public static extern Status oc_runtime_from_api_base(IntPtr apiBase, out IntPtr runtime, ref Error err);
         [DllImport(Lib)] public static extern void oc_runtime_release(IntPtr runtime);
         [DllImport(Lib)] public static extern IntPtr oc_runtime_api(IntPtr runtime);
         [DllImport(Lib)] public static extern IntPtr oc_runtime_version(IntPtr runtime);
@@ -221,6 +222,16 @@ namespace OnnxCooker
             Marshal.WriteByte(err, 4 + n, 0);
         }
 
+        /// <summary>OC_REFUSED_MAX: room for any `refused` report of oc_session_create_reported.</summary>
+        public const int RefusedMax = 256;
+
+        /// <summary>The NUL-terminated UTF-8 text in a buffer the library filled.</summary>
+        public static string TextOf(byte[] buffer)
+        {
+            int n = Array.IndexOf(buffer, (byte)0);
+            return System.Text.Encoding.UTF8.GetString(buffer, 0, n < 0 ? buffer.Length : n);
+        }
+
         /// <summary>A UTF-8 string the library returned (NULL: null).</summary>
         public static string Text(IntPtr utf8)
         {
@@ -235,8 +246,8 @@ namespace OnnxCooker
 
     // ---------------------------------------------------------------------------------------------
     // The same, managed: IDisposable owners over the handles above, failures as OnnxCookerException.
-    // Dispose sessions before their blob, blobs before their bundle's bytes (a Blob opened from a
-    // byte[] pins it until Dispose). Objects keep what they borrow referenced, so the garbage
+    // A Blob or Runtime disposed while sessions made from it live is closed when the last of them is
+    // disposed (a Blob opened from a byte[] keeps it pinned until then). Objects keep what they borrow referenced, so the garbage
     // collector never frees it first; they have no finalizers: Dispose (or `using`) releases.
     // ---------------------------------------------------------------------------------------------
 
@@ -298,6 +309,8 @@ namespace OnnxCooker
 
         public TensorInfo[] Signature(string name, bool outputs)
         {
+            ulong size;
+            if (Native.oc_bundle_model_file(Live(), name, out size) == IntPtr.Zero) Signature(name, outputs, 0); // throws UnknownModel
             TensorInfo[] found = new TensorInfo[(int)Native.oc_bundle_signature_count(Live(), name, outputs ? 1 : 0)];
             for (int i = 0; i < found.Length; i++)
             {
@@ -307,10 +320,20 @@ namespace OnnxCooker
             return found;
         }
 
+        /// <summary>One input's (outputs: output's) name, type and shape as JSON; throws for an unknown model or index.</summary>
+        public TensorInfo Signature(string name, bool outputs, int index)
+        {
+            Error err = Error.Create();
+            TensorInfo info;
+            OnnxCookerException.Check(Native.oc_bundle_signature(Live(), name, outputs ? 1 : 0, (UIntPtr)index, out info, ref err), err);
+            return info;
+        }
+
         /// <summary>One signature's dimensions: (size, name) each, size -1 where it is free and name null where
         /// it has none; empty for no shape (a non-tensor).</summary>
         public KeyValuePair<long, string>[] Dims(string name, bool outputs, int index)
         {
+            Signature(name, outputs, index); // an unknown model or index throws (the rank alone reads as "no shape")
             long rank = Native.oc_bundle_signature_rank(Live(), name, outputs ? 1 : 0, (UIntPtr)index);
             KeyValuePair<long, string>[] found = new KeyValuePair<long, string>[rank < 0 ? 0 : rank];
             for (int d = 0; d < found.Length; d++)
@@ -338,6 +361,7 @@ namespace OnnxCooker
         /// the manifest; the bytes stay pinned until the Blob is disposed.</summary>
         public Blob OpenBlob(string name, byte[] bytes)
         {
+            if (bytes == null) throw new ArgumentNullException("bytes");
             Error err = Error.Create();
             IntPtr blob;
             GCHandle pin = GCHandle.Alloc(bytes, GCHandleType.Pinned);
@@ -360,13 +384,55 @@ namespace OnnxCooker
         }
     }
 
+    /// <summary>Counts the sessions made from an owner (a Blob, a Runtime) so that its Dispose while
+    /// they live waits for the last one: a `using` around a blob that made a longer-lived session is
+    /// safe (the bytes stay pinned and the blob open until that session is disposed).</summary>
+    public sealed class SessionCount
+    {
+        readonly object gate = new object();
+        int live;
+        bool disposed;
+        readonly Action close;
+
+        internal SessionCount(Action close) { this.close = close; }
+
+        internal bool Disposed { get { lock (gate) return disposed; } }
+        internal void Started() { lock (gate) live++; }
+
+        internal void Ended()
+        {
+            bool now;
+            lock (gate) now = --live == 0 && disposed;
+            if (now) close();
+        }
+
+        internal void Dispose()
+        {
+            bool now;
+            lock (gate)
+            {
+                if (disposed) return;
+                disposed = true;
+                now = live == 0;
+            }
+            if (now) close();
+        }
+    }
+
     public sealed class Blob : IDisposable
     {
         public IntPtr Handle { get; private set; }
         GCHandle pin;
         readonly byte[] bytes;  // referenced while pinned
+        internal readonly SessionCount Sessions;
 
-        internal Blob(IntPtr handle, GCHandle pin, byte[] bytes) { Handle = handle; this.pin = pin; this.bytes = bytes; }
+        internal Blob(IntPtr handle, GCHandle pin, byte[] bytes)
+        {
+            Handle = handle;
+            this.pin = pin;
+            this.bytes = bytes;
+            Sessions = new SessionCount(Close);
+        }
 
         /// <summary>A blob from bytes alone (no bundle): pinned until Dispose.</summary>
         public static Blob FromBytes(byte[] bytes, IntPtr options = default(IntPtr))
@@ -456,11 +522,15 @@ namespace OnnxCooker
 
         internal IntPtr Live()
         {
-            if (Handle == IntPtr.Zero) throw new ObjectDisposedException("OnnxCooker.Blob");
+            if (Handle == IntPtr.Zero || Sessions.Disposed) throw new ObjectDisposedException("OnnxCooker.Blob");
             return Handle;
         }
 
-        public void Dispose()
+        /// <summary>Closes the blob and unpins its bytes, or, while sessions made from it live, once the
+        /// last of them is disposed (they read its bytes in place). No new use after it.</summary>
+        public void Dispose() { Sessions.Dispose(); }
+
+        void Close()
         {
             if (Handle != IntPtr.Zero) Native.oc_blob_close(Handle);  // then the bytes it borrowed
             Handle = IntPtr.Zero;
@@ -472,7 +542,12 @@ namespace OnnxCooker
     public sealed class Runtime : IDisposable
     {
         public IntPtr Handle { get; private set; }
-        Runtime(IntPtr handle) { Handle = handle; }
+        internal readonly SessionCount Sessions;
+        Runtime(IntPtr handle)
+        {
+            Handle = handle;
+            Sessions = new SessionCount(Close);
+        }
 
         /// <summary>onnxruntime's library at `path` (null: the platform's default name).</summary>
         public static Runtime Load(string path)
@@ -483,28 +558,82 @@ namespace OnnxCooker
             return new Runtime(handle);
         }
 
+        /// <summary>The onnxruntime the game already loads (Unity's onnxruntime package): its OrtGetApiBase(),
+        /// e.g. from [DllImport("onnxruntime")] static extern IntPtr OrtGetApiBase().</summary>
+        public static Runtime FromApiBase(IntPtr apiBase)
+        {
+            Error err = Error.Create();
+            IntPtr handle;
+            OnnxCookerException.Check(Native.oc_runtime_from_api_base(apiBase, out handle, ref err), err);
+            return new Runtime(handle);
+        }
+
         public string Version { get { return Native.Text(Native.oc_runtime_version(Live())); } }
 
         /// <summary>A session with the blob's recipe (options: an unmanaged SessionOptions, or IntPtr.Zero).</summary>
         public Session CreateSession(Blob blob, IntPtr options = default(IntPtr))
         {
+            if (blob == null) throw new ArgumentNullException("blob");
             Error err = Error.Create();
             IntPtr session;
             LoadPath path;
-            byte[] explanation = new byte[1024];
-            OnnxCookerException.Check(Native.oc_session_create_on_devices(Live(), blob.Live(), options, IntPtr.Zero, out session,
-                                                                          out path, explanation, (UIntPtr)explanation.Length, ref err), err);
-            int n = Array.IndexOf(explanation, (byte)0);
-            return new Session(this, blob, session, path, System.Text.Encoding.UTF8.GetString(explanation, 0, n < 0 ? explanation.Length : n));
+            byte[] explanation = new byte[1024], refused = new byte[Native.RefusedMax];
+            OnnxCookerException.Check(Native.oc_session_create_reported(Live(), blob.Live(), options, IntPtr.Zero, out session, out path,
+                                                                        explanation, (UIntPtr)explanation.Length, refused,
+                                                                        (UIntPtr)refused.Length, ref err), err);
+            return new Session(this, blob, session, path, Native.TextOf(explanation), Native.TextOf(refused));
+        }
+
+        /// <summary>A session with the blob's recipe, these EPs in order instead of the blob's (none: the blob's),
+        /// low_memory (no prepacked weight copies) and an intra-op thread count (0: onnxruntime's default),
+        /// without building the unmanaged SessionOptions by hand.</summary>
+        public Session CreateSession(Blob blob, string[] providers, bool lowMemory = false, int intraOpThreads = 0)
+        {
+            providers = providers ?? new string[0];
+            IntPtr[] names = new IntPtr[providers.Length];
+            IntPtr list = IntPtr.Zero, options = IntPtr.Zero;
+            try
+            {
+                for (int i = 0; i < providers.Length; i++)
+                {
+                    if (providers[i] == null) throw new ArgumentNullException("providers", "a provider name is null");
+                    byte[] utf8 = System.Text.Encoding.UTF8.GetBytes(providers[i] + "\0");
+                    names[i] = Marshal.AllocHGlobal(utf8.Length);
+                    Marshal.Copy(utf8, 0, names[i], utf8.Length);
+                }
+                SessionOptions o = new SessionOptions();
+                if (providers.Length > 0)
+                {
+                    list = Marshal.AllocHGlobal(IntPtr.Size * providers.Length);
+                    Marshal.Copy(names, 0, list, names.Length);
+                    o.Providers = list;
+                    o.ProviderCount = (UIntPtr)providers.Length;
+                }
+                o.LowMemory = lowMemory ? 1 : 0;
+                o.IntraOpThreads = intraOpThreads;
+                options = Marshal.AllocHGlobal(Marshal.SizeOf(typeof(SessionOptions)));
+                Marshal.StructureToPtr(o, options, false);
+                return CreateSession(blob, options);
+            }
+            finally
+            {
+                if (options != IntPtr.Zero) Marshal.FreeHGlobal(options);
+                if (list != IntPtr.Zero) Marshal.FreeHGlobal(list);
+                foreach (IntPtr name in names) if (name != IntPtr.Zero) Marshal.FreeHGlobal(name);
+            }
         }
 
         internal IntPtr Live()
         {
-            if (Handle == IntPtr.Zero) throw new ObjectDisposedException("OnnxCooker.Runtime");
+            if (Handle == IntPtr.Zero || Sessions.Disposed) throw new ObjectDisposedException("OnnxCooker.Runtime");
             return Handle;
         }
 
-        public void Dispose()
+        /// <summary>Releases the runtime, or, while sessions made through it live, once the last of them is
+        /// disposed (they are released through it). No new session after it.</summary>
+        public void Dispose() { Sessions.Dispose(); }
+
+        void Close()
         {
             if (Handle != IntPtr.Zero) Native.oc_runtime_release(Handle);
             Handle = IntPtr.Zero;
@@ -518,23 +647,31 @@ namespace OnnxCooker
         public LoadPath LoadPath { get; }
         /// <summary>Which EPs it got, and why (the line the Python loader logs).</summary>
         public string Explanation { get; }
+        /// <summary>The faster load path onnxruntime refused for this model, and why ("" if none): why it copied.</summary>
+        public string Refused { get; }
         readonly Runtime runtime;
-        readonly Blob blob;  // referenced: the session borrows it
+        readonly Blob blob;  // the session borrows it: it stays open until this session is disposed
 
-        internal Session(Runtime runtime, Blob blob, IntPtr handle, LoadPath path, string explanation)
+        internal Session(Runtime runtime, Blob blob, IntPtr handle, LoadPath path, string explanation, string refused)
         {
             this.runtime = runtime;
             this.blob = blob;
             Handle = handle;
             LoadPath = path;
             Explanation = explanation;
+            Refused = refused;
+            runtime.Sessions.Started();
+            blob.Sessions.Started();
         }
 
+        /// <summary>Releases the session; then a Blob or Runtime disposed while it lived is closed.</summary>
         public void Dispose()
         {
-            if (Handle != IntPtr.Zero && runtime.Handle != IntPtr.Zero) Native.oc_session_release(runtime.Handle, Handle);
+            if (Handle == IntPtr.Zero) return;
+            Native.oc_session_release(runtime.Handle, Handle);
             Handle = IntPtr.Zero;
-            GC.KeepAlive(blob);
+            runtime.Sessions.Ended();
+            blob.Sessions.Ended();
         }
     }
 }

@@ -305,6 +305,7 @@ OC_API oc_status oc_bundle_open_blob_memory(oc_bundle *bundle, const char *name,
 
 typedef struct oc_runtime oc_runtime;
 struct OrtApi;
+struct OrtApiBase;
 struct OrtSession;
 struct OrtSessionOptions;
 
@@ -313,8 +314,15 @@ struct OrtSessionOptions;
  * against every onnxruntime from 1.21 on. OWNED by the caller: oc_runtime_release. */
 OC_API oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *err);
 
-/* For an engine that links onnxruntime itself: wrap its OrtApi (`api` is borrowed; `version` its
- * GetVersionString(), e.g. "1.24.4"). */
+/* For an engine that links onnxruntime itself: its OrtGetApiBase() (borrowed; that onnxruntime
+ * must stay loaded while the runtime lives). The library asks it for its version and its C API
+ * (version 21, and 22 for plugin EPs from 1.22), as oc_runtime_load does: the way to prefer. */
+OC_API oc_status oc_runtime_from_api_base(const struct OrtApiBase *base, oc_runtime **out, oc_error *err);
+
+/* The same from an OrtApi the engine already holds (`api` is borrowed, from GetApi(21) or newer;
+ * `version` that onnxruntime's GetVersionString(), e.g. "1.24.4"). The version picks the load
+ * paths and whether `api` holds the plugin-EP functions, so it must be that onnxruntime's:
+ * OC_ERR_INVALID_ARGUMENT for text that is no version of 1.21 or newer. */
 OC_API oc_status oc_runtime_from_api(const struct OrtApi *api, const char *version, oc_runtime **out,
                                      oc_error *err);
 

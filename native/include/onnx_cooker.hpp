@@ -5,6 +5,7 @@
 #ifndef ONNX_COOKER_HPP
 #define ONNX_COOKER_HPP
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -132,8 +133,12 @@ private:
         Options options;
         for (size_t i = 0; i < count(handle_.get(), ep.c_str()); ++i) {
             const char *key = nullptr, *value = nullptr;
-            oc_error err{};
-            detail::check(pair(handle_.get(), ep.c_str(), i, &key, &value), err);
+            oc_error err{};  // these getters take no oc_error: the message is said here
+            const oc_status status = pair(handle_.get(), ep.c_str(), i, &key, &value);
+            if (status != OC_OK)
+                std::snprintf(err.message, sizeof err.message, "cannot read option %zu of EP '%s' in the blob's recipe", i,
+                              ep.c_str());
+            detail::check(status, err);
             options.emplace_back(key, value);
         }
         return options;
@@ -177,6 +182,9 @@ public:
     std::vector<std::pair<int64_t, std::string>> dims(const std::string &name, bool outputs, size_t index) const {
         std::vector<std::pair<int64_t, std::string>> found;
         const int side = outputs ? 1 : 0;
+        oc_tensor_info info{};
+        oc_error checked{};  // an unknown model or index throws (the rank alone reads as "no shape")
+        detail::check(oc_bundle_signature(handle_.get(), name.c_str(), side, index, &info, &checked), checked);
         for (int64_t d = 0; d < oc_bundle_signature_rank(handle_.get(), name.c_str(), side, index); ++d) {
             oc_error err{};
             int64_t size = 0;
@@ -190,6 +198,11 @@ public:
     }
     // A model's inputs (outputs: true, its outputs) from the manifest; strings live as long as the Bundle.
     std::vector<oc_tensor_info> signature(const std::string &name, bool outputs = false) const {
+        if (oc_bundle_model_file(handle_.get(), name.c_str(), nullptr) == nullptr) {  // its count reads 0
+            oc_tensor_info info{};
+            oc_error err{};
+            detail::check(oc_bundle_signature(handle_.get(), name.c_str(), 0, 0, &info, &err), err);
+        }
         std::vector<oc_tensor_info> found(oc_bundle_signature_count(handle_.get(), name.c_str(), outputs ? 1 : 0));
         for (size_t i = 0; i < found.size(); ++i) {
             oc_error err{};
@@ -230,6 +243,13 @@ public:
         oc_error err{};
         oc_runtime *raw = nullptr;
         detail::check(oc_runtime_load(library_path, &raw, &err), err);
+        return Runtime(raw);
+    }
+    // An engine that links onnxruntime itself: Runtime::from_api_base(OrtGetApiBase()).
+    static Runtime from_api_base(const OrtApiBase *base) {
+        oc_error err{};
+        oc_runtime *raw = nullptr;
+        detail::check(oc_runtime_from_api_base(base, &raw, &err), err);
         return Runtime(raw);
     }
     explicit Runtime(oc_runtime *raw) noexcept : handle_(raw) {}
@@ -283,22 +303,37 @@ public:
         explanation_ = explanation;
         refused_ = refused;
     }
+    // An empty session (no OrtSession), for a member that is made later or reloaded: assign one.
+    Session() noexcept = default;
     Session(Session &&other) noexcept
         : api_(other.api_), raw_(std::exchange(other.raw_, nullptr)), path_(other.path_),
           explanation_(std::move(other.explanation_)), refused_(std::move(other.refused_)) {}
-    Session &operator=(Session &&) = delete;
+    // Releases the session held, then takes other's (a component reloading its model).
+    Session &operator=(Session &&other) noexcept {
+        if (this != &other) {
+            release();
+            api_ = other.api_;
+            raw_ = std::exchange(other.raw_, nullptr);
+            path_ = other.path_;
+            explanation_ = std::move(other.explanation_);
+            refused_ = std::move(other.refused_);
+        }
+        return *this;
+    }
     Session(const Session &) = delete;
     Session &operator=(const Session &) = delete;
-    ~Session() {
-        if (raw_ != nullptr) api_->ReleaseSession(raw_);
-    }
+    ~Session() { release(); }
+    explicit operator bool() const noexcept { return raw_ != nullptr; }
     OrtSession *get() const noexcept { return raw_; }
     oc_load_path load_path() const noexcept { return path_; }
     const std::string &explanation() const noexcept { return explanation_; }
     const std::string &refused() const noexcept { return refused_; }
 
 private:
-    const OrtApi *api_;
+    void release() noexcept {
+        if (raw_ != nullptr) api_->ReleaseSession(std::exchange(raw_, nullptr));
+    }
+    const OrtApi *api_ = nullptr;
     OrtSession *raw_ = nullptr;
     oc_load_path path_ = OC_LOAD_ONNX_INLINE;
     std::string explanation_;

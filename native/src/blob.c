@@ -872,6 +872,9 @@ oc_status oc_blob_parse_with(const uint8_t *data, size_t size, const oc_blob_opt
     if (out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_blob_open: out is NULL");
     *out = NULL;
     if (data == NULL && size != 0) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_blob_open: data is NULL");
+    if (options != NULL && options->threads < 0)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT,
+                       "oc_blob_open: threads is %d; pass 0 for one per core, or a count", options->threads);
     blob = oc_calloc(&alloc, 1, sizeof *blob);
     if (blob == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory opening a blob");
     blob->alloc = alloc;

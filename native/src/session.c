@@ -50,8 +50,10 @@ static oc_status finish_runtime(oc_runtime *rt, const char *version, oc_runtime 
         rt->parsed[0] = rt->parsed[1] = rt->parsed[2] = 0;
     }
     /* an engine's OrtApi (oc_runtime_from_api): onnxruntime serves one table for every version it
-     * knows, so from 1.22 it holds the plugin-EP functions */
-    if (rt->library == NULL && (rt->parsed[0] || rt->parsed[1]) && !version_below(rt->parsed, PLUGIN_EPS_SINCE))
+     * knows, so from 1.22 it holds the plugin-EP functions (oc_runtime_load and _from_api_base ask
+     * for version 22 themselves) */
+    if (rt->library == NULL && rt->plugin == NULL && (rt->parsed[0] || rt->parsed[1]) &&
+        !version_below(rt->parsed, PLUGIN_EPS_SINCE))
         rt->plugin = rt->api;
     status = rt->api->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "onnx-cooker", &rt->env);
     if (status != NULL) {
@@ -146,13 +148,43 @@ oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *
 }
 
 oc_status oc_runtime_from_api(const struct OrtApi *api, const char *version, oc_runtime **out, oc_error *err) {
+    static const int OLDEST[3] = {1, 21, 0};
     oc_runtime *rt;
+    int parsed[3];
     if (api == NULL || version == NULL || out == NULL)
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_from_api: NULL argument");
     *out = NULL;
+    /* the version picks the load paths and whether the plugin-EP functions are read from `api`: a
+     * wrong one reads past an older table, so what cannot be a version of 1.21+ is refused */
+    if (oc_parse_version(version, parsed) != 0 || version_below(parsed, OLDEST))
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT,
+                       "oc_runtime_from_api: '%s' is not the version of an onnxruntime this library runs with (1.21 or "
+                       "newer); pass OrtGetApiBase()->GetVersionString(), or call oc_runtime_from_api_base, which "
+                       "asks onnxruntime itself", version);
     rt = calloc(1, sizeof *rt);
     if (rt == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
     rt->api = api;
+    return finish_runtime(rt, version, out, err);
+}
+
+oc_status oc_runtime_from_api_base(const struct OrtApiBase *base, oc_runtime **out, oc_error *err) {
+    oc_runtime *rt;
+    int parsed[3];
+    const char *version;
+    if (base == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_from_api_base: NULL argument");
+    *out = NULL;
+    version = base->GetVersionString();
+    rt = calloc(1, sizeof *rt);
+    if (rt == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    rt->api = base->GetApi(OC_ORT_API_VERSION);
+    if (rt->api == NULL) {
+        free(rt);
+        return oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime %s does not offer C API version %d: use onnxruntime 1.21 or newer",
+                       version, OC_ORT_API_VERSION);
+    }
+    /* asked only where the version says it is there: onnxruntime prints a line for one it lacks */
+    if (oc_parse_version(version, parsed) == 0 && !version_below(parsed, PLUGIN_EPS_SINCE))
+        rt->plugin = base->GetApi(OC_ORT_PLUGIN_API_VERSION);
     return finish_runtime(rt, version, out, err);
 }
 
@@ -1022,6 +1054,14 @@ static oc_status session_create(oc_runtime *rt, oc_blob *blob, const oc_session_
     if (rt == NULL || blob == NULL || out == NULL)
         return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_session_create: NULL argument");
     *out = NULL;
+    if (o != NULL && o->providers == NULL && o->provider_count != 0)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT,
+                       "oc_session_create: provider_count is %zu but providers is NULL; pass the EP names, or "
+                       "leave both 0 for the blob's EPs", o->provider_count);
+    if (o != NULL && o->intra_op_threads < 0)
+        return oc_fail(err, OC_ERR_INVALID_ARGUMENT,
+                       "oc_session_create: intra_op_threads is %d; pass 0 for onnxruntime's default, or a count",
+                       o->intra_op_threads);
     if (explanation != NULL && explanation_size > 0) explanation[0] = '\0';
     if (refused != NULL && refused_size > 0) refused[0] = '\0';
     api = rt->api;

@@ -224,6 +224,47 @@ static class CsharpProbe
             {
                 Console.WriteLine("managed exception: " + e.Status + " " + e.Message.Split(':')[0]);
             }
+            Lifetimes(bundle, runtime, model, Path.Combine(dir, file), ortLibrary);
+        }
+    }
+
+    // Unity's pattern: a `using` around the blob, the session kept in a field. The blob's Dispose
+    // waits for the session (its bytes stay pinned, it stays open); likewise a Runtime's.
+    static void Lifetimes(Bundle bundle, Runtime runtime, string model, string path, string ortLibrary)
+    {
+        Session kept;
+        Blob blob;
+        using (blob = bundle.OpenBlob(model, File.ReadAllBytes(path)))
+            kept = runtime.CreateSession(blob, new[] { "CPUExecutionProvider" }, true, 1);
+        bool open = blob.Handle != IntPtr.Zero, refusedNew = false;
+        try { var unused = blob.Info; }
+        catch (ObjectDisposedException) { refusedNew = true; }
+        kept.Dispose();
+        Console.WriteLine("blob disposed before its session: open " + open + ", refuses new use " + refusedNew +
+                          ", closed with the session " + (blob.Handle == IntPtr.Zero) + "; session eps (" + kept.Explanation +
+                          ") refused '" + kept.Refused + "'");
+        Runtime other = Runtime.Load(ortLibrary);
+        using (Blob again = bundle.OpenBlob(model, File.ReadAllBytes(path)))
+        {
+            Session s = other.CreateSession(again);
+            other.Dispose();
+            bool runtimeOpen = other.Handle != IntPtr.Zero;
+            s.Dispose();
+            Console.WriteLine("runtime disposed before its session: open " + runtimeOpen + ", released with it " +
+                              (other.Handle == IntPtr.Zero));
+        }
+        foreach (string call in new[] { "Signature", "Dims", "null bytes" })
+        {
+            try
+            {
+                if (call == "Signature") bundle.Signature("no-such-model", false);
+                else if (call == "Dims") bundle.Dims("no-such-model", false, 0);
+                else bundle.OpenBlob(model, null);
+                failures++;
+                Console.WriteLine("FAIL managed: " + call + " of a mistake passed");
+            }
+            catch (OnnxCookerException e) { Console.WriteLine("managed " + call + ": " + e.Status); }
+            catch (ArgumentNullException) { Console.WriteLine("managed " + call + ": ArgumentNullException"); }
         }
     }
 

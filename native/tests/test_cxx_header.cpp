@@ -72,6 +72,24 @@ int main(int argc, char **argv) {
             std::printf("session %s\n", oc_load_path_name(session.load_path()));
             std::printf("eps: %s\n", session.explanation().c_str());
         }
+        { // a component's member: empty first, then a session, then reloaded (the first released)
+            oc::Session member;
+            const bool empty = !member;
+            member = oc::Session(runtime, blob);
+            const bool held = static_cast<bool>(member);
+            member = oc::Session(runtime, blob);
+            std::printf("member: empty %d, held %d, reloaded %d\n", empty, held, member.get() != nullptr);
+        }
+        for (const bool outputs : {false, true}) { // a mistyped name is no empty signature
+            try {
+                if (outputs) (void)bundle.dims("no-such-model", false, 0);
+                else (void)bundle.signature("no-such-model");
+                std::printf("FAIL: an unknown model's signature read as empty\n");
+                return 1;
+            } catch (const oc::Error &e) {
+                std::printf("unknown model's %s: %s\n", outputs ? "dims" : "signature", oc_status_name(e.status()));
+            }
+        }
         {
             // The blob's preferred DirectML, which this onnxruntime lacks, put on through the engine's
             // own call (here: nothing but a count, as a stand-in for a console's append function).
