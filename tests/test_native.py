@@ -366,6 +366,12 @@ def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles:
         json.loads(line)
         for line in run_native([native / "oc-probe", "bundle", bundles / platform]).stdout.splitlines()
     ]
+    # through an engine's reader that returns what it has, 1,000 bytes a call at most (a stream,
+    # POSIX read()): the library reads on from where each call stopped, and reads the same bundle
+    short = run_native(
+        [native / "oc-probe", "reader", bundles / platform], env={"OC_PROBE_SHORT_READS": "1000"}
+    )
+    assert [json.loads(line) for line in short.stdout.splitlines()] == lines
     head, blobs = lines[0], lines[1:]
     bundle = open_bundle(bundles / platform)
     assert head["status"] == "OC_OK" and head["platform"] == platform
@@ -578,6 +584,17 @@ def test_sessions_compute_from_the_callers_memory_where_the_path_says_so(
     assert result["handed_inside_caller_memory"] is True  # the library hands over views, never copies
     assert result["before"] > 1.0
     assert result["after"] == 0.0, result  # y = x @ 0: the session reads the caller's bytes
+    # The same bytes one past an aligned address (a pak's buffer): onnxruntime would read every
+    # weight (and an ORT table) misaligned in place, which strict-alignment CPUs fault on. The
+    # library works from its own aligned copy: same path and outputs, the caller's bytes unread.
+    shifted = json.loads(
+        run_native(
+            [native / "test_in_place", ort_library(version), path, offset, len(weight), "misaligned"]
+        ).stdout
+    )
+    assert shifted["load_path"] == expected_path[model_format]
+    assert shifted["handed_inside_caller_memory"] is False
+    assert shifted["before"] == shifted["after"] == result["before"], shifted
 
 
 def onnx_numpy(model) -> bytes:

@@ -204,8 +204,9 @@ typedef struct oc_bundle oc_bundle;
 
 /* Caller-supplied file access (pak/IoStore archives). `path` is relative to the bundle ("manifest.json",
  * "vision/detector.0a1b2c3d4e5f6071.ort.ocb"). size: the file's size in bytes, or -1 when missing
- * (then fill `message`, at most OC_MESSAGE_SIZE bytes, if you can say why). read: `count` bytes
- * at `offset` into `buffer`; return the bytes read (count unless the file is shorter) or -1. */
+ * (then fill `message`, at most OC_MESSAGE_SIZE bytes, if you can say why). read: up to `count`
+ * bytes at `offset` into `buffer`; return the bytes read (fewer is fine: the library asks again
+ * from where it stopped, as over POSIX read(); 0 at the end of the file) or -1 for an error. */
 typedef struct oc_reader {
     int64_t (*size)(void *user, const char *path);
     int64_t (*read)(void *user, const char *path, uint64_t offset, void *buffer, size_t count);

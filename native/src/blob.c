@@ -1029,7 +1029,15 @@ fail:
 
 oc_status oc_blob_open_memory(const void *data, size_t size, const oc_blob_options *options, oc_blob **out,
                               oc_error *err) {
-    return oc_blob_parse(data, size, options, NULL, NULL, 0, NULL, out, err);
+    oc_alloc alloc = oc_alloc_from(options ? options->allocator : NULL);
+    void *copy = NULL;
+    oc_status status;
+    if (out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_blob_open: out is NULL");
+    *out = NULL;
+    if (data != NULL && (status = oc_aligned_copy(&alloc, &data, size, &copy, err)) != OC_OK) return status;
+    status = oc_blob_parse(data, size, options, NULL, NULL, 0, copy, out, err); /* the blob owns a copy */
+    if (status != OC_OK) oc_free(&alloc, copy);
+    return status;
 }
 
 oc_status oc_blob_name_file(oc_blob *blob, const char *path) {

@@ -120,6 +120,20 @@ static const char *dup_string(oc_bundle *b, const cJSON *item) {
     return copy;
 }
 
+/* `count` bytes of `path` through the reader, asking again after a short read (a reader over a
+ * stream or a POSIX read() returns what it has); the bytes read, or -1 for a reader error or a
+ * reply larger than asked. Stops early only at the end of the file (a read of 0). */
+static int64_t read_whole(const oc_reader *reader, const char *path, void *buffer, size_t count) {
+    size_t done = 0;
+    while (done < count) {
+        int64_t got = reader->read(reader->user, path, (uint64_t)done, (char *)buffer + done, count - done);
+        if (got < 0 || (uint64_t)got > count - done) return -1;
+        if (got == 0) break;
+        done += (size_t)got;
+    }
+    return (int64_t)done;
+}
+
 static oc_status manifest_out_of_memory(oc_error *err) {
     return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory reading the manifest (its allocator refused)");
 }
@@ -586,7 +600,7 @@ oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options
                        (long long)size, MAX_MANIFEST);
     text = oc_malloc(&alloc, (size_t)size + 1);
     if (text == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
-    if (reader->read(reader->user, "manifest.json", 0, text, (size_t)size) != size) {
+    if (read_whole(reader, "manifest.json", text, (size_t)size) != size) {
         oc_free(&alloc, text);
         return oc_fail(err, OC_ERR_MANIFEST, "bundle (reader): could not read manifest.json whole; check the archive the reader serves");
     }
@@ -594,7 +608,7 @@ oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options
         unsigned char signature[crypto_sign_BYTES];
         int64_t sig_size = options != NULL && options->public_key_count > 0 ? reader->size(reader->user, "manifest.json.sig") : -1;
         int present = sig_size == crypto_sign_BYTES &&
-                      reader->read(reader->user, "manifest.json.sig", 0, signature, sizeof signature) == crypto_sign_BYTES;
+                      read_whole(reader, "manifest.json.sig", signature, sizeof signature) == crypto_sign_BYTES;
         /* a signature of the wrong size is refused by its size, before its bytes are read */
         const void *given = present || (sig_size >= 0 && sig_size != crypto_sign_BYTES) ? signature : NULL;
         status = open_manifest(text, (size_t)size, reader, options, NULL, given, given ? (size_t)sig_size : 0, out, err);
@@ -853,7 +867,12 @@ oc_status oc_bundle_open_blob_memory(oc_bundle *b, const char *name, const void 
     *out = NULL;
     m = find_model(b, name);
     if (m == NULL) return unknown_model(b, name, err);
-    status = open_checked(b, m, m->file, data, size, NULL, 0, NULL, 0, out, err);
+    {
+        void *copy = NULL; /* bytes at a misaligned address: a copy the blob owns */
+        if ((status = oc_aligned_copy(&b->alloc, &data, size, &copy, err)) != OC_OK) return status;
+        status = open_checked(b, m, m->file, data, size, NULL, 0, copy, 0, out, err);
+        if (status != OC_OK) oc_free(&b->alloc, copy);
+    }
     if (status == OC_ERR_CHECKSUM && err != NULL && strstr(err->message, "does not match the sha256/size") != NULL)
         /* bytes the caller chose: most often another cook's blob of the model, not damage */
         status = oc_fail(err, OC_ERR_CHECKSUM,
@@ -890,7 +909,7 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
                            "was damaged or replaced: re-run `onnx-cooker cook`", m->file);
         data = oc_malloc(&b->alloc, (size_t)have);
         if (data == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory for blob %s (%lld bytes)", m->file, (long long)have);
-        got = b->reader.read(b->reader.user, m->file, 0, data, (size_t)have);
+        got = read_whole(&b->reader, m->file, data, (size_t)have);
         if (got != have) {
             oc_free(&b->alloc, data);
             return oc_fail(err, OC_ERR_IO, "%s: the reader returned %lld of %lld bytes", m->file, (long long)got, (long long)have);

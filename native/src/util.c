@@ -105,3 +105,15 @@ const char *oc_status_name(oc_status status) {
     }
     return "OC_ERR_UNKNOWN";
 }
+
+oc_status oc_aligned_copy(const oc_alloc *a, const void **data, size_t size, void **copy, oc_error *err) {
+    *copy = NULL;
+    if (*data == NULL || (uintptr_t)*data % OC_BLOB_ALIGNMENT == 0) return OC_OK;
+    *copy = oc_malloc(a, size); /* 16-aligned */
+    if (*copy == NULL)
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory copying %zu blob bytes given at an address not %d-byte "
+                       "aligned (pass bytes at an aligned address to load in place)", size, OC_BLOB_ALIGNMENT);
+    memcpy(*copy, *data, size);
+    *data = *copy;
+    return OC_OK;
+}

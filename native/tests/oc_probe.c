@@ -9,6 +9,7 @@
  *                                    opening the bundle with and without the sha256 pass, and of
  *                                    opening (parse, checks, decoding) and closing NAME's blob
  *
+ * OC_PROBE_SHORT_READS=N makes the reader return at most N bytes a call (the library reads on).
  * OC_PROBE_KEYS (hex Ed25519 public keys, comma-separated) makes bundle, reader and manifest require
  * a signature by one of them; OC_PROBE_SKIP_VERIFY (set) opens bundles with skip_verify.
  *
@@ -146,6 +147,9 @@ static int64_t reader_read(void *user, const char *path, uint64_t offset, void *
         fclose(f);
         return -1;
     }
+    /* OC_PROBE_SHORT_READS=N: at most N bytes a call, as a stream or POSIX read() gives them */
+    if (getenv("OC_PROBE_SHORT_READS") != NULL && (size_t)atol(getenv("OC_PROBE_SHORT_READS")) < count)
+        count = (size_t)atol(getenv("OC_PROBE_SHORT_READS"));
     got = fread(buffer, 1, count, f);
     fclose(f);
     return (int64_t)got;

@@ -1,6 +1,6 @@
 /* test_in_place.c - does a session read the caller's memory in place?
  *
- *   test_in_place ORT_LIBRARY BLOB_FILE OFFSET LENGTH
+ *   test_in_place ORT_LIBRARY BLOB_FILE OFFSET LENGTH [misaligned]
  *
  * Reads BLOB_FILE into memory this program owns, opens it with oc_blob_open_memory, creates a
  * session (prepacking off, so that onnxruntime computes from the weights where they lie), runs it
@@ -8,7 +8,9 @@
  * a weight) and runs again. Prints one JSON line: the load path, the largest absolute output before
  * and after, and whether the weights the library hands out lie inside the caller's memory. Then it
  * releases the session, the blob and only then the memory (AddressSanitizer would report a session
- * or blob that read it later). Exit 0 unless something failed. */
+ * or blob that read it later). With `misaligned`, the blob's bytes start one byte past an aligned
+ * address (a pak buffer's): the library then works from its own aligned copy. Exit 0 unless
+ * something failed. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -93,15 +95,16 @@ int main(int argc, char **argv) {
     oc_session_options options;
     oc_load_path path;
     oc_error err;
-    unsigned char *memory = NULL;
+    unsigned char *memory = NULL, *start;
     const void *handed;
     size_t size, handed_size, offset, length;
     long file_size;
     double before, after;
     int inside, code = 1;
     FILE *f;
-    if (argc != 5) {
-        fprintf(stderr, "usage: test_in_place ORT_LIBRARY BLOB_FILE OFFSET LENGTH\n");
+    size_t shift = argc == 6 && strcmp(argv[5], "misaligned") == 0;
+    if (argc != 5 && !shift) {
+        fprintf(stderr, "usage: test_in_place ORT_LIBRARY BLOB_FILE OFFSET LENGTH [misaligned]\n");
         return 2;
     }
     offset = (size_t)strtoull(argv[3], NULL, 10);
@@ -109,10 +112,11 @@ int main(int argc, char **argv) {
     f = fopen(argv[2], "rb");
     if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (file_size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) return 1;
     size = (size_t)file_size;
-    memory = malloc(size);
-    if (memory == NULL || fread(memory, 1, size, f) != size || offset + length > size) return 1;
+    memory = malloc(size + shift);
+    start = memory + shift;
+    if (memory == NULL || fread(start, 1, size, f) != size || offset + length > size) return 1;
     fclose(f);
-    if (oc_runtime_load(argv[1], &runtime, &err) != OC_OK || oc_blob_open_memory(memory, size, NULL, &blob, &err) != OC_OK) {
+    if (oc_runtime_load(argv[1], &runtime, &err) != OC_OK || oc_blob_open_memory(start, size, NULL, &blob, &err) != OC_OK) {
         fprintf(stderr, "test_in_place: %s\n", err.message);
         goto done;
     }
@@ -125,9 +129,9 @@ int main(int argc, char **argv) {
     }
     if (oc_blob_weights(blob, &handed, &handed_size, &err) != OC_OK || handed == NULL)
         (void)oc_blob_model(blob, &handed, &handed_size, &err);
-    inside = (const unsigned char *)handed >= memory && (const unsigned char *)handed + handed_size <= memory + size;
+    inside = (const unsigned char *)handed >= start && (const unsigned char *)handed + handed_size <= start + size;
     before = run_ones(session);
-    memset(memory + offset, 0, length);
+    memset(start + offset, 0, length);
     after = run_ones(session);
     printf("{\"load_path\": \"%s\", \"before\": %g, \"after\": %g, \"handed_inside_caller_memory\": %s}\n",
            oc_load_path_name(path), before, after, inside ? "true" : "false");
@@ -135,7 +139,7 @@ int main(int argc, char **argv) {
 done:
     if (session) api->ReleaseSession(session);
     oc_blob_close(blob);
-    memset(memory, 0xFF, size); /* only now: nothing may read it any more */
+    memset(memory, 0xFF, size + shift); /* only now: nothing may read it any more */
     free(memory);
     oc_runtime_release(runtime);
     return code;
