@@ -1150,6 +1150,17 @@ def _manifest_cases(bundle: Path) -> dict[str, Callable[[Path], None]]:
         "overlong-utf8": recode(in_platform(b"\xc0\xaf")),
         "surrogate-utf8": recode(in_platform(b"\xed\xa0\x80")),
         "cut-utf8": recode(in_platform(b"\xe2\x82")),
+        # not JSON, or no text: Python read them (NaN, a lone surrogate) where cJSON refuses them
+        "nan-in-an-unread-field": recode(lambda text: text.replace(b"{", b'{"x": NaN, ', 1)),
+        "lone-surrogate-escape": recode(in_platform(b"\\ud800")),
+        "surrogate-pair-escape": recode(in_platform(b"\\ud83d\\ude00")),  # a character: read by both
+        # an empty path segment (a cooker writes none): Python normalized it away and loaded the blob
+        "file-with-a-trailing-slash": edit(
+            lambda d: d["models"][first].__setitem__("file", d["models"][first]["file"] + "/")
+        ),
+        "file-with-a-double-slash": edit(
+            lambda d: d["models"][first].__setitem__("file", ".//" + d["models"][first]["file"])
+        ),
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import struct
 import zlib
 from collections.abc import Mapping
@@ -299,13 +300,35 @@ def read_header_from_file(stream: BinaryIO) -> BlobHeader:
 
 def load_json(raw: bytes) -> Any:
     """A header's or manifest's JSON, read as the C loader reads it (native/src/json.c): UTF-8, a BOM
-    allowed (cJSON skips one), and no ``\\u0000`` escape anywhere (cJSON would end the string at
-    the NUL it makes: the loaders would read two different names). Raises ValueError."""
+    allowed (cJSON skips one), no ``\\u0000`` escape anywhere (cJSON would end the string at
+    the NUL it makes: the loaders would read two different names), no NaN or Infinity (not JSON;
+    cJSON refuses them) and no lone surrogate escape (cJSON refuses it). Raises ValueError."""
     # str, not bytes: json.loads would detect the encoding in Python first (a load's fixed cost)
     text = raw.decode("utf-8-sig")
     if "\\u0000" in text:
         raise ValueError("a string holds a NUL character (\\u0000)")
-    return json.loads(text)
+    value = json.loads(text, parse_constant=_not_json)
+    if _SURROGATE_ESCAPE.search(text) and _holds_surrogate(value):
+        raise ValueError("a string holds a lone surrogate escape (\\ud800-\\udfff)")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _holds_surrogate(value: Any) -> bool:
+    """Whether a string in ``value`` (keys included) holds a surrogate: an escape no pair completed."""
+    if isinstance(value, str):
+        return any("\ud800" <= char <= "\udfff" for char in value)
+    if isinstance(value, dict):
+        return any(_holds_surrogate(key) or _holds_surrogate(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_surrogate(item) for item in value)
+    return False
 
 
 def _header_from_json(payload: bytes, version: int, start: int, end: int) -> BlobHeader:
