@@ -393,6 +393,6 @@ def _check_manifest(manifest: Any, where: Path) -> None:
                 raise fail(f"entry {name!r} has a malformed I/O signature")
         file = PurePosixPath(entry["file"])
         unsafe = any(char in entry["file"] for char in "\\:\0")  # Windows drives, NTFS streams, NUL
-        unsafe = unsafe or "" in entry["file"].split("/")  # "a//b", "a/": not what a cooker writes (C refuses)
+        unsafe = unsafe or "" in entry["file"].split("/")  # "a//b", "a/": the C loader refuses them
         if file.is_absolute() or ".." in file.parts or unsafe or not file.parts:
             raise fail(f"entry {name!r} points outside its folder ({entry['file']!r})")
