@@ -13,6 +13,7 @@ onnxruntime's frameworks load) and with ``COOK_ISOLATE=0`` (for a debugger).
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -64,14 +65,22 @@ def run_isolated(work: Callable[[], T]) -> T | Crash:
     sys.stdout.flush()
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
+    # The parent's garbage not yet collected (a cycle that holds an onnxruntime session) must not be
+    # collected in the child: its destructor would wait there for thread-pool threads that exist
+    # only in the parent (a cook hung), or crash. Frozen, the child's collector never looks at it;
+    # the parent's collects it as before.
+    gc.freeze()
     try:
         with warnings.catch_warnings():  # Python 3.12+ warns of any other thread; can_isolate vetted them
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
     except OSError:  # no memory or process left for a child: the work runs here, as unisolated
+        gc.unfreeze()
         os.close(read_fd)
         os.close(write_fd)
         return work()
+    if pid != 0:
+        gc.unfreeze()
     if pid == 0:  # the child: never returns
         os.close(read_fd)
         _child(work, os.fdopen(write_fd, "wb"))

@@ -98,3 +98,37 @@ def test_it_runs_in_the_process_with_another_python_thread_or_when_turned_off() 
     assert in_fresh_python(code, COOK_ISOLATE="0") == [False, True]
     assert in_fresh_python(code) == [True, False]
     assert in_fresh_python(code, WITH_QUEUE="1") == [True, False]  # its feeder holds no lock the child takes
+
+
+def test_the_parents_uncollected_sessions_are_not_collected_in_the_child() -> None:
+    """An onnxruntime session the parent dropped in a reference cycle is garbage only its cyclic
+    collector frees. Collected in the child (a collection any allocation there may start), its
+    destructor waits for thread-pool threads that exist only in the parent: a cook hung (one int8
+    cook in three, seen with py-spy in _rounding_noise), or crashed (SIGSEGV every time here). The
+    parent's objects are frozen across the fork: the child's collector never looks at them, and
+    the parent's still frees them."""
+    got = in_fresh_python(
+        PRELUDE
+        + """
+    import gc, weakref
+    import onnxruntime
+    from tests.models import mlp_model
+    model = mlp_model().SerializeToString()
+    gc.disable()
+    cycles = []
+    for _ in range(4):
+        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session.run(None, {i.name: np.ones([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
+                           for i in session.get_inputs()})
+        holder = {"session": session}
+        holder["self"] = holder  # freed only by the cyclic collector
+        cycles.append(weakref.ref(holder["session"]))
+        del session, holder
+    signal.alarm(60)  # a hang fails the test instead of stalling the suite
+    result = run_isolated(lambda: (gc.collect(), "collected")[1])
+    gc.enable()
+    gc.collect()
+    print(json.dumps([repr(result), all(ref() is None for ref in cycles)]))
+    """
+    )
+    assert got == ["'collected'", True]  # no Crash(how='SIGSEGV'), and the parent freed them
