@@ -382,3 +382,148 @@ def test_a_model_older_than_onnxruntimes_opsets_names_the_conversion_that_cooks_
     exec(command)  # the user's one line, as given
     entry = cook(job_for(assets, "gemm6", shipped_settings("windows-dml"), tmp_path / "build"))
     assert entry["verification"]["outputs"][0]["ok"]
+
+
+def _fp16_loop_and_if_model() -> onnx.ModelProto:
+    """fp16 throughout: a Loop of MatMul+Tanh, then an If whose two branches read the Loop's output.
+    The CPU EP has no fp16 Mul/Sub/Tanh kernels: onnxruntime puts a Cast in front of each, and the
+    two branches' Casts of the same outer value get the same name."""
+    weight = (np.random.default_rng(0).standard_normal((8, 8)) * 0.3).astype(np.float16)
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["y_in", "W"], ["mm"]),
+            helper.make_node("Tanh", ["mm"], ["y_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_in", TensorProto.FLOAT16, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_out", TensorProto.FLOAT16, None),
+        ],
+    )
+    then = helper.make_graph(
+        [helper.make_node("Mul", ["ly", "two"], ["o"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("o", 10, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Sub", ["ly", "two"], ["o2"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("o2", 10, None)],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Loop", ["n", "", "x"], ["ly"], body=body),
+            helper.make_node("ReduceSum", ["ly"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"]),
+            helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+        ],
+        "loop_if",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["b", 8]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["b", 8])],
+        [
+            numpy_helper.from_array(weight, "W"),
+            numpy_helper.from_array(np.array(2.0, np.float16), "two"),
+            numpy_helper.from_array(np.array(0.0, np.float16), "zero"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("platform", ["windows-dml", "linux-openvino"])
+def test_an_fp16_model_whose_branches_read_one_value_cooks_for_onnx_platforms(
+    tmp_path: Path, platform: str
+) -> None:
+    """onnxruntime writes the optimized model with one Cast name in both If branches and then refuses
+    it itself ("not in SSA form"; 1.32.0, even with every optimization off): the cook renames the
+    second branch's, so the blob loads and computes what the source does."""
+    model = _fp16_loop_and_if_model()
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "written.onnx")
+    onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="single static assignment"):  # the premise
+        onnxruntime.InferenceSession(str(tmp_path / "written.onnx"), providers=["CPUExecutionProvider"])
+
+    save(model, tmp_path / "assets", "loop_if")
+    entry = cook(job_for(tmp_path / "assets", "loop_if", shipped_settings(platform), tmp_path / "build"))
+    blob = blob_path(tmp_path / "build" / platform, "loop_if", entry["format"]).read_bytes()
+    session = session_from_blob(blob, providers=["CPUExecutionProvider"])
+    source = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for trips in (0, 3):  # the Loop's body and both branches' sides
+        feeds = {"x": np.full((2, 8), 0.5, np.float16), "n": np.array(trips, np.int64)}
+        for sign in (1, -1):
+            feeds["x"] = feeds["x"] * np.float16(sign)
+            np.testing.assert_array_equal(session.run(None, feeds)[0], source.run(None, feeds)[0])
+
+
+def test_subgraph_names_are_made_unique_only_where_they_repeat_and_within_their_scope() -> None:
+    """Names a nested graph defines itself keep their uses; its uses of a renamed outer value follow."""
+    from pipeline.cook.ssa import unique_subgraph_names
+
+    inner = helper.make_graph(
+        [helper.make_node("Neg", ["t"], ["u"]), helper.make_node("Add", ["u", "t"], ["v"])],
+        "inner",
+        [],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, None)],
+    )
+    then = helper.make_graph(  # defines t (also the else branch's) and reads it in a nested If
+        [
+            helper.make_node("Abs", ["x"], ["t"]),
+            helper.make_node("If", ["c"], ["w"], then_branch=inner, else_branch=inner),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("w", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["t"]), helper.make_node("Neg", ["t"], ["w2"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("w2", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    before = model.SerializeToString()
+    renamed = unique_subgraph_names(model)
+    # t once more in the branch met second (make_node orders attributes by name: else first, so
+    # the then branch's t is the one renamed); u and v in the second copy of the nested branch
+    assert renamed == 3
+    branches = {a.name: a.g for a in model.graph.node[0].attribute}
+    assert [list(n.output) for n in branches["else_branch"].node] == [["t"], ["w2"]]
+    then_branch = branches["then_branch"]
+    assert list(then_branch.node[0].output) == ["t__1"]
+    nested = then_branch.node[1]
+    first, second = nested.attribute[0].g, nested.attribute[1].g  # else_branch, then then_branch
+    assert [list(n.input) for n in first.node] == [["t__1"], ["u", "t__1"]]  # the outer t, renamed
+    assert [list(n.output) for n in second.node] == [["u__1"], ["v__1"]]
+    assert list(second.node[1].input) == ["u__1", "t__1"] and second.output[0].name == "v__1"
+    unchanged = onnx.load_model_from_string(before)
+    assert unique_subgraph_names(unchanged) == 3  # deterministic
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        x = np.array([-1.5, 2.0], np.float32)
+        got = session.run(None, {"x": x, "c": np.array(c)})[0]
+        expected = (-np.abs(x) + np.abs(x)) if c else -np.abs(x)
+        np.testing.assert_array_equal(got, expected)
