@@ -364,3 +364,70 @@ def test_a_variant_is_verified_at_the_sizes_its_source_is(
     assert fp32["verification"]["default_dims"] == {"h": 64, "w": 64}
     # the quantizer's advice to pre-process (the cook optimizes itself) is not in the cook's output
     assert "Please consider" not in caplog.text
+
+
+def _linear_regressor() -> onnx.ModelProto:
+    """scikit-learn's LinearRegression as skl2onnx writes it (ai.onnx.ml)."""
+    node = helper.make_node(
+        "LinearRegressor", ["x"], ["y"], domain="ai.onnx.ml", coefficients=[0.5, -1.0, 2.0], intercepts=[0.1]
+    )
+    graph = helper.make_graph(
+        [node],
+        "lr",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    model.ir_version = 8
+    return model
+
+
+def _quantized(tmp_path: Path) -> onnx.ModelProto:
+    from onnxruntime.quantization import quantize_dynamic
+
+    onnx.save(classifier_model(), tmp_path / "fp32.onnx")
+    quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "q.onnx"))
+    return onnx.load(tmp_path / "q.onnx")
+
+
+def _half() -> onnx.ModelProto:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    return convert_float_to_float16(classifier_model(), keep_io_types=False)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8-static"])
+@pytest.mark.parametrize("kind", ["quantized", "half", "ml"])
+def test_a_source_a_precision_cannot_convert_is_refused_with_the_per_model_fix(
+    tmp_path: Path, kind: str, precision: str
+) -> None:
+    """One platform-wide precision over a project holding a model quantized already, one in fp16
+    already, or a scikit-learn model: each failed in the converter, the gate or the verification,
+    told to ship sample inputs. Refused, naming what the source is and the line that fixes it."""
+    model = {"quantized": lambda: _quantized(tmp_path), "half": _half, "ml": _linear_regressor}[kind]()
+    said = {
+        "quantized": r"the source is quantized already \(.*DynamicQuantizeLinear.*\): converting it again",
+        "half": r"the source is in 16-bit floats already",
+        "ml": r"the source is a classic machine-learning model \(LinearRegressor\), which the converters",
+    }[kind]
+    with pytest.raises(ModelError, match=rf"precision {precision} cannot be applied: {said}") as raised:
+        cook_at(tmp_path / "cook", model, "android", precision=precision)
+    assert f"Add `precision: fp32` to {tmp_path / 'cook' / 'assets' / 'm.cook.yaml'}" in str(raised.value)
+    assert cook_at(tmp_path / "fp32", model, "android")["precision"] == {"precision": "fp32"}  # as it is
+
+
+def test_the_gate_reads_tied_scores_and_zipmap_outputs_as_numbers() -> None:
+    """All-equal scores (argmax breaks the tie by rounding) read as 0% top-1 agreement, and a
+    classifier's ZipMap output (a list of maps) differed whenever a score was rounded."""
+    from pipeline.cook.precision import accuracy
+
+    tied = np.ones((1, 5), np.float32)
+    flipped = tied.copy()
+    flipped[0, 3] += 1e-4
+    assert accuracy({"y": tied}, {"y": flipped})[0]["top1"] == 1.0
+    real = np.array([[0.1, 0.9, 0.0], [0.6, 0.4, 0.0]])  # one row truly flipped: still counted
+    assert accuracy({"y": real}, {"y": np.array([[0.9, 0.1, 0.0], [0.6, 0.4, 0.0]])})[0]["top1"] == 0.5
+    (row,) = accuracy({"p": [{"a": 0.25, "b": 0.75}]}, {"p": [{"a": 0.2501, "b": 0.7499}]})
+    assert row["cosine"] > 0.9999 and row["top1"] == 1.0 and 0 < row["max_abs"] < 2e-4, row

@@ -260,8 +260,7 @@ def accuracy(source: Mapping[str, np.ndarray], variant: Mapping[str, np.ndarray]
     """Per output: max abs/rel error, cosine similarity and, for class scores, top-1 agreement."""
     rows = []
     for name, want in source.items():
-        want = np.asarray(want)
-        got = np.asarray(variant[name])
+        want, got = _as_scores(want), _as_scores(variant[name])
         row: dict[str, Any] = {"name": name}
         if want.dtype.kind not in "fc" or want.shape != got.shape:
             row.update(max_abs=0.0 if np.array_equal(want, got) else math.inf, cosine=None, top1=None)
@@ -279,12 +278,36 @@ def accuracy(source: Mapping[str, np.ndarray], variant: Mapping[str, np.ndarray]
         row["max_rel"] = float((diff / np.maximum(np.abs(a), 1e-12)).max()) if diff.size else 0.0
         norms = float(np.linalg.norm(a) * np.linalg.norm(b))
         row["cosine"] = float(a @ b / norms) if norms > 0 else (1.0 if np.array_equal(a, b) else 0.0)
-        if want.ndim == 2 and want.shape[1] > 1:
-            row["top1"] = float(np.mean(want.argmax(axis=1) == got.argmax(axis=1)))
-        else:
-            row["top1"] = None
+        row["top1"] = _top1(want, got) if want.ndim == 2 and want.shape[1] > 1 else None
         rows.append(row)
     return rows
+
+
+def _as_scores(value: Any) -> np.ndarray:
+    """An output as an array; a classifier's ZipMap output (a list of {class: score} maps with the
+    same classes) as its scores, one row per map, so that it is compared as numbers (it differed
+    whenever a score was rounded)."""
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        keys = list(value[0])
+        if all(list(item) == keys for item in value):
+            return np.array([[item[key] for key in keys] for item in value], dtype=np.float64)
+    return np.asarray(value)
+
+
+# Source scores closer than this share of a row's largest magnitude are a tie to any lower precision
+# (fp16 rounds at 2**-10 of a value: the finest step a variant keeps)
+TIE = 2.0**-10
+
+
+def _top1(want: np.ndarray, got: np.ndarray) -> float:
+    """The share of rows whose top class the variant keeps; a row where it picks another class the
+    source scores within TIE of its top one counts as kept (a tie: all-equal scores, which argmax
+    breaks by rounding, read as 0% agreement before)."""
+    w, g = want.astype(np.float64), got.astype(np.float64)
+    rows = np.arange(w.shape[0])
+    top_w, top_g = w.argmax(axis=1), g.argmax(axis=1)
+    margin = w[rows, top_w] - w[rows, top_g]
+    return float(np.mean((top_w == top_g) | (margin <= TIE * np.abs(w).max(axis=1))))
 
 
 def gate(rows: list[dict[str, Any]], precision: str, limits: Mapping[str, float]) -> list[str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import onnx
 
+from pipeline.cook.facts import onnx_graphs
 from pipeline.cook.feeds import cannot_run, feeds_for, refuse_meaningless, source_reference
 from pipeline.cook.inputs import as_input_types
 from pipeline.cook.job import CookJob
@@ -21,12 +22,14 @@ from pipeline.cook.precision import accuracy as precision_accuracy
 from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead, sort_nodes
 from pipeline.cook.verify import reference_outputs
+from pipeline.errors import ModelError
 from pipeline.settings.precision_options import resolved as resolved_options
 
 
 def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> tuple[onnx.ModelProto, dict]:
     """The model at the settings' precision (pipeline.cook.precision), and what made it."""
     settings, asset = job.settings, job.asset
+    refuse_unconvertible(job, model)
     calibration, origin = None, ""
     if settings.precision == INT8_STATIC:
         if asset.calib_path is not None:
@@ -50,6 +53,48 @@ def precision_variant(job: CookJob, model: onnx.ModelProto, read: SourceRead) ->
     # weight pins, a convolution's height and width) and runs it on the same inputs
     sort_nodes(variant.graph)
     return variant, record
+
+
+# Operators of a model quantized already (QDQ, QOperator, dynamic, 4-bit): a precision applied
+# over them quantizes twice or rounds their scales to fp16, and the converted model fails
+_QUANTIZED = {
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+    "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits", "QAttention", "QGemm",
+    "DynamicQuantizeLSTM", "GatherBlockQuantized",
+}  # fmt: skip
+# Classic machine-learning operators (scikit-learn's, through skl2onnx): no converter handles them
+_ML_MODELS = {
+    "TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "SVMClassifier", "SVMRegressor",
+    "LinearClassifier", "LinearRegressor",
+}  # fmt: skip
+_HALF = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def refuse_unconvertible(job: CookJob, model: onnx.ModelProto) -> None:
+    """A source a platform-wide ``precision`` cannot convert is refused with the fix (precision:
+    fp32 for that model: it then ships as it is), not left to fail in the converter, the accuracy
+    gate or the verification with a message about sample inputs."""
+    nodes = [node for graph in onnx_graphs(model.graph) for node in graph.node]
+    ops = {node.op_type for node in nodes}
+    quantized = sorted(op for op in ops if op in _QUANTIZED or op.startswith("QLinear"))
+    ml = sorted(ops & _ML_MODELS)
+    half = any(t.data_type in _HALF for g in onnx_graphs(model.graph) for t in g.initializer) or any(
+        v.type.tensor_type.elem_type in _HALF for v in (*model.graph.input, *model.graph.output)
+    )
+    if quantized:
+        what = f"quantized already ({', '.join(quantized[:4])}): converting it again breaks it"
+    elif ml:
+        what = f"a classic machine-learning model ({', '.join(ml)}), which the converters do not handle"
+    elif half:
+        what = "in 16-bit floats already (float16/bfloat16 weights or inputs): converting it again breaks it"
+    else:
+        return
+    precision = job.settings.precision
+    where = job.asset.settings_path or job.asset.path.with_suffix(".cook.yaml")
+    raise ModelError(
+        f"precision {precision} cannot be applied: the source is {what}. Add `precision: fp32` to "
+        f"{where} (for this model only; it then ships as it is), or give the cook the fp32 model"
+    )
 
 
 def accuracy_gate(
