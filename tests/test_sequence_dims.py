@@ -145,3 +145,57 @@ def test_ids_a_gather_only_reads_are_drawn_across_its_table(tmp_path: Path) -> N
     assert np.abs(outputs(wrong, ids) - outputs(model, ids)).max() > 0.1
     binary = (ids % 2).astype(ids.dtype)
     np.testing.assert_array_equal(outputs(wrong, binary), outputs(model, binary))
+
+
+def loop_model(body_scale: float = 1.0) -> onnx.ModelProto:
+    """y = tanh(y @ W) n times, n a graph input (a Loop's trip count), as torch.jit.script writes a
+    data-dependent loop."""
+    weight = np.random.default_rng(RNG_SEED).standard_normal((4, 4)).astype(np.float32) * 0.5 * body_scale
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["y_in", "W"], ["mm"]),
+            helper.make_node("Tanh", ["mm"], ["y_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_out", TensorProto.FLOAT, None),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+        "loop",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    return model_of(graph, opset=17)
+
+
+def test_a_loops_trip_count_input_is_verified_where_the_body_runs(tmp_path: Path) -> None:
+    """A trip count given as a graph input was drawn as 0 or 1, like any integer: the body ran once
+    at most (here: never), and a blob with wrong body weights verified. It is now LOOP_TRIPS."""
+    from pipeline.cook.inputs import LOOP_TRIPS
+
+    model, wrong = loop_model(), loop_model(body_scale=1.5)
+    entry = cook_unconfigured(model, "loop", "android", tmp_path)
+    assert entry["verification"]["outputs"][0]["ok"]
+    with np.load(verify_data_path(tmp_path / "build" / "android", "loop")) as data:
+        feeds = {"x": data["input/x"], "n": data["input/n"]}
+    assert int(feeds["n"]) == LOOP_TRIPS
+
+    def out(m: onnx.ModelProto, n: int) -> np.ndarray:
+        session = onnxruntime.InferenceSession(m.SerializeToString(), providers=CPU)
+        return session.run(None, {**feeds, "n": np.array(n, np.int64)})[0]
+
+    assert np.abs(out(wrong, LOOP_TRIPS) - out(model, LOOP_TRIPS)).max() > 0.01
+    np.testing.assert_array_equal(out(wrong, 0), out(model, 0))  # what 0 verified: nothing

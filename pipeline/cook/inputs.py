@@ -60,7 +60,7 @@ def synthesized_hint(
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
-        "0 and 1 (ids a Gather only reads: across its table), booleans, short strings"
+        "0 and 1 (ids a Gather only reads: across its table; a Loop's trip count: 3), booleans, short strings"
     )
     if free:
         text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
@@ -155,6 +155,7 @@ def synthesize_inputs(
     rng = np.random.default_rng(SEED)
     feeds = {}
     rows = gathered_rows(model)
+    loops = loop_inputs(model)
     for value in feed_inputs(model.graph):
         tensor_type = input_tensor_type(value)
         if tensor_type is None:  # a sequence or a map: .npz holds arrays only
@@ -174,7 +175,31 @@ def synthesize_inputs(
                 f"{inputs_hint}"
             )
         feeds[value.name] = _random(rng, dtype, tuple(shape), unit_floats, rows.get(value.name, 2))
+        if value.name in loops:  # a Loop's trip count (at 0 or 1 its body ran once at most) or condition
+            feeds[value.name] = np.full(shape, loops[value.name], dtype)
     return feeds
+
+
+# A Loop's trip count, when a graph input gives it: at the 0 or 1 drawn for integers, its body (and
+# its weights) ran once at most, and a wrong one verified
+LOOP_TRIPS = 3
+
+
+def loop_inputs(model: onnx.ModelProto) -> dict[str, int | bool]:
+    """Graph inputs a main-graph Loop takes (directly, or through one Cast) as its trip count
+    (-> LOOP_TRIPS) or its first condition (-> True: the loop runs)."""
+    inputs = {value.name for value in model.graph.input}
+    cast = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast" and n.input and n.output}
+    found: dict[str, int | bool] = {}
+    for node in model.graph.node:
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+            continue
+        for index, value in ((0, LOOP_TRIPS), (1, True)):
+            name = node.input[index] if len(node.input) > index else ""
+            name = cast.get(name, name)
+            if name in inputs:
+                found[name] = value
+    return found
 
 
 def _random(
