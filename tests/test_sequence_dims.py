@@ -56,13 +56,52 @@ def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
 
 
+def scan_model(recurrence: float = 1.0) -> onnx.ModelProto:
+    """An RNN written as a Scan over x [time, 1, 8] from a zero state: h = tanh(x_t @ Wx + h @ Wh),
+    its recurrent weights times ``recurrence`` (a Scan, as exporters write custom recurrences)."""
+    rng = np.random.default_rng(RNG_SEED)
+    wx = (rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype(np.float32)
+    wh = (rng.standard_normal((WIDTH, WIDTH)) * 0.3 * recurrence).astype(np.float32)
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x_t", "Wx"], ["a"]),
+            helper.make_node("MatMul", ["h", "Wh"], ["b"]),
+            helper.make_node("Add", ["a", "b"], ["c"]),
+            helper.make_node("Tanh", ["c"], ["h_new"]),
+            helper.make_node("Identity", ["h_new"], ["y_t"]),
+        ],
+        "step",
+        [
+            helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, WIDTH]),
+            helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [1, WIDTH]),
+        ],
+        [
+            helper.make_tensor_value_info("h_new", TensorProto.FLOAT, [1, WIDTH]),
+            helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [1, WIDTH]),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["h0", "x"], ["h_last", "y"], body=body, num_scan_inputs=1)],
+        "scan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 1, WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["time", 1, WIDTH])],
+        [
+            numpy_helper.from_array(wx, "Wx"),
+            numpy_helper.from_array(wh, "Wh"),
+            numpy_helper.from_array(np.zeros((1, WIDTH), np.float32), "h0"),
+        ],
+    )
+    return model_of(graph, opset=17)
+
+
 @pytest.mark.parametrize(
     ("model", "wrong", "dims"),
     [
         (attention_model(), attention_model(query_sign=-1.0), {"batch": 1, "seq": 16}),
         (lstm_model(), lstm_model(recurrence=1.5), {"time": 16}),
+        (scan_model(), scan_model(recurrence=1.5), {"time": 16}),
     ],
-    ids=["attention", "lstm"],
+    ids=["attention", "lstm", "scan"],
 )
 def test_what_a_model_mixes_along_is_verified_where_it_mixes(
     tmp_path: Path, model: onnx.ModelProto, wrong: onnx.ModelProto, dims: dict[str, int]

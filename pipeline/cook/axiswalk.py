@@ -106,14 +106,42 @@ def spatial_dims(model: onnx.ModelProto) -> set[str]:
 
 def stepped_dims(model: onnx.ModelProto) -> set[str]:
     """The free dims a recurrent node (LSTM, GRU, RNN) steps over: its first input's axis 0 (axis 1
-    with ``layout`` 1). Leading, such a dim is a sequence, not a batch (madmom's ``[frames, 1,
-    features]``)."""
+    with ``layout`` 1), and those a Scan steps over. Leading, such a dim is a sequence, not a batch
+    (madmom's ``[frames, 1, features]``)."""
     stepped: set[str] = set()
     for node, axes, attributes in _readers(model.graph):
         if node.op_type in ("LSTM", "GRU", "RNN") and len(axes) == 3:
             layout = attributes["layout"].i if "layout" in attributes else 0
             stepped.update(label for label in axes[layout : layout + 1] if label not in (None, UNNAMED))
-    return stepped
+    return stepped | _scanned_dims(model.graph)
+
+
+def _scanned_dims(graph: onnx.GraphProto) -> set[str]:
+    """The free dims a main-graph Scan (opset 9+) steps over, of the graph inputs it scans directly:
+    each scan input's axis (``scan_input_axes``, default 0). At 1 a recurrence from a zero state
+    multiplies nothing by its recurrent weights, as an LSTM's does."""
+    labels: dict[str, Labels] = {}
+    for value in feed_inputs(graph):
+        tensor_type = input_tensor_type(value)
+        if tensor_type is not None and tensor_type.HasField("shape"):
+            labels[value.name] = [_label(dim) for dim in tensor_type.shape.dim]
+    found: set[str] = set()
+    for node in graph.node:
+        if node.op_type != "Scan" or node.domain not in ("", "ai.onnx"):
+            continue
+        attributes = {a.name: a for a in node.attribute}
+        count = attributes["num_scan_inputs"].i if "num_scan_inputs" in attributes else 0
+        scanned = list(node.input)[len(node.input) - count :] if count > 0 else []
+        axes = list(attributes["scan_input_axes"].ints) if "scan_input_axes" in attributes else []
+        for index, name in enumerate(scanned):
+            dims = labels.get(name)
+            if not dims:
+                continue
+            axis = axes[index] if index < len(axes) else 0
+            axis = axis + len(dims) if axis < 0 else axis
+            if 0 <= axis < len(dims) and dims[axis] not in (None, UNNAMED):
+                found.add(dims[axis])
+    return found
 
 
 def spatial_sizes(
