@@ -147,3 +147,36 @@ def test_a_failure_onnxruntime_itself_explains_names_the_verify_scale_that_passe
     failed = compare({"z": zero}, {"z": zero + 10}, 1e-4, 1e-5, scale=1e-5, noise={"z": (inf, inf)})
     message = failure_message(failed, 1e-4, 1e-5, 0.0, 1e-5)
     assert "`verify_scale:" not in message and "raise `verify_scale`" in message
+
+
+@pytest.mark.parametrize(
+    ("want", "got", "why"),
+    [
+        (
+            np.zeros((1, 8), np.float32),
+            np.zeros((0, 8), np.float32),
+            "shape (0, 8) float32 where the source gives shape (1, 8) float32",
+        ),
+        (
+            np.zeros(3, np.float32),
+            np.zeros(3, np.float64),
+            "shape (3,) float64 where the source gives shape (3,) float32",
+        ),
+        ([np.zeros(2)], [], "a sequence of 0 where the source gives a sequence of 1"),
+        (np.zeros(2), None, "no value where the source gives shape (2,) float64"),
+        ({"a": 1.0}, {"b": 1.0}, "a map with other keys than the source's"),
+        (np.array(["x"], object), np.array(["y"], object), "other strings than the source's"),
+    ],
+    ids=["rows", "dtype", "sequence", "optional", "map", "strings"],
+)
+def test_an_output_not_comparable_element_by_element_says_how_it_differs(
+    want: object, got: object, why: str
+) -> None:
+    """It read "max abs inf" (OpenVINO returned (0, 8) against the source's (1, 8), and the runtime
+    check said only that); now the shapes, lengths or kinds, in the verification's and the runtime
+    check's messages."""
+    from pipeline.cook.verify import differences
+
+    (result,) = compare({"y": want}, {"y": got}, 1e-3, 1e-4)
+    assert not result.ok and result.worst == why
+    assert differences([result]) == f"'y': {why}"

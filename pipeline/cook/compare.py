@@ -95,11 +95,11 @@ def _compare(
 ) -> OutputDifference:
     if isinstance(want, dict) or isinstance(got, dict):  # a map (e.g. ZipMap): same keys, values
         if not (isinstance(want, dict) and isinstance(got, dict)) or want.keys() != got.keys():
-            return _differs(name)
+            return _differs(name, "a map with other keys than the source's")
         want, got = [np.asarray(want[k]) for k in want], [np.asarray(got[k]) for k in want]
     if isinstance(want, list) or isinstance(got, list):  # a sequence: element by element
         if not (isinstance(want, list) and isinstance(got, list)) or len(want) != len(got):
-            return _differs(name)
+            return _differs(name, f"{_kind(got)} where the source gives {_kind(want)}")
         parts = [
             _compare(name, w, g, rtol, atol, atol_of_range, scale, noise)
             for w, g in zip(want, got, strict=True)
@@ -119,17 +119,21 @@ def _compare(
             worst=next((f"element {i} {p.worst}" for i, p in enumerate(parts) if not p.ok and p.worst), ""),
         )
     if want is None or got is None:  # an optional without a value
-        return _same(name) if want is None and got is None else _differs(name)
+        return (
+            _same(name)
+            if want is None and got is None
+            else _differs(name, f"{_kind(got)} where the source gives {_kind(want)}")
+        )
     if not (isinstance(want, np.ndarray) and isinstance(got, np.ndarray)):  # scalars from a map
         want, got = np.asarray(want), np.asarray(got)
     if want.dtype.kind in "OUS" or got.dtype.kind in "OUS":
         # Strings: onnxruntime returns objects, an .npz (no pickle) holds fixed-width unicode.
         same = want.shape == got.shape and want.astype(str).tolist() == got.astype(str).tolist()
-        return _same(name) if same else _differs(name)
+        return _same(name) if same else _differs(name, "other strings than the source's")
     if got.shape != want.shape or got.dtype != want.dtype:
-        return _differs(name)
+        return _differs(name, f"{_kind(got)} where the source gives {_kind(want)}")
     if not np.issubdtype(want.dtype, np.number) or want.size == 0:
-        return _same(name) if np.array_equal(want, got) else _differs(name)
+        return _same(name) if np.array_equal(want, got) else _differs(name, "other values than the source's")
     if np.issubdtype(want.dtype, np.floating):
         # A cooked model may round differently in the last place (folded constants, other kernels);
         # for float16 that is ~1e-3 relative, above the default rtol. Two ULPs are never a real change.
@@ -221,8 +225,29 @@ def _same(name: str) -> OutputDifference:
     return OutputDifference(name=name, max_abs=0.0, max_rel=0.0, ok=True)
 
 
-def _differs(name: str) -> OutputDifference:
+def _differs(name: str, why: str = "") -> OutputDifference:
+    """An output that cannot be compared element by element; ``why`` (in ``worst``) says how it differs."""
     inf = float("inf")
     return OutputDifference(
-        name=name, max_abs=inf, max_rel=inf, ok=False, of_range=inf, rel_l2=inf, cosine=0.0, passed_by=""
+        name=name,
+        max_abs=inf,
+        max_rel=inf,
+        ok=False,
+        of_range=inf,
+        rel_l2=inf,
+        cosine=0.0,
+        passed_by="",
+        worst=why,
     )
+
+
+def _kind(value: Any) -> str:
+    """What an output is, for a message: its shape and type, a sequence's length, or no value."""
+    if value is None:
+        return "no value"
+    if isinstance(value, list):
+        return f"a sequence of {len(value)}"
+    if isinstance(value, dict):
+        return f"a map of {len(value)}"
+    array = np.asarray(value)
+    return f"shape {tuple(array.shape)} {array.dtype}"

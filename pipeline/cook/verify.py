@@ -139,7 +139,9 @@ def failure_message(
 def differences(failed: list[OutputDifference]) -> str:
     """Which outputs differ, by how much and where."""
     return "; ".join(
-        f"{r.name!r}: largest error {r.max_abs:.3g} {r.worst}, relative L2 error {r.rel_l2:.3g}, "
+        f"{r.name!r}: {r.worst}"  # not comparable element by element: how it differs
+        if r.max_abs == math.inf and r.worst
+        else f"{r.name!r}: largest error {r.max_abs:.3g} {r.worst}, relative L2 error {r.rel_l2:.3g}, "
         f"largest error over the largest magnitude {r.of_range:.3g}"
         for r in failed
     )
