@@ -413,6 +413,32 @@ def test_string_inputs_are_synthesized(tmp_path: Path, platform: str) -> None:
     assert ids.tolist() == [11, 12, -1, 10]
 
 
+def test_words_a_table_looks_up_are_drawn_from_its_keys(tmp_path: Path) -> None:
+    """Synthesized strings were "0" and "1": a LabelEncoder whose keys are words missed them all, so
+    a blob with a wrong table (every value 9) verified. The words are now the table's keys (followed
+    back through a StringNormalizer) and one word out of it, for its default."""
+    from pipeline.cook.inputs import looked_up_words, synthesize_inputs
+
+    model = word_ids_model(["cat", "dog", "emu"], [16])
+    normalize = helper.make_node(
+        "StringNormalizer", ["words"], ["lower"], case_change_action="LOWER", locale="C"
+    )
+    model.graph.node.insert(0, normalize)
+    model.graph.node[1].input[0] = "lower"
+    assert looked_up_words(model) == {"words": ["cat", "dog", "emu"]}
+    feeds = synthesize_inputs(model, {}, settings_hint="", inputs_hint="")
+    assert set(feeds["words"].tolist()) == {"cat", "dog", "emu", "0"}
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    next(a for a in wrong.graph.node[1].attribute if a.name == "values_int64s").ints[:] = [9, 9, 9]
+
+    def ids(m: onnx.ModelProto) -> list[int]:
+        session = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(["ids"], feeds)[0].tolist()
+
+    assert ids(wrong) != ids(model) and -1 in ids(model)  # the table, and its default, verified
+
+
 def sparse_weights_model() -> onnx.ModelProto:
     """x [4, 64] @ W [64, 32], W held as a sparse initializer (values and flat indices, 90% zeros)."""
     rng = np.random.default_rng(RNG_SEED)

@@ -60,7 +60,8 @@ def synthesized_hint(
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
-        "0 and 1 (ids a Gather only reads: across its table; a Loop's trip count: 3), booleans, short strings"
+        "0 and 1 (ids a Gather only reads: across its table; a Loop's trip count: 3), booleans, short strings "
+        "(a lookup table's keys)"
     )
     if free:
         text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
@@ -156,6 +157,7 @@ def synthesize_inputs(
     feeds = {}
     rows = gathered_rows(model)
     loops = loop_inputs(model)
+    words = looked_up_words(model)
     for value in feed_inputs(model.graph):
         tensor_type = input_tensor_type(value)
         if tensor_type is None:  # a sequence or a map: .npz holds arrays only
@@ -177,7 +179,33 @@ def synthesize_inputs(
         feeds[value.name] = _random(rng, dtype, tuple(shape), unit_floats, rows.get(value.name, 2))
         if value.name in loops:  # a Loop's trip count (at 0 or 1 its body ran once at most) or condition
             feeds[value.name] = np.full(shape, loops[value.name], dtype)
+        elif value.name in words:  # a table's keys, and a word out of it (its default)
+            feeds[value.name] = rng.choice(np.array([*words[value.name], "0"], dtype=object), size=shape)
     return feeds
+
+
+# Operators that take strings to strings, through which a table's keys are followed back to an input
+_STRING_KEEPING = frozenset({"StringNormalizer", "Identity"})
+
+
+def looked_up_words(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """String inputs a main-graph LabelEncoder or CategoryMapper (ai.onnx.ml) looks up, directly or
+    through StringNormalizer/Identity, with the table's keys: drawn as "0" and "1" they missed every
+    key, and a blob with a wrong table verified."""
+    strings = {v.name for v in feed_inputs(model.graph) if input_tensor_type(v) is not None
+               and input_tensor_type(v).elem_type == onnx.TensorProto.STRING}  # fmt: skip
+    origin: dict[str, str] = {name: name for name in strings}  # a value -> the input it carries
+    found: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        if not node.input or node.input[0] not in origin:
+            continue
+        source = origin[node.input[0]]
+        if node.domain in ("", "ai.onnx") and node.op_type in _STRING_KEEPING:
+            origin.update({output: source for output in node.output})
+        elif node.domain == "ai.onnx.ml" and node.op_type in ("LabelEncoder", "CategoryMapper"):
+            keys = next((a.strings for a in node.attribute if a.name in ("keys_strings", "cats_strings")), [])
+            found.setdefault(source, []).extend(key.decode("utf-8", "replace") for key in keys)
+    return {name: sorted(set(keys))[:64] for name, keys in found.items() if keys}
 
 
 # A Loop's trip count, when a graph input gives it: at the 0 or 1 drawn for integers, its body (and
