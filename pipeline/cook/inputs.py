@@ -60,8 +60,8 @@ def synthesized_hint(
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
-        "0 and 1 (ids a Gather only reads: across its table; a Loop's trip count: 3), booleans, short strings "
-        "(a lookup table's keys)"
+        "0 and 1 (ids a Gather only reads: across its table; a Loop's trip count: 3), booleans, short "
+        "strings (a lookup table's keys)"
     )
     if free:
         text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
