@@ -433,3 +433,24 @@ def todays_onnx_model(seed: int = RNG_SEED) -> onnx.ModelProto:
         ],
     )
     return model_of(graph, opset=28, ir_version=14)
+
+
+def tanh_loop_body(elem_type: int) -> onnx.GraphProto:
+    """A Loop body: y_out = tanh(y_in @ W), W read from the outer graph, the condition passed on."""
+    return helper.make_graph(
+        [
+            helper.make_node("MatMul", ["y_in", "W"], ["mm"]),
+            helper.make_node("Tanh", ["mm"], ["y_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_in", elem_type, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y_out", elem_type, None),
+        ],
+    )

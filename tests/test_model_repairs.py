@@ -29,6 +29,7 @@ from tests.models import (
     model_of,
     relu_model,
     shared_constants_model,
+    tanh_loop_body,
     todays_onnx_model,
 )
 from tests.test_cook import job_for, save, settings_for, shipped_settings
@@ -389,23 +390,7 @@ def _fp16_loop_and_if_model() -> onnx.ModelProto:
     The CPU EP has no fp16 Mul/Sub/Tanh kernels: onnxruntime puts a Cast in front of each, and the
     two branches' Casts of the same outer value get the same name."""
     weight = (np.random.default_rng(0).standard_normal((8, 8)) * 0.3).astype(np.float16)
-    body = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["y_in", "W"], ["mm"]),
-            helper.make_node("Tanh", ["mm"], ["y_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-        ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("y_in", TensorProto.FLOAT16, None),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("y_out", TensorProto.FLOAT16, None),
-        ],
-    )
+    body = tanh_loop_body(TensorProto.FLOAT16)
     then = helper.make_graph(
         [helper.make_node("Mul", ["ly", "two"], ["o"])],
         "then",

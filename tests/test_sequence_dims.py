@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.build.summary import cook_line
 from pipeline.layout import verify_data_path
-from tests.models import RNG_SEED, model_of, transformer_block_model
+from tests.models import RNG_SEED, model_of, tanh_loop_body, transformer_block_model
 from tests.test_model_classes import cook_unconfigured
 
 CPU = ["CPUExecutionProvider"]
@@ -190,23 +190,7 @@ def loop_model(body_scale: float = 1.0) -> onnx.ModelProto:
     """y = tanh(y @ W) n times, n a graph input (a Loop's trip count), as torch.jit.script writes a
     data-dependent loop."""
     weight = np.random.default_rng(RNG_SEED).standard_normal((4, 4)).astype(np.float32) * 0.5 * body_scale
-    body = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["y_in", "W"], ["mm"]),
-            helper.make_node("Tanh", ["mm"], ["y_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-        ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("y_in", TensorProto.FLOAT, None),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("y_out", TensorProto.FLOAT, None),
-        ],
-    )
+    body = tanh_loop_body(TensorProto.FLOAT)
     graph = helper.make_graph(
         [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
         "loop",

@@ -8,6 +8,7 @@ test_settings_schema.py), so these blobs are made here, as an attacker would."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,14 @@ for _key in (
     REFUSED[_key] = ("1", f"config entry '{_key}' is not one a blob may carry{UNLISTED}")
 
 
+def oc_run_blob(native: Path, tmp_path: Path, blob: bytes) -> subprocess.CompletedProcess[str]:  # noqa: F811
+    """oc-run on ``blob`` (a file in ``tmp_path``) in the newest target onnxruntime."""
+    (tmp_path / "tiny.ocb").write_bytes(blob)
+    return run_native(
+        [native / "oc-run", "--blob", tmp_path / "tiny.ocb", "--ort", ort_library(VERSIONS[-1])], check=False
+    )
+
+
 @pytest.mark.parametrize("key", sorted(REFUSED))
 def test_both_loaders_refuse_a_bad_session_option_naming_it_and_the_fix(
     native: Path,  # noqa: F811
@@ -73,10 +82,7 @@ def test_both_loaders_refuse_a_bad_session_option_naming_it_and_the_fix(
     with pytest.raises(SessionCreateError) as caught:
         session_from_blob(blob)
     assert str(caught.value) == expected
-    (tmp_path / "tiny.ocb").write_bytes(blob)
-    done = run_native(
-        [native / "oc-run", "--blob", tmp_path / "tiny.ocb", "--ort", ort_library(VERSIONS[-1])], check=False
-    )
+    done = oc_run_blob(native, tmp_path, blob)
     assert done.returncode == 1
     assert expected in done.stderr, done.stderr
 
@@ -119,10 +125,7 @@ def test_both_loaders_refuse_a_provider_option_that_may_point_at_a_file_or_addre
         with pytest.raises(SessionCreateError) as caught:
             session_from_blob(blob, providers=providers)
         assert str(caught.value) == expected
-    (tmp_path / "tiny.ocb").write_bytes(blob)
-    done = run_native(
-        [native / "oc-run", "--blob", tmp_path / "tiny.ocb", "--ort", ort_library(VERSIONS[-1])], check=False
-    )
+    done = oc_run_blob(native, tmp_path, blob)
     assert done.returncode == 1
     assert expected in done.stderr, done.stderr
 
@@ -149,10 +152,7 @@ def test_options_that_only_change_computing_still_load_in_both(
     )
     session = session_from_blob(blob)
     assert session.get_session_options().get_session_config_entry("session.set_denormal_as_zero") == "1"
-    (tmp_path / "tiny.ocb").write_bytes(blob)
-    done = run_native(
-        [native / "oc-run", "--blob", tmp_path / "tiny.ocb", "--ort", ort_library(VERSIONS[-1])], check=False
-    )
+    done = oc_run_blob(native, tmp_path, blob)
     assert done.returncode == 0, done.stderr
 
 

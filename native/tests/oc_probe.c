@@ -22,19 +22,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "json_text.h"
 #include "onnx_cooker.h"
 #include "utf8_paths.h" /* UTF-8 file names, on Windows too */
 
-static void json_string(const char *text) {
-    const unsigned char *p = (const unsigned char *)(text ? text : "");
-    putchar('"');
-    for (; *p; ++p) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-    }
-    putchar('"');
-}
 
 static unsigned char *read_all(const char *path, size_t *size) {
     FILE *f = utf8_fopen(path, "rb");
@@ -81,31 +72,31 @@ static void print_blob(oc_blob *blob) {
     oc_blob_weights(blob, &bytes, &size, NULL);
     printf(", \"weights_fnv\": \"%016llx\"", fnv1a(bytes, size));
     printf(", \"name\": ");
-    json_string(info.name);
+    json_text(info.name);
     printf(", \"platform\": ");
-    json_string(info.platform);
+    json_text(info.platform);
     printf(", \"format\": \"%s\", \"graph_size\": %llu, \"weights_size\": %llu, \"min_runtime_version\": ",
            info.format == OC_FORMAT_ORT ? "ort" : "onnx", (unsigned long long)info.graph_size,
            (unsigned long long)info.weights_size);
-    json_string(info.min_runtime_version);
+    json_text(info.min_runtime_version);
     printf(", \"saved_runtime_optimizations\": %s, \"execution_providers\": [", info.saved_runtime_optimizations ? "true" : "false");
     for (i = 0; i < oc_blob_ep_count(blob); ++i) {
         if (i) printf(", ");
-        json_string(oc_blob_ep_name(blob, i));
+        json_text(oc_blob_ep_name(blob, i));
     }
     printf("], \"session_options\": {");
     for (i = 0; i < oc_blob_ep_count(blob); ++i) {
         const char *ep = oc_blob_ep_name(blob, i);
         if (i) printf(", ");
-        json_string(ep);
+        json_text(ep);
         printf(": {");
         for (k = 0; k < oc_blob_session_option_count(blob, ep); ++k) {
             const char *key, *value;
             oc_blob_session_option(blob, ep, k, &key, &value);
             if (k) printf(", ");
-            json_string(key);
+            json_text(key);
             printf(": ");
-            json_string(value);
+            json_text(value);
         }
         printf("}");
     }
@@ -114,9 +105,9 @@ static void print_blob(oc_blob *blob) {
 
 static void blob_line(const char *input, oc_status status, const oc_error *err, oc_blob *blob) {
     printf("{\"input\": ");
-    json_string(input);
+    json_text(input);
     printf(", \"status\": \"%s\", \"message\": ", oc_status_name(status));
-    json_string(status == OC_OK ? "" : err->message);
+    json_text(status == OC_OK ? "" : err->message);
     if (blob) print_blob(blob);
     printf("}\n");
 }
@@ -271,20 +262,20 @@ int main(int argc, char **argv) {
             free(data);
         }
         printf("{\"input\": ");
-        json_string(argv[2]);
+        json_text(argv[2]);
         printf(", \"status\": \"%s\", \"message\": ", oc_status_name(status));
-        json_string(status == OC_OK ? "" : err.message);
+        json_text(status == OC_OK ? "" : err.message);
         if (status == OC_OK) {
             size_t m, k;
             int64_t d;
             printf(", \"platform\": ");
-            json_string(oc_bundle_platform(bundle));
+            json_text(oc_bundle_platform(bundle));
             printf(", \"models\": {");
             for (m = 0; m < oc_bundle_model_count(bundle); ++m) {
                 const char *name = oc_bundle_model_name(bundle, m);
                 int side;
                 if (m) printf(", ");
-                json_string(name);
+                json_text(name);
                 printf(": {");
                 for (side = 0; side < 2; ++side) {
                     printf("%s\"%s\": [", side ? ", " : "", side ? "outputs" : "inputs");
@@ -292,9 +283,9 @@ int main(int argc, char **argv) {
                         oc_tensor_info t;
                         oc_bundle_signature(bundle, name, side, k, &t, NULL);
                         printf("%s{\"name\": ", k ? ", " : "");
-                        json_string(t.name);
+                        json_text(t.name);
                         printf(", \"type\": ");
-                        json_string(t.type);
+                        json_text(t.type);
                         printf(", \"shape\": %s, \"dims\": ", t.shape);
                         printf(oc_bundle_signature_rank(bundle, name, side, k) < 0 ? "null" : "[");
                         for (d = 0; d < oc_bundle_signature_rank(bundle, name, side, k); ++d) {
@@ -302,7 +293,7 @@ int main(int argc, char **argv) {
                             const char *symbol = NULL;
                             oc_bundle_signature_dim(bundle, name, side, k, (size_t)d, &size, &symbol, NULL);
                             printf("%s[%lld, ", d ? ", " : "", (long long)size);
-                            if (symbol) json_string(symbol);
+                            if (symbol) json_text(symbol);
                             else printf("null");
                             printf("]");
                         }

@@ -22,18 +22,9 @@
 
 #include <onnxruntime_c_api.h>
 
+#include "json_text.h"
 #include "onnx_cooker.h"
 
-static void json_text(const char *text) {
-    const unsigned char *p = (const unsigned char *)(text ? text : "");
-    putchar('"');
-    for (; *p; ++p) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-    }
-    putchar('"');
-}
 
 static void report(const char *name, oc_status status, const oc_error *err, const char *extra) {
     printf("{\"case\": ");
