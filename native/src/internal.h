@@ -66,15 +66,12 @@ oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list 
  * owns it; *copy NULL when no copy was needed). OC_ERR_OUT_OF_MEMORY when the copy cannot be made. */
 oc_status oc_aligned_copy(const oc_alloc *a, const void **data, size_t size, void **copy, oc_error *err);
 
-/* recipe.c: what of a blob's recipe onnxruntime may see. A config entry the load paths own, or one
- * not on the allow-list, for model `model` and EP `ep`: OC_ERR_SESSION_CREATE; a provider option
- * whose name or value may point at a file, folder, library or address: the same. */
-int oc_recipe_entry_owned(const char *key);
-int oc_recipe_entry_safe(const char *key);
-oc_status oc_recipe_check_entry(const char *model, const char *ep, const char *key, oc_error *err);
-oc_status oc_recipe_check_provider_option(const char *model, const char *ep, const char *key, const char *value,
-                                          oc_error *err);
-oc_status oc_recipe_check_provider_options(const oc_blob *blob, oc_error *err); /* every EP's */
+/* recipe.c: what of a blob's recipe onnxruntime may see: OC_ERR_SESSION_CREATE for a provider
+ * option whose name or value may point at a file, folder, library or address, a named session
+ * option with a value onnxruntime has no name for, and a config entry the load paths own or one not
+ * on the allow-list. */
+oc_status oc_recipe_check_provider_options(const oc_blob *blob, oc_error *err);         /* every EP's */
+oc_status oc_recipe_check_session_options(const oc_blob *blob, const char *ep, oc_error *err); /* `ep`'s */
 
 /* An external-data tensor the blob's header lists: main-graph initializer `name`, at `offset` in
  * the weights section, `nbytes` long. */

@@ -77,9 +77,9 @@ static int listed(const char *key, const char *const *list, size_t n) {
     return 0;
 }
 
-int oc_recipe_entry_owned(const char *key) { return listed(key, OWNED_ENTRIES, COUNT(OWNED_ENTRIES)); }
+static int oc_recipe_entry_owned(const char *key) { return listed(key, OWNED_ENTRIES, COUNT(OWNED_ENTRIES)); }
 
-int oc_recipe_entry_safe(const char *key) {
+static int oc_recipe_entry_safe(const char *key) {
     size_t i;
     if (listed(key, SAFE_ENTRIES, COUNT(SAFE_ENTRIES))) return 1;
     for (i = 0; i < COUNT(SAFE_PREFIXES); ++i)
@@ -101,7 +101,7 @@ static int holds_word(const char *text, const char *word) {
     return 0;
 }
 
-oc_status oc_recipe_check_provider_option(const char *model, const char *ep, const char *key, const char *value,
+static oc_status oc_recipe_check_provider_option(const char *model, const char *ep, const char *key, const char *value,
                                           oc_error *err) {
     size_t i;
     for (i = 0; i < COUNT(UNSAFE_WORDS); ++i)
@@ -117,7 +117,7 @@ oc_status oc_recipe_check_provider_option(const char *model, const char *ep, con
     return OC_OK;
 }
 
-oc_status oc_recipe_check_entry(const char *model, const char *ep, const char *key, oc_error *err) {
+static oc_status oc_recipe_check_entry(const char *model, const char *ep, const char *key, oc_error *err) {
     if (oc_recipe_entry_owned(key))
         return oc_fail(err, OC_ERR_SESSION_CREATE,
                        "model '%s': bad session option for %s: %s is refused: the loader sets it itself, for the load "
@@ -155,13 +155,12 @@ oc_status oc_recipe_check_provider_options(const oc_blob *blob, oc_error *err) {
     return OC_OK;
 }
 
-oc_status oc_blob_check_recipe(const oc_blob *blob, oc_error *err) {
+oc_status oc_recipe_check_session_options(const oc_blob *blob, const char *ep, oc_error *err) {
     size_t e, i;
     oc_status status;
-    if (blob == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_blob_check_recipe: blob is NULL");
-    if ((status = oc_recipe_check_provider_options(blob, err)) != OC_OK) return status;
     for (e = 0; e < blob->recipe_count; ++e) {
         const oc_ep_recipe *r = &blob->recipes[e];
+        if (strcmp(r->name, ep) != 0) continue;
         for (i = 0; i < r->session_count; ++i) {
             const char *key = r->session[i].key, *value = r->session[i].value;
             int named;
@@ -173,5 +172,15 @@ oc_status oc_blob_check_recipe(const oc_blob *blob, oc_error *err) {
                 return status;
         }
     }
+    return OC_OK;
+}
+
+oc_status oc_blob_check_recipe(const oc_blob *blob, oc_error *err) {
+    size_t e;
+    oc_status status;
+    if (blob == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_blob_check_recipe: blob is NULL");
+    if ((status = oc_recipe_check_provider_options(blob, err)) != OC_OK) return status;
+    for (e = 0; e < blob->recipe_count; ++e)
+        if ((status = oc_recipe_check_session_options(blob, blob->recipes[e].name, err)) != OC_OK) return status;
     return OC_OK;
 }

@@ -69,12 +69,37 @@ static oc_status finish_runtime(oc_runtime *rt, const char *version, oc_runtime 
     return OC_OK;
 }
 
+/* A runtime over onnxruntime's OrtApiBase: its C API (version 21, and 22 for plugin EPs where the
+ * version has them). `library` (owned from here: closed on failure) and `path` are NULL for an
+ * engine's own onnxruntime (oc_runtime_from_api_base). */
+static oc_status runtime_from_base(const OrtApiBase *base, void *library, const char *path, oc_runtime **out,
+                                   oc_error *err) {
+    oc_runtime *rt = calloc(1, sizeof *rt);
+    const char *version = base->GetVersionString();
+    int parsed[3];
+    if (rt == NULL) {
+        close_library(library);
+        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory loading onnxruntime");
+    }
+    rt->library = library;
+    rt->api = base->GetApi(OC_ORT_API_VERSION);
+    if (rt->api == NULL) {
+        oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime %s%s%s does not offer C API version %d: use onnxruntime 1.21 or newer",
+                version, path ? " at " : "", path ? path : "", OC_ORT_API_VERSION);
+        close_library(library);
+        free(rt);
+        return OC_ERR_RUNTIME_LOAD;
+    }
+    /* asked only where the version says it is there: onnxruntime prints a line for one it lacks */
+    if (oc_parse_version(version, parsed) == 0 && !version_below(parsed, PLUGIN_EPS_SINCE))
+        rt->plugin = base->GetApi(OC_ORT_PLUGIN_API_VERSION);
+    return finish_runtime(rt, version, out, err);
+}
+
 oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *err) {
     typedef const OrtApiBase *(*get_base_fn)(void);
     const char *path = library_path ? library_path : DEFAULT_LIBRARY;
     get_base_fn get_base;
-    const OrtApiBase *base;
-    oc_runtime *rt;
     void *library;
     if (out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_load: out is NULL");
     *out = NULL;
@@ -123,28 +148,7 @@ oc_status oc_runtime_load(const char *library_path, oc_runtime **out, oc_error *
         close_library(library);
         return oc_fail(err, OC_ERR_RUNTIME_LOAD, "%s has no OrtGetApiBase: not an onnxruntime library", path);
     }
-    base = get_base();
-    rt = calloc(1, sizeof *rt);
-    if (rt == NULL) {
-        close_library(library);
-        return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory loading onnxruntime");
-    }
-    rt->library = library;
-    rt->api = base->GetApi(OC_ORT_API_VERSION);
-    if (rt->api == NULL) {
-        oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime %s at %s does not offer C API version %d: use onnxruntime 1.21 or newer",
-                base->GetVersionString(), path, OC_ORT_API_VERSION);
-        close_library(library);
-        free(rt);
-        return OC_ERR_RUNTIME_LOAD;
-    }
-    {
-        /* asked only where the version says it is there: onnxruntime prints a line for one it lacks */
-        int parsed[3];
-        if (oc_parse_version(base->GetVersionString(), parsed) == 0 && !version_below(parsed, PLUGIN_EPS_SINCE))
-            rt->plugin = base->GetApi(OC_ORT_PLUGIN_API_VERSION);
-    }
-    return finish_runtime(rt, base->GetVersionString(), out, err);
+    return runtime_from_base(get_base(), library, path, out, err);
 }
 
 oc_status oc_runtime_from_api(const struct OrtApi *api, const char *version, oc_runtime **out, oc_error *err) {
@@ -168,24 +172,9 @@ oc_status oc_runtime_from_api(const struct OrtApi *api, const char *version, oc_
 }
 
 oc_status oc_runtime_from_api_base(const struct OrtApiBase *base, oc_runtime **out, oc_error *err) {
-    oc_runtime *rt;
-    int parsed[3];
-    const char *version;
     if (base == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_runtime_from_api_base: NULL argument");
     *out = NULL;
-    version = base->GetVersionString();
-    rt = calloc(1, sizeof *rt);
-    if (rt == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
-    rt->api = base->GetApi(OC_ORT_API_VERSION);
-    if (rt->api == NULL) {
-        free(rt);
-        return oc_fail(err, OC_ERR_RUNTIME_LOAD, "onnxruntime %s does not offer C API version %d: use onnxruntime 1.21 or newer",
-                       version, OC_ORT_API_VERSION);
-    }
-    /* asked only where the version says it is there: onnxruntime prints a line for one it lacks */
-    if (oc_parse_version(version, parsed) == 0 && !version_below(parsed, PLUGIN_EPS_SINCE))
-        rt->plugin = base->GetApi(OC_ORT_PLUGIN_API_VERSION);
-    return finish_runtime(rt, version, out, err);
+    return runtime_from_base(base, NULL, NULL, out, err);
 }
 
 void oc_runtime_release(oc_runtime *rt) {
@@ -286,50 +275,33 @@ static int version_below(const int a[3], const int b[3]) {
     return 0;
 }
 
+/* `ep`'s session options from the recipe onto `options`, checked first (recipe.c: the values of the
+ * named ones, the config entries against the allow-list). */
 static oc_status apply_session_options(session_ctx *c, OrtSessionOptions *options, const char *ep) {
     const OrtApi *api = c->rt->api;
     size_t i, n = oc_blob_session_option_count(c->blob, ep);
-    for (i = 0; i < n; ++i) {
+    oc_status status = oc_recipe_check_session_options(c->blob, ep, c->err);
+    for (i = 0; i < n && status == OC_OK; ++i) {
         const char *key, *value;
+        OrtStatus *made;
         oc_blob_session_option(c->blob, ep, i, &key, &value);
         if (strcmp(key, "enable_mem_pattern") == 0) {
             int on = !(strcmp(value, "False") == 0 || strcmp(value, "0") == 0 || value[0] == '\0');
-            if (check_ort(c, on ? api->EnableMemPattern(options) : api->DisableMemPattern(options),
-                          OC_ERR_SESSION_CREATE, "refused a session option of") != OC_OK)
-                return OC_ERR_SESSION_CREATE;
+            made = on ? api->EnableMemPattern(options) : api->DisableMemPattern(options);
         } else if (strcmp(key, "execution_mode") == 0) {
-            ExecutionMode mode;
-            if (strcmp(value, "sequential") == 0) mode = ORT_SEQUENTIAL;
-            else if (strcmp(value, "parallel") == 0) mode = ORT_PARALLEL;
-            else
-                return oc_fail(c->err, OC_ERR_SESSION_CREATE, "model '%s': bad session option for %s: execution_mode '%s'" OC_BAD_OPTION_FIX,
-                               c->blob->info.name, ep, value);
-            if (check_ort(c, api->SetSessionExecutionMode(options, mode), OC_ERR_SESSION_CREATE,
-                          "refused a session option of") != OC_OK)
-                return OC_ERR_SESSION_CREATE;
+            made = api->SetSessionExecutionMode(options, strcmp(value, "parallel") == 0 ? ORT_PARALLEL : ORT_SEQUENTIAL);
         } else if (strcmp(key, "graph_optimization_level") == 0) {
-            GraphOptimizationLevel level;
-            if (strcmp(value, "disable") == 0) level = ORT_DISABLE_ALL;
-            else if (strcmp(value, "basic") == 0) level = ORT_ENABLE_BASIC;
-            else if (strcmp(value, "extended") == 0) level = ORT_ENABLE_EXTENDED;
-            else if (strcmp(value, "all") == 0) level = ORT_ENABLE_ALL;
-            else
-                return oc_fail(c->err, OC_ERR_SESSION_CREATE,
-                               "model '%s': bad session option for %s: graph_optimization_level '%s'" OC_BAD_OPTION_FIX,
-                               c->blob->info.name,
-                               ep, value);
-            if (check_ort(c, api->SetSessionGraphOptimizationLevel(options, level), OC_ERR_SESSION_CREATE,
-                          "refused a session option of") != OC_OK)
-                return OC_ERR_SESSION_CREATE;
+            GraphOptimizationLevel level = strcmp(value, "disable") == 0    ? ORT_DISABLE_ALL
+                                           : strcmp(value, "basic") == 0    ? ORT_ENABLE_BASIC
+                                           : strcmp(value, "extended") == 0 ? ORT_ENABLE_EXTENDED
+                                                                            : ORT_ENABLE_ALL;
+            made = api->SetSessionGraphOptimizationLevel(options, level);
         } else {
-            oc_status refused = oc_recipe_check_entry(c->blob->info.name, ep, key, c->err);
-            if (refused != OC_OK) return refused;
-            if (check_ort(c, api->AddSessionConfigEntry(options, key, value), OC_ERR_SESSION_CREATE,
-                          "refused a session option of") != OC_OK)
-                return OC_ERR_SESSION_CREATE;
+            made = api->AddSessionConfigEntry(options, key, value);
         }
+        status = check_ort(c, made, OC_ERR_SESSION_CREATE, "refused a session option of");
     }
-    return OC_OK;
+    return status;
 }
 
 /* onnxruntime's short names for SessionOptionsAppendExecutionProvider, by EP name: the names that

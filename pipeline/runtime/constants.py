@@ -65,7 +65,7 @@ OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 # (session.node_partition_config_file, session.optimized_model_filepath, session.enable_profiling,
 # session.debug_layout_transformation, session.moe.offload.*, ep.context_file_path, ...). An
 # allow-list, so that an entry a newer onnxruntime adds stays refused until it is read and listed
-# here; native/src/session.c holds the same list (tests/test_session_option_refusals.py). Every
+# here; native/src/recipe.c holds the same list (tests/test_session_option_refusals.py). Every
 # ``mlas.`` entry is a math-kernel switch. A game that needs another entry sets it on the
 # SessionOptions it passes (``session_options=`` / ``oc_session_options.base``).
 SAFE_CONFIG_ENTRIES = frozenset(
@@ -130,7 +130,7 @@ UNSAFE_CONFIG_ENTRIES: dict[str, str] = {
 # trt_engine_cache_path and trt_extra_plugin_lib_paths, CUDA gpu_external_alloc and
 # user_compute_stream, ...), found by the words below in the option's lower-cased name; and any
 # value holding a path separator. EPs are many and consoles have their own, so words rather than a
-# list per EP. native/src/session.c holds the same words. A game that needs such an option passes
+# list per EP. native/src/recipe.c holds the same words. A game that needs such an option passes
 # it itself (``providers=[(ep, options)]`` / ``oc_runtime_set_ep_appender``).
 UNSAFE_PROVIDER_OPTION_WORDS = (
     "path", "file", "dir", "folder", "cache", "lib", "dump", "save", "load", "context",
