@@ -394,6 +394,49 @@ def test_every_bundle_reads_as_the_python_loader_reads_it(native: Path, bundles:
             ]
 
 
+def test_bytes_given_for_a_model_are_named_for_what_they_are(
+    native: Path, bundles: Path, tmp_path: Path
+) -> None:
+    """An engine that hands a bundle the wrong bytes (another target's pak, another model's entry,
+    a damaged read) hears which, besides the file the manifest names: not only "not its blob"."""
+
+    def refusal(platform: str, model: str, data: bytes) -> str:
+        given = tmp_path / "given.bin"
+        given.write_bytes(data)
+        done = run_native(
+            [native / "oc-probe", "bundle", bundles / platform, model], env={"OC_PROBE_BYTES": str(given)}
+        )
+        line = json.loads(done.stdout.splitlines()[1])
+        assert line["status"] == "OC_ERR_CHECKSUM", line
+        assert (
+            f"the {len(data)} bytes given for model '{model}' are not its blob in this bundle: "
+            in line["message"]
+        )
+        file = json.loads((bundles / platform / "manifest.json").read_text())["models"][model]["file"]
+        assert f"manifest.json names {file} (" in line["message"], line
+        return line["message"]
+
+    def blob(platform: str, model: str) -> bytes:
+        return open_bundle(bundles / platform).read_blob(model)
+
+    android = blob("android", "mnist")
+    said = refusal("windows-dml", "mnist", android)
+    assert "they are the android blob of 'mnist', and this bundle is windows-dml's;" in said, said
+    said = refusal("windows-dml", "mnist", blob("windows-dml", "multi_io"))
+    assert "they are the blob of model 'multi_io';" in said, said
+    damaged = bytearray(blob("windows-dml", "big_weights"))
+    damaged[len(damaged) // 2] ^= 0x20  # inside the raw weights: their CRC-32 no longer holds
+    said = refusal("windows-dml", "big_weights", bytes(damaged))
+    assert "they are a damaged blob, or no blob at all;" in said, said
+    # the right bytes still open (the identification runs on refusals only)
+    given = tmp_path / "right.bin"
+    given.write_bytes(blob("windows-dml", "mnist"))
+    done = run_native(
+        [native / "oc-probe", "bundle", bundles / "windows-dml", "mnist"], env={"OC_PROBE_BYTES": str(given)}
+    )
+    assert json.loads(done.stdout.splitlines()[1])["status"] == "OC_OK"
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_oc_run_gives_the_python_loaders_outputs(
@@ -1370,8 +1413,8 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     assert f"model file: {file} {size} bytes, read {size}" in facts
     assert "unknown model file: True 0" in facts
     # bytes that are not the manifest's blob: named as such, with the file the manifest names
-    named = f"manifest.json names {entry['file']}"
-    assert f"bytes given for model '{model}' are not its blob in this bundle: {named}" in facts
+    said = f"bytes given for model '{model}' are not its blob in this bundle: they are a damaged blob, or no blob"
+    assert said in facts and f"; manifest.json names {entry['file']} (" in facts, facts
     preferred = read_header((bundles / platform / entry["file"]).read_bytes())[0]
     first = preferred.execution_providers[0]
     line = facts.split("appender eps: ", 1)[1].splitlines()[0]  # android's XNNPACK: skipped, not offered

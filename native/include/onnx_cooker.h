@@ -296,7 +296,9 @@ OC_API oc_status oc_bundle_signature_dim(const oc_bundle *bundle, const char *na
 OC_API oc_status oc_bundle_open_blob(oc_bundle *bundle, const char *name, oc_blob **out, oc_error *err);
 
 /* As oc_bundle_open_blob, for blob bytes the caller already holds (BORROWED, as in
- * oc_blob_open_memory): checked against model `name`'s manifest entry. */
+ * oc_blob_open_memory): checked against model `name`'s manifest entry. Bytes that are not its blob
+ * are OC_ERR_CHECKSUM, and the message says what they are: another platform's blob of a model (a
+ * pak of another target), another model's, another cook's, or damaged. */
 OC_API oc_status oc_bundle_open_blob_memory(oc_bundle *bundle, const char *name, const void *data,
                                             size_t size, oc_blob **out, oc_error *err);
 

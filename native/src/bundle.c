@@ -858,6 +858,38 @@ static oc_status open_checked(oc_bundle *b, const model_entry *m, const char *pa
     return OC_OK;
 }
 
+/* What the `size` bytes at `data` are, for the message of bytes refused as model `m`'s blob: another
+ * platform's blob (the pak of another target), another model's, another cook's, or damaged bytes.
+ * Reads only (the blob's own checks, on one thread) and keeps nothing: a failure path. */
+static void identify_blob(oc_bundle *b, const model_entry *m, const void *data, size_t size, char *out, size_t cap) {
+    oc_blob_options options;
+    oc_allocator hooks;
+    oc_blob_info info;
+    oc_blob *other = NULL;
+    memset(&options, 0, sizeof options);
+    options.max_model_size = b->max_model_size;
+    options.threads = 1;
+    hooks.alloc = b->alloc.alloc;
+    hooks.free = b->alloc.free;
+    hooks.user = b->alloc.user;
+    options.allocator = &hooks;
+    if (oc_blob_parse(data, size, &options, "bytes", NULL, 0, NULL, &other, NULL) != OC_OK) {
+        snprintf(out, cap, "they are a damaged blob, or no blob at all");
+        return;
+    }
+    oc_blob_get_info(other, &info, NULL);
+    if (strcmp(info.platform, b->platform) != 0)
+        snprintf(out, cap, "they are the %.64s blob of '%.96s', and this bundle is %.64s's", info.platform, info.name,
+                 b->platform);
+    else if (strcmp(info.name, m->name) != 0)
+        snprintf(out, cap, "they are the blob of model '%.96s'", info.name);
+    else if (m->cook_key == NULL || strcmp(info.cook_key, m->cook_key) != 0)
+        snprintf(out, cap, "they are a blob of '%.96s' from another cook of %.64s", info.name, info.platform);
+    else
+        snprintf(out, cap, "they hold this cook of '%.96s', in bytes that differ from the file's", info.name);
+    oc_blob_close(other);
+}
+
 oc_status oc_bundle_open_blob_memory(oc_bundle *b, const char *name, const void *data, size_t size, oc_blob **out,
                                      oc_error *err) {
     const model_entry *m;
@@ -871,15 +903,21 @@ oc_status oc_bundle_open_blob_memory(oc_bundle *b, const char *name, const void 
         void *copy = NULL; /* bytes at a misaligned address: a copy the blob owns */
         if ((status = oc_aligned_copy(&b->alloc, &data, size, &copy, err)) != OC_OK) return status;
         status = open_checked(b, m, m->file, data, size, NULL, 0, copy, 0, out, err);
+        if (status == OC_ERR_CHECKSUM && err != NULL &&
+            (strstr(err->message, "does not match the sha256/size") != NULL ||
+             strstr(err->message, "is not the one manifest.json lists") != NULL)) {
+            /* bytes the caller chose: most often another platform's or another cook's blob, not damage */
+            char what[320];
+            identify_blob(b, m, data, size, what, sizeof what);
+            status = oc_fail(err, OC_ERR_CHECKSUM,
+                             "the %zu bytes given for model '%s' are not its blob in this bundle: %s; manifest.json "
+                             "names %s (%llu bytes, sha256 %.16s...); pass that file's bytes (oc_bundle_model_file "
+                             "names it; a blob of an earlier cook does not match a newer manifest), or re-run "
+                             "`onnx-cooker cook` if the file itself was damaged",
+                             size, name, what, m->file, (unsigned long long)m->blob_size, m->blob_sha256);
+        }
         if (status != OC_OK) oc_free(&b->alloc, copy);
     }
-    if (status == OC_ERR_CHECKSUM && err != NULL && strstr(err->message, "does not match the sha256/size") != NULL)
-        /* bytes the caller chose: most often another cook's blob of the model, not damage */
-        status = oc_fail(err, OC_ERR_CHECKSUM,
-                         "the %zu bytes given for model '%s' are not its blob in this bundle: manifest.json names %s (%llu "
-                         "bytes, sha256 %.16s...); pass that file's bytes (oc_bundle_model_file names it; a blob of an "
-                         "earlier cook does not match a newer manifest), or re-run `onnx-cooker cook` if the file itself "
-                         "was damaged", size, name, m->file, (unsigned long long)m->blob_size, m->blob_sha256);
     return status;
 }
 

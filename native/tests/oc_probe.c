@@ -217,7 +217,8 @@ int main(int argc, char **argv) {
     oc_error err;
     if (utf8_main_args(&argc, &argv) != 0) return 2;
     if (argc < 3) {
-        fprintf(stderr, "usage: oc-probe blob FILE... | bundle DIR [NAME...] | manifest FILE\n");
+        fprintf(stderr, "usage: oc-probe blob FILE... | bundle DIR [NAME...] | manifest FILE\n"
+                        "(OC_PROBE_BYTES=FILE: bundle opens each NAME from FILE's bytes)\n");
         return 2;
     }
     if (strcmp(argv[1], "time") == 0) return argc == 5 ? time_library(argv[2], argv[3], atoi(argv[4])) : 2;
@@ -317,6 +318,15 @@ int main(int argc, char **argv) {
                 const char *name = named ? argv[3 + m] : oc_bundle_model_name(bundle, m);
                 oc_blob *blob = NULL;
                 memset(&err, 0, sizeof err);
+                if (getenv("OC_PROBE_BYTES") != NULL) { /* that file's bytes as the model's (a pak's buffer) */
+                    size_t size = 0;
+                    unsigned char *data = read_all(getenv("OC_PROBE_BYTES"), &size);
+                    status = data ? oc_bundle_open_blob_memory(bundle, name, data, size, &blob, &err) : OC_ERR_IO;
+                    blob_line(name, status, &err, blob);
+                    oc_blob_close(blob);
+                    free(data);
+                    continue;
+                }
                 status = oc_bundle_open_blob(bundle, name, &blob, &err);
                 blob_line(name, status, &err, blob);
                 oc_blob_close(blob);
