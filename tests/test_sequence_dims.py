@@ -56,9 +56,11 @@ def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU).run(None, {"x": x})[0]
 
 
-def scan_model(recurrence: float = 1.0) -> onnx.ModelProto:
+def scan_model(recurrence: float = 1.0, unbatched: bool = False) -> onnx.ModelProto:
     """An RNN written as a Scan over x [time, 1, 8] from a zero state: h = tanh(x_t @ Wx + h @ Wh),
-    its recurrent weights times ``recurrence`` (a Scan, as exporters write custom recurrences)."""
+    its recurrent weights times ``recurrence`` (a Scan, as exporters write custom recurrences).
+    ``unbatched``: the graph input is x [frames, 8], a leading dim that reads as a batch unless the
+    Scan is followed back to it: unsqueezed to [1, frames, 8], transposed to [frames, 1, 8]."""
     rng = np.random.default_rng(RNG_SEED)
     wx = (rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype(np.float32)
     wh = (rng.standard_normal((WIDTH, WIDTH)) * 0.3 * recurrence).astype(np.float32)
@@ -80,15 +82,28 @@ def scan_model(recurrence: float = 1.0) -> onnx.ModelProto:
             helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [1, WIDTH]),
         ],
     )
+    scan = helper.make_node(
+        "Scan", ["h0", "xs" if unbatched else "x"], ["h_last", "y"], body=body, num_scan_inputs=1
+    )
+    carry = [
+        helper.make_node("Unsqueeze", ["x", "axis0"], ["x1"]),
+        helper.make_node("Transpose", ["x1"], ["xs"], perm=[1, 0, 2]),
+    ]
+    sequence = "frames" if unbatched else "time"
     graph = helper.make_graph(
-        [helper.make_node("Scan", ["h0", "x"], ["h_last", "y"], body=body, num_scan_inputs=1)],
+        [*carry, scan] if unbatched else [scan],
         "scan",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 1, WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["time", 1, WIDTH])],
+        [
+            helper.make_tensor_value_info(
+                "x", TensorProto.FLOAT, [sequence, WIDTH] if unbatched else [sequence, 1, WIDTH]
+            )
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [sequence, 1, WIDTH])],
         [
             numpy_helper.from_array(wx, "Wx"),
             numpy_helper.from_array(wh, "Wh"),
             numpy_helper.from_array(np.zeros((1, WIDTH), np.float32), "h0"),
+            *([numpy_helper.from_array(np.array([0], np.int64), "axis0")] if unbatched else []),
         ],
     )
     return model_of(graph, opset=17)
@@ -100,8 +115,9 @@ def scan_model(recurrence: float = 1.0) -> onnx.ModelProto:
         (attention_model(), attention_model(query_sign=-1.0), {"batch": 1, "seq": 16}),
         (lstm_model(), lstm_model(recurrence=1.5), {"time": 16}),
         (scan_model(), scan_model(recurrence=1.5), {"time": 16}),
+        (scan_model(unbatched=True), scan_model(recurrence=1.5, unbatched=True), {"frames": 16}),
     ],
-    ids=["attention", "lstm", "scan"],
+    ids=["attention", "lstm", "scan", "scan-carried"],
 )
 def test_what_a_model_mixes_along_is_verified_where_it_mixes(
     tmp_path: Path, model: onnx.ModelProto, wrong: onnx.ModelProto, dims: dict[str, int]
@@ -116,7 +132,7 @@ def test_what_a_model_mixes_along_is_verified_where_it_mixes(
     with np.load(verify_data_path(tmp_path / "build" / "android", "mixer")) as data:
         x = data["input/x"]
     assert np.abs(run(wrong, x) - run(model, x)).max() > 0.01
-    first = x[:, :1] if "seq" in dims else x[:1]
+    first = x[:, :1] if x.shape[0] == 1 else x[:1]  # one step of the sequence axis
     np.testing.assert_array_equal(run(wrong, first), run(model, first))
 
 

@@ -117,14 +117,13 @@ def stepped_dims(model: onnx.ModelProto) -> set[str]:
 
 
 def _scanned_dims(graph: onnx.GraphProto) -> set[str]:
-    """The free dims a main-graph Scan (opset 9+) steps over, of the graph inputs it scans directly:
-    each scan input's axis (``scan_input_axes``, default 0). At 1 a recurrence from a zero state
-    multiplies nothing by its recurrent weights, as an LSTM's does."""
-    labels: dict[str, Labels] = {}
-    for value in feed_inputs(graph):
-        tensor_type = input_tensor_type(value)
-        if tensor_type is not None and tensor_type.HasField("shape"):
-            labels[value.name] = [_label(dim) for dim in tensor_type.shape.dim]
+    """The free dims a main-graph Scan (opset 9+) steps over: each scan input's axis
+    (``scan_input_axes``, default 0), of a graph input it scans directly or through operators that
+    keep, move or insert axes (``[frames, 8]`` unsqueezed and transposed to ``[frames, 1, 8]``). At 1 a
+    recurrence from a zero state multiplies nothing by its recurrent weights, as an LSTM's does."""
+    carried: dict[str, Labels] = {}
+    for _ in _readers(graph, carried):  # the walk fills `carried`: every value with an input's axes
+        pass
     found: set[str] = set()
     for node in graph.node:
         if node.op_type != "Scan" or node.domain not in ("", "ai.onnx"):
@@ -134,7 +133,7 @@ def _scanned_dims(graph: onnx.GraphProto) -> set[str]:
         scanned = list(node.input)[len(node.input) - count :] if count > 0 else []
         axes = list(attributes["scan_input_axes"].ints) if "scan_input_axes" in attributes else []
         for index, name in enumerate(scanned):
-            dims = labels.get(name)
+            dims = carried.get(name)
             if not dims:
                 continue
             axis = axes[index] if index < len(axes) else 0
@@ -160,12 +159,13 @@ def spatial_sizes(
 Reader = tuple[onnx.NodeProto, Labels, dict[str, onnx.AttributeProto]]
 
 
-def _readers(graph: onnx.GraphProto) -> Iterator[Reader]:
+def _readers(graph: onnx.GraphProto, axes_of: dict[str, Labels] | None = None) -> Iterator[Reader]:
     """Each main-graph node of the default domain whose first input carries a graph input's axes
     (followed through operators that keep, move or insert axes), with the label at each of its axes.
     The operators that only carry axes on are followed, not yielded; element-wise arithmetic with a
-    constant is followed and yielded (with its output's axes)."""
-    axes_of: dict[str, Labels] = {}
+    constant is followed and yielded (with its output's axes). ``axes_of``: filled with each value
+    that carries a graph input's axes (given empty)."""
+    axes_of = {} if axes_of is None else axes_of
     for value in feed_inputs(graph):
         tensor_type = input_tensor_type(value)
         if tensor_type is not None and tensor_type.HasField("shape"):
