@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -414,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(report, encoding="utf-8")
     print(f"wrote {args.output}")
     if args.results:
-        embed(Path(args.results), "verification", report, "docs/verification.md")
+        where = Path(os.path.relpath(args.output, Path(args.results).parent)).as_posix()  # a link from there
+        embed(Path(args.results), "verification", report, where)
         print(f"embedded in {args.results}")
     return 0
 

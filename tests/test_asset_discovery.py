@@ -203,6 +203,14 @@ def test_an_include_or_exclude_glob_matching_no_model_warns_with_the_fix(project
         "in the assets; fix it or remove it (`onnx-cooker list --all` lists the models)"
     )
     assert "cook:android:mnist" not in run.ran and "cook:ios:mnist" in run.ran
+    # a glob from a COOK_SET_ variable is the variable's (not the file's), once for every platform
+    listed = doit(project, "list", env={"COOK_SET_EXCLUDE": '["nothing*"]'})
+    assert listed.returncode == 0, listed.stderr
+    assert WARNING.findall(listed.stderr) == [
+        f"environment variable COOK_SET_EXCLUDE: exclude glob 'nothing*' matches none of the "
+        f"{len(discover(project / 'assets'))} model(s) in the assets; fix it or remove it (`onnx-cooker list "
+        "--all` lists the models)"
+    ]
 
 
 @pytest.mark.slow

@@ -57,9 +57,12 @@ def test_the_project_file_is_found_from_any_folder_below_it(tmp_path: Path, pypr
 def test_cook_variables_override_the_file_relative_to_the_working_directory(tmp_path: Path) -> None:
     root = _tree(tmp_path / "game", pyproject=False)
     project = find_project(root / "tools")
-    env = project.environment({"COOK_BUILD_DIR": "scratch", "PATH": "x"}, cwd=root / "tools")
+    given = {"COOK_BUILD_DIR": "scratch", "COOK_SIGNING_KEY": "keys/studio.key", "PATH": "x"}
+    env = project.environment(given, cwd=root / "tools")
     assert env["COOK_BUILD_DIR"] == str((root / "tools" / "scratch").resolve())
     assert env["COOK_ASSETS_DIR"] == str((root / "content" / "models").resolve())
+    # a key path too (it was taken from the project root, unlike the folders and the docs)
+    assert env["COOK_SIGNING_KEY"] == str((root / "tools" / "keys" / "studio.key").resolve())
     assert env["PATH"] == "x"
 
 

@@ -22,8 +22,7 @@ from pipeline.cook.optimize import optimize
 from pipeline.cook.source import load_source, normalize
 from pipeline.errors import GuardError, ModelError, ProfileError, VerifyError
 from pipeline.layout import blob_path, entry_path
-from pipeline.runtime import decode_blob, session_from_blob
-from pipeline.runtime.blob import check_blob
+from pipeline.runtime import check_blob, decode_blob, session_from_blob
 from pipeline.settings.assets import discover
 from pipeline.settings.resolve import CookSettings, load_platforms, resolve
 from tests.models import RNG_SEED, conv_bn_relu_model, mlp_model, model_of, relu_model

@@ -1413,7 +1413,7 @@ def test_csharp_under_mono_opens_lists_loads_and_sees_each_error(
     assert f"model file: {file} {size} bytes, read {size}" in facts
     assert "unknown model file: True 0" in facts
     # bytes that are not the manifest's blob: named as such, with the file the manifest names
-    said = f"bytes given for model '{model}' are not its blob in this bundle: they are a damaged blob, or no blob"
+    said = f"bytes given for model '{model}' are not its blob in this bundle: they are a damaged blob, or no"
     assert said in facts and f"; manifest.json names {entry['file']} (" in facts, facts
     preferred = read_header((bundles / platform / entry["file"]).read_bytes())[0]
     first = preferred.execution_providers[0]

@@ -432,6 +432,21 @@ def test_runtime_style_conflict_from_model_names_both_sources(platforms_dir: Pat
         resolve(platform, model, {}, model_source=str(model_file))
 
 
+def test_a_conflict_names_the_file_that_set_a_value_equal_to_the_default(platforms_dir: Path) -> None:
+    """``format: ort`` written in the platform file is the file's, not "built-in defaults", though
+    it equals the default (COOK_SET_WEIGHTS=external on android named the defaults)."""
+    assert DEFAULTS["format"] == "ort"
+    platform = load_one(platforms_dir, "format: ort\n")
+    with pytest.raises(ProfileError) as excinfo:
+        resolve(platform, {}, {"COOK_SET_WEIGHTS": "external"})
+    said = str(excinfo.value)
+    assert "environment variable COOK_SET_WEIGHTS: 'weights' external requires 'format' onnx" in said, said
+    assert re.search(r"got format 'ort' from \S*target\.yaml", said), said
+    # a key the file leaves out still comes from the defaults
+    with pytest.raises(ProfileError, match=r"got format 'ort' from built-in defaults"):
+        resolve(load_one(platforms_dir, "# nothing\n"), {}, {"COOK_SET_WEIGHTS": "external"})
+
+
 def test_empty_file_means_all_defaults(platforms_dir: Path) -> None:
     platform = load_one(platforms_dir, "# nothing to change\n")
     assert resolve(platform, {}, {}).format == "ort"

@@ -33,3 +33,29 @@ def test_readme_links_point_at_files_that_exist() -> None:
     assert targets
     missing = [t for t in targets if not t.startswith("http") and not (REPO / t).exists()]
     assert missing == []
+
+
+def test_every_relative_link_in_the_docs_and_bench_results_resolves() -> None:
+    """Links in docs/*.md and bench/*.md resolve from the file that holds them (a bench's generated
+    section once linked docs/verification.md from bench/, where no such file is)."""
+    pages = [
+        REPO / "README.md",
+        *sorted((REPO / "docs").glob("*.md")),
+        *sorted((REPO / "bench").glob("*.md")),
+    ]
+    missing = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)  # code is not links
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if (
+                not target.startswith(("http://", "https://", "mailto:"))
+                and not (page.parent / target).exists()
+            ):
+                missing.append(f"{page.relative_to(REPO)}: {target}")
+    assert missing == []
+
+
+def test_bundle_format_page_names_the_current_bundle_format() -> None:
+    from pipeline.cook.key import BUNDLE_FORMAT
+
+    assert f"`{BUNDLE_FORMAT}`" in (REPO / "docs" / "bundle-format.md").read_text(encoding="utf-8")

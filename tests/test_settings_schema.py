@@ -158,7 +158,13 @@ def test_frozen_classes_get_their_fields_from_the_table() -> None:
     cook_fields = [field.name for field in dataclasses.fields(CookSettings)]
     assert cook_fields == ["platform", *(setting.name for setting in COOK_SETTINGS)]
     platform_fields = [field.name for field in dataclasses.fields(Platform)]
-    assert platform_fields == ["name", "path", *(setting.name for setting in PLATFORM_SETTINGS), "settings"]
+    assert platform_fields == [
+        "name",
+        "path",
+        *(setting.name for setting in PLATFORM_SETTINGS),
+        "settings",
+        "origins",
+    ]
     assert CookSettings.__module__ == Platform.__module__ == "pipeline.settings.resolve"
 
 

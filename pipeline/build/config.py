@@ -30,7 +30,8 @@ class Folders:
 def folders(env: Mapping[str, str], root: Path) -> Folders:
     """The assets, platforms and build folders; ``COOK_ASSETS_DIR`` etc. override them (relative to
     ``root``). The runtimes folder is shared by every build on the machine: the user's cache folder, or
-    ``COOK_RUNTIMES_DIR`` (relative to the folder the command was started in)."""
+    ``COOK_RUNTIMES_DIR``; the signing key ``COOK_SIGNING_KEY`` (both relative to the folder the command
+    was started in)."""
 
     def pick(variable: str, default: str) -> Path:
         return (root / env.get(variable, default)).resolve()
@@ -40,8 +41,18 @@ def folders(env: Mapping[str, str], root: Path) -> Folders:
         platforms=pick("COOK_PLATFORMS_DIR", "platforms"),
         build=pick("COOK_BUILD_DIR", "build"),
         runtimes=runtimes_folder(env),
-        signing_key=pick("COOK_SIGNING_KEY", "") if env.get("COOK_SIGNING_KEY") else None,
+        signing_key=(_start_folder() / env["COOK_SIGNING_KEY"]).resolve()
+        if env.get("COOK_SIGNING_KEY")
+        else None,
     )
+
+
+def _start_folder() -> Path:
+    """The folder the command was started in: relative ``COOK_RUNTIMES_DIR`` and ``COOK_SIGNING_KEY``
+    are the user's, from there (doit moves into the folder of dodo.py before loading it, and
+    remembers where it started)."""
+    loader = sys.modules.get("doit.loader")
+    return Path(getattr(loader, "initial_workdir", None) or os.getcwd())
 
 
 def runtimes_folder(env: Mapping[str, str]) -> Path:
@@ -49,11 +60,7 @@ def runtimes_folder(env: Mapping[str, str]) -> Path:
     user: ``COOK_RUNTIMES_DIR``, else ``<the user's cache folder>/onnx-cooker/runtimes``."""
     chosen = env.get("COOK_RUNTIMES_DIR")
     if chosen:
-        # doit moves into the folder of dodo.py before loading it; a relative path is the user's,
-        # from the folder the command was started in (doit remembers it).
-        loader = sys.modules.get("doit.loader")
-        start = getattr(loader, "initial_workdir", None) or os.getcwd()
-        return (Path(start) / chosen).resolve()
+        return (_start_folder() / chosen).resolve()
     import platformdirs  # only here: ~5 ms that a build with COOK_RUNTIMES_DIR never pays
 
     return (Path(platformdirs.user_cache_dir("onnx-cooker", appauthor=False)) / "runtimes").resolve()

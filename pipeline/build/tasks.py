@@ -152,14 +152,15 @@ def _warn_unmatched_globs(platforms: list[Platform], names: list[str]) -> None:
     if not names:
         return
     lines = [
-        f"warning: {platform.path}: {key} glob {glob!r} matches none of the {len(names)} model(s) in the "
-        f"assets; fix it or remove it (`onnx-cooker list --all` lists the models)\n"
+        f"warning: {platform.origins.get(key, platform.path)}: {key} glob {glob!r} matches none of the "
+        f"{len(names)} model(s) in the assets; fix it or remove it (`onnx-cooker list --all` lists the "
+        "models)\n"
         for platform in platforms
         for key, globs in (("include", platform.include), ("exclude", platform.exclude))
         for glob in globs
         if glob != "*" and not any(fnmatch.fnmatchcase(name, glob) for name in names)
     ]
-    sys.stderr.write("".join(lines))
+    sys.stderr.write("".join(dict.fromkeys(lines)))  # a COOK_SET_ variable's glob: once, not per platform
 
 
 def _warn(strays: tuple[str, ...]) -> None:

@@ -48,14 +48,16 @@ class Project:
 
     def environment(self, env: Mapping[str, str], cwd: Path) -> dict[str, str]:
         """``env`` with each ``COOK_*_DIR`` set to an absolute path: the variable's own value
-        (relative to ``cwd``) where it is set, else the project file's."""
+        (relative to ``cwd``) where it is set, else the project file's; ``COOK_RUNTIMES_DIR`` and
+        ``COOK_SIGNING_KEY`` relative to ``cwd`` too."""
         out = dict(env)
         for key, (variable, _) in KEYS.items():
             given = env.get(variable)
             out[variable] = str((cwd / given).resolve() if given else self.folders[key])
-        runtimes = env.get("COOK_RUNTIMES_DIR")
-        if runtimes:
-            out["COOK_RUNTIMES_DIR"] = str((cwd / runtimes).resolve())
+        for variable in ("COOK_RUNTIMES_DIR", "COOK_SIGNING_KEY"):  # paths too, from where the user is
+            given = env.get(variable)
+            if given:
+                out[variable] = str((cwd / given).resolve())
         return out
 
 

@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_MAX_MODEL_SIZE": "blob",
     "BlobHeader": "header",
     "Unpacked": "blob",
+    "check_blob": "blob",
     "decode_blob": "blob",
     "read_header": "header",
     "unpack_blob": "blob",

@@ -85,7 +85,8 @@ CookSettings = _frozen_class(
     key=_key,
 )
 # Fields: name (the file stem, e.g. "windows-dml"), path, every "platform"-scope row of the settings
-# table, and settings: the cook settings (defaults merged with the file), read-only.
+# table, settings: the cook settings (defaults merged with the file), read-only, and origins: where
+# each setting came from (the file, a COOK_SET_ variable, or the defaults: for messages).
 Platform = _frozen_class(
     "Platform",
     "One target platform file: which models it cooks and its validated settings.",
@@ -94,6 +95,7 @@ Platform = _frozen_class(
         ("path", Path),
         *((setting.name, setting.kind.frozen) for setting in PLATFORM_SETTINGS),
         ("settings", Mapping[str, Any], field(hash=False)),
+        ("origins", Mapping[str, str], field(hash=False, compare=False)),
     ],
     selects=_selects,
 )
@@ -118,11 +120,11 @@ def load_platforms(platforms_dir: Path, env: Mapping[str, str]) -> tuple[Platfor
         problems.append(
             f"{platforms_dir}: no platform files (*.yaml) found; add one per target, e.g. android.yaml"
         )
-    env_values, _, env_problems = env_settings(env)
+    env_values, env_origins, env_problems = env_settings(env)
     problems += env_problems
     platforms = []
     for path in paths:
-        platform, found = _load_platform(path, env_values)
+        platform, found = _load_platform(path, env_values, env_origins)
         problems += found
         if platform is not None:
             platforms.append(platform)
@@ -163,10 +165,7 @@ def resolve(
     load_model_settings() returned; model_source names its file in problem messages.
     """
     values = dict(platform.settings)
-    origins = {
-        key: str(platform.path) if value != _freeze(DEFAULTS[key]) else DEFAULTS_SOURCE
-        for key, value in values.items()
-    }
+    origins = {key: platform.origins.get(key, DEFAULTS_SOURCE) for key in values}
     section = model_settings.get("platforms", {}).get(platform.name, {})
     layers = [
         (model_source, {k: v for k, v in model_settings.items() if k not in MODEL_ONLY_KEYS}),
@@ -213,7 +212,9 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _load_platform(path: Path, env_values: Mapping[str, Any]) -> tuple[Platform | None, list[str]]:
+def _load_platform(
+    path: Path, env_values: Mapping[str, Any], env_origins: Mapping[str, str]
+) -> tuple[Platform | None, list[str]]:
     source = str(path)
     problems = []
     if not PLATFORM_NAME.fullmatch(path.stem):
@@ -239,11 +240,16 @@ def _load_platform(path: Path, env_values: Mapping[str, Any]) -> tuple[Platform 
         )
     if problems:
         return None, problems
+    # the selection's variables (include, exclude, ...); resolve() applies the cook settings' own
+    origins |= {key: env_origins[key] for key in env_values if key not in COOK_KEYS}
     return Platform(
         name=path.stem,
         path=path,
         **frozen_values(PLATFORM_SETTINGS, selection),
         settings=_freeze({key: value for key, value in merged.items() if key in COOK_KEYS}),
+        origins=MappingProxyType(
+            {key: origin for key, origin in origins.items() if origin != DEFAULTS_SOURCE}
+        ),
     ), []
 
 
