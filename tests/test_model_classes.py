@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -774,3 +775,52 @@ def test_an_optional_float16_input_gets_its_float32_sample_cast() -> None:
     graph = helper.make_graph([], "g", [helper.make_value_info("opt", optional)], [])
     cast = as_input_types(model_of(graph), {"opt": np.ones(2, np.float32)})
     assert cast["opt"].dtype == np.float16
+
+
+def dropout_model(training: bool, ratio: float = 0.1) -> onnx.ModelProto:
+    """x [batch, 16] @ W, then Dropout with constant ratio and training_mode: what
+    torch.onnx.export(dynamo=True) writes for a module left in train() (a constant true)."""
+    weights = (np.random.default_rng(RNG_SEED).standard_normal((16, 16)) * 0.3).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Dropout", ["m", "ratio", "training"], ["y"], name="encoder.dropout"),
+        ],
+        "dropout",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
+        [
+            numpy_helper.from_array(weights, "w"),
+            numpy_helper.from_array(np.array(ratio, np.float32), "ratio"),
+            numpy_helper.from_array(np.array(training), "training"),
+        ],
+    )
+    return model_of(graph, opset=17)
+
+
+@pytest.mark.parametrize("platform", ["android", "windows-dml"])
+def test_a_dropout_in_training_mode_is_refused_with_the_export_fix(
+    tmp_path: Path, platform: str
+) -> None:
+    """Its outputs are random at every run: the cook once verified it (onnxruntime's seed lined the
+    draws up) and the runtime check then advised `atol: 3`, or blamed precision and advised a
+    verify_scale that shipped it. Refused before it runs, naming the node and `model.eval()`."""
+    model = dropout_model(training=True)
+    first = onnxruntime.InferenceSession(model.SerializeToString(), providers=CPU)
+    x = np.ones((2, 16), np.float32)
+    assert not np.array_equal(first.run(None, {"x": x})[0], first.run(None, {"x": x})[0])  # the premise
+    with pytest.raises(ModelError) as failure:
+        cook_unconfigured(model, "tagger", platform, tmp_path)
+    said = str(failure.value)
+    assert "runs Dropout in training mode ('encoder.dropout': its training_mode input is a constant" in said
+    assert "after `model.eval()`" in said and "`verify: false` in " in said and "tagger.cook.yaml" in said
+    # in eval mode, and at ratio 0 (the identity), the same model cooks and verifies
+    for name, fine in (("eval", dropout_model(training=False)), ("ratio0", dropout_model(True, ratio=0.0))):
+        entry = cook_unconfigured(fine, name, platform, tmp_path)
+        assert all(output["ok"] for output in entry["verification"]["outputs"])
+    # randomness meant (Monte Carlo dropout): `verify: false` ships it, unverified
+    save(model, tmp_path / "assets", "sampler")
+    (tmp_path / "assets" / "sampler.cook.yaml").write_text("verify: false\n")
+    unverified = replace(shipped_settings(platform), verify=False)
+    entry = cook(job_for(tmp_path / "assets", "sampler", unverified, tmp_path / "build"))
+    assert entry["verification"] == {"skipped": "verify is false in the settings"}

@@ -24,6 +24,7 @@ from pipeline.cook.precision import (
     FP32,
 )
 from pipeline.cook.precision_gate import accuracy_gate, precision_variant
+from pipeline.cook.randomness import refuse_training_dropout
 from pipeline.cook.shapes import fix_shapes
 from pipeline.cook.source import SourceRead, load_source, read_sources
 from pipeline.cook.variant import cook_with_style_fallback
@@ -78,6 +79,8 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
         model = load_source(asset, read)
         read.release([asset.path, *asset.external_data])  # parsed: the bytes are not needed again
         fix_shapes(model, job.settings)
+        if job.settings.verify:  # random outputs: nothing below could verify them
+            refuse_training_dropout(job, model)
     source_model, precision = model, {"precision": job.settings.precision}
     if job.settings.precision != FP32:
         with step("precision variant"):
