@@ -799,9 +799,7 @@ def dropout_model(training: bool, ratio: float = 0.1) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("platform", ["android", "windows-dml"])
-def test_a_dropout_in_training_mode_is_refused_with_the_export_fix(
-    tmp_path: Path, platform: str
-) -> None:
+def test_a_dropout_in_training_mode_is_refused_with_the_export_fix(tmp_path: Path, platform: str) -> None:
     """Its outputs are random at every run: the cook once verified it (onnxruntime's seed lined the
     draws up) and the runtime check then advised `atol: 3`, or blamed precision and advised a
     verify_scale that shipped it. Refused before it runs, naming the node and `model.eval()`."""
@@ -824,3 +822,21 @@ def test_a_dropout_in_training_mode_is_refused_with_the_export_fix(
     unverified = replace(shipped_settings(platform), verify=False)
     entry = cook(job_for(tmp_path / "assets", "sampler", unverified, tmp_path / "build"))
     assert entry["verification"] == {"skipped": "verify is false in the settings"}
+
+
+def test_string_sample_inputs_saved_as_objects_name_the_str_array_fix(tmp_path: Path) -> None:
+    """np.savez of a dtype=object string array (the type onnxruntime takes) cannot be read without
+    unpickling; the message said "write it with numpy.savez", which it was. It now names the input
+    and the fix, a str array, which then cooks."""
+    assets = tmp_path / "assets"
+    save(word_ids_model(["cat", "dog"], [3]), assets, "words")
+    words = ["cat", "emu", "dog"]
+    np.savez(assets / "words.inputs.npz", words=np.array(words, dtype=object))
+    with pytest.raises(VerifyError) as failure:
+        cook(job_for(assets, "words", shipped_settings("android"), tmp_path / "build"))
+    said = str(failure.value)
+    assert "words.inputs.npz: input 'words' is an array of Python objects (dtype=object)" in said, said
+    assert "numpy.array(list_of_strings) (dtype '<U...')" in said
+    np.savez(assets / "words.inputs.npz", words=np.array(words))
+    entry = cook(job_for(assets, "words", shipped_settings("android"), tmp_path / "build"))
+    assert entry["verification"]["inputs"] == "words.inputs.npz" and entry["verification"]["outputs"][0]["ok"]

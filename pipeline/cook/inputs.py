@@ -267,10 +267,21 @@ def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -
             f"{path}: not a .npz archive (numpy.savez writes a zip of .npy arrays); write the sample inputs "
             "with numpy.savez(path, **{input_name: array})"
         )
+    key = ""
     try:
         with np.load(source, allow_pickle=False) as archive:
-            feeds = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            feeds = {}
+            for key in archive.files:
+                feeds[key] = archive[key]
+    except ValueError as exc:
+        if "Object arrays cannot be loaded" not in str(exc):
+            raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
+        raise VerifyError(
+            f"{path}: input {key!r} is an array of Python objects (dtype=object), which .npz keeps only "
+            "pickled, and the cook loads no pickle; store strings as a str array, "
+            "numpy.array(list_of_strings) (dtype '<U...'), which the cook hands to onnxruntime as strings"
+        ) from None
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
         raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
     raw = sorted(name for name, value in feeds.items() if value.dtype.kind == "V")
     if raw:
