@@ -275,7 +275,9 @@ def load_inputs(path: Path, model: onnx.ModelProto, data: bytes | None = None) -
                 feeds[key] = archive[key]
     except ValueError as exc:
         if "Object arrays cannot be loaded" not in str(exc):
-            raise VerifyError(f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez") from None
+            raise VerifyError(
+                f"{path}: cannot read sample inputs ({exc}); write it with numpy.savez"
+            ) from None
         raise VerifyError(
             f"{path}: input {key!r} is an array of Python objects (dtype=object), which .npz keeps only "
             "pickled, and the cook loads no pickle; store strings as a str array, "

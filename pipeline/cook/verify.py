@@ -212,7 +212,8 @@ def verify(
     selection computes only (``selection_outputs``: TopK, NMS, argmax over near-ties): a YOLO
     end-to-end detector's top 300 boxes come out in another order once the default level fuses its
     convolutions, and the cooked model, loaded at that level, gives exactly the source's
-    default-level boxes."""
+    default-level boxes; and every output of an int8 variant it made, whose QDQ pairs the default
+    level runs as int8 kernels (checking._references)."""
     try:
         onnxruntime.set_seed(RANDOM_SEED)
         session = session_from_blob(blob, providers=CPU_ONLY, max_model_size=TRUSTED_SIZE)
