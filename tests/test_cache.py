@@ -128,6 +128,28 @@ def test_a_changed_source_misses(tmp_path: Path) -> None:
     assert not again.hit
 
 
+def test_two_models_of_the_same_bytes_and_file_name_keep_an_entry_each(tmp_path: Path) -> None:
+    """assets/a/net.onnx and assets/b/net.onnx, the same bytes (or a model moved into a folder on one
+    branch): one cook key made each refuse the other's entry ("for another name") and overwrite it
+    at every cook. Each has its own key now, and a fresh build takes both from the cache."""
+    assets = tmp_path / "assets"
+    for folder in ("a", "b"):
+        save(conv_bn_relu_model(), assets / folder, "net")
+
+    def job_of(name: str, build: Path) -> CookJob:
+        asset = next(a for a in discover(assets) if a.name == name)
+        return CookJob(asset=asset, settings=shipped_settings(PLATFORM), platform_dir=build / PLATFORM)
+
+    keys = {name: job_of(name, tmp_path / "one").task_key for name in ("a/net", "b/net")}
+    assert keys["a/net"] != keys["b/net"]
+    for build in ("one", "two"):
+        for name in ("a/net", "b/net"):
+            cache = folder_cache(tmp_path / "cache")
+            cook(job_of(name, tmp_path / build), cache)
+            assert cache.notes == [], cache.notes  # no entry refused as another model's
+            assert cache.hit == (build == "two"), (build, name)
+
+
 def _poison_blob(store: FolderStore | S3Store, cook_key: str, blob: bytes) -> None:
     """Replace an entry's blob with other bytes and make its index agree (as a broken or hostile
     writer could): only the checks against the key and the entry can catch it."""

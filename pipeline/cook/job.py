@@ -30,7 +30,8 @@ class RuntimeCheck:
 class CookJob:
     """Everything one (platform, model) cook needs; picklable for ``doit -n``.
 
-    ``task_key`` is derived from the settings (and the tool versions) when the job is made.
+    ``task_key`` is derived from the model's name and settings (and the tool versions) when the job
+    is made.
     """
 
     asset: AssetModel
@@ -39,4 +40,4 @@ class CookJob:
     task_key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "task_key", cookkey.task_key(self.settings.to_dict()))
+        object.__setattr__(self, "task_key", cookkey.task_key(self.settings.to_dict(), self.asset.name))

@@ -52,12 +52,17 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def task_key(settings: Mapping[str, Any]) -> str:
-    """The part of the key doit compares at load time (``config_changed``): settings and versions.
+def task_key(settings: Mapping[str, Any], model: str) -> str:
+    """The part of the key doit compares at load time (``config_changed``): the model's name (its
+    blob's header holds it: two models of the same bytes and file name in two folders, or a model
+    moved into a folder on one branch, would share a key and refuse each other's cache entry),
+    settings and versions.
 
     Source bytes are tracked by doit's ``file_dep`` instead, so loading tasks never hashes models.
     """
-    return canonical_json({"bundle_format": BUNDLE_FORMAT, "settings": settings, "tools": tool_versions()})
+    return canonical_json(
+        {"bundle_format": BUNDLE_FORMAT, "model": model, "settings": settings, "tools": tool_versions()}
+    )
 
 
 def cook_key(task_key_text: str, sources: Mapping[str, str]) -> str:
