@@ -64,6 +64,12 @@ def outputs(build: Path) -> dict[str, bytes]:
     }
 
 
+def listed_object(root: Path, digest: str, role: str) -> Path:
+    """The object a folder cache's index names for ``role`` (objects are named by their sha256)."""
+    index = json.loads((root / _index_name(digest)).read_text())
+    return root / _object_name(digest, role, index["files"][role]["sha256"])
+
+
 def folder_cache(root: Path, **options: object) -> CookCache:
     return CookCache(CacheConfig(url=str(root), **options))
 
@@ -153,10 +159,10 @@ def test_two_models_of_the_same_bytes_and_file_name_keep_an_entry_each(tmp_path:
 def _poison_blob(store: FolderStore | S3Store, cook_key: str, blob: bytes) -> None:
     """Replace an entry's blob with other bytes and make its index agree (as a broken or hostile
     writer could): only the checks against the key and the entry can catch it."""
-    digest = entry_digest(cook_key)
-    store.put(_object_name(digest, "blob"), blob)
+    digest, sha256 = entry_digest(cook_key), hashlib.sha256(blob).hexdigest()
+    store.put(_object_name(digest, "blob", sha256), blob)
     index = json.loads(store.get(_index_name(digest)))
-    index["files"]["blob"] = {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    index["files"]["blob"] = {"size": len(blob), "sha256": sha256}
     store.put(_index_name(digest), json.dumps(index).encode())
 
 
@@ -191,11 +197,29 @@ def test_a_poisoned_entry_is_refused_in_one_line_cooked_again_and_overwritten(
     assert hitting.hit and outputs(third) == outputs(first)
 
 
+def test_a_reupload_of_a_key_killed_midway_leaves_its_entry_whole(tmp_path: Path) -> None:
+    """Two agents cook one key (ORT blobs differ from cook to cook); the second is killed after its
+    blob object. With one object name per role its blob replaced the first's under the first's
+    index, and every reader refused the entry after; objects are named by content now."""
+    assets, first = project(tmp_path, "first")
+    entry = cook(job(assets, first), folder_cache(tmp_path / "cache"))
+    digest = entry_digest(entry["cook_key"])
+    listed = listed_object(tmp_path / "cache", digest, "blob")
+    other = b"another agent's blob of the same cook key"
+    FolderStore(tmp_path / "cache").put(
+        _object_name(digest, "blob", hashlib.sha256(other).hexdigest()), other
+    )
+    assert listed.exists() and len(list(listed.parent.glob("blob.*"))) == 2
+    hitting = folder_cache(tmp_path / "cache")
+    cook(job(assets, tmp_path / "second"), hitting)
+    assert hitting.hit and hitting.notes == [] and outputs(tmp_path / "second") == outputs(first)
+
+
 def test_damaged_bytes_under_a_valid_index_are_refused(tmp_path: Path) -> None:
     assets, first = project(tmp_path, "first")
     entry = cook(job(assets, first), folder_cache(tmp_path / "cache"))
     digest = entry_digest(entry["cook_key"])
-    blob_object = tmp_path / "cache" / _object_name(digest, "blob")
+    blob_object = listed_object(tmp_path / "cache", digest, "blob")
     damaged = bytearray(blob_object.read_bytes())
     damaged[-10] ^= 0xFF
     blob_object.write_bytes(bytes(damaged))
@@ -455,8 +479,9 @@ def _rewrite(store: FolderStore, cook_key: str, role: str, data: bytes | None) -
     if data is None:
         del index["files"][role]
     else:
-        store.put(_object_name(digest, role), data)
-        index["files"][role] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        sha256 = hashlib.sha256(data).hexdigest()
+        store.put(_object_name(digest, role, sha256), data)
+        index["files"][role] = {"size": len(data), "sha256": sha256}
     store.put(_index_name(digest), json.dumps(index).encode())
 
 
@@ -644,7 +669,7 @@ def test_a_folder_cache_on_the_builds_file_system_shares_files_by_hard_link_and_
     assets, first = project(tmp_path, "first")
     cook(job(assets, first), folder_cache(tmp_path / "cache"))
     digest = entry_digest(json.loads(outputs(first)["entry"])["cook_key"])
-    cached_blob = tmp_path / "cache" / _object_name(digest, "blob")
+    cached_blob = listed_object(tmp_path / "cache", digest, "blob")
     first_blob = blob_path(first / PLATFORM, "net", "onnx")
     assert cached_blob.samefile(first_blob)  # the upload linked the build's file
     _, second = project(tmp_path, "second")

@@ -29,14 +29,17 @@ def age(path: Path, seconds: float) -> float:
     return stamp
 
 
+ZERO = "0" * 64  # the sha256 put_entry's indexes list, and its objects are named by
+
+
 def put_entry(root: Path, key: str, sizes: dict[str, int], days: float) -> str:
     """An entry as ``CookCache.upload`` leaves it: objects, then its index, last used ``days`` ago."""
     digest = entry_digest(key)
     for role, size in sizes.items():
-        path = root / _object_name(digest, role)
+        path = root / _object_name(digest, role, ZERO)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x" * size)
-    files = {role: {"size": size, "sha256": "0" * 64} for role, size in sizes.items()}
+    files = {role: {"size": size, "sha256": ZERO} for role, size in sizes.items()}
     index = root / _index_name(digest)
     index.parent.mkdir(parents=True, exist_ok=True)
     index.write_text(json.dumps({"version": 1, "cook_key": key, "files": files}))
@@ -54,7 +57,7 @@ def put_check(root: Path, key: str, size: int, days: float) -> Path:
 
 def put_orphan(root: Path, key: str, size: int, seconds: float) -> Path:
     """Objects without an index (an upload in progress or killed), last changed ``seconds`` ago."""
-    folder = (root / _object_name(entry_digest(key), "blob")).parent
+    folder = (root / _object_name(entry_digest(key), "blob", ZERO)).parent
     folder.mkdir(parents=True)
     (folder / "blob").write_bytes(b"o" * size)
     age(folder / "blob", seconds)
@@ -74,7 +77,7 @@ def put_temp(folder: Path, name: str, size: int, seconds: float) -> Path:
 
 def present(root: Path, digest: str) -> bool:
     """The entry is whole: its index and its objects folder."""
-    index, objects = root / _index_name(digest), (root / _object_name(digest, "blob")).parent
+    index, objects = root / _index_name(digest), (root / _object_name(digest, "blob", ZERO)).parent
     assert index.exists() == objects.exists(), "an entry is removed whole"
     return index.exists()
 
@@ -149,7 +152,7 @@ def test_older_than_removes_exactly_the_entries_and_reports_not_used_since(
     assert code == 0
     assert [present(cache, digest) for digest in old + fresh] == [False, False, True, True]
     assert not old_report.exists() and fresh_report.exists() and not old_note.exists()
-    assert all((cache / _object_name(d, "blob")).stat().st_size == 1000 for d in fresh)
+    assert all((cache / _object_name(d, "blob", ZERO)).stat().st_size == 1000 for d in fresh)
     assert out.splitlines() == [
         "prune: removed 2 entries, 2 check reports, 0 orphan folders, 0 temp files; "
         "freed 2.15 kB (2148 bytes); left 2 entries, 2.02 kB (2020 bytes)"
@@ -185,7 +188,7 @@ def test_orphans_and_temp_files_are_removed_only_after_an_hour(
     live = put_entry(cache, "live", {"blob": 100}, days=0)
     uploading = put_orphan(cache, "uploading", 500, seconds=50 * 60)
     killed = put_orphan(cache, "killed", 700, seconds=61 * 60)
-    objects = (cache / _object_name(live, "blob")).parent
+    objects = (cache / _object_name(live, "blob", ZERO)).parent
     young_temp = put_temp(objects, "blob", 30, seconds=10 * 60)
     old_temps = [
         put_temp(objects, "verify", 20, seconds=3 * HOUR),
@@ -196,7 +199,7 @@ def test_orphans_and_temp_files_are_removed_only_after_an_hour(
     code, out = run(capsys, "prune", "--max-size", "1TB", "--cache", str(cache))
 
     assert code == 0
-    assert present(cache, live) and (cache / _object_name(live, "blob")).exists()
+    assert present(cache, live) and (cache / _object_name(live, "blob", ZERO)).exists()
     assert (uploading / "blob").exists() and not killed.exists()
     assert young_temp.exists() and not any(temp.exists() for temp in old_temps)
     assert "removed 0 entries, 0 check reports, 1 orphan folder, 3 temp files; freed 735 bytes;" in out
@@ -249,7 +252,7 @@ def test_hard_linked_objects_are_unlinked_never_changed(
     build_blob = tmp_path / "build" / "net.blob"
     build_blob.parent.mkdir()
     build_blob.write_bytes(b"b" * 5000)
-    os.link(build_blob, cache / _object_name(digest, "blob"))
+    os.link(build_blob, cache / _object_name(digest, "blob", ZERO))
     half = put_entry(cache, "index-only", {}, days=60)  # objects gone: an entry of 0 bytes
 
     assert (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from pipeline.fsutil import temp_beside
 from pipeline.runtime.compat import parse_version
 
 INDEX_VERSION = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_COOK_SECONDS = 7 * 86400  # an index claiming a longer cook is not believed (the summary's "saved")
 
 
@@ -48,8 +50,12 @@ def entry_digest(cook_key: str) -> str:
     return hashlib.sha256(cook_key.encode()).hexdigest()
 
 
-def _object_name(digest: str, role: str) -> str:
-    return f"objects/{digest[:2]}/{digest}/{role}"
+def _object_name(digest: str, role: str, sha256: str) -> str:
+    """An object's name holds its content's sha256: two agents uploading one cook key at once (ORT
+    blobs differ from cook to cook), or one killed while it re-uploads an entry, write objects of
+    their own, and each index names its own; with one name per role, the index that won could
+    describe the other agent's blob, and the entry was refused by every reader after."""
+    return f"objects/{digest[:2]}/{digest}/{role}.{sha256[:32]}"
 
 
 def _index_name(digest: str) -> str:
@@ -223,7 +229,7 @@ class CookCache:
         try:
             for role, path in files.items():
                 size = path.stat().st_size
-                store.put_file(_object_name(digest, role), path)
+                store.put_file(_object_name(digest, role, digests[role]), path)
                 index["files"][role] = {"size": size, "sha256": digests[role]}
                 self.bytes_up += size
             store.put(_index_name(digest), json.dumps(index, sort_keys=True).encode())
@@ -298,8 +304,10 @@ def _fetch_files(
     for role, expected in listed.items():
         dest = dests[role]
         dest.parent.mkdir(parents=True, exist_ok=True)
+        if not isinstance(expected, dict) or not _SHA256.fullmatch(str(expected.get("sha256"))):
+            raise PoisonedEntry(f"its index lists no sha256 for its {role} object")  # nor a path
         temp = staged[role] = temp_beside(dest)  # removed with the others whatever happens next
-        sha256 = store.get_file(_object_name(digest, role), temp)
+        sha256 = store.get_file(_object_name(digest, role, expected["sha256"]), temp)
         if sha256 is None:
             raise PoisonedEntry(f"its {role} object is missing")
         if temp.stat().st_size != expected.get("size") or sha256 != expected.get("sha256"):

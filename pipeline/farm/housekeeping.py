@@ -10,7 +10,8 @@ lifecycle rule expires its objects (docs/build-farms.md, "S3: a lifecycle rule")
 The layout it works on, as ``pipeline.farm.cache`` writes it (``d``: an entry's digest)::
 
     index/<d[:2]>/<d>.json        an entry's index; its mtime is the entry's last use (a hit touches it)
-    objects/<d[:2]>/<d>/<role>    the entry's objects (blob, entry, verify, applied)
+    objects/<d[:2]>/<d>/<role>.<sha256[:32]>
+                                  the entry's objects (blob, entry, verify, applied), named by content
     checks/<d[:2]>/<d>.json       a runtime check's report; its mtime is its last use
     recipes/<r[:2]>/<r>.json      the tool versions a cook was made with (for the note on a miss
                                   caused only by other versions); counted and pruned with reports
@@ -63,7 +64,7 @@ class Entry:
     index: Path
     objects: Path
     last_use: float
-    sizes: Mapping[str, int]  # st_size by object name (role)
+    sizes: Mapping[str, int]  # st_size of its objects by role
     linked: int = 0  # bytes of those objects that have other hard links (build folders)
 
     @property
@@ -175,7 +176,10 @@ def _entry(
     objects: Sequence[tuple[Path, os.stat_result]],
 ) -> Entry:
     """``index``: the index file and its lstat; ``objects``: the object files and theirs."""
-    sizes = {path.name: info.st_size for path, info in objects}
+    sizes: dict[str, int] = {}
+    for path, info in objects:  # by role: racing uploads of one key may have left two blobs
+        role = path.name.split(".", 1)[0]
+        sizes[role] = sizes.get(role, 0) + info.st_size
     linked = sum(info.st_size for _, info in objects if info.st_nlink > 1)
     return Entry(digest, index[0], folder, index[1].st_mtime, sizes, linked)
 
