@@ -559,3 +559,23 @@ def test_doit_records_the_cookers_sha256s_and_a_touched_source_is_not_cooked_aga
     again = doit(project, "cook")
     assert again.returncode == 0, again.stderr
     assert ".  cook:android:net" not in again.stdout and "-- cook:android:net" in again.stdout
+
+
+def test_a_removed_models_blob_goes_after_its_grace_though_nothing_else_changes(tmp_path: Path) -> None:
+    """Retired blobs were deleted only when a manifest was written again: after a model was removed,
+    cooks that changed nothing kept its blob for good. The manifest task now runs once one is due."""
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    platform_dir = project / "build" / "android"
+    removed = json.loads((platform_dir / "manifest.json").read_text())["models"]["mlp"]["file"]
+    (project / "assets" / "mlp.onnx").unlink()
+    assert doit(project, "cook").returncode == 0
+    assert (platform_dir / removed).is_file()  # within its grace: a reader of the old manifest may use it
+    quiet = doit(project, "cook")
+    assert quiet.returncode == 0 and ".  cook:android" not in quiet.stdout  # nothing due, nothing ran
+    ledger = platform_dir / ".stamps" / "retired.json"
+    aged = {name: at - 3600 for name, at in json.loads(ledger.read_text()).items()}
+    ledger.write_text(json.dumps(aged))
+    swept = doit(project, "cook")
+    assert swept.returncode == 0 and not (platform_dir / removed).exists(), swept.stdout
+    assert doit(project, "cook").stdout.count(".  ") == 0  # and then nothing again

@@ -345,3 +345,32 @@ def test_ctrl_c_during_a_cook_says_one_line_and_the_next_cook_finishes(tmp_path:
     again = doit(project, "cook", timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert_bundle_intact(project / "build" / "android", {"net", "mlp"})
+
+
+def test_a_moved_project_and_one_changed_model_redo_only_what_changed(tmp_path: Path) -> None:
+    """doit's records name absolute paths: a project moved to another path ran every task again,
+    each cook cooking anew; and one changed model re-ran the runtime check of every model. A cook
+    whose outputs are the ones its stamps recorded (sha256, by name) for the same cook key now takes
+    them where they are, and a model whose last check passed for the same blob is not checked again."""
+    from tests.models import dense_model
+    from tests.test_dodo import cook as doit_cook
+
+    project = small_project(tmp_path / "here")
+    doit_cook(project)
+    onnx.save(
+        dense_model(8, 4, batch=1, seed=99, activation="Sigmoid", name="mlp"), project / "assets" / "mlp.onnx"
+    )
+    changed = doit_cook(project)
+    assert changed.ran & {"cook:android:net", "cook:android:mlp"} == {"cook:android:mlp"}
+    assert (
+        "android: 2 model(s) load and match in onnxruntime 1.32.0 (1 of them as their last check here"
+        in changed.stdout
+    )
+    blobs = {p.name: p.read_bytes() for p in (project / "build" / "android").glob("*.ocb")}
+    moved = shutil.move(project, tmp_path / "there")
+    after = doit_cook(Path(moved))
+    assert after.stdout.count("(in place: the same outputs, at a new path)") == 2, after.stdout
+    assert "(2 of them as their last check here: the same blobs)" in after.stdout
+    assert {p.name: p.read_bytes() for p in (Path(moved) / "build" / "android").glob("*.ocb")} == blobs
+    again = doit_cook(Path(moved))
+    assert not any(task.startswith("cook:") for task in again.ran), again.stdout  # recorded at the new paths

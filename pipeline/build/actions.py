@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import sys
 import time
@@ -56,6 +57,9 @@ def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFaile
 
     cache = CookCache(cache_config) if cache_config is not None else None
     miss = None
+    if (moved := _moved(job)) is not None:  # the folder moved: doit's records name the old paths
+        sys.stdout.write(f"{cook_line(moved)} (in place: the same outputs, at a new path)\n")
+        return None
     try:
         if cache is not None and can_isolate():
             found = _look_up(job, cache)
@@ -92,6 +96,15 @@ def _import_the_cook() -> None:
             if not module.name.startswith("_"):
                 importlib.import_module(f"{package.__name__}.{module.name}")
     importlib.import_module("pipeline.build.run_job")
+
+
+def _moved(job: CookJob) -> dict[str, Any] | None:
+    from pipeline.build.outputs import moved_in_place
+
+    try:
+        return moved_in_place(job)
+    except CookError:
+        return None  # cooked, which says what is wrong
 
 
 def _look_up(job: CookJob, cache: CookCache) -> Miss | str | None:
@@ -275,7 +288,7 @@ def run_runtime_checks(
                     f"{check.platform}: {len(below)} model(s) run too little on their preferred EP: "
                     + "; ".join(below)
                 )
-            write_json(check.result_path, report)
+            write_json(check.result_path, {k: v for k, v in report.items() if k != "unchanged"})
         except CookError as exc:
             return TaskFailed(str(exc))
         except OSError as exc:
@@ -284,14 +297,14 @@ def run_runtime_checks(
             )
         times[check.runtime_version] = time.perf_counter() - started
         write_json(check_times_path(check.platform_dir), times)
-        count = len(report["models"])
+        count, unchanged = len(report["models"]), report.pop("unchanged")
         source = (
             " (from the cook cache)"
             if cached == count
             else f" ({cached} of them from the cook cache)"
             if cached
             else ""
-        )
+        ) + (f" ({unchanged} of them as their last check here: the same blobs)" if unchanged else "")
         version = report["onnxruntime"]
         line = f"{check.platform}: {count} model(s) load and match in onnxruntime {version}{source}"
         lines = [line, *placement_lines(check, report), *notes, *(cache.notes if cache is not None else [])]
@@ -301,7 +314,7 @@ def run_runtime_checks(
 
 def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[str, Any], int]:
     """The check's report, and how many of its models came from the cache."""
-    from pipeline.build.target_check import run_check
+    from pipeline.build.target_check import read_result, run_check
 
     keys = {name: _check_key(check, name) for name in check.names}
     models: dict[str, Any] = {}
@@ -311,6 +324,18 @@ def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[
         if stored is not None:
             models[name], version = stored["models"][name], stored["onnxruntime"]
     cached = len(models)
+    # A model whose last check here passed for the same key (the same blob, version and check) is
+    # not checked again: one changed model re-ran the check of every model of the platform
+    digests = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in keys.items()}
+    try:
+        last = read_result(check.result_path)
+        before = {n: last["models"][n] for n, d in last.get("keys", {}).items() if d == digests.get(n)}
+    except (CookError, AttributeError, KeyError, TypeError):  # damaged: checked again, and rewritten
+        before = {}
+    unchanged = 0
+    for name, passed in before.items():
+        if name not in models and isinstance(passed, dict) and passed.get("ok") is True:
+            models[name], version, unchanged = passed, last.get("onnxruntime", version), unchanged + 1
     missing = tuple(name for name in check.names if name not in models)
     if missing:
         report = run_check(replace(check, names=missing))  # raises if any model fails
@@ -319,7 +344,8 @@ def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[
             models[name] = report["models"][name]
             if cache is not None:
                 cache.upload_check(keys[name], {"onnxruntime": version, "models": {name: models[name]}})
-    return {"onnxruntime": version, "models": {name: models[name] for name in check.names}}, cached
+    ordered = {name: models[name] for name in check.names}
+    return {"onnxruntime": version, "models": ordered, "keys": digests, "unchanged": unchanged}, cached
 
 
 # Bump whenever what the runtime check tests changes (its worker, its tolerances): cached reports of

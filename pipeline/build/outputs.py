@@ -19,7 +19,7 @@ from pipeline.build.stamps import hashed_sources, record, remembered_sources
 from pipeline.cook.job import CookJob
 from pipeline.cook.key import cook_key, recipe_of
 from pipeline.farm.cache import Cached, CookCache
-from pipeline.fsutil import stage_write
+from pipeline.fsutil import file_sha256, stage_write
 from pipeline.layout import (
     applied_variant_path,
     blob_path,
@@ -49,6 +49,41 @@ def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, s
         return None, None, None
     key = cook_key(job.task_key, {Path(path).name: stamp[3] for path, stamp in known.items()})
     return lookup(job, cache, key, known), key, known
+
+
+def moved_in_place(job: CookJob) -> dict[str, Any] | None:
+    """The entry of outputs this very cook already wrote, found at a new path: the project or its
+    build folder was moved (or the checkout sits at another path), so doit, whose records name
+    absolute paths, runs the task again. They count when the stamps recorded them under other paths,
+    every output is the file recorded under its name (sha256), and the entry's cook key is the one
+    the sources and settings give now; they are then recorded under the new paths. Else None (no
+    stamps, recorded at these paths already: doit ran the task for a change, which it cooks)."""
+    stamp_file = cook_stamps_path(job.platform_dir, job.asset.name)
+    where = dests(job)
+    try:
+        stamps = json.loads(stamp_file.read_text(encoding="utf-8"))
+        recorded = {Path(path).name: state[3] for path, state in stamps["files"].items()}
+        if not stamps["files"] or any(str(path) in stamps["files"] for path in where.values()):
+            return None
+        entry = json.loads(where["entry"].read_bytes())
+        digests = {role: file_sha256(path) for role, path in where.items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    if any(recorded.get(path.name) != digests[role] for role, path in where.items()):
+        return None
+    sources = hashed_sources(job.asset)
+    if not sources or entry.get("cook_key") != cook_key(
+        job.task_key, {Path(path).name: state[3] for path, state in sources.items()}
+    ):
+        return None
+    record(
+        list(paths(job).values()),
+        stamp_file,
+        sources=sources,
+        digests={where[role]: digest for role, digest in digests.items()},
+        memo_dir=digest_memo_dir(job.platform_dir.parent),
+    )
+    return entry
 
 
 def lookup(job: CookJob, cache: CookCache, key: str, sources: Stamps) -> dict[str, Any] | None:

@@ -124,6 +124,23 @@ def retire(platform_dir: Path, listed: Mapping[str, dict[str, Any]], now: float 
     write_json(ledger_path, current)
 
 
+class NoRetirementDue:
+    """doit's ``uptodate`` of a manifest task: False while the ledger holds a blob unreferenced for
+    GRACE_SECONDS, so that the task runs (and ``retire`` deletes it) even when nothing else changed;
+    cooks that changed nothing would otherwise leave a deleted model's blob for good. A class, not a
+    closure, so that doit's parallel runner can pickle it."""
+
+    def __init__(self, platform_dir: Path) -> None:
+        self.ledger = platform_dir / STAMPS_DIR / RETIRED_NAME
+
+    def __call__(self, task: object = None, values: object = None) -> bool:
+        try:
+            since = json.loads(self.ledger.read_text(encoding="utf-8")).values()
+            return not any(time.time() - float(at) >= GRACE_SECONDS for at in since)
+        except (OSError, ValueError, TypeError, AttributeError):
+            return True  # no ledger (nothing retired), or a damaged one: the next manifest rewrites it
+
+
 # What a cook stages for a model in .entries/ (pipeline/layout.py), by the end of its file name
 _STAGED_ENDS = (".json", ".verify.npz", ".applied.ort", *(f".{f}.{BLOB_SUFFIX}" for f in ("onnx", "ort")))
 

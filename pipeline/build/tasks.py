@@ -36,7 +36,7 @@ from pipeline.build.plan import (
     _shard_share,
     strict_from_env,
 )
-from pipeline.build.publish import remove_published
+from pipeline.build.publish import NoRetirementDue, remove_published
 from pipeline.build.stamps import OutputsIntact
 from pipeline.cook.job import CookJob, RuntimeCheck
 from pipeline.cook.key import BUNDLE_FORMAT, canonical_json
@@ -293,6 +293,7 @@ def _manifest_task(
                 [platform_dir / name for name in (MANIFEST_NAME, *configs, *signature)],
                 manifest_stamps_path(platform_dir),
             ),
+            NoRetirementDue(platform_dir),  # a retired blob past its grace: delete it
         ],
         "clean": [
             clean_targets,
