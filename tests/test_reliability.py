@@ -370,6 +370,8 @@ def test_a_moved_project_and_one_changed_model_redo_only_what_changed(tmp_path: 
     moved = shutil.move(project, tmp_path / "there")
     after = doit_cook(Path(moved))
     assert after.stdout.count("(in place: the same outputs, at a new path)") == 2, after.stdout
+    assert "cook:android:net: outputs recorded at another path (a moved folder)" in after.stderr
+    assert "changed since the last cook" not in after.stderr  # they did not: the folder moved
     assert "(2 of them as their last check here: the same blobs)" in after.stdout
     assert {p.name: p.read_bytes() for p in (Path(moved) / "build" / "android").glob("*.ocb")} == blobs
     again = doit_cook(Path(moved))

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline.build.stamps import hashed_sources, record, remembered_sources
+from pipeline.build.stamps import hashed_sources, record, recorded_elsewhere, remembered_sources
 from pipeline.cook.job import CookJob
 from pipeline.cook.key import cook_key, recipe_of
 from pipeline.farm.cache import Cached, CookCache
@@ -60,11 +60,11 @@ def moved_in_place(job: CookJob) -> dict[str, Any] | None:
     stamps, recorded at these paths already: doit ran the task for a change, which it cooks)."""
     stamp_file = cook_stamps_path(job.platform_dir, job.asset.name)
     where = dests(job)
+    if not recorded_elsewhere(list(where.values()), stamp_file):
+        return None
     try:
         stamps = json.loads(stamp_file.read_text(encoding="utf-8"))
         recorded = {Path(path).name: state[3] for path, state in stamps["files"].items()}
-        if not stamps["files"] or any(str(path) in stamps["files"] for path in where.values()):
-            return None
         entry = json.loads(where["entry"].read_bytes())
         digests = {role: file_sha256(path) for role, path in where.items()}
     except (OSError, ValueError, KeyError, TypeError, IndexError):

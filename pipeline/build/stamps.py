@@ -186,11 +186,23 @@ class OutputsIntact:
             # by an older cooker, or stamps deleted, are cooked again.
             return not any(path.exists() for path in self.outputs)
         different = changed(self.outputs, self.stamp_file)
-        if different:
+        if different and recorded_elsewhere(self.outputs, self.stamp_file):  # the cook keeps them if whole
+            sys.stderr.write(f"{self.task_name}: outputs recorded at another path (a moved folder)\n")
+        elif different:
             names = ", ".join(_shown(path) for path in different[:3])
             more = f" and {len(different) - 3} more" if len(different) > 3 else ""
             sys.stderr.write(f"{self.task_name}: {names}{more} changed since the last cook: cooking again\n")
         return not different
+
+
+def recorded_elsewhere(outputs: Sequence[Path], stamp_file: Path) -> bool:
+    """Whether ``stamp_file`` recorded files, none of them at the paths of ``outputs``: the project
+    or its build folder moved since (``outputs.moved_in_place``)."""
+    try:
+        files = json.loads(stamp_file.read_text(encoding="utf-8"))["files"]
+        return bool(files) and not any(str(path) in files for path in outputs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _shown(path: str) -> str:
