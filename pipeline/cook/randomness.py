@@ -23,10 +23,13 @@ def training_dropouts(model: onnx.ModelProto) -> list[str]:
     ratio is not a constant 0: each run zeroes a random part of its input."""
     found = []
     for graph in onnx_graphs(model.graph):
-        constants = _constants(graph)
-        for node in graph.node:
-            if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
-                continue
+        dropouts = [
+            node
+            for node in graph.node
+            if node.op_type == "Dropout" and node.domain in ("", "ai.onnx") and len(node.input) >= 3
+        ]
+        constants = _constants(graph) if dropouts else {}  # most graphs have none: nothing converted
+        for node in dropouts:
             mode = constants.get(node.input[2])
             if mode is None or not bool(mode.reshape(-1)[0]):
                 continue
