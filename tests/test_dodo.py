@@ -30,6 +30,8 @@ import yaml
 from onnx import TensorProto, numpy_helper
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
+from pipeline.build.stamps import known_sha256
+from pipeline.layout import digest_memo_dir
 from pipeline.runtime import decode_blob, open_bundle, unpack_blob
 from pipeline.settings.assets import discover
 from pipeline.settings.table import DEFAULTS
@@ -361,6 +363,13 @@ def test_touching_a_model_recooks_nothing(project: Path) -> None:
 
     assert run.ran == set()
     assert rewritten(before, blob_files(project / "build")) == set()
+    # Its bytes were read once and their sha256 remembered for the file as it is now: the next
+    # no-op cooks (every platform's check, every run) do not read it again, as they did before.
+    memo = digest_memo_dir(project / "build")
+    assert known_sha256(memo, mnist) == hashlib.sha256(mnist.read_bytes()).hexdigest()
+    again = cook(project)
+    assert again.ran == set()
+    assert known_sha256(memo, mnist) == hashlib.sha256(mnist.read_bytes()).hexdigest()
 
 
 def test_changed_platform_value_recooks_that_platform_only(project: Path) -> None:

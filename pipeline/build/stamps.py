@@ -78,6 +78,22 @@ def known_sha256(memo_dir: Path, path: Path) -> str | None:
     return None
 
 
+def memoized_sha256(memo_dir: Path | None, path: Path) -> str:
+    """``path``'s sha256: the one remembered in ``memo_dir`` for the file as it is now, else read and
+    then remembered. A source that a checkout, a copy or ``touch`` gave new times, its bytes the
+    same, is read once, not at every no-op cook of every platform (a 2 GB model: gigabytes a run)."""
+    if memo_dir is None:
+        return file_sha256(path)
+    remembered = known_sha256(memo_dir, path)
+    if remembered is not None:
+        return remembered
+    before = file_state(path)
+    digest = file_sha256(path)
+    if file_state(path) == before:  # not changed while it was read
+        remember(memo_dir, path, [*before, digest])
+    return digest
+
+
 def remembered_sources(asset: Any, memo_dir: Path) -> dict[str, list[Any]] | None:
     """[size, mtime_ns, ctime_ns, sha256] of each of ``asset``'s source files, as remembered in
     ``memo_dir`` while they are unchanged since; None unless every one of them is."""
@@ -135,8 +151,7 @@ class DigestChecker(FileChangedChecker):
         return timestamp, os.path.getsize(dep), self._sha256(Path(dep))
 
     def _sha256(self, path: Path) -> str:
-        memo = self.memo_dir
-        return (known_sha256(memo, path) if memo is not None else None) or file_sha256(path)
+        return memoized_sha256(self.memo_dir, path)
 
 
 def changed(outputs: Sequence[Path], stamp_file: Path) -> list[str]:
@@ -166,9 +181,8 @@ def _same(path: Path, entry: Any) -> bool:
     try:
         if list(entry[:3]) == file_state(path):
             return True
-        memo = DigestChecker.memo_dir  # a digest remembered for the file as it is now (a link since)
-        remembered = known_sha256(memo, path) if memo is not None else None
-        return (remembered or file_sha256(path)) == entry[3]
+        # remembered for the file as it is now (a link since, new times), else read and remembered
+        return memoized_sha256(DigestChecker.memo_dir, path) == entry[3]
     except (OSError, IndexError, TypeError):
         return False
 
