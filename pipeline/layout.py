@@ -57,6 +57,12 @@ def digest_memo_dir(build: Path) -> Path:
     return build / STAMPS_DIR / "digests"
 
 
+def cache_run_marker_path(build: Path) -> Path:
+    """Set by the first cook of a doit run that finds the cook cache unusable, for the others
+    (pipeline.farm.cache.CookCache)."""
+    return build / STAMPS_DIR / "cache-unusable.json"
+
+
 def reference_memo_dir(build: Path) -> Path:
     """The source models' outputs on their verification inputs, shared by the platforms' cooks
     (pipeline.cook.verify.reference_outputs)."""

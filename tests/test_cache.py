@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,11 +21,11 @@ from pipeline.cook.job import CookJob
 from pipeline.errors import CookError
 from pipeline.farm.cache import CookCache, _index_name, _object_name, entry_digest
 from pipeline.farm.folder_store import FolderStore
-from pipeline.farm.s3_store import S3Store
+from pipeline.farm.s3_store import S3_ATTEMPTS, S3Store
 from pipeline.farm.store import CacheConfig, CacheError, config_from_env
 from pipeline.layout import blob_path, cache_record_path, entry_path
 from pipeline.settings.assets import discover
-from tests.models import conv_bn_relu_model, mlp_model
+from tests.models import RNG_SEED, conv_bn_relu_model, dense_model, mlp_model
 from tests.s3server import S3Server, s3_server
 from tests.test_cook import save, shipped_settings
 from tests.test_reliability import TRACEBACK, assert_bundle_intact, doit, env, small_project
@@ -247,6 +249,51 @@ def test_a_server_that_is_down_costs_one_warning_unless_the_cache_is_required(tm
         cook(job(assets, tmp_path / "again"), required)
 
 
+class _ClosingServer:
+    """A broken S3 endpoint: it accepts each connection and closes it at once, counting them."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port, self.connections = self.sock.getsockname()[1], 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+
+def test_in_one_doit_run_the_first_cook_that_finds_the_cache_down_spares_the_others_the_wait(
+    tmp_path: Path,
+) -> None:
+    # Every cook of a run used to wait for a cache that is down in turn (an unreachable endpoint:
+    # 5 s a connection attempt; a hung server: 60 s a read), and warned once each. Two cooks and a
+    # runtime check here: one warning, and one cook's attempts at the server.
+    down = _ClosingServer()
+    endpoint = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{down.port}"}
+    credentials = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"}
+    project = small_project(tmp_path / "agent")
+    run = doit(project, "cook", COOK_CACHE=f"s3://{BUCKET}/down", **endpoint, **credentials)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    assert output.count("warning: cook cache unusable, cooking locally") == 1, output
+    assert 1 <= down.connections <= S3_ATTEMPTS, down.connections
+    assert re.search(r"^cook cache: 0 hits, 0 misses, 2 cooked without it \(unusable\)", run.stdout, re.M)
+    assert_bundle_intact(project / "build" / "android", {"net", "mlp"})
+    # The next run tries the cache again (it may be back), once.
+    before = down.connections
+    changed = dense_model(8, 4, batch=1, seed=RNG_SEED + 9, activation="Sigmoid", name="mlp")
+    (project / "assets" / "mlp.onnx").write_bytes(changed.SerializeToString())
+    again = doit(project, "cook", COOK_CACHE=f"s3://{BUCKET}/down", **endpoint, **credentials)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (again.stdout + again.stderr).count("warning: cook cache unusable") == 1
+    assert 1 <= down.connections - before <= S3_ATTEMPTS
+
+
 def test_a_server_that_stops_mid_upload_leaves_no_readable_half_entry(tmp_path: Path) -> None:
     assets, build = project(tmp_path)
     with s3_server() as short_lived:
@@ -321,15 +368,25 @@ def test_a_read_only_credential_reads_hits_and_never_fails_a_cook(tmp_path: Path
             made = iam.create_access_key(UserName=user)["AccessKey"]
             keys[user] = (made["AccessKeyId"], made["SecretAccessKey"])
 
-        def cache_for(user: str, mode: str) -> CookCache:
+        marker = tmp_path / "cache-unusable.json"
+
+        def cache_for(user: str, mode: str, run: str = "") -> CookCache:
             store = S3Store(bucket=BUCKET, prefix="ro", client=server.client(*keys[user]))
-            return CookCache(CacheConfig(url=f"s3://{BUCKET}/ro", mode=mode), store=store)
+            config = CacheConfig(url=f"s3://{BUCKET}/ro", mode=mode, run_marker=str(marker), run=run)
+            return CookCache(config, store=store)
 
         # A developer machine with a read-only key, configured readwrite by mistake: its upload is
         # refused by the server, one warning, and the cook itself succeeds.
-        mistaken = cache_for("developer", "readwrite")
+        mistaken = cache_for("developer", "readwrite", run="run-1")
         cook(job(assets, build), mistaken)
         assert len(mistaken.notes) == 1 and "AccessDenied" in mistaken.notes[0]
+        # The run's next cook reads the cache but does not try to upload again (nor warn); another
+        # run tries again.
+        same_run = cache_for("developer", "readwrite", run="run-1")
+        assert same_run.config.mode == "read"
+        cook(job(assets, tmp_path / "same-run"), same_run)
+        assert same_run.notes == [] and same_run.bytes_up == 0
+        assert cache_for("developer", "readwrite", run="run-2").config.mode == "readwrite"
         cook(job(assets, tmp_path / "agent"), cache_for("agent", "readwrite"))  # CI fills the cache
         reading = cache_for("developer", "read")
         cook(job(assets, tmp_path / "dev"), reading)

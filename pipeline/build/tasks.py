@@ -6,9 +6,11 @@ and doit; the cooking code is imported inside the actions (pipeline.build.action
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import sys
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ from pipeline.layout import (
     applied_variant_path,
     blob_path,
     cache_record_path,
+    cache_run_marker_path,
     check_times_path,
     cook_stamps_path,
     entry_path,
@@ -89,7 +92,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
             plans, where.assets, found_count, [name for name, bad in failing.items() if bad], skipping
         )
         key_digest = _key_digest(where.signing_key)
-        cache, shard = config_from_env(env), shard_from_env(env)
+        cache, shard = _for_this_run(config_from_env(env), where.build), shard_from_env(env)
         if shard is not None:
             mine = _shard_share(plans, shard, cache)
     except CookError as exc:
@@ -161,6 +164,14 @@ def _warn_unmatched_globs(platforms: list[Platform], names: list[str]) -> None:
         if glob != "*" and not any(fnmatch.fnmatchcase(name, glob) for name in names)
     ]
     sys.stderr.write("".join(dict.fromkeys(lines)))  # a COOK_SET_ variable's glob: once, not per platform
+
+
+def _for_this_run(cache: CacheConfig | None, build: Path) -> CacheConfig | None:
+    """The cache settings with this doit run's marker (a new id each time the tasks are loaded):
+    in a run, one cook waits for a cache that is down, not every cook in turn."""
+    if cache is None:
+        return None
+    return dataclasses.replace(cache, run_marker=str(cache_run_marker_path(build)), run=uuid.uuid4().hex)
 
 
 def _warn(strays: tuple[str, ...]) -> None:

@@ -14,6 +14,7 @@ sound in ``pipeline.farm.entry_check``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -28,7 +29,7 @@ from pipeline.farm.entry_check import PoisonedEntry, check_entry
 from pipeline.farm.folder_store import FolderStore
 from pipeline.farm.s3_store import S3Store
 from pipeline.farm.store import CACHE_ENV, REQUIRED_ENV, ROLES, CacheConfig, CacheError, Store, folder_path
-from pipeline.fsutil import temp_beside
+from pipeline.fsutil import atomic_write, temp_beside
 from pipeline.runtime.compat import parse_version
 
 INDEX_VERSION = 1
@@ -126,6 +127,9 @@ class CookCache:
             "saved_s": round(self.saved_s, 3),
         }
 
+    def __post_init__(self) -> None:
+        self.config = _as_this_run_left_it(self.config)
+
     def _store(self) -> Store | None:
         if self.store is None:
             try:
@@ -134,10 +138,11 @@ class CookCache:
                 self._unusable(exc)
         return self.store
 
-    def _unusable(self, exc: CacheError) -> None:
+    def _unusable(self, exc: CacheError, writing: bool = False) -> None:
         if self.config.required:
             raise CacheError(f"the cook cache is required ({REQUIRED_ENV}=1) but unusable: {exc.problem}")
         self.notes.append(f"warning: cook cache unusable, cooking locally: {exc.problem}")
+        _mark_this_run(self.config, exc.problem, reads=not writing)
         self.store = None
         self.config = CacheConfig(self.config.url, mode="off")  # one warning per cook
 
@@ -237,7 +242,7 @@ class CookCache:
                 note = {"tools": dict(recipe[1]), "cook_key": cook_key}
                 store.put(_recipe_name(recipe[0]), json.dumps(note, sort_keys=True).encode())
         except CacheError as exc:
-            self._unusable(exc)
+            self._unusable(exc, writing=True)
 
     def fetch_check(self, check_key: str, version: str, names: list[str]) -> dict[str, Any] | None:
         """A runtime check's report stored under ``check_key`` (the target onnxruntime version and the
@@ -274,7 +279,45 @@ class CookCache:
         try:
             store.put(_check_name(entry_digest(check_key)), data)  # one object: whole or absent
         except CacheError as exc:
-            self._unusable(exc)
+            self._unusable(exc, writing=True)
+
+
+def _as_this_run_left_it(config: CacheConfig) -> CacheConfig:
+    """``config`` as an earlier cook of this doit run left the cache (``_mark_this_run``): off when it
+    could not be read, read-only when it could not be written. A required cache is tried by every cook."""
+    if not config.run or config.required:
+        return config
+    try:
+        marker = json.loads(Path(config.run_marker).read_text(encoding="utf-8"))
+        if marker["run"] != config.run or marker["url"] != config.url:
+            return config
+        reads = marker["reads"] is True
+    except (OSError, ValueError, KeyError, TypeError):
+        return config
+    if reads or config.mode == "read":
+        return dataclasses.replace(config, mode="off")
+    return dataclasses.replace(config, mode="read")
+
+
+def _mark_this_run(config: CacheConfig, problem: str, reads: bool) -> None:
+    """Tell the later cooks of this doit run that the cache is unusable (``reads``) or unwritable: the
+    first cook waited for it (an unreachable S3 endpoint: 5 s a connection attempt, 60 s a hung
+    read), the others skip it. Best effort: a marker that cannot be written costs only time."""
+    if not config.run:
+        return
+    marker = Path(config.run_marker)
+    try:
+        earlier = json.loads(marker.read_text(encoding="utf-8"))
+        if earlier.get("run") == config.run and earlier.get("reads") is True:
+            return  # off already; a failed write does not make it read-only
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        content = {"run": config.run, "url": config.url, "reads": reads, "problem": problem}
+        atomic_write(marker, json.dumps(content).encode(), durable=False)
+    except OSError:
+        pass
 
 
 def _fetch_files(

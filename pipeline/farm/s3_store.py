@@ -118,7 +118,7 @@ def _s3_client() -> Any:
     settings: dict[str, Any] = {
         "connect_timeout": S3_CONNECT_TIMEOUT,
         "read_timeout": S3_READ_TIMEOUT,
-        "retries": {"max_attempts": S3_ATTEMPTS, "mode": "standard"},
+        "retries": {"total_max_attempts": S3_ATTEMPTS, "mode": "standard"},  # the first included
         # Every object is checked against the sha256 of its index: botocore's own CRC pass over each
         # upload and download (its default since 1.36) would hash the same bytes a second time.
         "request_checksum_calculation": "when_required",

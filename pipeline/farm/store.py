@@ -43,6 +43,10 @@ class CacheConfig:
     url: str
     mode: str = "readwrite"
     required: bool = False
+    # A file the cooks of one doit run share (``CookCache``): the first to find the cache unusable
+    # writes it, under ``run``, and the others skip the cache without waiting for it in turn.
+    run_marker: str = ""
+    run: str = ""
 
     @property
     def writes(self) -> bool:
