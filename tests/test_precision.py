@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -503,3 +504,40 @@ def test_an_int8_variant_verifies_against_the_int8_kernels_a_game_runs(tmp_path:
         **{k: v for k, v in arrays.items() if k != "also/hidden"} | {"output/hidden": arrays["also/hidden"]},
     )
     assert not check_model(platform_dir, "m")["ok"]  # without it, the CPU EP's int8 kernels differ
+
+
+def test_the_accuracy_gate_of_an_int8_variant_holds_the_computation_further_from_the_source(
+    tmp_path: Path,
+) -> None:
+    """An int8 variant computes two ways (its QDQ pairs as float maths with optimizations off, as int8
+    kernels at onnxruntime's default level, what a game's CPU session runs); the gate measured only
+    the first. On these images the kernels are further from the fp32 source: a gate between the two
+    passed the variant before."""
+    from pipeline.layout import verify_data_path
+
+    save(tiny_vit(), tmp_path / "assets", "m")
+    images = (3 * np.random.default_rng(3).standard_normal((2, 3, 32, 32))).astype(np.float32)
+    np.savez(tmp_path / "assets" / "m.inputs.npz", pixel_values=images)
+    settings = shipped_settings("windows-dml", precision="int8-static")
+    entry = cook(job_for(tmp_path / "assets", "m", settings, tmp_path / "build"))
+    with np.load(verify_data_path(tmp_path / "build" / "windows-dml", "m")) as data:
+        kernels, floats = data["output/hidden"], data["also/hidden"]
+    source = onnxruntime.InferenceSession(
+        str(tmp_path / "assets" / "m.onnx"), providers=["CPUExecutionProvider"]
+    )
+    (want,) = source.run(["hidden"], {"pixel_values": images})
+    cosines = {"int8 kernels": _cosine(want, kernels), "float maths": _cosine(want, floats)}
+    assert cosines["int8 kernels"] < cosines["float maths"] - 1e-4, cosines
+    (row,) = entry["precision"]["accuracy"]["outputs"]
+    assert row["computed_as"] == "int8 kernels", row
+    assert row["cosine"] == pytest.approx(cosines["int8 kernels"], abs=1e-6), (row, cosines)
+    # a gate the float maths pass and the kernels miss fails the cook, naming the measured cosine
+    between = (cosines["int8 kernels"] + cosines["float maths"]) / 2
+    strict = shipped_settings("windows-dml", precision="int8-static", precision_min_cosine=between)
+    with pytest.raises(VerifyError, match=r"fails the accuracy gate"):
+        cook(job_for(tmp_path / "assets", "m", strict, tmp_path / "strict"))
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))

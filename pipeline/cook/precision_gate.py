@@ -13,6 +13,7 @@ from pipeline.cook.inputs import as_input_types
 from pipeline.cook.job import CookJob
 from pipeline.cook.precision import (
     DEFAULT_GATES,
+    INT8_PRECISIONS,
     INT8_STATIC,
     gate,
     gate_error,
@@ -23,6 +24,8 @@ from pipeline.cook.precision import convert as convert_precision
 from pipeline.cook.source import SourceRead, sort_nodes
 from pipeline.cook.verify import reference_outputs
 from pipeline.errors import ModelError
+from pipeline.isolate import Crash, run_isolated
+from pipeline.layout import reference_memo_dir
 from pipeline.settings.precision_options import resolved as resolved_options
 
 
@@ -112,6 +115,8 @@ def accuracy_gate(
         what = f"the source or its {settings.precision} variant"
         raise cannot_run(job, what, exc, inputs) from None
     rows = precision_accuracy(want, got)
+    if settings.precision in INT8_PRECISIONS and (kernels := _as_int8_kernels(job, variant, feeds)):
+        rows = _worse(rows, precision_accuracy(want, kernels))
     defaults = DEFAULT_GATES[settings.precision]
     limits = {
         "min_cosine": settings.precision_min_cosine or defaults["min_cosine"],
@@ -122,3 +127,34 @@ def accuracy_gate(
         calibration = record.get("options", {}).get("calibration", "")
         raise gate_error(settings.precision, failures, rows, calibration)
     return {"inputs": origin, "limits": limits, "outputs": rows}
+
+
+def _as_int8_kernels(job: CookJob, variant: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, Any] | None:
+    """The int8 variant's outputs at onnxruntime's default level, where its QDQ pairs run as int8
+    kernels: what an ONNX platform's session computes (with optimizations off they run as float
+    maths; OpenVINO's EP computes those). Remembered for the verification's run of the same; in a
+    child of its own (a level-3 optimizer may crash); None where that run fails."""
+
+    def run() -> dict[str, Any]:
+        memo, typed = reference_memo_dir(job.platform_dir.parent), as_input_types(variant, feeds)
+        return reference_outputs(variant, typed, job.platform_dir, memo, optimized=True)
+
+    try:
+        found = run_isolated(run)
+    except Exception:  # an optimizer of the default level fails on it: the verification says more
+        return None
+    return None if isinstance(found, Crash) else found
+
+
+def _worse(float_rows: list[dict[str, Any]], kernel_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per output, the further of the two computations from the source (by cosine, then max abs
+    error), named in ``computed_as``: the gate holds whichever a game's session runs."""
+    rows = []
+    for floats, kernels in zip(float_rows, kernel_rows, strict=True):
+        if floats["cosine"] is not None and kernels["cosine"] is not None:
+            kernels_worse = (kernels["cosine"], -kernels["max_abs"]) < (floats["cosine"], -floats["max_abs"])
+        else:
+            kernels_worse = kernels["max_abs"] > floats["max_abs"]
+        worse = kernels if kernels_worse else floats
+        rows.append({**worse, "computed_as": "int8 kernels" if kernels_worse else "float maths"})
+    return rows
