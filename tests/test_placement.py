@@ -483,3 +483,61 @@ def test_the_advised_atol_is_a_float_yaml_reads_and_accepts_the_difference(max_a
     assert isinstance(atol, (int, float)) and not isinstance(atol, bool)
     assert max_abs < atol <= max(20 * max_abs, 1e-6)
     assert tolerance_for("ios", float("inf"), "m") is None and tolerance_for("ios", float("nan"), "m") is None
+
+
+def fp16_mlp() -> onnx.ModelProto:
+    """Two fp16 MatMuls and a Relu, fp16 in and out: the CPU EP has no fp16 kernel for them, so its
+    partitioning wraps them in Casts to float32 (``InsertedPrecisionFreeCast_*``)."""
+    rng = np.random.default_rng(11)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float16), "w1"),
+        numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float16), "w2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fp16_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", 8])],
+        weights,
+    )
+    return model_of(graph)
+
+
+@pytest.mark.parametrize(("platform", "level"), [("windows-dml", "basic"), ("linux-openvino", "basic"),
+                                                  ("linux-openvino", "all")])  # fmt: skip
+def test_an_fp16_model_ships_its_fp16_nodes_not_the_cpu_eps_float32_islands(
+    tmp_path: Path, platform: str, level: str
+) -> None:
+    """The cook's CPU EP ran the fp16 nodes in float32 between Casts, and the blob kept them: DirectML
+    ran every fp16 MatMul in float32, and OpenVINO left the model on the CPU (0 of its nodes, where
+    the source ran wholly on OpenVINO). The blob holds the source's fp16 nodes and weights now."""
+    from pipeline.cook.precisioncasts import PREFIX
+    from pipeline.runtime import decode_blob
+
+    source = fp16_mlp()
+    settings = shipped_settings(platform, optimization_level=level)
+    entry = cook(job_for(_saved(source, tmp_path / "assets"), "m", settings, tmp_path / "build"))
+    _, model_bytes = decode_blob((tmp_path / "build" / platform / entry["file"]).read_bytes())
+    cooked = onnx.load_from_string(model_bytes)
+    assert [n.op_type for n in cooked.graph.node] == ["MatMul", "Relu", "MatMul"], cooked.graph.node
+    assert not any(n.name.startswith(PREFIX) for n in cooked.graph.node)
+    assert {t.data_type for t in cooked.graph.initializer} == {TensorProto.FLOAT16}
+    x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float16)
+    want = onnxruntime.InferenceSession(source.SerializeToString(), providers=CPU).run(None, {"x": x})
+    got = onnxruntime.InferenceSession(model_bytes, providers=CPU).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])  # the CPU EP puts its Casts back at load
+    if platform == "linux-openvino":  # and OpenVINO's EP takes the whole model, as it takes the source
+        check = check_of(tmp_path / "build" / platform, ["m"], "onnxruntime-openvino", OPENVINO_VERSION)
+        placement = run_check(check)["models"]["m"]["placement"]
+        assert placement["coverage"] == 1.0 and placement["cpu_ops"] == [], placement
+
+
+def _saved(model: onnx.ModelProto, assets: Path) -> Path:
+    assets.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, assets / "m.onnx")
+    return assets

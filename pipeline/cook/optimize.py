@@ -17,6 +17,7 @@ from pipeline.cook.defaults import drop_default_attributes
 from pipeline.cook.facts import default_opset, fbs_graphs, onnx_graphs
 from pipeline.cook.large import session_input, tensor_bytes
 from pipeline.cook.ortschema import fbs
+from pipeline.cook.precisioncasts import strip_precision_casts
 from pipeline.cook.ssa import unique_subgraph_names
 from pipeline.cook.valueshapes import add_named_shapes, named_shapes, wants_value_shapes, with_value_shapes
 from pipeline.errors import ModelError
@@ -79,6 +80,7 @@ def optimize_large(
         )
         _run(model, settings, options, work_dir)
         optimized = onnx.load_model(str(output), load_external_data=True)
+    strip_precision_casts(optimized, lambda stripped: _loads_unoptimized(stripped, work_dir))
     unique_subgraph_names(optimized)
     _drop_unused_opsets(optimized)
     if parse_version(settings.runtime_version) < parse_version(onnxruntime.__version__):
@@ -260,7 +262,8 @@ def optimize(
 
 
 def tidy_onnx(data: bytes, *, value_shapes: bool = False, older_runtime: bool = False) -> bytes:
-    """Give values of sibling subgraphs distinct names (ssa.py), drop the opset imports onnxruntime
+    """Take out the CPU EP's fp32 islands of fp16 nodes (precisioncasts.py), give values of sibling
+    subgraphs distinct names (ssa.py), drop the opset imports onnxruntime
     adds for every domain it knows but the model does not use, with ``older_runtime`` (a target
     older than this onnxruntime) the attributes its optimizers wrote at their defaults on its own
     operators (defaults.py), and with ``value_shapes`` name the dimensions the graph leaves unknown
@@ -269,6 +272,7 @@ def tidy_onnx(data: bytes, *, value_shapes: bool = False, older_runtime: bool = 
     Unused imports such as ``ai.onnx.preview`` would otherwise make older runtimes refuse the model.
     """
     model = onnx.load_model_from_string(data)
+    strip_precision_casts(model, lambda stripped: _loads_unoptimized(stripped, None))
     unique_subgraph_names(model)  # onnxruntime's own Casts, named alike in sibling subgraphs
     _drop_unused_opsets(model)
     if older_runtime:
