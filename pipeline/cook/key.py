@@ -27,8 +27,10 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # across its table (inputs.gathered_rows); 10: manifest signatures write sequence, map and optional
 # types as onnxruntime names them (seq(map(int64,tensor(float))), not "Unknown type sequence_type");
 # 11: an ONNX graph for an older onnxruntime drops the attributes the cook's onnxruntime wrote at
-# their defaults on its own operators (defaults.py: MatMulNBits' weight_prepacked)
-RECIPE = 11
+# their defaults on its own operators (defaults.py: MatMulNBits' weight_prepacked); 12: ONNX blobs
+# without the CPU EP's float32 islands around fp16 nodes (precisioncasts.py), int8 variants gated on
+# their int8 kernels too
+RECIPE = 12
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 
