@@ -347,6 +347,62 @@ def test_ctrl_c_during_a_cook_says_one_line_and_the_next_cook_finishes(tmp_path:
     assert_bundle_intact(project / "build" / "android", {"net", "mlp"})
 
 
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_parallel_cook_leaves_no_worker_behind_and_its_log_pipe_ends(
+    tmp_path: Path, sent: signal.Signals
+) -> None:
+    """SIGTERM (a cancelled CI job, a supervisor) or SIGKILL to `onnx-cooker cook -n 2` alone, not its
+    process group: its doit workers waited on their queue for ever, holding the log pipe open, and
+    `onnx-cooker cook -n 2 | tee log` never ended. They end with it now, and the pipe closes."""
+    project = small_project(tmp_path / "project")
+    (project / "cook.toml").write_text("")
+    cook = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "cook", "-n", "2"],
+        cwd=project,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert cook.stdout is not None
+    for line in cook.stdout:  # a task has started: the workers are there
+        if line.startswith(".  cook:android:"):
+            break
+    workers = _children(cook.pid)
+    assert len(workers) >= 2, workers
+    cook.send_signal(sent)
+    try:
+        cook.communicate(timeout=60)  # ends only when no process holds the pipe's write end
+    except subprocess.TimeoutExpired:
+        left = [pid for pid in workers if _alive(pid)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        cook.communicate()
+        pytest.fail(f"the log pipe stayed open: workers {left} outlived the killed cook")
+    assert not [pid for pid in workers if _alive(pid)]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie (its parent gone, not reaped yet) runs no more
+
+
 def test_a_moved_project_and_one_changed_model_redo_only_what_changed(tmp_path: Path) -> None:
     """doit's records name absolute paths: a project moved to another path ran every task again,
     each cook cooking anew; and one changed model re-ran the runtime check of every model. A cook

@@ -21,6 +21,7 @@ from typing import Any
 
 from pipeline.build.allocator import tune_allocator
 from pipeline.build.config import environment, folders
+from pipeline.build.lifetime import end_children_with_this_process
 from pipeline.build.lock import hold_build_lock, prepare_build_folder
 from pipeline.build.progress import reporter_for
 from pipeline.build.stamps import digest_checker
@@ -31,6 +32,7 @@ def cook_namespace(root: Path, env: Mapping[str, str] | None = None) -> dict[str
     """``DOIT_CONFIG`` and ``task_cook`` for the project at ``root`` (its ``assets/``, ``platforms/``
     and ``build/``, or where the ``COOK_*`` variables of ``env`` say; default: the process's)."""
     env = dict(environment() if env is None else env)
+    end_children_with_this_process()  # `doit -n N` killed: its workers and their cooks end too
     tune_allocator(env)  # freed buffers stay for the next one (allocator.py); doit's workers inherit it
     build = folders(env, root).build
     prepare_build_folder(build)  # doit keeps its state there, for every command (`list` too)
