@@ -779,3 +779,16 @@ def test_a_problem_with_a_key_names_its_line(platforms_dir: Path, tmp_path: Path
     assert any("'window-dml', which is not a platform" in p and p.endswith("(line 5)") for p in problems), (
         problems
     )
+
+
+def test_a_short_runtime_version_is_that_version_point_zero(tmp_path: Path) -> None:
+    """`runtime_version: "1.28"` (the form the cooker's own message offers) is 1.28.0, as pip's
+    `==1.28` reads it: the same environment as "1.28.0" and the same cook key, where it made a second
+    180 MB environment beside the cached 1.28.0 (and failed offline)."""
+    from pipeline.build.target_check import environment_dir
+
+    short = resolve(load_one(tmp_path / "a", 'runtime_version: "1.28"\n'), {}, {})
+    full = resolve(load_one(tmp_path / "b", 'runtime_version: "1.28.0"\n'), {}, {})
+    assert short.runtime_version == full.runtime_version == "1.28.0"
+    assert environment_dir(tmp_path, short.runtime_version) == environment_dir(tmp_path, "1.28.0")
+    assert short == full

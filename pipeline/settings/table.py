@@ -142,6 +142,13 @@ class Setting:
 DEFAULT_RTOL, DEFAULT_ATOL, DEFAULT_VERIFY_SCALE = 1.0e-4, 1.0e-5, 1.0e-5
 
 
+def _full_runtime_version(values: Mapping[str, Any]) -> str:
+    """``1.28`` as ``1.28.0``, as pip's ``==1.28`` reads it: one environment and one cook key for
+    the one version (the short form made a second 180 MB environment beside the cached 1.28.0)."""
+    version = str(values["runtime_version"])
+    return f"{version}.0" if version.count(".") == 1 else version
+
+
 def _scale_rule(values: Mapping[str, Any]) -> float:
     # Explicit rtol/atol keep their meaning: a team that asks for 1e-5 gets exactly that.
     if (values["rtol"], values["atol"]) != (DEFAULT_RTOL, DEFAULT_ATOL):
@@ -170,8 +177,9 @@ SETTINGS: tuple[Setting, ...] = (
             cooked=_nchwc_only_on_x86_64),
     Setting("arch", TEXT, "arm64", "target CPU: `x86_64` or `arm64`", choices=tuple(a.value for a in Arch)),
     Setting("runtime_version", TEXT, "1.32.0",
-            "the onnxruntime version the target ships; cooked models must load there",
-            check=check_runtime_version, schema={"pattern": r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"}),
+            "the onnxruntime version the target ships (`1.28` is 1.28.0); cooked models must load there",
+            check=check_runtime_version, schema={"pattern": r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"},
+            cooked=_full_runtime_version),
     Setting("downgrade", TEXT, "auto",
             "`auto`: a model newer than `runtime_version` loads is lowered to what it loads: its IR version "
             "when it uses no newer IR's feature, its default-domain opset by onnx's version converter (the "
