@@ -321,9 +321,9 @@ def test_runtime_version_must_be_a_version(platforms_dir: Path, version: str) ->
 
 @pytest.mark.parametrize("version", ["1.24", "1.24.4", "10.0.12"])
 def test_runtime_version_accepts_x_y_and_x_y_z(platforms_dir: Path, version: str) -> None:
-    assert (
-        resolve(load_one(platforms_dir, f"runtime_version: '{version}'\n"), {}, {}).runtime_version == version
-    )
+    assert resolve(load_one(platforms_dir, f"runtime_version: '{version}'\n"), {}, {}).runtime_version == {
+        "1.24": "1.24.0"
+    }.get(version, version)
 
 
 def test_execution_providers_must_be_non_empty(platforms_dir: Path) -> None:
@@ -792,3 +792,26 @@ def test_a_short_runtime_version_is_that_version_point_zero(tmp_path: Path) -> N
     assert short.runtime_version == full.runtime_version == "1.28.0"
     assert environment_dir(tmp_path, short.runtime_version) == environment_dir(tmp_path, "1.28.0")
     assert short == full
+
+
+def test_platform_files_that_would_be_ignored_are_named_and_hidden_files_are_not_platforms(
+    platforms_dir: Path,
+) -> None:
+    """`ps5.YAML` or `sub/handheld.yaml` never shipped, in a green build; an editor's lock file
+    (`.#android.yaml`, a dangling link) or macOS's `._android.yaml` failed every platform."""
+    write(platforms_dir / "android.yaml", "")
+    write(platforms_dir / "ps5.YAML", "")
+    write(platforms_dir / "sub" / "handheld.yaml", "")
+    write(platforms_dir / "._android.yaml", "\x00\x05junk")
+    (platforms_dir / ".#android.yaml").symlink_to("user@host.1234:1700000000")
+    with pytest.raises(ProfileError) as excinfo:
+        load_platforms(platforms_dir, {})
+    problems = problems_of(excinfo)
+    assert len(problems) == 2, problems
+    assert "ps5.YAML: platform files must end in .yaml; rename it to ps5.yaml" in problems[0]
+    assert (
+        "handheld.yaml: platform files are read from" in problems[1] and "not its subfolders" in problems[1]
+    )
+    (platforms_dir / "ps5.YAML").unlink()
+    (platforms_dir / "sub" / "handheld.yaml").unlink()
+    assert [p.name for p in load_platforms(platforms_dir, {})] == ["android"]

@@ -111,11 +111,7 @@ def load_platforms(platforms_dir: Path, env: Mapping[str, str]) -> tuple[Platfor
         raise ProfileError(
             f"{platforms_dir}: platform folder not found; create it with one <platform>.yaml per target"
         )
-    paths = sorted(platforms_dir.glob("*.yaml"))
-    problems = [
-        f"{path}: platform files must end in .yaml; rename it to {path.stem}.yaml"
-        for path in sorted(platforms_dir.glob("*.yml"))
-    ]
+    paths, problems = _platform_files(platforms_dir)
     if not paths:
         problems.append(
             f"{platforms_dir}: no platform files (*.yaml) found; add one per target, e.g. android.yaml"
@@ -131,6 +127,32 @@ def load_platforms(platforms_dir: Path, env: Mapping[str, str]) -> tuple[Platfor
     if problems:
         raise ProfileError(problems)
     return tuple(platforms)
+
+
+def _platform_files(platforms_dir: Path) -> tuple[list[Path], list[str]]:
+    """The folder's ``*.yaml`` files, and a problem for each that looks meant as one but would be
+    ignored: ``.yml``, ``.YAML`` (a platform that never ships, in a green build), or a ``.yaml`` in
+    a subfolder. Hidden files (an editor's ``.#android.yaml`` lock, macOS's ``._android.yaml``) are
+    not platforms."""
+    paths, problems = [], []
+    for path in sorted(platforms_dir.iterdir()):
+        if path.name.startswith("."):
+            continue
+        if path.is_dir():
+            nested = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".yaml", ".yml"))
+            problems += [
+                f"{p}: platform files are read from {platforms_dir} only, not its subfolders; move it "
+                f"there (or out of {platforms_dir})"
+                for p in nested
+                if not any(part.startswith(".") for part in p.relative_to(platforms_dir).parts)
+            ]
+        elif path.suffix == ".yaml":
+            paths.append(path)
+        elif path.suffix.lower() in (".yaml", ".yml"):
+            target = path.with_suffix(".yaml")
+            clash = f" ({target.name} exists: merge the two)" if target.exists() else ""
+            problems.append(f"{path}: platform files must end in .yaml; rename it to {target.name}{clash}")
+    return paths, problems
 
 
 def load_model_settings(path: Path | None, platform_names: Collection[str]) -> dict[str, Any]:
