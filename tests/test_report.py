@@ -134,6 +134,27 @@ def test_a_failure_and_the_changes_since_the_last_cook_are_reported(tmp_path: Pa
     assert "<td>added</td><td>added</td>" in page and "<td>mlp</td><td>removed</td>" in page
 
 
+def test_a_cook_that_cannot_be_planned_still_ends_with_a_report_saying_so(tmp_path: Path) -> None:
+    """A bad platform file fails the cook before anything runs (exit 3): the previous run's green
+    report stayed, and a CI artifact showed a green report for a red build."""
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    report = project / "build" / "report.html"
+    green = report.read_text()
+    android = project / "platforms" / "android.yaml"
+    android.write_text(android.read_text() + "fromat: ort\n")
+    run = doit(project, "cook")
+    assert run.returncode == 3 and TRACEBACK not in run.stdout + run.stderr
+    assert f"report: {report}" in run.stderr
+    page = report.read_text()
+    assert page != green and "Nothing was cooked: the cook could not be planned" in page
+    assert "cannot plan the cook" in page and "&#x27;fromat&#x27; is not a known setting" in page
+    assert "android: 2 model(s)" in page  # the earlier cook's bundle, which a game still gets
+    listed = report.stat().st_mtime_ns
+    assert doit(project, "list").returncode != 0  # `list` plans too, and writes no report
+    assert report.stat().st_mtime_ns == listed
+
+
 def test_a_bundle_whose_platform_file_is_gone_is_named_in_the_cook_and_the_report(tmp_path: Path) -> None:
     """A platform file removed: its bundle folder stays (the cook deletes no folder it does not
     plan), but every cook says so with the fix and the report marks it, since a packaging step that

@@ -29,6 +29,7 @@ from pipeline.build.actions import (
     run_runtime_checks,
 )
 from pipeline.build.config import _key_digest, folders
+from pipeline.build.lock import READ_ONLY_COMMANDS, doit_command
 from pipeline.build.plan import (
     _model_settings,
     _plans,
@@ -96,6 +97,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
         if shard is not None:
             mine = _shard_share(plans, shard, cache)
     except CookError as exc:
+        _report_plan_failure(where.build, str(exc))
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
     _warn_orphans(where.build, where.platforms, {platform.name for platform in platforms})
     _warn_unmatched_globs(platforms, [asset.name for asset in found.models])
@@ -164,6 +166,19 @@ def _warn_unmatched_globs(platforms: list[Platform], names: list[str]) -> None:
         if glob != "*" and not any(fnmatch.fnmatchcase(name, glob) for name in names)
     ]
     sys.stderr.write("".join(dict.fromkeys(lines)))  # a COOK_SET_ variable's glob: once, not per platform
+
+
+def _report_plan_failure(build: Path, problem: str) -> None:
+    """A cook that cannot be planned still ends with its report (``doit list`` and the other
+    read-only commands write none)."""
+    if doit_command() in READ_ONLY_COMMANDS:
+        return
+    try:
+        from pipeline.report.html import write_plan_failure
+
+        sys.stderr.write(f"report: {write_plan_failure(build, problem)}\n")
+    except Exception:  # noqa: BLE001  the report never hides the problem itself
+        pass
 
 
 def _for_this_run(cache: CacheConfig | None, build: Path) -> CacheConfig | None:

@@ -124,12 +124,16 @@ def render(
     failures: Sequence[Mapping[str, str]],
     title: str = "onnx-cooker: cook report",
     orphaned: Collection[str] = (),
+    banner: str = "",
 ) -> str:
     body = [f"<h1>{_e(title)}</h1>"]
+    if banner:
+        body.append(f'<p class="stale">{_e(banner)}</p>')
     if failures:
         body.append(f"<h2>Failures ({len(failures)})</h2>")
         body += [f'<div class="fail"><b>{_e(f["task"])}</b>\n{_e(f["message"])}</div>' for f in failures]
-    body += ["<h2>Changes since the previous cook</h2>", _changes_html(found, first)]
+    if not banner:
+        body += ["<h2>Changes since the previous cook</h2>", _changes_html(found, first)]
     for platform, models in platforms.items():
         ordered = sorted(models.values(), key=lambda m: -m.entry["blob_size"])
         total = sum(m.entry["blob_size"] for m in ordered)
@@ -172,6 +176,23 @@ def failed_tasks(platform: str, failures: Sequence[Mapping[str, str]]) -> list[s
         for f in failures
         if f["task"].split(":")[1:2] == [platform] and f["task"].split(":")[0] in ("cook", "runtime_check")
     )
+
+
+def write_plan_failure(build: Path, problem: str) -> Path:
+    """``build/report.html`` for a cook that could not be planned (a bad platform file...): the
+    problem, and the bundles of the earlier cook marked as such. The previous run's page was left
+    as it was: a CI artifact showed a green report for a red build."""
+    page = render(
+        read_build(build),
+        (),
+        False,
+        [{"task": "cannot plan the cook", "message": problem}],
+        banner="Nothing was cooked: the cook could not be planned (below). The bundles on this page are "
+        "those of an earlier cook, which a game still gets.",
+    )
+    target = build / REPORT_NAME
+    atomic_write(target, page.encode())
+    return target
 
 
 def write_report(build: Path, orphaned: Collection[str] = ()) -> Path:
