@@ -443,7 +443,7 @@ def test_a_conflict_names_the_file_that_set_a_value_equal_to_the_default(platfor
     assert "environment variable COOK_SET_WEIGHTS: 'weights' external requires 'format' onnx" in said, said
     assert re.search(r"got format 'ort' from \S*target\.yaml", said), said
     # a key the file leaves out still comes from the defaults
-    with pytest.raises(ProfileError, match=r"got format 'ort' from built-in defaults"):
+    with pytest.raises(ProfileError, match=r"got format 'ort' from the defaults \(docs/settings\.md\)"):
         resolve(load_one(platforms_dir, "# nothing\n"), {}, {"COOK_SET_WEIGHTS": "external"})
 
 
@@ -815,3 +815,19 @@ def test_platform_files_that_would_be_ignored_are_named_and_hidden_files_are_not
     (platforms_dir / "ps5.YAML").unlink()
     (platforms_dir / "sub" / "handheld.yaml").unlink()
     assert [p.name for p in load_platforms(platforms_dir, {})] == ["android"]
+
+
+def test_one_bad_key_does_not_hide_the_files_other_problems(platforms_dir: Path) -> None:
+    """A misspelled key stopped the rules between settings: `type_reduction` without
+    `reduced_build` and a check turned off without a reason came a run later each."""
+    write(platforms_dir / "game.yaml", "fromat: ort\ntype_reduction: true\nruntime_check: false\n")
+    with pytest.raises(ProfileError) as excinfo:
+        load_platforms(platforms_dir, {})
+    problems = problems_of(excinfo)
+    assert len(problems) == 3, problems
+    assert "key 'fromat' is not a known setting; did you mean 'format'? (line 1)" in problems[0]
+    assert problems[1].endswith(
+        "'type_reduction' needs 'reduced_build' true; got false from the defaults (docs/settings.md): "
+        "set `reduced_build: true`, or remove `type_reduction`"
+    )
+    assert "'runtime_check' is false" in problems[2] and "without 'runtime_check_off_reason'" in problems[2]

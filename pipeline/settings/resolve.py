@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 PLATFORM_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
-DEFAULTS_SOURCE = "built-in defaults (pipeline/settings/table.py)"
+DEFAULTS_SOURCE = "the defaults (docs/settings.md)"
 
 
 def _frozen_class(name: str, doc: str, fields: list[tuple[Any, ...]], **methods: Callable[..., Any]) -> type:
@@ -245,14 +245,16 @@ def _load_platform(
             f"{PLATFORM_NAME.pattern}, e.g. 'windows-dml'; rename the file"
         )
     data, found = read_yaml(path)
-    if not found:
-        values, found = check_settings(data, source, DEFAULTS.keys())
-    problems += at_most(found, source)
-    if problems:
-        return None, problems
+    if found:  # not YAML, or not readable: nothing more to say about it
+        return None, problems + at_most(found, source)
+    values, found = check_settings(data, source, DEFAULTS.keys())
+    problems += found
+    # The rules between settings too, on the values that passed, so that one bad key does not hide
+    # the file's other problems until the next run (a file took three rounds to fix)
     merged = {**DEFAULTS, **values}
     origins = {key: source if key in values else DEFAULTS_SOURCE for key in merged}
-    problems = check_ep_option_names(merged, source) + _check_combination(merged, origins)
+    problems += check_ep_option_names(merged, source) + _check_combination(merged, origins)
+    problems = at_most(problems, source)
     selection = {**merged, **env_values}
     if not selection["runtime_check"] and not selection["runtime_check_off_reason"].strip():
         problems.append(
@@ -305,6 +307,6 @@ def _check_combination(values: Mapping[str, Any], origins: Mapping[str, str]) ->
     if values["type_reduction"] and not values["reduced_build"]:
         problems.append(
             f"{origins['type_reduction']}: 'type_reduction' needs 'reduced_build' true; got false from "
-            f"{origins['reduced_build']}"
+            f"{origins['reduced_build']}: set `reduced_build: true`, or remove `type_reduction`"
         )
     return problems
