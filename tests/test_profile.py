@@ -213,6 +213,21 @@ def test_yaml_syntax_error_names_the_line(platforms_dir: Path, text: str, messag
             "'compression_level' must be an integer; got '3'; write the number without quotes",
         ),
         ("rtol: null\n", "'rtol' must be a number; got nothing (null)"),
+        # YAML 1.1 reads an exponent without a dot or a sign as text: the fix, not "without quotes"
+        (
+            "max_bundle_bytes: 4e7\n",
+            "'max_bundle_bytes' must be an integer; got '4e7'; YAML reads 4e7 as text: write 40000000",
+        ),
+        (
+            "rtol: 1.0e3\n",
+            "'rtol' must be a number; got '1.0e3'; YAML reads 1.0e3 as text: write it with a dot and a "
+            "signed exponent, 1.0e+3",
+        ),
+        (
+            "atol: 2e-5\n",
+            "'atol' must be a number; got '2e-5'; YAML reads 2e-5 as text: write it with a dot and a "
+            "signed exponent, 2.0e-5",
+        ),
         (
             "runtime_version: 1.20\n",
             "'runtime_version' must be a string; got 1.2 (a float); put it in quotes",
@@ -831,3 +846,12 @@ def test_one_bad_key_does_not_hide_the_files_other_problems(platforms_dir: Path)
         "set `reduced_build: true`, or remove `type_reduction`"
     )
     assert "'runtime_check' is false" in problems[2] and "without 'runtime_check_off_reason'" in problems[2]
+
+
+def test_a_number_for_a_setting_of_named_choices_gets_the_choices_not_quotes(platforms_dir: Path) -> None:
+    with pytest.raises(ProfileError) as excinfo:
+        load_one(platforms_dir, "optimization_level: 2\n")
+    (problem,) = problems_of(excinfo)
+    assert problem.endswith(
+        "'optimization_level' must be one of basic, extended, all; got 2 (an integer) (line 1)"
+    )

@@ -20,7 +20,6 @@ Scalar = str | int | float | bool
 # mobile EPs take; ONNX dims are int64, and protobuf refuses anything larger.
 MAX_DIM_SIZE = 2**31 - 1
 RUNTIME_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?")
-_E_NOTATION = re.compile(r"[0-9]+[eE][-+]?[0-9]+")
 
 
 def has_type(value: Any, expected: type) -> bool:
@@ -36,13 +35,26 @@ def type_hint(value: Any, expected: type) -> str:
     """How to fix the most common YAML slips, as a "; ..." tail for a wrong-type message."""
     if isinstance(value, str) and expected is bool:
         return "; write true or false without quotes"
-    if isinstance(value, str) and expected is float and _E_NOTATION.fullmatch(value):
-        return f"; YAML reads {value} as text: write it with a dot, e.g. 1.0e-3"
+    if isinstance(value, str) and expected in (int, float) and _is_number(value) and "e" in value.lower():
+        # YAML 1.1 reads a number with an exponent only with a dot and a signed exponent (1.0e-3)
+        number = float(value)
+        if expected is int and number.is_integer():
+            return f"; YAML reads {value} as text: write {int(number)}"
+        return (
+            f"; YAML reads {value} as text: write it with a dot and a signed exponent, {_yaml_float(number)}"
+        )
     if isinstance(value, str) and expected in (int, float) and _is_number(value):
         return "; write the number without quotes"
     if isinstance(value, int | float) and not isinstance(value, bool) and expected is str:
         return "; put it in quotes (unquoted, YAML reads it as a number: 1.20 becomes 1.2)"
     return ""
+
+
+def _yaml_float(number: float) -> str:
+    """``number`` as YAML 1.1 reads a float: a dot in the mantissa, a sign in the exponent (1.0e+3)."""
+    mantissa, exponent = f"{number:e}".split("e")
+    mantissa = mantissa.rstrip("0") + ("0" if mantissa.rstrip("0").endswith(".") else "")
+    return f"{mantissa}e{exponent[0]}{int(exponent[1:])}"
 
 
 def _is_number(text: str) -> bool:

@@ -342,7 +342,8 @@ def check_value(key: str, value: Any, name: str) -> tuple[Any, list[str]]:
     expected_type = setting.kind.type
     expected = "one of " + ", ".join(setting.choices) if setting.choices else setting.kind.name
     if not has_type(value, expected_type) or (setting.choices and value not in setting.choices):
-        return value, [f"{name!r} must be {expected}; got {describe(value)}{type_hint(value, expected_type)}"]
+        hint = "" if setting.choices else type_hint(value, expected_type)  # a word, not a quoted number
+        return value, [f"{name!r} must be {expected}; got {describe(value)}{hint}"]
     if expected_type is float:
         value = float(value)  # an integer where a number is expected is fine: 1 -> 1.0
     problems = check_range(name, value, setting.low, setting.high)
