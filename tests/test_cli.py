@@ -85,6 +85,9 @@ def test_a_bad_project_file_is_named_with_the_fix(tmp_path: Path) -> None:
     (tmp_path / "cook.toml").write_text("assets = [\n")
     with pytest.raises(ProjectError, match="not valid TOML"):
         find_project(tmp_path)
+    # a BOM and CRLF lines, as PowerShell 5 writes files: read as the YAML files are
+    (tmp_path / "cook.toml").write_bytes(b'\xef\xbb\xbfassets = "content/models"\r\n')
+    assert find_project(tmp_path).folders["assets"] == (tmp_path / "content" / "models").resolve()
 
 
 def test_init_writes_a_project_and_overwrites_nothing(
@@ -325,3 +328,30 @@ def test_folder_options_win_over_the_file_and_the_variables(tmp_path: Path) -> N
     assert "cook:android:characters/face" in done.stdout
     assert (root / "elsewhere" / ".doit.db").exists()  # doit's state in the build folder named
     assert not (root / "tools" / "from-env").exists() and not (root / "out").exists()
+
+
+def test_a_misspelled_cook_variable_is_named_with_the_one_meant(tmp_path: Path) -> None:
+    """COOK_BUILDDIR or COOK_CACHE_MOD=read did nothing, silently (a developer machine then uploads
+    to the shared cache); COOK_SET_ typos were already caught."""
+    from tests.test_reliability import doit, small_project
+
+    project = small_project(tmp_path / "p")
+    run = doit(project, "list", COOK_BUILDDIR="out", COOK_CACHE_MOD="read")
+    assert run.returncode == 0, run.stderr
+    said = "warning: environment variable COOK_BUILDDIR is not one the cooker reads; did you mean "
+    assert said + "COOK_BUILD_DIR?" in run.stderr
+    assert "COOK_CACHE_MOD is not one the cooker reads; did you mean COOK_CACHE_MODE?" in run.stderr
+    quiet = doit(project, "list", COOK_BUILD_DIR="out", COOK_SET_COMPRESSION_LEVEL="3")
+    assert "warning" not in quiet.stderr, quiet.stderr
+
+
+def test_the_variables_the_cooker_reads_are_the_documented_ones() -> None:
+    import re
+
+    from pipeline.build.config import VARIABLES
+
+    tables = "".join(
+        (REPO / "docs" / page).read_text(encoding="utf-8") for page in ("cooking.md", "build-farms.md")
+    )
+    documented = set(re.findall(r"^\| `(COOK_[A-Z_]+)` \|", tables, re.M))
+    assert documented == VARIABLES, documented ^ VARIABLES  # and COOK_SET_<KEY>, checked key by key

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -379,6 +380,9 @@ def test_a_killed_parallel_cook_leaves_no_worker_behind_and_its_log_pipe_ends(
             os.kill(pid, signal.SIGKILL)
         cook.communicate()
         pytest.fail(f"the log pipe stayed open: workers {left} outlived the killed cook")
+    deadline = time.monotonic() + 10  # the pipe closes as they exit, a moment before they are gone
+    while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not [pid for pid in workers if _alive(pid)]
 
 

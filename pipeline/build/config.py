@@ -17,6 +17,30 @@ from pathlib import Path
 
 from pipeline.errors import CookError, ProfileError
 
+# Every COOK_* variable the cooker reads (docs/cooking.md and docs/build-farms.md list them), but
+# the COOK_SET_<KEY> overrides, which pipeline.settings checks key by key.
+VARIABLES = frozenset({
+    "COOK_ASSETS_DIR", "COOK_PLATFORMS_DIR", "COOK_BUILD_DIR", "COOK_RUNTIMES_DIR", "COOK_SIGNING_KEY",
+    "COOK_PIP_TIMEOUT", "COOK_ALLOCATOR", "COOK_ISOLATE", "COOK_STRICT", "COOK_CACHE", "COOK_CACHE_MODE",
+    "COOK_CACHE_REQUIRED", "COOK_SHARD",
+})  # fmt: skip
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """A warning line for each ``COOK_*`` variable the cooker does not read (``COOK_BUILDDIR``,
+    ``COOK_CACHE_MOD=read``: silently nothing, where a developer machine then uploads to the shared
+    cache), with the variable it may be."""
+    import difflib
+
+    lines = []
+    for variable in sorted(env):
+        if not variable.startswith("COOK_") or variable.startswith("COOK_SET_") or variable in VARIABLES:
+            continue
+        close = difflib.get_close_matches(variable, VARIABLES, n=1, cutoff=0.7)
+        hint = f"did you mean {close[0]}?" if close else f"the variables are {', '.join(sorted(VARIABLES))}"
+        lines.append(f"warning: environment variable {variable} is not one the cooker reads; {hint}\n")
+    return lines
+
 
 @dataclass(frozen=True, kw_only=True)
 class Folders:

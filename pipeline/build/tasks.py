@@ -28,7 +28,7 @@ from pipeline.build.actions import (
     run_manifest,
     run_runtime_checks,
 )
-from pipeline.build.config import _key_digest, folders
+from pipeline.build.config import _key_digest, folders, unknown_variables
 from pipeline.build.lock import READ_ONLY_COMMANDS, doit_command
 from pipeline.build.plan import (
     _model_settings,
@@ -99,6 +99,7 @@ def cook_tasks(env: Mapping[str, str], root: Path) -> Iterator[dict[str, Any]]:
     except CookError as exc:
         _report_plan_failure(where.build, str(exc))
         raise InvalidDodoFile(f"cannot plan the cook:\n{exc}") from None
+    sys.stderr.write("".join(unknown_variables(env)))  # once a run: the tasks are loaded once
     _warn_orphans(where.build, where.platforms, {platform.name for platform in platforms})
     _warn_unmatched_globs(platforms, [asset.name for asset in found.models])
     if shard is not None:  # its cooks and their runtime checks, into the cache; no manifests

@@ -64,7 +64,8 @@ class Project:
 def _table(path: Path) -> dict | None:
     """The onnx-cooker settings in ``path`` (None: a pyproject.toml without them)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: a BOM (PowerShell 5's `Set-Content -Encoding UTF8` writes one), as the YAML files take it
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ProjectError(f"{path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
