@@ -200,15 +200,19 @@ def run_manifest(
     max_bundle_bytes: int = 0,
 ) -> TaskFailed | None:
     from pipeline.build.manifest import write_manifest
+    from pipeline.build.signing import load_signing_key, replacing_signed_pair, write_signature
     from pipeline.cook.opconfig import write_operator_configs
 
     try:
-        path = write_manifest(
-            platform_dir, platform, names, check_results, check_off_reason, max_bundle_bytes
-        )
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        key = load_signing_key(signing_key) if signing_key else None  # first: the signature follows at once
+        with replacing_signed_pair(platform_dir):  # readers that meet the new manifest with the old
+            path = write_manifest(  # signature (or none) read the pair again
+                platform_dir, platform, names, check_results, check_off_reason, max_bundle_bytes
+            )
+            raw = path.read_bytes()
+            write_signature(path, raw, key)
+        manifest = json.loads(raw.decode("utf-8"))
         configs = write_operator_configs(platform_dir, manifest["models"])
-        _sign(path, signing_key)
         published = [platform_dir / entry["file"] for entry in manifest["models"].values()]
         record(
             [*manifest_outputs(platform_dir, configs, signing_key), *published],
@@ -232,18 +236,6 @@ def manifest_outputs(platform_dir: Path, configs: Any, signing_key: Path | None)
     """The files a platform's manifest task writes."""
     names = [MANIFEST_NAME, *(Path(config).name for config in configs)]
     return [platform_dir / name for name in (*names, *((SIGNATURE_NAME,) if signing_key else ()))]
-
-
-def _sign(manifest: Path, signing_key: Path | None) -> None:
-    """Write manifest.json.sig, or remove a stale one when this cook does not sign."""
-    signature_path = manifest.with_name(SIGNATURE_NAME)
-    if signing_key is None:
-        signature_path.unlink(missing_ok=True)
-        return
-    from pipeline.build.signing import sign
-    from pipeline.fsutil import atomic_write
-
-    atomic_write(signature_path, sign(manifest.read_bytes(), signing_key))
 
 
 def usability_lines(platform: str, models: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -9,8 +9,10 @@ every manifest; ship the ``.pub`` file (or its 32 raw bytes) inside the game.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -18,6 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pipeline.errors import CookError
+from pipeline.fsutil import atomic_write
+from pipeline.runtime.constants import SIGNATURE_NAME, SIGNING_NAME
 
 PRIVATE_NAME = "studio-signing.key"
 PUBLIC_NAME = "studio-signing.pub"
@@ -43,6 +47,11 @@ def keygen(folder: Path) -> tuple[Path, Path]:
 
 def sign(manifest: bytes, private_key: Path) -> bytes:
     """The raw 64-byte Ed25519 signature of ``manifest``."""
+    return load_signing_key(private_key).sign(manifest)
+
+
+def load_signing_key(private_key: Path) -> Ed25519PrivateKey:
+    """The Ed25519 private key in the PEM file ``private_key`` (``CookError`` if it is none)."""
     try:
         key = serialization.load_pem_private_key(private_key.read_bytes(), password=None)
     except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
@@ -52,7 +61,32 @@ def sign(manifest: bytes, private_key: Path) -> bytes:
         ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise CookError(f"COOK_SIGNING_KEY={private_key}: not an Ed25519 key")
-    return key.sign(manifest)
+    return key
+
+
+@contextlib.contextmanager
+def replacing_signed_pair(platform_dir: Path) -> Iterator[None]:
+    """While the cook replaces ``manifest.json`` and then ``manifest.json.sig`` (``write_signature``
+    right after the manifest), ``manifest.json.signing`` says so: a loader that meets the new
+    manifest with the old signature, or none, reads the pair again instead of calling it tampered
+    (pipeline/runtime/manifestfile.py; docs/bundle-format.md)."""
+    marker = platform_dir / SIGNING_NAME
+    platform_dir.mkdir(parents=True, exist_ok=True)  # an empty bundle's first manifest makes it
+    marker.touch()
+    try:
+        yield
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def write_signature(manifest: Path, raw: bytes, key: Ed25519PrivateKey | None) -> None:
+    """Write manifest.json.sig for the manifest's bytes ``raw``, or remove a stale one when this
+    cook does not sign (``key`` None)."""
+    signature_path = manifest.with_name(SIGNATURE_NAME)
+    if key is None:
+        signature_path.unlink(missing_ok=True)
+        return
+    atomic_write(signature_path, key.sign(raw))
 
 
 def main(argv: list[str] | None = None) -> int:

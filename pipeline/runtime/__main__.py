@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -160,22 +162,46 @@ def _frame_commands(frames: list[Frame], blob: str, output: str) -> list[str]:
     return lines
 
 
+class OutputError(Exception):
+    """The unpacked files cannot be written where the command was told to write them."""
+
+
 def unpack(blob: Path, folder: Path) -> str:
     """Write the model file of ``blob`` (and its weights file) into ``folder``; returns what it wrote."""
+    if blob.is_dir():
+        blobs = sorted(
+            str(path.relative_to(blob)) for path in blob.rglob("*.ocb") if ".entries" not in path.parts
+        )
+        example = f", e.g. {blob / blobs[0]}" if blobs else ""
+        raise BundleError(
+            f"{blob} is a folder; unpack takes one blob file (.ocb){example} (`inspect {blob}` names each "
+            "model's blob)"
+        )
     unpacked = unpack_blob(blob.read_bytes(), max_model_size=1 << 62)
     if not plain_file_name(model_file_name(unpacked.header)):  # the weights file's is checked on reading
         raise CorruptBlobError(
             f"{blob}: its header's model name {unpacked.header.name!r} makes no plain file name to "
             "write; the blob is damaged or crafted (re-cook the model)"
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [folder / model_file_name(unpacked.header)]
-    written[0].write_bytes(unpacked.model)
-    if unpacked.header.weights is not None:
-        written.append(folder / unpacked.header.weights.file)
-        with written[1].open("wb") as stream:
-            for _, view in unpacked.segments:
-                stream.write(view)
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise OutputError(
+                f"{folder} is a file, not a folder; give the folder to write the model file into"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        written = [folder / model_file_name(unpacked.header)]
+        written[0].write_bytes(unpacked.model)
+        if unpacked.header.weights is not None:
+            written.append(folder / unpacked.header.weights.file)
+            with written[1].open("wb") as stream:
+                for _, view in unpacked.segments:
+                    stream.write(view)
+    except OSError as exc:
+        where = exc.filename or folder
+        raise OutputError(
+            f"cannot write into the output folder {folder}: {where}: {exc.strerror or exc}; give a folder "
+            "this user can create and write"
+        ) from None
     return "\n".join(str(path) for path in written)
 
 
@@ -193,17 +219,38 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(inspect(args.path) if args.command == "inspect" else unpack(args.blob, args.folder))
+        sys.stdout.flush()  # here, where a closed pipe can be told apart from an error
+    except BrokenPipeError:
+        return _pipe_closed()
+    except OutputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except FileNotFoundError as exc:
         given = args.path if args.command == "inspect" else args.blob
         given = Path(exc.filename) if exc.filename else given
         near = near_bundle(given)
-        fix = f"did you mean {near}?" if near else "give a blob (.ocb) or a bundle folder (build/<platform>)"
+        wanted = (
+            "a blob (.ocb) or a bundle folder (build/<platform>)"
+            if args.command == "inspect"
+            else "a blob (.ocb)"
+        )
+        fix = f"did you mean {near}?" if near else f"give {wanted}"
         print(f"error: {given}: no such file or folder; {fix}", file=sys.stderr)
         return 1
     except (BundleError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _pipe_closed() -> int:
+    """The reader of our output went away (``inspect ... | head``): stop quietly, as a command killed
+    by SIGPIPE does (status 141 in a shell), with nothing left to flush into the closed pipe."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+    return 128 + getattr(signal, "SIGPIPE", 13)
 
 
 if __name__ == "__main__":

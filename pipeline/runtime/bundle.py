@@ -9,13 +9,13 @@ import json
 import mmap
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, check_blob
-from .constants import MANIFEST_NAME, MANIFEST_VERSION, SIGNATURE_NAME, ModelFormat
+from .constants import MANIFEST_NAME, ModelFormat
 from .devices import DeviceSelection, ProviderSpec
 from .errors import (
     BundleError,
@@ -25,22 +25,21 @@ from .errors import (
     UnknownModelError,
     in_file,
 )
-from .files import NOFOLLOW, file_identity, map_file, open_regular, sha256_of
+from .files import NOFOLLOW, file_identity, open_regular, sha256_of, shared_mapping
 from .frames import default_threads, run_parallel
 from .header import MAX_HEADER_SIZE, load_json
 from .hints import open_hint
 from .loadpaths import BlobFile
+from .manifestfile import MAX_MANIFEST_SIZE, check_manifest, read_manifest, read_signed_manifest
 from .pager import PAGER_MIN, drop_mapped_weights
 from .session import Progress, load_info, no_progress, session_from_checked
-from .trust import SIGNATURE_SIZE, verify_signature
+from .trust import trusted_keys
 
-MAX_MANIFEST_SIZE = 64 << 20
 REBUILD = "re-run `onnx-cooker cook` to rebuild the bundle"
 # Blobs under this are read, not mapped (a raw extent starts at 64 KiB: smaller ones hold zstd only).
 SMALL_BLOB = 1 << 20
 _VERIFY_CHUNK = 1 << 20  # bytes read and hashed at a time when open_bundle checks a blob file
 _VERIFY_THREADS = 8  # at most: files read side by side (and a buffer each)
-_REQUIRED_ENTRY_FIELDS: dict[str, type] = {"file": str, "format": str, "blob_sha256": str, "blob_size": int}
 
 
 class Bundle:
@@ -145,7 +144,7 @@ class Bundle:
         report = progress or no_progress
         entry = self._entry(name)
         report("read", 0.0)
-        data, fd, path, identity = self._load(name, entry, max_model_size)
+        data, fd, path, identity, pin = self._load_pinned(name, entry, max_model_size)
         try:
             report("read", 1.0)
             report("check", 0.0)
@@ -180,6 +179,8 @@ class Bundle:
         finally:
             if fd is not None:
                 os.close(fd)  # onnxruntime opened (and mapped or read) its own; the mapping needs none
+            if pin is not None:
+                pin.release()  # the session's own views (if any) now keep the shared mapping alive
         if isinstance(data, mmap.mmap) and not data.closed and (info := load_info(session)) and info.in_place:
             drop_mapped_weights(data, checked)
         return session
@@ -187,8 +188,19 @@ class Bundle:
     def _load(
         self, name: str, entry: Mapping[str, Any], max_model_size: int
     ) -> tuple[mmap.mmap | bytes, int | None, Path, tuple[int, ...] | None]:
-        """The blob file mapped read-only, its descriptor, path and identity; or (``map_blobs=False``,
-        an empty file, or a system that cannot map it) its bytes and no descriptor."""
+        """``_load_pinned`` without the pin: for a caller that takes its own views of the mapping."""
+        data, fd, path, identity, pin = self._load_pinned(name, entry, max_model_size)
+        if pin is not None:
+            pin.release()
+        return data, fd, path, identity
+
+    def _load_pinned(
+        self, name: str, entry: Mapping[str, Any], max_model_size: int
+    ) -> tuple[mmap.mmap | bytes, int | None, Path, tuple[int, ...] | None, memoryview | None]:
+        """The blob file mapped read-only, its descriptor, path, identity and a view that pins the
+        mapping until the load's own views hold it; or (``map_blobs=False``, an empty file, or a
+        system that cannot map it) its bytes and no descriptor. Loads and sessions of one file share
+        one mapping (``shared_mapping``): one descriptor, not one per live session."""
         stream, size, path = self._open_blob(name, entry, max_model_size)
         with stream:
             identity = file_identity(os.fstat(stream.fileno()))
@@ -203,11 +215,11 @@ class Bundle:
                 read_all = self._signed or self._hashed.get(name) != identity
                 small_ort = size < PAGER_MIN and entry.get("format") == ModelFormat.ORT
                 try:
-                    mapping = map_file(stream.fileno(), size, populate=read_all or small_ort)
-                    return mapping, os.dup(stream.fileno()), path, identity
+                    pin = shared_mapping(stream.fileno(), size, identity, populate=read_all or small_ort)
+                    return pin.obj, os.dup(stream.fileno()), path, identity, pin  # type: ignore[return-value]
                 except (OSError, ValueError, OverflowError):
                     stream.seek(0)  # e.g. a file system that cannot map: read it instead
-            return stream.read(min(size, entry["blob_size"]) + 1), None, path, identity
+            return stream.read(min(size, entry["blob_size"]) + 1), None, path, identity, None
 
     def _check_identity(self, name: str, entry: Mapping[str, Any], header: Any, path: Path) -> None:
         """The blob is the one the manifest lists (not another intact blob put in its place)."""
@@ -249,15 +261,7 @@ class Bundle:
                 )
             stream, size = open_regular(path)
         except FileNotFoundError:
-            if self._replaced():
-                raise BundleReplacedError(
-                    f"{self._where()}: blob of {name!r} ({entry['file']}) is gone: a newer cook replaced "
-                    f"the bundle since it was opened; call open_bundle({str(self.root)!r}) again"
-                ) from None
-            raise ManifestError(
-                f"{self._where()}: cannot read blob of {name!r} at {path}: No such file or directory; "
-                "re-run `onnx-cooker cook` to rebuild the bundle"
-            ) from None
+            raise self._gone(name, entry, path) from None
         except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
             fix = "let the game read it (its permissions)" if isinstance(exc, PermissionError) else REBUILD
             raise ManifestError(
@@ -272,15 +276,33 @@ class Bundle:
             self._resolved_root = self.root.resolve()
         return self._resolved_root
 
-    def _replaced(self) -> bool:
-        """Whether manifest.json on disk is no longer the one this Bundle was opened from."""
+    def _gone(self, name: str, entry: Mapping[str, Any], path: Path) -> BundleError:
+        """Why the blob file of ``name`` is missing: a newer manifest replaced this one (open it
+        again), the folder or its manifest is gone (moved, deleted, unmounted: no cook did that),
+        or the bundle itself lacks the file (re-cook)."""
+        manifest = self.root / MANIFEST_NAME
         try:
-            stream, size = open_regular(self.root / MANIFEST_NAME)
+            stream, size = open_regular(manifest)
             with stream:
                 current = hashlib.sha256(stream.read(min(size, MAX_MANIFEST_SIZE) + 1)).hexdigest()
-        except OSError:
-            return True
-        return bool(self._manifest_sha256) and current != self._manifest_sha256
+        except OSError as exc:
+            if not os.path.isdir(self.root):
+                what = f"the bundle folder {self.root} is gone (moved, deleted or unmounted)"
+            else:
+                what = f"its {MANIFEST_NAME} cannot be read ({exc.strerror or exc})"
+            return ManifestError(
+                f"{self._where()}: blob of {name!r} ({entry['file']}) is missing and {what} since "
+                "open_bundle opened it; open the bundle where it is now (or restore it)"
+            )
+        if self._manifest_sha256 and current != self._manifest_sha256:
+            return BundleReplacedError(
+                f"{self._where()}: blob of {name!r} ({entry['file']}) is gone: a newer cook replaced "
+                f"the bundle since it was opened; call open_bundle({str(self.root)!r}) again"
+            )
+        return ManifestError(
+            f"{self._where()}: cannot read blob of {name!r} at {path}: No such file or directory; "
+            "re-run `onnx-cooker cook` to rebuild the bundle"
+        )
 
     def _entry(self, name: str) -> Mapping[str, Any]:
         try:
@@ -315,84 +337,31 @@ def open_bundle(
     ``map_blobs=False`` where blob files may be changed in place (a network share another machine
     writes, a patcher that edits files): blobs are then read into memory.
     """
-    root = Path(path)
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"open_bundle takes the path of a bundle folder (build/<platform>) as a str or Path, not "
+            f"{type(path).__name__}: to load a blob's bytes, use session_from_blob(data)"
+            + ("; for a path held as bytes, os.fsdecode(path)" if isinstance(path, bytes) else "")
+        )
+    keys = trusted_keys(public_keys) if public_keys is not None else None
+    # Absolute now: the bundle stays the one opened whatever the working folder becomes.
+    root = Path(path).absolute()
     manifest_path = root / MANIFEST_NAME if root.is_dir() else root
     root = manifest_path.parent
-    try:
-        stream, size = open_regular(manifest_path)
-        with stream:
-            raw = stream.read(min(size, MAX_MANIFEST_SIZE) + 1)
-    except (OSError, ValueError) as exc:  # ValueError: a path with NUL or a lone surrogate
-        raise ManifestError(
-            f"cannot read {manifest_path}: {getattr(exc, 'strerror', None) or exc}; {open_hint(Path(path))}"
-        ) from None
-    if len(raw) > MAX_MANIFEST_SIZE:
-        raise ManifestError(
-            f"{manifest_path} is larger than {MAX_MANIFEST_SIZE >> 20} MiB; not a manifest: "
-            + open_hint(Path(path))
-        )
-    if public_keys is not None:
-        verify_signature(raw, _read_signature(root), public_keys, str(manifest_path))
+    if keys is not None:
+        raw = read_signed_manifest(manifest_path, Path(path), keys)
+    else:
+        raw = read_manifest(manifest_path, Path(path))[0]
     try:
         manifest = load_json(raw)  # as the C loader reads it
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         fix = open_hint(manifest_path) if manifest_path.name != MANIFEST_NAME else "re-run `onnx-cooker cook`"
         raise ManifestError(f"{manifest_path} is not valid JSON ({exc}); {fix}") from None
-    _check_manifest(manifest, manifest_path)
-    bundle = Bundle(
-        root, manifest, hashlib.sha256(raw).hexdigest(), signed=public_keys is not None, map_blobs=map_blobs
-    )
+    check_manifest(manifest, manifest_path)
+    digest = hashlib.sha256(raw).hexdigest()
+    bundle = Bundle(root, manifest, digest, signed=keys is not None, map_blobs=map_blobs)
     if verify:  # the blobs side by side, one per core up to 8: the first damaged (in name order) raises
         names = bundle.names
         threads = min(default_threads(), _VERIFY_THREADS)
         run_parallel(lambda index: bundle.verify_blob(names[index]), range(len(names)), threads)
     return bundle
-
-
-def _read_signature(root: Path) -> bytes | None:
-    try:
-        stream, _ = open_regular(root / SIGNATURE_NAME)
-        with stream:
-            return stream.read(SIGNATURE_SIZE + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ManifestError(f"cannot read {root / SIGNATURE_NAME}: {exc.strerror or exc}") from None
-
-
-def _check_manifest(manifest: Any, where: Path) -> None:
-    def fail(problem: str) -> BundleError:
-        return ManifestError(f"{where}: {problem}; re-run `onnx-cooker cook` to rewrite it")
-
-    if not isinstance(manifest, dict):
-        raise fail("the top level is not a JSON object")
-    if manifest.get("manifest_version") != MANIFEST_VERSION:
-        raise fail(
-            f"manifest_version is {manifest.get('manifest_version')!r}, this loader reads {MANIFEST_VERSION}"
-        )
-    if not isinstance(manifest.get("platform"), str) or not isinstance(manifest.get("models"), dict):
-        raise fail("'platform' (string) and 'models' (object) are required")
-    for name, entry in manifest["models"].items():
-        if not isinstance(entry, dict):
-            raise fail(f"entry {name!r} is not an object")
-        for key, expected in _REQUIRED_ENTRY_FIELDS.items():
-            value = entry.get(key)
-            if not isinstance(value, expected) or isinstance(value, bool):
-                raise fail(f"entry {name!r} lacks {key!r} ({expected.__name__})")
-        if entry["blob_size"] < 0:
-            raise fail(f"entry {name!r} has a negative blob_size")
-        for key in ("inputs", "outputs"):  # optional; engines read them (the C library refuses the same)
-            values = entry.get(key)
-            if values is not None and not (
-                isinstance(values, list)
-                and all(
-                    isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("type"), str)
-                    for v in values
-                )
-            ):
-                raise fail(f"entry {name!r} has a malformed I/O signature")
-        file = PurePosixPath(entry["file"])
-        unsafe = any(char in entry["file"] for char in "\\:\0")  # Windows drives, NTFS streams, NUL
-        unsafe = unsafe or "" in entry["file"].split("/")  # "a//b", "a/": the C loader refuses them
-        if file.is_absolute() or ".." in file.parts or unsafe or not file.parts:
-            raise fail(f"entry {name!r} points outside its folder ({entry['file']!r})")

@@ -47,6 +47,9 @@ LEGACY_BLOB_FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 SIGNATURE_NAME = "manifest.json.sig"
+# Present while a cook replaces manifest.json and its signature (docs/bundle-format.md): a signed
+# pair that does not verify meanwhile is read again (runtime/manifestfile.py).
+SIGNING_NAME = "manifest.json.signing"
 
 # How a cook weighs a blob's load speed against its size (the `compression` setting; writer.py's
 # `_section` picks raw or zstd per section, docs/bundle-format.md says why).

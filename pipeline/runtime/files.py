@@ -11,6 +11,8 @@ import mmap
 import os
 import stat
 import sys
+import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -28,6 +30,39 @@ def map_file(fd: int, size: int, *, populate: bool = True) -> mmap.mmap:
         flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
         return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
     return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+
+
+# file identity -> the mapping of that file the process's sessions share (weakly: a mapping lives
+# while a session, or a load under way, holds a view of it). Python's mmap keeps a duplicate of the
+# descriptor for its life: a mapping per session was a descriptor per session (EMFILE after ~1000).
+_SHARED: weakref.WeakValueDictionary[tuple[int, ...], mmap.mmap] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_mapping(fd: int, size: int, identity: tuple[int, ...], *, populate: bool) -> memoryview:
+    """A view of the process's one read-only mapping of the file open as ``fd`` (``identity``,
+    ``file_identity`` of it), mapped now if no live one exists (``map_file``). The view pins the
+    mapping (``mmap.close`` refuses while it exists, so another load cannot close it from under
+    this one); its ``obj`` is the mapping. Release it once the views the load keeps are taken."""
+    with _SHARED_LOCK:
+        mapping = _SHARED.get(identity)
+        if mapping is not None:
+            try:
+                return memoryview(mapping)
+            except ValueError:  # closed by a load that handed onnxruntime the file itself
+                pass
+        mapping = map_file(fd, size, populate=populate)
+        _SHARED[identity] = mapping
+        return memoryview(mapping)
+
+
+def _forget_lock_in_child() -> None:
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_lock_in_child)
 
 
 def file_identity(info: os.stat_result) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Sized
 from pathlib import Path
 
 import onnxruntime
@@ -66,6 +67,12 @@ def check_providers(providers: object, model: str) -> None:
     if isinstance(providers, str):
         raise TypeError(
             f"model {model!r}: providers takes a list of EP names, e.g. [{providers!r}], not one string"
+        )
+    if isinstance(providers, Sized) and not len(providers):
+        raise SessionCreateError(
+            f"model {model!r}: providers=[] names no execution provider (onnxruntime would run the model on "
+            "the CPU, unasked): pass None for the blob's preferred EPs, then the CPU, or name them, e.g. "
+            "['CPUExecutionProvider']"
         )
     known = onnxruntime.get_all_providers()
     for spec in providers:  # type: ignore[attr-defined]

@@ -7,12 +7,43 @@ package, imported only when a game asks for signature checks.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from .constants import SIGNATURE_NAME
 from .errors import SignatureError
 
 SIGNATURE_SIZE = 64  # raw Ed25519 signature
+_EXAMPLE = '[Path("studio-signing.pub").read_bytes()]'
+
+
+def trusted_keys(public_keys: object) -> list[bytes]:
+    """``public_keys`` as a list of bytes, or a ``TypeError`` that says what to pass: a list (or
+    other sequence) of public keys, each the 32 raw Ed25519 key bytes or a PEM file's bytes."""
+    if isinstance(public_keys, bytes | bytearray | memoryview | str | os.PathLike):
+        raise TypeError(
+            f"public_keys takes a list of public keys, each bytes (the 32 raw Ed25519 key bytes or a PEM "
+            f"file's bytes), not one {type(public_keys).__name__}: e.g. {_EXAMPLE}"
+        )
+    try:
+        keys = list(public_keys)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(
+            f"public_keys takes a list of public keys (bytes), not {type(public_keys).__name__}: "
+            f"e.g. {_EXAMPLE}"
+        ) from None
+    for index, key in enumerate(keys):
+        if isinstance(key, str) and "-----BEGIN" in key:
+            what = "PEM text (str): pass its bytes (key.encode(), or the file's read_bytes())"
+        elif isinstance(key, str | os.PathLike):
+            what = f"a path ({os.fspath(key)!r}): pass the key file's bytes"
+        elif isinstance(key, bytes | bytearray | memoryview):
+            keys[index] = bytes(key)
+            continue
+        else:
+            what = f"a {type(key).__name__}, not bytes"
+        raise TypeError(f"public_keys[{index}] is {what}; e.g. public_keys={_EXAMPLE}")
+    return keys
 
 
 def _public_key(key: bytes):  # -> Ed25519PublicKey
