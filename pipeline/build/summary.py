@@ -21,6 +21,11 @@ def cook_line(entry: Mapping[str, Any]) -> str:
         if blank := verification.get("normal_floats_nonfinite"):  # outside the model's domain
             named = ", ".join(map(repr, blank))
             checked += f" (the source's {named} on floats from a normal distribution: no finite value)"
+        elif verification.get("empty_outputs"):  # sample inputs (synthesized ones are refused)
+            checked += (
+                f", but every output is empty on {verification['inputs']}: nothing was compared; sample "
+                "inputs on which the model gives outputs verify it"
+            )
         elif floats:
             checked += (
                 " (the source's outputs on floats from a normal distribution move beyond the bounds when "

@@ -21,6 +21,7 @@ from pipeline.cook.dims import (
     UNNAMED,
     expression_names,
     input_bytes,
+    shapes_at,
 )
 from pipeline.cook.facts import feed_inputs, fixed_size, input_tensor_type
 
@@ -254,4 +255,106 @@ def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
             for attribute in node.attribute:
                 if attribute.name == "value":
                     found[node.output[0]] = attribute.t
+    return found
+
+
+def collapsed(
+    model: onnx.ModelProto,
+    dims: Mapping[str, int],
+    free: Mapping[str, int],
+    symbolic: Mapping[str, list[int | None]],
+) -> list[str]:
+    """The convolutions and poolings whose output these sizes reduce to one step along an axis a free
+    dim gives (None there in ``symbolic``, ``free_shapes``): what follows them mixes nothing along it.
+    One whose output is the model's is not counted: nothing follows it (a pool in ceil mode whose
+    kernel is larger than the input reads all of it into 1x1). A wav2vec2-style encoder turns 64
+    samples into one frame through its strided convolutions, and attention's softmax over that one
+    frame is 1 whatever its query weights (measured on a random-init wav2vec2 of transformers: its
+    first layer's query weights negated give the source's outputs exactly at 64 samples, and differ
+    at 224)."""
+    outputs = {value.name for value in model.graph.output}
+    nodes = [
+        n
+        for n in model.graph.node
+        if n.op_type in _STRIDED and n.domain in ("", "ai.onnx") and n.output and n.output[0] not in outputs
+    ]
+    if not nodes:
+        return []
+    shapes = shapes_at(model, dims, free)
+    found = []
+    for node in nodes:
+        at, anywhere = shapes.get(node.output[0]), symbolic.get(node.output[0])
+        if at and anywhere and len(at) == len(anywhere):
+            if any(
+                size == 1 and free_axis is None for size, free_axis in zip(at[2:], anywhere[2:], strict=True)
+            ):
+                found.append(node.name or node.output[0])
+    return found
+
+
+def has_strided(model: onnx.ModelProto) -> bool:
+    """Whether the main graph convolves or pools (``collapsed`` has anything to look at)."""
+    return any(n.op_type in _STRIDED and n.domain in ("", "ai.onnx") for n in model.graph.node)
+
+
+# A Loop's trip count, when a graph input gives it: at the 0 or 1 drawn for integers, its body (and
+# its weights) ran once at most, and a wrong one verified
+LOOP_TRIPS = 3
+
+
+def loop_inputs(model: onnx.ModelProto) -> dict[str, int | bool]:
+    """Graph inputs a main-graph Loop takes (directly, or through one Cast) as its trip count
+    (-> LOOP_TRIPS) or its first condition (-> True: the loop runs)."""
+    inputs = {value.name for value in model.graph.input}
+    cast = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast" and n.input and n.output}
+    found: dict[str, int | bool] = {}
+    for node in model.graph.node:
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+            continue
+        for index, value in ((0, LOOP_TRIPS), (1, True)):
+            name = node.input[index] if len(node.input) > index else ""
+            name = cast.get(name, name)
+            if name in inputs:
+                found[name] = value
+    return found
+
+
+# A convolution or pooling that may shrink an axis (ConvTranspose widens it)
+_STRIDED = _SLIDING - {"ConvTranspose"}
+# TopK's k where a graph input gives it: drawn as an integer, 0 or 1, and at 0 every output is empty
+TOPK_K = 5
+
+
+def counted_inputs(
+    model: onnx.ModelProto, dims: Mapping[str, int], free: int | Mapping[str, int]
+) -> dict[str, int]:
+    """Graph inputs (directly, or through one Cast) that give a main-graph node a count its other
+    inputs bound, with the count at these sizes: an LSTM's, GRU's or RNN's ``sequence_lens`` (input
+    4) -> the length its X has along the time axis (drawn as 0 and 1, every sequence ran a step at most,
+    and a blob whose recurrent weights were wrong verified); TopK's ``K`` -> min(TOPK_K, the size of
+    the axis it selects along) (at 0, every output was empty). 1 where shape inference finds no size."""
+    inputs = {value.name for value in feed_inputs(model.graph)}
+    cast = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast" and n.input and n.output}
+    wanted: list[tuple[str, str, int, int | None]] = []  # (input, the value bounding it, its axis, cap)
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        attributes = {attribute.name: attribute.i for attribute in node.attribute}
+        if node.op_type in ("LSTM", "GRU", "RNN") and len(node.input) > 4:
+            given, axis, cap = node.input[4], attributes.get("layout", 0), None
+        elif node.op_type == "TopK" and len(node.input) > 1:
+            given, axis, cap = node.input[1], attributes.get("axis", -1), TOPK_K
+        else:
+            continue
+        if (name := cast.get(given, given)) in inputs:
+            wanted.append((name, node.input[0], axis, cap))
+    if not wanted:
+        return {}
+    shapes = shapes_at(model, dims, free)
+    found: dict[str, int] = {}
+    for name, bounding, axis, cap in wanted:
+        shape = shapes.get(bounding) or []
+        size = shape[axis] if -len(shape) <= axis < len(shape) else None
+        count = 1 if size is None else size if cap is None else min(cap, size)
+        found[name] = min(found.get(name, count), count)
     return found

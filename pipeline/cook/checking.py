@@ -20,6 +20,7 @@ from pipeline.cook.conditioning import (
 )
 from pipeline.cook.feeds import (
     VerifyInputs,
+    all_empty,
     cannot_run,
     feeds_for,
     hints,
@@ -77,6 +78,9 @@ def verify_blob(
         if blank and inputs.origin == "synthesized":  # sample inputs are the user's to choose
             inputs, (reference, noise, default_level) = _finite_inputs(job, model, settings, inputs, blank)
             floats = {"floats": UNIT_FLOATS, "normal_floats_nonfinite": blank}
+        if all_empty(reference) and inputs.origin == "synthesized":  # nothing to compare
+            inputs, (reference, noise, default_level) = _nonempty_inputs(job, model, settings, inputs)
+            floats = {"floats": UNIT_FLOATS}
     with step("verify: the cooked blob, through the loader"):
         try:
             results = verify(blob, reference, inputs.feeds, settings, noise, default_level)
@@ -101,6 +105,7 @@ def verify_blob(
     }
     report = {
         "inputs": origin,
+        **({"empty_outputs": True} if all_empty(reference) else {}),  # sample inputs: nothing compared
         **({"default_dims": inputs.free_dims} if inputs.free_dims else {}),
         **floats,
         "rtol": settings.rtol,
@@ -163,6 +168,28 @@ def _finite_inputs(
         f"synthesized inputs (floats from a normal distribution, then {UNIT_FLOATS}): they are outside "
         "what the model computes, and a comparison on them verifies nothing; ship sample inputs from real "
         f"data the model was made for as {hints(job)[1]}"
+    )
+
+
+def _nonempty_inputs(
+    job: CookJob, model: onnx.ModelProto, settings: CookSettings, inputs: VerifyInputs
+) -> tuple[VerifyInputs, tuple[dict[str, Any], dict[str, tuple[float, float]], dict[str, Any]]]:
+    """Synthesized inputs drawn again as floats in [0, 1), where every output of the source was empty
+    on the first ones (``feeds.feeds_for`` tried the other sizes), with the source's references on
+    them; a VerifyError naming the fixes where every output is empty on those too: a verification
+    that compares nothing must not pass."""
+    unit = _unit_floats(job, model, inputs)
+    references = _references(job, model, unit, settings)
+    if not all_empty(references[0]):
+        return unit, references
+    settings_hint, inputs_hint = hints(job)
+    sizes = ", ".join(f"{name}={size}" for name, size in inputs.free_dims.items())
+    raise VerifyError(
+        f"every output of the source ({', '.join(map(repr, references[0]))}) is empty (size 0) on the "
+        f"synthesized inputs{f' ({sizes})' if sizes else ''}, and on {UNIT_FLOATS}: the cooked model's "
+        f"outputs would be compared with nothing, and verify nothing; ship sample inputs on which it "
+        f"gives outputs as {inputs_hint} (numpy.savez, keys = input names), or set `verify: false` in "
+        f"{settings_hint} to cook it unverified"
     )
 
 

@@ -14,7 +14,9 @@ seq``) run with none of those: then each free dimension is tried at 1 or 2 (``bo
 dimension whose name is an expression of others (``past_sequence_length + 1``, as exporters write
 derived dimensions) is not free: it is computed from them. A free dimension a weight sizes
 (``axiswalk.pinned_sizes``: the feature axis an LSTM's or MatMul's constant weight takes) has that
-size in every try.
+size in every try. Sizes at which a convolution or pooling leaves one step along a free axis
+(``axiswalk.collapsed``, from onnx's shape inference at those sizes: ``shapes_at``) are tried after
+all the others: a wav2vec2-style encoder makes one frame of 64 samples, and nothing mixes over it.
 """
 
 from __future__ import annotations
@@ -275,3 +277,72 @@ def bound_sizes(free: list[str]) -> Iterator[dict[str, int]]:
 def combinations_count(free: list[str]) -> int:
     """How many combinations bound_sizes tries for ``free``."""
     return 0 if len(free) < 2 else min(MAX_BOUND_TRIES, 2 ** len(free) - 1)
+
+
+def free_shapes(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[str, list[int | None]]:
+    """Every value's shape (onnx's shape inference) with the dims ``dims`` sizes set and the free ones
+    left free: an axis a free dim gives is None there (``collapsed``)."""
+    return _inferred(_shaped(model, dims, None))
+
+
+def shapes_at(
+    model: onnx.ModelProto, dims: Mapping[str, int], free: int | Mapping[str, int]
+) -> dict[str, list[int | None]]:
+    """Every value's shape (onnx's shape inference, None where it finds no size) when the inputs are
+    synthesized with ``dims`` and ``free`` (``inputs.synthesize_inputs``); {} where inference fails."""
+    return _inferred(_shaped(model, dims, free))
+
+
+def _shaped(
+    model: onnx.ModelProto, dims: Mapping[str, int], free: int | Mapping[str, int] | None
+) -> onnx.ModelProto:
+    """A copy of the model for shape inference: its inputs at these sizes (with ``free`` None, only
+    the dims ``dims`` sizes), its larger initializers as inputs of their type and shape (no weights
+    copied)."""
+    light = onnx.ModelProto(ir_version=model.ir_version)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    graph = light.graph
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    declared = {value.name for value in model.graph.input}
+    for tensor in model.graph.initializer:
+        if (
+            len(tensor.dims) <= 1
+            and sum(tensor.dims) <= 64
+            and tensor.data_location != onnx.TensorProto.EXTERNAL
+        ):
+            graph.initializer.append(tensor)  # a Reshape's shape, a Slice's ends: values inference reads
+        elif tensor.name not in declared:
+            graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+    for sparse in model.graph.sparse_initializer:
+        if sparse.values.name not in declared:
+            graph.input.append(
+                onnx.helper.make_tensor_value_info(sparse.values.name, sparse.values.data_type, sparse.dims)
+            )
+    fed = {value.name for value in feed_inputs(model.graph)}
+    for value in graph.input:
+        tensor_type = input_tensor_type(value)
+        if value.name not in fed or tensor_type is None or not tensor_type.HasField("shape"):
+            continue
+        for dim in tensor_type.shape.dim:
+            if fixed_size(dim) is not None:
+                continue
+            if free is not None or dim.dim_param in dims:
+                size = dim_size(dim.dim_param, dims, free if free is not None else DEFAULT_DIM_SIZE)
+                dim.Clear()
+                dim.dim_value = size
+    return light
+
+
+def _inferred(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # a model onnx cannot infer (a contrib domain's, a size that runs nowhere)
+        return {}
+    shapes: dict[str, list[int | None]] = {}
+    for value in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+            shapes[value.name] = [fixed_size(dim) for dim in value.type.tensor_type.shape.dim]
+    return shapes

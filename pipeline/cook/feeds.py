@@ -11,7 +11,14 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from pipeline.cook.axiswalk import pinned_sizes, spatial_dims, spatial_sizes, stepped_dims
+from pipeline.cook.axiswalk import (
+    collapsed,
+    has_strided,
+    pinned_sizes,
+    spatial_dims,
+    spatial_sizes,
+    stepped_dims,
+)
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
     RETRY_DIM_SIZE,
@@ -22,6 +29,7 @@ from pipeline.cook.dims import (
     WIDE_DIM_SIZE,
     bound_sizes,
     combinations_count,
+    free_shapes,
     signal_sizes,
     unsized_dims,
     wide_sizes,
@@ -75,7 +83,9 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
     # net downsamples 32 to nothing), then a signal's length at SIGNAL_DIM_SIZE (an audio
     # frontend's STFT window is 400 samples), before the combinations of 1 and 2, which onnxruntime
     # may crash on (an integer division by a length of 0 frames). The outputs of a run that passes
-    # are the verification's reference: the source is not run again.
+    # are the verification's reference: the source is not run again. Sizes at which every output is
+    # empty compare nothing: the next ones are tried (and where none gives more, the verification
+    # refuses them, naming the fix).
     sliding = spatial_dims(model) | stepped_dims(model)  # not a batch where leading
     tiers = (
         (SPATIAL_DIM_SIZE, spatial_sizes(model, unsized, dims)),
@@ -90,30 +100,66 @@ def feeds_for(job: CookJob, model: onnx.ModelProto, read: SourceRead) -> VerifyI
         (WIDE_DIM_SIZE, wide_sizes(model, unsized, dims, sliding)),
         (SIGNAL_DIM_SIZE, signal_sizes(model, unsized)),
     )
-    done: list[dict[str, int]] = []
+    done: list[tuple[int, dict[str, int]]] = []
     for size, retried in tiers:
-        if retried is None or retried in done:  # no such dims; only a batch is free (a run again)
-            continue
-        done.append(retried)
-        try:
-            wider = (
-                feeds
-                if retried is sizes
-                else synthesize_inputs(
-                    model, dims, free=retried, settings_hint=settings_hint, inputs_hint=inputs_hint
-                )
-            )
-        except VerifyError:  # too large to synthesize (224 with the batch at 1 may not be)
-            continue
-        tried += (size,)
-        if (outputs := _source_outputs(job, model, wider)) is not None:
-            return VerifyInputs(wider, "synthesized", retried | pinned, tried, outputs=outputs, pinned=pinned)
+        if retried is not None and all(retried != other for _, other in done):  # a run again otherwise
+            done.append((size, retried))
+    # Sizes at which a convolution or pooling leaves one step along a free axis (a wav2vec2-style
+    # encoder's one frame from 64 samples) mix nothing after it: tried after all the others
+    if has_strided(model):
+        symbolic = free_shapes(model, dims)
+        mixing = [not collapsed(model, dims, retried, symbolic) for _, retried in done]
+        done = [tier for tier, ok in zip(done, mixing, strict=True) if ok] + [
+            tier for tier, ok in zip(done, mixing, strict=True) if not ok
+        ]
+    empty: VerifyInputs | None = None  # the first that ran with every output empty
+    for size, retried in done:
+        ran = _tier(job, model, dims, retried, pinned, feeds if retried is sizes else None, tried + (size,))
+        tried += (size,) if ran is not None else ()
+        if isinstance(ran, VerifyInputs) and not all_empty(ran.outputs):
+            return ran
+        if isinstance(ran, VerifyInputs):  # compares nothing: other sizes first
+            empty = empty or ran
+    if empty is not None:  # the verification refuses it (checking.verify_blob), naming the fix
+        return empty
     # Dims bound to each other (a KV cache's total = past + new): each at 1 or 2
     bound = combinations_count(unsized)
     found = run_isolated(lambda: _first_runnable(job, model, dims, unsized))
     if found is not None and not isinstance(found, Crash):
         feeds, sizes = found
     return VerifyInputs(feeds, "synthesized", sizes | pinned, tried, bound, pinned=pinned)
+
+
+def _tier(
+    job: CookJob,
+    model: onnx.ModelProto,
+    dims: Mapping[str, int],
+    free: dict[str, int],
+    pinned: dict[str, int],
+    feeds: dict[str, Any] | None,
+    tried: tuple[int, ...],
+) -> VerifyInputs | bool | None:
+    """The inputs at these sizes where the source runs on them (with its outputs); False where it
+    does not; None where they are too large to synthesize (224 with the batch at 1 may not be).
+    ``feeds``: those already synthesized at these sizes."""
+    settings_hint, inputs_hint = hints(job)
+    try:
+        if feeds is None:
+            feeds = synthesize_inputs(
+                model, dims, free=free, settings_hint=settings_hint, inputs_hint=inputs_hint
+            )
+    except VerifyError:
+        return None
+    if (outputs := _source_outputs(job, model, feeds)) is None:
+        return False
+    return VerifyInputs(feeds, "synthesized", free | pinned, tried, outputs=outputs, pinned=pinned)
+
+
+def all_empty(outputs: Mapping[str, Any] | None) -> bool:
+    """Whether every output is an empty tensor (size 0): a comparison of them compares nothing."""
+    return bool(outputs) and all(
+        isinstance(value, np.ndarray) and value.size == 0 for value in outputs.values()
+    )
 
 
 def quantizes_dynamically(model: onnx.ModelProto) -> bool:

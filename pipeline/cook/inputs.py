@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from pipeline.cook.axiswalk import LOOP_TRIPS, TOPK_K, counted_inputs, loop_inputs
 from pipeline.cook.dims import (
     DEFAULT_DIM_SIZE,
     SEQUENCE_DIM_SIZE,
@@ -60,8 +61,9 @@ def synthesized_hint(
     sizes += f", then each at 1 or 2 ({bound} combinations)" if bound else ""
     text = (
         "the verification inputs were synthesized (seeded: floats from a normal distribution, integers "
-        "0 and 1 (ids a Gather only reads: across its table; a Loop's trip count: 3), booleans, short "
-        "strings (a lookup table's keys)"
+        f"0 and 1 (ids a Gather only reads: across its table; a Loop's trip count: {LOOP_TRIPS}; an "
+        f"LSTM's, GRU's or RNN's sequence_lens: its X's length; TopK's k: up to {TOPK_K}), booleans, "
+        "short strings (a lookup table's keys)"
     )
     if free:
         text += f"; symbolic dimension(s) {', '.join(free)}, which verify_dims does not size, at {sizes}"
@@ -157,7 +159,8 @@ def synthesize_inputs(
     feeds = {}
     rows = gathered_rows(model)
     loops = loop_inputs(model)
-    words = looked_up_words(model)
+    counts = counted_inputs(model, dims, free)  # a recurrence's sequence lengths, TopK's k
+    words, closed = _lookups(model)
     for value in feed_inputs(model.graph):
         tensor_type = input_tensor_type(value)
         if tensor_type is None:  # a sequence or a map: .npz holds arrays only
@@ -179,55 +182,74 @@ def synthesize_inputs(
         feeds[value.name] = _random(rng, dtype, tuple(shape), unit_floats, rows.get(value.name, 2))
         if value.name in loops:  # a Loop's trip count (at 0 or 1 its body ran once at most) or condition
             feeds[value.name] = np.full(shape, loops[value.name], dtype)
-        elif value.name in words:  # a table's keys, and a word out of it (its default)
-            feeds[value.name] = rng.choice(np.array([*words[value.name], "0"], dtype=object), size=shape)
+        elif value.name in counts:
+            feeds[value.name] = np.full(shape, counts[value.name], dtype)
+        elif value.name in words:  # a table's keys, and a word out of it (its default) where it takes one
+            drawn = words[value.name] + ([] if value.name in closed else ["0"])
+            feeds[value.name] = rng.choice(np.array(drawn, dtype=object), size=shape)
     return feeds
 
 
-# Operators that take strings to strings, through which a table's keys are followed back to an input
-_STRING_KEEPING = frozenset({"StringNormalizer", "Identity"})
+# Operators that take strings to strings (their first input's), through which a table's keys are
+# followed back to an input: skl2onnx's OneHotEncoder reads a column Gathered from ``[N, 1]`` strings
+_STRING_KEEPING = frozenset(
+    {"StringNormalizer", "Identity", "Gather", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"}
+)
+# Where a value's strings are looked up: (domain, operator) -> the attributes that hold the table
+_TABLES = {
+    ("ai.onnx.ml", "LabelEncoder"): ("keys_strings",),
+    ("ai.onnx.ml", "CategoryMapper"): ("cats_strings",),
+    ("ai.onnx.ml", "OneHotEncoder"): ("cats_strings",),
+    ("", "TfIdfVectorizer"): ("pool_strings",),
+}
+WORDS_DRAWN = 64  # at most this many of a table's keys, spread over it
 
 
 def looked_up_words(model: onnx.ModelProto) -> dict[str, list[str]]:
-    """String inputs a main-graph LabelEncoder or CategoryMapper (ai.onnx.ml) looks up, directly or
-    through StringNormalizer/Identity, with the table's keys: drawn as "0" and "1" they missed every
-    key, and a blob with a wrong table verified."""
+    """String inputs whose words a main-graph table looks up (LabelEncoder, CategoryMapper or
+    OneHotEncoder of ai.onnx.ml, TfIdfVectorizer), directly or through operators that keep strings
+    (StringNormalizer, Gather, Reshape...), with the table's keys (at most WORDS_DRAWN, spread over
+    it): drawn as "0" and "1" they missed every key, and a blob with a wrong table verified. Where a
+    Tokenizer (com.microsoft) splits the strings first, as before a TfIdfVectorizer, phrases of three
+    keys in the table's order (its n-grams' too)."""
+    return _lookups(model)[0]
+
+
+def _lookups(model: onnx.ModelProto) -> tuple[dict[str, list[str]], set[str]]:
+    """``looked_up_words``, and the inputs a table refuses a word out of (OneHotEncoder ``zeros=0``)."""
     strings = {v.name for v in feed_inputs(model.graph) if input_tensor_type(v) is not None
                and input_tensor_type(v).elem_type == onnx.TensorProto.STRING}  # fmt: skip
-    origin: dict[str, str] = {name: name for name in strings}  # a value -> the input it carries
+    origin: dict[str, tuple[str, bool]] = {name: (name, False) for name in strings}  # -> (input, split)
     found: dict[str, list[str]] = {}
+    split: set[str] = set()
+    closed: set[str] = set()
     for node in model.graph.node:
         if not node.input or node.input[0] not in origin:
             continue
-        source = origin[node.input[0]]
-        if node.domain in ("", "ai.onnx") and node.op_type in _STRING_KEEPING:
-            origin.update({output: source for output in node.output})
-        elif node.domain == "ai.onnx.ml" and node.op_type in ("LabelEncoder", "CategoryMapper"):
-            keys = next((a.strings for a in node.attribute if a.name in ("keys_strings", "cats_strings")), [])
+        source, tokens = origin[node.input[0]]
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        attributes = {a.name: a for a in node.attribute}
+        if (not domain and node.op_type in _STRING_KEEPING) or (domain, node.op_type) == (
+            "com.microsoft",
+            "Tokenizer",
+        ):
+            tokens = tokens or node.op_type == "Tokenizer"
+            origin.update({output: (source, tokens) for output in node.output[:1]})
+        elif (domain, node.op_type) in _TABLES:
+            keys = next((attributes[a].strings for a in _TABLES[domain, node.op_type] if a in attributes), [])
             found.setdefault(source, []).extend(key.decode("utf-8", "replace") for key in keys)
-    return {name: sorted(set(keys))[:64] for name, keys in found.items() if keys}
-
-
-# A Loop's trip count, when a graph input gives it: at the 0 or 1 drawn for integers, its body (and
-# its weights) ran once at most, and a wrong one verified
-LOOP_TRIPS = 3
-
-
-def loop_inputs(model: onnx.ModelProto) -> dict[str, int | bool]:
-    """Graph inputs a main-graph Loop takes (directly, or through one Cast) as its trip count
-    (-> LOOP_TRIPS) or its first condition (-> True: the loop runs)."""
-    inputs = {value.name for value in model.graph.input}
-    cast = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast" and n.input and n.output}
-    found: dict[str, int | bool] = {}
-    for node in model.graph.node:
-        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
-            continue
-        for index, value in ((0, LOOP_TRIPS), (1, True)):
-            name = node.input[index] if len(node.input) > index else ""
-            name = cast.get(name, name)
-            if name in inputs:
-                found[name] = value
-    return found
+            split |= {source} if tokens else set()
+            if node.op_type == "OneHotEncoder" and "zeros" in attributes and attributes["zeros"].i == 0:
+                closed.add(source)
+    words: dict[str, list[str]] = {}
+    for name, keys in found.items():
+        unique = list(dict.fromkeys(keys))  # in the table's order: an n-gram's words side by side
+        if name in split:
+            unique = [" ".join(unique[i : i + 3]) for i in range(len(unique))]
+        step = max(1, len(unique) // WORDS_DRAWN)
+        chosen = unique[::step][:WORDS_DRAWN]
+        words[name] = chosen if name in split else sorted(chosen)
+    return {name: chosen for name, chosen in words.items() if chosen}, closed
 
 
 def _random(

@@ -29,7 +29,9 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # 11: an ONNX graph for an older onnxruntime drops the attributes the cook's onnxruntime wrote at
 # their defaults on its own operators (defaults.py: MatMulNBits' weight_prepacked); 12: ONNX blobs
 # without the CPU EP's float32 islands around fp16 nodes (precisioncasts.py), int8 variants gated on
-# their int8 kernels too
+# their int8 kernels too, and verification inputs: a recurrence's sequence_lens at its length, TopK's
+# k >= 1, strings from OneHotEncoder/TfIdfVectorizer tables, sizes where every output is empty or a
+# strided frontend leaves one step tried last
 RECIPE = 12
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
