@@ -317,3 +317,26 @@ def test_an_audio_encoder_is_verified_where_its_frames_mix(tmp_path: Path) -> No
     assert run(model, feeds)[0].shape[1] > 1
     assert np.abs(run(wrong, feeds)[0] - run(model, feeds)[0]).max() > 0.01
     assert f"length={verification['default_dims']['length']}" in cook_line(entry)
+
+
+def test_an_output_python_cannot_read_is_refused_with_verify_false_as_the_way(tmp_path: Path) -> None:
+    """A bfloat16 output: onnxruntime's Python API has no numpy type for it, and the cook failed as
+    "onnxruntime cannot run the source model", advising sample inputs, which changed nothing (with
+    them the message named no fix at all). It says what cannot be compared and how to cook it."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Cast", ["r"], ["y"], to=TensorProto.BFLOAT16),
+        ],
+        "bf16_out",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 5])],
+    )
+    with pytest.raises(CookError) as refused:
+        cook_unconfigured(model_of(graph), "halfway", "windows-dml", tmp_path)
+    message = str(refused.value)
+    assert "its output(s) 'y' (bfloat16) have a type onnxruntime's Python API cannot return" in message
+    assert "`verify: false` in" in message and "halfway.cook.yaml" in message
+    settings = shipped_settings("windows-dml", verify=False)
+    entry = cook(job_for(tmp_path / "assets", "halfway", settings, tmp_path / "unverified"))
+    assert entry["verification"] == {"skipped": "verify is false in the settings"}

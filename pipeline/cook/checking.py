@@ -65,6 +65,7 @@ def verify_blob(
     settings = verify_tolerances(job.settings)
     if not settings.verify:
         return {"skipped": "verify is false in the settings"}, None
+    _refuse_unreadable_outputs(job, model)
     with step("verify: the source's outputs"):
         if sized_by is None:
             inputs = feeds_for(job, model, read)
@@ -168,6 +169,36 @@ def _finite_inputs(
         f"synthesized inputs (floats from a normal distribution, then {UNIT_FLOATS}): they are outside "
         "what the model computes, and a comparison on them verifies nothing; ship sample inputs from real "
         f"data the model was made for as {hints(job)[1]}"
+    )
+
+
+# Element types onnxruntime's Python API cannot hand back as numpy arrays ("No corresponding Numpy
+# type for Tensor Type"): bfloat16, the float8s, int4/uint4, float4
+_NO_NUMPY = {
+    onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E4M3FNUZ,
+    onnx.TensorProto.FLOAT8E5M2, onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.INT4,
+    onnx.TensorProto.UINT4, getattr(onnx.TensorProto, "FLOAT4E2M1", -1),
+}  # fmt: skip
+
+
+def _refuse_unreadable_outputs(job: CookJob, model: onnx.ModelProto) -> None:
+    """A model with an output of such a type cannot be verified from Python: say so and how, before
+    anything runs (it failed as 'onnxruntime cannot run the source model', advising sample inputs,
+    which changed nothing)."""
+    odd = [
+        (value.name, onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type))
+        for value in model.graph.output
+        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type in _NO_NUMPY
+    ]
+    if not odd:
+        return
+    named = ", ".join(f"{name!r} ({kind.lower()})" for name, kind in odd)
+    settings_hint, _ = hints(job)
+    raise VerifyError(
+        f"cannot verify it: its output(s) {named} have a type onnxruntime's Python API cannot return as "
+        f"numpy arrays, so the cook cannot compare them; set `verify: false` in {settings_hint} to cook it "
+        "unverified (the runtime check still loads it in the target's onnxruntime), or give the model "
+        "float16/float32 outputs (a Cast at its end)"
     )
 
 
