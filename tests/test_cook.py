@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -362,28 +364,34 @@ def test_optimum_named_external_data_is_tracked_and_cooked(tmp_path: Path) -> No
             {"all_tensors_to_one_file": False},
             r"which is not tracked",
         ),  # one file per tensor (torch's old exporter)
+        ({"split": True}, r"keeps its weights in 'sub\.onnx\.data2', which is not tracked"),
     ],
-    ids=["subfolder", "weights.pb", "file-per-tensor"],
+    ids=["subfolder", "weights.pb", "file-per-tensor", "part-in-the-tracked-file"],
 )
 def test_untracked_external_data_is_refused_with_a_fix_that_works(
     tmp_path: Path, layout: dict[str, object], refusal: str
 ) -> None:
     assets = tmp_path / "assets"
     (assets / "weights").mkdir(parents=True)
-    onnx.save_model(
-        conv_bn_relu_model(), assets / "sub.onnx", save_as_external_data=True, size_threshold=0, **layout
-    )
+    if layout.get("split"):  # half the weights already in sub.onnx.data: onnx.save refused to overwrite it
+        model = conv_bn_relu_model()
+        for index, tensor in enumerate(model.graph.initializer):
+            data = "sub.onnx.data" if index % 2 else "sub.onnx.data2"
+            onnx.external_data_helper.set_external_data(tensor, location=data)
+        onnx.external_data_helper.write_external_data_tensors(model, str(assets))
+        onnx.save_model(model, assets / "sub.onnx")
+    else:
+        onnx.save_model(
+            conv_bn_relu_model(), assets / "sub.onnx", save_as_external_data=True, size_threshold=0, **layout
+        )
     with pytest.raises(ModelError, match=refusal) as refused:
         load_source(next(a for a in discover(assets) if a.name == "sub"))
     message = str(refused.value)
     fix = message[message.index("`") + 1 : message.rindex("`")]
-    assert fix.startswith("onnx.save(onnx.load('sub.onnx')"), message
-    cwd = Path.cwd()
-    try:  # the fix, as the message gives it, run in the model's folder
-        os.chdir(assets)
-        exec(fix, {"onnx": onnx})
-    finally:
-        os.chdir(cwd)
+    assert fix.startswith("python -c \"import onnx, os; m = onnx.load('sub.onnx')"), message
+    # the fix, as the message gives it, run by a shell in the model's folder
+    ran = subprocess.run(fix.replace("python", shlex.quote(sys.executable), 1), shell=True, cwd=assets)
+    assert ran.returncode == 0
     (asset,) = discover(assets)
     assert [path.name for path in asset.external_data] == ["sub.onnx.data"]
     cook(job_for(assets, "sub", shipped_settings("windows-dml"), tmp_path / "build"))

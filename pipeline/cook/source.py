@@ -159,12 +159,7 @@ def _check_external_data(model: onnx.ModelProto, asset: AssetModel) -> None:
                 f"tensor {tensor.name!r} has malformed external data fields ({exc}); re-save the "
                 "model with its data beside it"
             ) from None
-        expected = asset.path.with_suffix(".onnx.data").name
-        resave = (
-            f"re-save it with its weights beside it in one tracked file: `onnx.save(onnx.load("
-            f"{asset.path.name!r}), {asset.path.name!r}, save_as_external_data=True, "
-            f"all_tensors_to_one_file=True, location={expected!r})` in its folder"
-        )
+        resave = f"re-save it with its weights beside it in one tracked file: {resave_command(asset.path)}"
         if os.path.isabs(location) or os.path.normpath(location) != os.path.basename(location):
             where = "outside the model's folder" if _leaves(location) else "in a subfolder"
             raise ModelError(
@@ -185,6 +180,20 @@ def _check_external_data(model: onnx.ModelProto, asset: AssetModel) -> None:
             )
         if (asset.path.parent / location).resolve().parent != asset.path.parent.resolve():
             raise ModelError(f"external data {location!r} is a link out of the model's folder")
+
+
+def resave_command(path: Path) -> str:
+    """The shell command, run in the model's folder, that re-saves it with every weight in
+    ``<stem>.onnx.data`` beside it. It loads every weight first and removes an older
+    ``<stem>.onnx.data`` before writing: ``onnx.save`` refuses to write into an existing data file
+    (FileExistsError), and part of the weights may live there already."""
+    model, data = path.name, path.with_suffix(".onnx.data").name
+    script = (
+        f"import onnx, os; m = onnx.load({model!r}); os.path.exists({data!r}) and os.remove({data!r}); "
+        f"onnx.save(m, {model!r}, save_as_external_data=True, all_tensors_to_one_file=True, "
+        f"location={data!r})"
+    )
+    return f'`python -c "{script}"` in its folder'
 
 
 def _leaves(location: str) -> bool:
