@@ -702,7 +702,9 @@ def test_a_blob_file_that_is_a_link_loads_only_if_it_stays_in_the_folder(
     blob.unlink()
     blob.symlink_to(outside)
     with pytest.raises(
-        ManifestError, match=r"blob of 'upscaler' at .* is a link to .*elsewhere\.ocb, outside the"
+        ManifestError,
+        match=r"blob of 'upscaler' at .* is a link to .*elsewhere\.ocb, outside the bundle folder, which the "
+        r"loader does not follow .*; ship the bundle's files themselves \(copy it with `cp -rL`",
     ):
         open_bundle(bundle_dir, verify=False).session("upscaler", providers=CPU)
 

@@ -257,7 +257,8 @@ class Bundle:
             if not real.is_relative_to(self._real_root()):
                 raise ManifestError(
                     f"{self._where()}: blob of {name!r} at {path} is a link to {real}, outside the bundle "
-                    "folder; re-run `onnx-cooker cook` to rebuild the bundle"
+                    "folder, which the loader does not follow (a link out may point anywhere); ship the "
+                    "bundle's files themselves (copy it with `cp -rL`, or the build's own copy step)"
                 )
             stream, size = open_regular(path)
         except FileNotFoundError:
