@@ -250,11 +250,13 @@ def test_a_task_pattern_matching_no_task_is_an_error_with_the_near_name(
     try:
         assert main(["cook", "cook:*:characters/fase"]) == 2
         assert main(["cook", "cook:andriod:*"]) == 2
+        assert main(["cook", "cook:andriod"]) == 2  # an exact name: doit's own error suggested nothing
     finally:
         os.chdir(REPO)
     err = capsys.readouterr().err
     assert "no cook task matches 'cook:*:characters/fase'" in err
     assert "did you mean 'cook:*:characters/face'?" in err and "did you mean 'cook:android:*'?" in err
+    assert "no cook task matches 'cook:andriod'" in err and "did you mean 'cook:android'?" in err
     assert not (root / "out" / "cooked" / "android").exists()  # nothing was cooked
 
 

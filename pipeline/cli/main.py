@@ -258,7 +258,13 @@ def _unmatched_patterns(
 
     from pipeline.build.tasks import cook_tasks
 
-    patterns = [word for word in words if ("*" in word or every_name) and not word.startswith("-")]
+    # and exact task names (`cook:handhled`: doit's "Invalid parameter" suggests nothing); a word
+    # that names a file is a target of doit's own
+    patterns = [
+        word
+        for word in words
+        if ("*" in word or ":" in word or every_name) and not word.startswith("-") and not Path(word).exists()
+    ]
     if not patterns:
         return None
     try:  # the cook's own planning reports a project it cannot plan (and its warnings), in the run
