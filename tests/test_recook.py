@@ -236,6 +236,22 @@ def test_touched_but_unchanged_output_is_not_cooked_again(tmp_path: Path) -> Non
     }
 
 
+def test_a_format_switched_back_and_forth_leaves_no_staged_blob_behind_nor_blames_one(tmp_path: Path) -> None:
+    """onnx -> ort -> onnx: the re-cook said `.entries/net.onnx.ocb changed since the last cook` (a
+    file of the first cook, never touched), and each format's staged blob stayed for good."""
+    project = small_project(tmp_path / "p")
+    android = project / "platforms" / "android.yaml"
+    entries = project / "build" / "android" / ".entries"
+    for model_format in ("onnx", "ort", "onnx"):
+        android.write_text(f"format: {model_format}\nexecution_providers: [CPUExecutionProvider]\n")
+        run = doit(project, "cook")
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "changed since the last cook" not in run.stderr, run.stderr
+        other = "ort" if model_format == "onnx" else "onnx"
+        assert sorted(p.name for p in entries.glob("net.*.ocb")) == [f"net.{model_format}.ocb"]
+        assert not list(entries.glob(f"*.{other}.ocb"))
+
+
 @pytest.mark.slow
 def test_edited_manifest_is_written_again(tmp_path: Path) -> None:
     project = small_project(tmp_path / "p")

@@ -28,6 +28,7 @@ from pipeline.layout import (
     entry_path,
     verify_data_path,
 )
+from pipeline.runtime.constants import ModelFormat
 from pipeline.steptimes import step
 
 Stamps = Mapping[str, list[Any]]  # source path -> [size, mtime_ns, ctime_ns, sha256] (pipeline.build.stamps)
@@ -138,6 +139,9 @@ def commit(
     if "verify" not in staged:  # verify is off: no task lists the file
         where["verify"].unlink(missing_ok=True)
     applied_variant_path(job.platform_dir, job.asset.name).unlink(missing_ok=True)  # older cooks kept it
+    for other in ModelFormat:  # a blob staged by a cook of this model in the other format
+        if other != job.settings.format:
+            blob_path(job.platform_dir, job.asset.name, other.value).unlink(missing_ok=True)
     for role in ("verify", "blob", "entry"):  # the entry last: it names the others
         if role in staged:
             os.replace(staged[role], where[role])

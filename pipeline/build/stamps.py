@@ -205,8 +205,22 @@ class OutputsIntact:
         elif different:
             names = ", ".join(_shown(path) for path in different[:3])
             more = f" and {len(different) - 3} more" if len(different) > 3 else ""
-            sys.stderr.write(f"{self.task_name}: {names}{more} changed since the last cook: cooking again\n")
+            sys.stderr.write(
+                f"{self.task_name}: {names}{more} {_why(different, self.stamp_file)}: cooking again\n"
+            )
         return not different
+
+
+def _why(different: Sequence[str], stamp_file: Path) -> str:
+    """``changed since the last cook``, unless every path was one the last cook did not write (a
+    leftover of another format, or of settings since changed): then that, which is what it is."""
+    try:
+        files = json.loads(stamp_file.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "changed since the last cook"
+    if all(path not in files for path in different):
+        return "not written by the last cook (left by a cook of other settings)"
+    return "changed since the last cook"
 
 
 def recorded_elsewhere(outputs: Sequence[Path], stamp_file: Path) -> bool:
