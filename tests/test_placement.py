@@ -207,6 +207,17 @@ def test_an_ep_that_fails_to_create_fails_the_check(tmp_path: Path) -> None:
     assert "Nothing was retried on the CPU" in message and "optimization_level: basic" in message
     assert "format: onnx" not in message  # it is ONNX already
     assert "older opset" not in message  # the fix for a runtime too old, not for this
+    # with another model under its min_ep_coverage: both in one run (the coverage came a run later)
+    scaler = make_blob(scaler_model().SerializeToString(), "onnx", **fields)
+    nchwc = make_blob(nchwc_model(tmp_path), "onnx", **fields)
+    platform_dir = platform_of(tmp_path / "both", {"nchwc": nchwc, "scaler": scaler})
+    check = check_of(platform_dir, ["nchwc", "scaler"], "onnxruntime-openvino", OPENVINO_VERSION,
+                     min_coverage=(("scaler", 0.9),))  # fmt: skip
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check)
+    message = str(failure.value)
+    assert "nchwc: OpenVINOExecutionProvider" in message
+    assert "; and under their min_ep_coverage: scaler: " in message and "Scaler" in message, message
 
 
 def test_a_graph_input_that_is_also_an_output_is_named_when_the_ep_refuses_it(tmp_path: Path) -> None:

@@ -313,6 +313,21 @@ def test_a_runtime_check_that_crashes_onnxruntime_names_the_model(tmp_path: Path
         "onnxruntime 1.32.0 crashed (signal 11) loading or running 'crash', as a game shipping it" in message
     )
     assert "skip_platforms" in message and TRACEBACK not in message
+    # The models after the crash are checked too (a worker of their own): one run says everything
+    # wrong, where each run showed one kind of failure (a probe took three runs)
+    names = ["fine", "crash", "after", "crash_too"]
+    platform_dir = platform_of(
+        tmp_path / "more", {"fine": fine, "crash": crashing, "after": fine, "crash_too": crashing}
+    )
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, names, "onnxruntime", "1.32.0"))
+    message = str(failure.value)
+    assert "running 'crash', as a game" in message, message
+    assert "\nand the models after it: " in message and "running 'crash_too', as a game" in message, message
+    with pytest.raises(RuntimeCheckError) as failure:
+        run_check(check_of(platform_dir, ["crash", "after"], "onnxruntime", "1.32.0"))
+    assert "(the 1 model(s) after it load and match)" in str(failure.value)
+    assert not list((platform_dir / ".checks").glob(".rest-*"))  # their report was a scratch file
 
 
 @pytest.mark.slow

@@ -20,10 +20,11 @@ import tempfile
 import time
 import venv
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.build.check_messages import crashed_message, failed_message, no_such_version
+from pipeline.build.check_messages import crashed_message, failed_message, no_such_version, the_others
 from pipeline.cook.job import RuntimeCheck
 from pipeline.cook.key import tool_versions
 from pipeline.errors import CookError
@@ -347,7 +348,9 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             raise RuntimeCheckError(f"{check.platform}: the runtime check timed out") from None
     if done.returncode != 0:
-        raise RuntimeCheckError(crashed_message(check, done.returncode, done.stderr))
+        raise RuntimeCheckError(
+            crashed_message(check, done.returncode, done.stderr) + the_others(check, done.stderr)
+        )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     if parse_version(report["onnxruntime"]) != parse_version(check.runtime_version):
         raise RuntimeCheckError(
@@ -356,8 +359,14 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
             f"{environment_dir(check.runtimes_dir, check.runtime_version, installs)}"
         )
     failures = _failures(report, check)
-    if failures:
-        raise RuntimeCheckError(failed_message(check, report, failures))
+    if failures:  # and the others' placements, so that one run says everything wrong
+        from pipeline.build.placement_check import coverage_failures
+
+        below, _ = coverage_failures(
+            report, replace(check, names=tuple(n for n in check.names if n in report["models"]))
+        )
+        also = f"; and under their min_ep_coverage: {'; '.join(below)}" if below else ""
+        raise RuntimeCheckError(failed_message(check, report, failures) + also)
     write_json(check.result_path, report)
     return report
 
