@@ -855,3 +855,30 @@ def test_a_number_for_a_setting_of_named_choices_gets_the_choices_not_quotes(pla
     assert problem.endswith(
         "'optimization_level' must be one of basic, extended, all; got 2 (an integer) (line 1)"
     )
+
+
+def test_a_problem_inside_a_nested_key_names_that_keys_line(platforms_dir: Path) -> None:
+    """It named the line of the top key (`provider_options` at 2, not `model_cache_dir` at 5)."""
+    write(
+        platforms_dir / "game.yaml",
+        "execution_providers: [XnnpackExecutionProvider, CPUExecutionProvider]\n"
+        "provider_options:\n"
+        "  XnnpackExecutionProvider:\n"
+        "    intra_op_num_threads: 2\n"
+        "    model_cache_dir: x\n"
+        "ep_session_options:\n"
+        "  CPUExecutionProvider:\n"
+        "    session.intra_op.allow_spinning: '0'\n"
+        "    session.optimized_model_filepth: x\n"
+        "fixed_dims:\n"
+        "  batch: 1\n"
+        "  seq: 0\n",
+    )
+    with pytest.raises(ProfileError) as excinfo:
+        load_platforms(platforms_dir, {})
+    lines = {problem.split("'")[1]: problem.rsplit("(line ", 1)[-1] for problem in problems_of(excinfo)}
+    assert lines == {
+        "provider_options.XnnpackExecutionProvider.model_cache_dir": "5)",
+        "ep_session_options.CPUExecutionProvider.session.optimized_model_filepth": "9)",
+        "fixed_dims.seq": "12)",
+    }, problems_of(excinfo)

@@ -14,7 +14,7 @@ from typing import Any
 from pipeline.settings.checks import describe
 from pipeline.settings.eprules import check_ep_option_names
 from pipeline.settings.table import COOK_KEYS, DEFAULTS, PLATFORM_ONLY_KEYS, check_value
-from pipeline.settings.yamlstrict import line_of, parse_yaml
+from pipeline.settings.yamlstrict import line_of, line_of_problem, parse_yaml
 
 ENV_PREFIX = "COOK_SET_"
 # Problems reported per file: enough to fix a real file in one go; a garbage file gets a short answer.
@@ -53,7 +53,7 @@ def check_settings(
             values[key] = value
         else:
             checked, found = check_value(key, value, prefix + key)
-            problems += [f"{source}: {problem}{line_of(data, key)}" for problem in found]
+            problems += [f"{source}: {problem}{line_of_problem(data, key, problem)}" for problem in found]
             if not found:
                 values[key] = checked
     return values, problems

@@ -73,6 +73,28 @@ def line_of(data: Any, key: Any) -> str:
     return f" (line {lines[key]})" if isinstance(lines, dict) and key in lines else ""
 
 
+def line_of_problem(data: Any, key: Any, problem: str) -> str:
+    """``line_of`` the innermost key a problem names (``'provider_options.XnnpackExecutionProvider.
+    model_cache_dir' cannot...``: the line of ``model_cache_dir``, not of ``provider_options``)."""
+    found = line_of(data, key)
+    named = problem[1 : problem.find("'", 1)] if problem.startswith("'") else ""
+    node, rest = data.get(key) if isinstance(data, dict) else None, named[len(str(key)) :]
+    if not named.startswith(str(key)):
+        return found
+    while rest.startswith(".") and isinstance(node, dict):
+        rest = rest[1:]  # keys may hold dots themselves (session.intra_op.allow_spinning): the longest
+        inner = max(
+            (k for k in node if isinstance(k, str) and (rest + ".").startswith(k + ".")),
+            key=len,
+            default=None,
+        )
+        if inner is None:
+            break
+        found = line_of(node, inner) or found
+        node, rest = node[inner], rest[len(inner) :]
+    return found
+
+
 def read_yaml(path: Path) -> tuple[Any, list[str]]:
     """Parse one settings file strictly; an empty file (or only comments) is an empty mapping."""
     source = str(path)
