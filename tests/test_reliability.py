@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -336,22 +337,8 @@ def test_ctrl_c_during_a_cook_says_one_line_and_the_next_cook_finishes(tmp_path:
     traceback of whatever was waiting (doit's worker queue, a cook's isolated child), exit 130 as
     shells expect; the next cook finishes and the bundle is whole."""
     project = small_project(tmp_path / "project")
-    (project / "cook.toml").write_text("")  # onnx-cooker's project file: the defaults
-    cook = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "cook", "-n", "2"],
-        cwd=project,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-    )
-    assert cook.stdout is not None
-    seen = []
-    for line in cook.stdout:  # a task has started: the cook is under way
-        seen.append(line)
-        if line.startswith(".  cook:android:"):
-            break
+    # its own process group, as a terminal's foreground job
+    cook, seen = _parallel_cook_under_way(project, start_new_session=True)
     os.killpg(cook.pid, signal.SIGINT)
     rest, _ = cook.communicate(timeout=120)
     output = "".join(seen) + rest
@@ -370,20 +357,7 @@ def test_a_killed_parallel_cook_leaves_no_worker_behind_and_its_log_pipe_ends(
     """SIGTERM (a cancelled CI job, a supervisor) or SIGKILL to `onnx-cooker cook -n 2` alone, not its
     process group: its doit workers waited on their queue for ever, holding the log pipe open, and
     `onnx-cooker cook -n 2 | tee log` never ended. They end with it now, and the pipe closes."""
-    project = small_project(tmp_path / "project")
-    (project / "cook.toml").write_text("")
-    cook = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "cook", "-n", "2"],
-        cwd=project,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert cook.stdout is not None
-    for line in cook.stdout:  # a task has started: the workers are there
-        if line.startswith(".  cook:android:"):
-            break
+    cook, _ = _parallel_cook_under_way(small_project(tmp_path / "project"))
     workers = _children(cook.pid)
     assert len(workers) >= 2, workers
     cook.send_signal(sent)
@@ -399,6 +373,28 @@ def test_a_killed_parallel_cook_leaves_no_worker_behind_and_its_log_pipe_ends(
     while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [pid for pid in workers if _alive(pid)]
+
+
+def _parallel_cook_under_way(project: Path, **popen: Any) -> tuple[subprocess.Popen[str], list[str]]:
+    """`onnx-cooker cook -n 2` in ``project`` (a cook.toml of defaults), once a cook task has
+    started (its workers are there), and the lines it printed until then."""
+    (project / "cook.toml").write_text("")  # onnx-cooker's project file: the defaults
+    cook = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "cook", "-n", "2"],
+        cwd=project,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
+    )
+    assert cook.stdout is not None
+    seen = []
+    for line in cook.stdout:
+        seen.append(line)
+        if line.startswith(".  cook:android:"):
+            break
+    return cook, seen
 
 
 def _children(pid: int) -> list[int]:

@@ -14,11 +14,13 @@ the CPU EP puts its Casts back at load, as it does for the source.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+from pipeline.cook.ssa import subgraphs
 
 PREFIX = "InsertedPrecisionFreeCast_"
 _HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
@@ -38,7 +40,7 @@ def strip_precision_casts(model: onnx.ModelProto, loads: Callable[[onnx.ModelPro
 
 
 def _strip(graph: onnx.GraphProto) -> int:
-    count = sum(_strip(subgraph) for node in graph.node for subgraph in _subgraphs(node))
+    count = sum(_strip(subgraph) for node in graph.node for subgraph in subgraphs(node))
     mapping: dict[str, str] = {}  # an inserted float32 value -> the fp16 value it stands for
     kept = []
     for node in graph.node:
@@ -99,7 +101,7 @@ def _rename(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
     for node in graph.node:
         node.input[:] = [mapping.get(name, name) for name in node.input]
         node.output[:] = [mapping.get(name, name) for name in node.output]
-        for subgraph in _subgraphs(node):  # a nested graph reading an outer inserted value
+        for subgraph in subgraphs(node):  # a nested graph reading an outer inserted value
             _rename_uses(subgraph, mapping)
 
 
@@ -111,15 +113,7 @@ def _rename_uses(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
         return
     for node in graph.node:
         node.input[:] = [outer.get(name, name) for name in node.input]
-        for subgraph in _subgraphs(node):
+        for subgraph in subgraphs(node):
             _rename_uses(subgraph, outer)
     for value in graph.output:
         value.name = outer.get(value.name, value.name)
-
-
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.GRAPH:
-            yield attribute.g
-        elif attribute.type == onnx.AttributeProto.GRAPHS:
-            yield from attribute.graphs

@@ -23,7 +23,7 @@ def unique_subgraph_names(model: onnx.ModelProto) -> int:
     seen = set(_defined(model.graph))
     renamed = 0
     for node in model.graph.node:
-        for subgraph in _subgraphs(node):
+        for subgraph in subgraphs(node):
             renamed += _fix(subgraph, seen)
     return renamed
 
@@ -38,7 +38,7 @@ def _fix(graph: onnx.GraphProto, seen: set[str]) -> int:
         _rename(graph, mapping, own=True)
     renamed = len(mapping)
     for node in graph.node:
-        for subgraph in _subgraphs(node):
+        for subgraph in subgraphs(node):
             renamed += _fix(subgraph, seen)
     return renamed
 
@@ -66,7 +66,7 @@ def _rename(graph: onnx.GraphProto, mapping: Mapping[str, str], *, own: bool) ->
         node.input[:] = [mapping.get(name, name) for name in node.input]
         if own:
             node.output[:] = [mapping.get(name, name) for name in node.output]
-        for subgraph in _subgraphs(node):
+        for subgraph in subgraphs(node):
             _rename(subgraph, mapping, own=False)
 
 
@@ -77,7 +77,8 @@ def _defined(graph: onnx.GraphProto) -> Iterator[str]:
     yield from (name for node in graph.node for name in node.output if name)
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs a node's attributes hold (If's branches, Loop's and Scan's bodies)."""
     for attribute in node.attribute:
         if attribute.type == onnx.AttributeProto.GRAPH:
             yield attribute.g
