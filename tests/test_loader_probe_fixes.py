@@ -175,22 +175,7 @@ def test_a_signature_replaced_while_it_is_read_is_read_again(tmp_path: Path) -> 
     changed since they were read, so the pair is read again, and the genuine new pair opens."""
     root, _ = _bundle(tmp_path / "bundle")
     private, public = keygen(tmp_path / "keys")
-    manifest = root / "manifest.json"
-    (root / SIGNATURE_NAME).write_bytes(sign(manifest.read_bytes(), private))
-    new = json.loads(manifest.read_text())
-    new["note"] = "re-cooked"
-    new_bytes = json.dumps(new).encode()
-    (root / SIGNING_NAME).touch()
-    manifest.write_bytes(new_bytes)  # the new manifest is in place, its signature is not yet
-
-    def finish() -> None:
-        time.sleep(0.2)
-        staged = root / ".sig.tmp"
-        staged.write_bytes(sign(new_bytes, private))
-        staged.replace(root / SIGNATURE_NAME)
-        (root / SIGNING_NAME).unlink()
-
-    writer = threading.Thread(target=finish)
+    writer = signed_late(root, private, 0.2)
     writer.start()
     bundle = open_bundle(root, public_keys=[public.read_bytes()])
     writer.join()
@@ -387,3 +372,25 @@ def test_inspect_into_a_closed_pipe_stops_quietly(tmp_path: Path) -> None:
         os.close(write_end)
     assert done.returncode == 141, done.stderr  # as a command SIGPIPE ends (128 + 13)
     assert done.stderr == "", done.stderr
+
+
+def signed_late(root: Path, private: Path, delay: float) -> threading.Thread:
+    """A signed bundle at ``root`` caught mid-swap, as another tool might leave it: a new manifest in
+    place, the cook's marker there, its signature still the old one; the returned thread (not started)
+    renames the new signature over the old one after ``delay`` seconds and removes the marker."""
+    manifest = root / "manifest.json"
+    (root / SIGNATURE_NAME).write_bytes(sign(manifest.read_bytes(), private))
+    new = json.loads(manifest.read_text())
+    new["note"] = "re-cooked"
+    new_bytes = json.dumps(new).encode()
+    (root / SIGNING_NAME).touch()
+    manifest.write_bytes(new_bytes)  # the new manifest is in place, its signature is not yet
+
+    def finish() -> None:
+        time.sleep(delay)
+        staged = root / ".sig.tmp"
+        staged.write_bytes(sign(new_bytes, private))
+        staged.replace(root / SIGNATURE_NAME)
+        (root / SIGNING_NAME).unlink()
+
+    return threading.Thread(target=finish)

@@ -15,6 +15,10 @@
 #define DEFAULT_MAX_MODEL_SIZE (2ull << 30)
 #define MAX_HEADER_SIZE (16ull << 20)
 #define SMALL_BLOB (1u << 20)
+/* A signed pair that does not verify while a cook replaces it is read again (read_signed_pair):
+ * every POLL_MS, for at most SETTLE_NS (pipeline/runtime/manifestfile.py's SETTLE_SECONDS). */
+#define SETTLE_NS 2000000000ull
+#define POLL_MS 5u
 
 /* A signature's shape without JSON: rank -1 when it gives none (not a tensor); each dimension's
  * size, or -1 where it is free, with its symbolic name where the manifest gives one. */
@@ -58,6 +62,9 @@ struct oc_bundle {
     ZSTD_DCtx *dctx; /* kept for the blobs opened through this bundle: lent to one open at a time */
     int dctx_lent;   /* under oc_lock: an open is using dctx (a concurrent open decodes with its own) */
     int out_of_memory; /* a manifest string could not be copied: not a damaged manifest */
+    /* A folder bundle: the sha256 of the manifest it was opened from, to tell a blob file a newer
+     * cook removed from one the bundle lacks (missing_blob). */
+    unsigned char manifest_sha256[32];
 };
 
 static void *bundle_zstd_alloc(void *opaque, size_t size) { return oc_malloc((const oc_alloc *)opaque, size); }
@@ -305,16 +312,17 @@ static oc_status check_signature(const void *manifest, size_t size, const void *
                    "signed with a key this game does not trust", where, options->public_key_count);
 }
 
+/* `signature_checked`: open_dir has checked the signature already (read_signed_pair). */
 static oc_status open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
                                const oc_bundle_options *options, const char *dir, const void *signature,
-                               size_t signature_size, oc_bundle **out, oc_error *err) {
+                               size_t signature_size, int signature_checked, oc_bundle **out, oc_error *err) {
     oc_bundle *b;
     oc_status status;
     if (manifest == NULL && size != 0) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_manifest: NULL manifest");
     if (size > MAX_MANIFEST)
         return oc_fail(err, OC_ERR_MANIFEST, "manifest.json is %zu bytes, over the limit of %u: not a manifest the cooker wrote; re-run `onnx-cooker cook`",
                        size, MAX_MANIFEST);
-    if (options != NULL && options->public_key_count > 0) {
+    if (options != NULL && options->public_key_count > 0 && !signature_checked) {
         if (options->public_keys == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open: public_keys is NULL");
         if (sodium_init() < 0) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "libsodium could not start");
         status = check_signature(manifest ? manifest : "", size, signature, signature_size, options,
@@ -348,7 +356,7 @@ static oc_status open_manifest(const void *manifest, size_t size, const oc_reade
 oc_status oc_bundle_open_manifest(const void *manifest, size_t size, const oc_reader *blob_reader,
                                   const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
     return open_manifest(manifest, size, blob_reader, options, NULL, options ? options->signature : NULL,
-                         options ? options->signature_size : 0, out, err);
+                         options ? options->signature_size : 0, 0, out, err);
 }
 
 static oc_status compare_sha256(const model_entry *m, const char *path, const unsigned char digest[32], oc_error *err);
@@ -491,6 +499,104 @@ static int near_bundle(const char *dir, char *path, size_t cap) {
     return 1;
 }
 
+/* `dir`/`name` (allocated from `alloc`), or NULL. */
+static char *path_in(const oc_alloc *alloc, const char *dir, const char *name) {
+    size_t n = strlen(dir), k = strlen(name);
+    char *path = oc_malloc(alloc, n + k + 2);
+    if (path == NULL) return NULL;
+    memcpy(path, dir, n);
+    path[n] = '/';
+    memcpy(path + n + 1, name, k + 1);
+    return path;
+}
+
+/* Whether `path` names the file of `identity` now (zeros: no file then, and none now). */
+static int still(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
+    uint64_t now[OC_IDENTITY_WORDS];
+    oc_path_identity(path, now);
+    return memcmp(now, identity, sizeof now) == 0;
+}
+
+/* A signed folder bundle's manifest.json (`manifest_path`, read whole into *text, *size) and
+ * manifest.json.sig, read as one pair: a cook replaces the manifest, then the signature, so a
+ * reader can meet the new manifest with the old signature (or none). The cook says so:
+ * manifest.json.signing is there from before it replaces the manifest until the signature is in
+ * place. A pair that does not verify is read again, every POLL_MS for at most SETTLE_NS, while the
+ * marker is there or either file is no longer the one read (device, inode, size, times); anything
+ * else (an edited manifest, a foreign signature) fails at once, and a pair still failing at the
+ * deadline fails as it is: a signature is never waived (pipeline/runtime/manifestfile.py). */
+static oc_status read_signed_pair(const char *dir, const char *manifest_path, const oc_bundle_options *options,
+                                  const oc_alloc *alloc, void **text, size_t *size, oc_error *err) {
+    char *sig_path = path_in(alloc, dir, "manifest.json.sig");
+    char *marker_path = path_in(alloc, dir, "manifest.json.signing");
+    uint64_t deadline = 0;
+    int waiting = 0;
+    oc_status status;
+    *text = NULL;
+    *size = 0;
+    if (sig_path == NULL || marker_path == NULL) {
+        status = oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    for (;;) {
+        uint64_t manifest_id[OC_IDENTITY_WORDS], sig_id[OC_IDENTITY_WORDS], now;
+        void *signature = NULL;
+        size_t signature_size = 0;
+        int marker;
+        status = oc_read_file_identity(manifest_path, alloc, MAX_MANIFEST, text, size, manifest_id, err);
+        if (status != OC_OK) { /* gone between the first read and this one: a cook does not do that */
+            if ((status == OC_ERR_IO || status == OC_ERR_TOO_LARGE) && err != NULL) {
+                char why[OC_MESSAGE_SIZE];
+                memcpy(why, err->message, sizeof why);
+                why[sizeof why - 1] = '\0';
+                oc_fail(err, OC_ERR_MANIFEST, "no readable manifest.json (%.900s); re-run `onnx-cooker cook`", why);
+            }
+            if (status == OC_ERR_IO || status == OC_ERR_TOO_LARGE) status = OC_ERR_MANIFEST;
+            goto done;
+        }
+        /* any size up to 1 MiB is read, so that a wrong one is refused by its size, not as missing */
+        if (oc_read_file_identity(sig_path, alloc, 1u << 20, &signature, &signature_size, sig_id, NULL) != OC_OK) {
+            signature = NULL;
+            if (sig_id[0] == 0 && sig_id[1] == 0) oc_path_identity(sig_path, sig_id); /* not opened: what is there */
+        }
+        status = check_signature(*text, *size, signature, signature_size, options, dir, err);
+        oc_free(alloc, signature);
+        if (status != OC_ERR_SIGNATURE) goto done; /* OC_OK: the pair verifies */
+        marker = oc_path_exists(marker_path);
+        if (!marker && still(manifest_path, manifest_id) && still(sig_path, sig_id)) goto done; /* nothing in flux */
+        now = oc_monotonic_ns();
+        if (!waiting) {
+            waiting = 1;
+            deadline = now + SETTLE_NS;
+        }
+        if (now >= deadline || now == 0) { /* no clock: the bound cannot be kept, so no wait */
+            if (marker && err != NULL) {
+                char why[OC_MESSAGE_SIZE];
+                memcpy(why, err->message, sizeof why);
+                why[sizeof why - 1] = '\0';
+                status = oc_fail(err, OC_ERR_SIGNATURE,
+                                 "%.500s; %.300s says a cook was replacing the manifest and its signature, and it did "
+                                 "not finish within 2 s: if no cook is running, one stopped half way; re-run "
+                                 "`onnx-cooker cook`", why, marker_path);
+            }
+            goto done;
+        }
+        oc_free(alloc, *text);
+        *text = NULL;
+        *size = 0;
+        oc_sleep_ms(POLL_MS);
+    }
+done:
+    if (status != OC_OK) {
+        oc_free(alloc, *text);
+        *text = NULL;
+        *size = 0;
+    }
+    oc_free(alloc, sig_path);
+    oc_free(alloc, marker_path);
+    return status;
+}
+
 static oc_status open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err);
 
 oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
@@ -526,6 +632,7 @@ static oc_status open_dir(const char *dir, const oc_bundle_options *options, oc_
     void *text;
     size_t size;
     oc_status status;
+    int signed_bundle = options != NULL && options->public_key_count > 0;
     if (dir == NULL || out == NULL) return oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open_dir: NULL argument");
     *out = NULL;
     n = strlen(dir);
@@ -553,25 +660,19 @@ static oc_status open_dir(const char *dir, const oc_bundle_options *options, oc_
         oc_free(&alloc, path);
         return status == OC_ERR_IO ? OC_ERR_MANIFEST : status;
     }
-    oc_free(&alloc, path);
-    {
-        void *signature = NULL;
-        size_t signature_size = 0;
-        if (options != NULL && options->public_key_count > 0) {
-            char *sig_path = oc_malloc(&alloc, n + sizeof "/manifest.json.sig");
-            if (sig_path == NULL) {
-                oc_free(&alloc, text);
-                return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
-            }
-            memcpy(sig_path, dir, n);
-            memcpy(sig_path + n, "/manifest.json.sig", sizeof "/manifest.json.sig");
-            /* any size up to 1 MiB is read, so that a wrong one is refused by its size, not as missing */
-            if (oc_read_file(sig_path, &alloc, 1u << 20, &signature, &signature_size, NULL) != OC_OK) signature = NULL;
-            oc_free(&alloc, sig_path);
-        }
-        status = open_manifest(text, size, NULL, options, dir, signature, signature_size, out, err);
-        oc_free(&alloc, signature);
+    if (signed_bundle) { /* read again, with its signature, as one pair */
+        oc_free(&alloc, text);
+        text = NULL;
+        if (options->public_keys == NULL)
+            status = oc_fail(err, OC_ERR_INVALID_ARGUMENT, "oc_bundle_open: public_keys is NULL");
+        else if (sodium_init() < 0)
+            status = oc_fail(err, OC_ERR_OUT_OF_MEMORY, "libsodium could not start");
+        else
+            status = read_signed_pair(dir, path, options, &alloc, &text, &size, err);
     }
+    oc_free(&alloc, path);
+    if (status == OC_OK) status = open_manifest(text, size, NULL, options, dir, NULL, 0, 1, out, err);
+    if (status == OC_OK) oc_sha256(text, size, (*out)->manifest_sha256);
     oc_free(&alloc, text);
     if (status != OC_OK) return status;
     if ((*out)->verify && (*out)->map_blobs) {
@@ -611,7 +712,8 @@ oc_status oc_bundle_open_reader(const oc_reader *reader, const oc_bundle_options
                       read_whole(reader, "manifest.json.sig", signature, sizeof signature) == crypto_sign_BYTES;
         /* a signature of the wrong size is refused by its size, before its bytes are read */
         const void *given = present || (sig_size >= 0 && sig_size != crypto_sign_BYTES) ? signature : NULL;
-        status = open_manifest(text, (size_t)size, reader, options, NULL, given, given ? (size_t)sig_size : 0, out, err);
+        status = open_manifest(text, (size_t)size, reader, options, NULL, given, given ? (size_t)sig_size : 0, 0, out,
+                               err);
     }
     oc_free(&alloc, text);
     return status;
@@ -921,6 +1023,40 @@ oc_status oc_bundle_open_blob_memory(oc_bundle *b, const char *name, const void 
     return status;
 }
 
+/* Why a folder bundle's blob file of `m` is not there (Bundle._gone): a newer manifest replaced the
+ * one the bundle was opened from (open it again), the folder or its manifest is gone (moved,
+ * deleted, unmounted: no cook did that), or the bundle itself lacks the file (re-cook). */
+static oc_status missing_blob(oc_bundle *b, const model_entry *m, const char *path, oc_error *err) {
+    char *manifest = path_in(&b->alloc, b->dir, "manifest.json");
+    void *text = NULL;
+    size_t size = 0;
+    oc_error why;
+    oc_status status;
+    unsigned char digest[32];
+    if (manifest == NULL) return oc_fail(err, OC_ERR_OUT_OF_MEMORY, "out of memory");
+    memset(&why, 0, sizeof why);
+    status = oc_read_file(manifest, &b->alloc, MAX_MANIFEST, &text, &size, &why);
+    oc_free(&b->alloc, manifest);
+    if (status == OC_OK) {
+        oc_sha256(text, size, digest);
+        oc_free(&b->alloc, text);
+    }
+    if (status == OC_ERR_OUT_OF_MEMORY) return oc_fail(err, status, "out of memory");
+    if (status != OC_OK && !oc_is_folder(b->dir))
+        return oc_fail(err, OC_ERR_MANIFEST, "%.300s: blob of '%.100s' is missing and the bundle folder %.300s is gone "
+                       "(moved, deleted or unmounted) since oc_bundle_open_dir opened it; open the bundle where it is "
+                       "now (or restore it)", path, m->name, b->dir);
+    if (status != OC_OK)
+        return oc_fail(err, OC_ERR_MANIFEST, "%.300s: blob of '%.100s' is missing and its bundle's manifest.json cannot "
+                       "be read (%.300s) since oc_bundle_open_dir opened it; open the bundle where it is now (or "
+                       "restore it)", path, m->name, why.message);
+    if (memcmp(digest, b->manifest_sha256, sizeof digest) != 0)
+        return oc_fail(err, OC_ERR_MANIFEST, "%.300s: blob of '%.100s' is gone: a newer cook replaced the bundle since "
+                       "it was opened; close it and call oc_bundle_open_dir(\"%.300s\") again", path, m->name, b->dir);
+    return oc_fail(err, OC_ERR_MANIFEST, "%.300s: cannot open (No such file or directory): blob of '%.100s' (named by "
+                   "manifest.json) is missing; re-run `onnx-cooker cook` to rebuild the bundle", path, m->name);
+}
+
 oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_error *err) {
     const model_entry *m;
     oc_status status;
@@ -1004,7 +1140,9 @@ oc_status oc_bundle_open_blob(oc_bundle *b, const char *name, oc_blob **out, oc_
             }
         }
     }
-    if (status == OC_ERR_IO) { /* as Bundle.session: the manifest names a file the bundle lacks */
+    if (status == OC_ERR_IO && !oc_path_exists(path)) { /* as Bundle._gone: a newer cook, a folder gone, or a lack */
+        status = missing_blob(b, m, path, err);
+    } else if (status == OC_ERR_IO) { /* as Bundle.session: the manifest names a file the game may not read */
         char why[OC_MESSAGE_SIZE] = "";
         if (err != NULL) memcpy(why, err->message, sizeof why);
         why[sizeof why - 1] = '\0';

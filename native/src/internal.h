@@ -287,5 +287,18 @@ size_t oc_cores(void);
 /* Read a whole file into memory from `alloc` (at most `limit` bytes, else OC_ERR_TOO_LARGE). */
 oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
                        oc_error *err);
+/* The same, and `identity` (as oc_map_file's) of the file opened: filled once it is open (also when
+ * it is then refused for its size), zeros when it could not be opened. */
+oc_status oc_read_file_identity(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
+                                uint64_t identity[OC_IDENTITY_WORDS], oc_error *err);
+/* The identity (as oc_map_file's) of the file `path` names now, links followed: 1, else 0 and zeros. */
+int oc_path_identity(const char *path, uint64_t identity[OC_IDENTITY_WORDS]);
+/* Whether anything has the name `path` (a link's own name: not followed). */
+int oc_path_exists(const char *path);
+/* Whether `path` names a folder (links followed). */
+int oc_is_folder(const char *path);
+/* A monotonic clock in nanoseconds (0 where none can be read), and a sleep of `ms` milliseconds. */
+uint64_t oc_monotonic_ns(void);
+void oc_sleep_ms(unsigned ms);
 
 #endif

@@ -107,6 +107,63 @@ static HANDLE open_to_read(const char *path, oc_error *err, oc_status *status) {
     return file;
 }
 
+/* What oc_map_file's `identity` holds, from a handle's information. */
+static void identity_of(const BY_HANDLE_FILE_INFORMATION *about, uint64_t identity[OC_IDENTITY_WORDS]) {
+    identity[0] = about->dwVolumeSerialNumber;
+    identity[1] = (uint64_t)about->nFileIndexHigh << 32 | about->nFileIndexLow;
+    identity[2] = (uint64_t)about->nFileSizeHigh << 32 | about->nFileSizeLow;
+    identity[3] = (uint64_t)about->ftLastWriteTime.dwHighDateTime << 32 | about->ftLastWriteTime.dwLowDateTime;
+    identity[4] = (uint64_t)about->ftCreationTime.dwHighDateTime << 32 | about->ftCreationTime.dwLowDateTime;
+    identity[5] = 0; /* no change time: not trusted to skip checks, nor reopened by name */
+}
+
+int oc_path_identity(const char *path, uint64_t identity[OC_IDENTITY_WORDS]) {
+    BY_HANDLE_FILE_INFORMATION about;
+    HANDLE file;
+    wchar_t *wide = oc_wide_path(path);
+    memset(identity, 0, OC_IDENTITY_WORDS * sizeof *identity);
+    if (wide == NULL) return 0;
+    /* attributes only: shares everything, so that a writer replacing the file is never in its way */
+    file = CreateFileW(wide, FILE_READ_ATTRIBUTES, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+                       OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
+    free(wide);
+    if (file == INVALID_HANDLE_VALUE) return 0;
+    if (!GetFileInformationByHandle(file, &about)) {
+        CloseHandle(file);
+        return 0;
+    }
+    CloseHandle(file);
+    identity_of(&about, identity);
+    return 1;
+}
+
+int oc_path_exists(const char *path) {
+    wchar_t *wide = oc_wide_path(path);
+    DWORD attributes;
+    if (wide == NULL) return 0;
+    attributes = GetFileAttributesW(wide); /* a link's own attributes: not followed */
+    free(wide);
+    return attributes != INVALID_FILE_ATTRIBUTES;
+}
+
+int oc_is_folder(const char *path) {
+    wchar_t *wide = oc_wide_path(path);
+    DWORD attributes;
+    if (wide == NULL) return 0;
+    attributes = GetFileAttributesW(wide);
+    free(wide);
+    return attributes != INVALID_FILE_ATTRIBUTES && (attributes & FILE_ATTRIBUTE_DIRECTORY);
+}
+
+uint64_t oc_monotonic_ns(void) {
+    LARGE_INTEGER now, frequency;
+    if (!QueryPerformanceFrequency(&frequency) || !QueryPerformanceCounter(&now) || frequency.QuadPart <= 0) return 0;
+    return (uint64_t)(now.QuadPart / frequency.QuadPart) * 1000000000u +
+           (uint64_t)(now.QuadPart % frequency.QuadPart) * 1000000000u / (uint64_t)frequency.QuadPart;
+}
+
+void oc_sleep_ms(unsigned ms) { Sleep(ms); }
+
 oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err) {
     HANDLE file, mapping;
     BY_HANDLE_FILE_INFORMATION about;
@@ -121,14 +178,7 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t ident
         CloseHandle(file);
         return oc_fail(err, OC_ERR_IO, "%s: cannot read its size", path);
     }
-    if (identity != NULL) {
-        identity[0] = about.dwVolumeSerialNumber;
-        identity[1] = (uint64_t)about.nFileIndexHigh << 32 | about.nFileIndexLow;
-        identity[2] = (uint64_t)length.QuadPart;
-        identity[3] = (uint64_t)about.ftLastWriteTime.dwHighDateTime << 32 | about.ftLastWriteTime.dwLowDateTime;
-        identity[4] = (uint64_t)about.ftCreationTime.dwHighDateTime << 32 | about.ftCreationTime.dwLowDateTime;
-        identity[5] = 0; /* no change time: not trusted to skip checks, nor reopened by name */
-    }
+    if (identity != NULL) identity_of(&about, identity);
     if (length.QuadPart == 0) {
         CloseHandle(file);
         return OC_OK;
@@ -300,6 +350,50 @@ int oc_first_bundle_below(const char *dir, const char *nearby, char *name, size_
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <time.h>
+
+/* What oc_map_file's `identity` holds, from a file's status. */
+static void identity_of(const struct stat *st, uint64_t identity[OC_IDENTITY_WORDS]) {
+    identity[0] = (uint64_t)st->st_dev;
+    identity[1] = (uint64_t)st->st_ino;
+    identity[2] = (uint64_t)st->st_size;
+    identity[3] = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+    identity[4] = (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+    identity[5] = 1;
+}
+
+int oc_path_identity(const char *path, uint64_t identity[OC_IDENTITY_WORDS]) {
+    struct stat st;
+    memset(identity, 0, OC_IDENTITY_WORDS * sizeof *identity);
+    if (stat(path, &st) != 0) return 0;
+    identity_of(&st, identity);
+    return 1;
+}
+
+int oc_path_exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0; /* a link's own: a dangling one exists */
+}
+
+int oc_is_folder(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+uint64_t oc_monotonic_ns(void) {
+    struct timespec now;
+    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return 0;
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+void oc_sleep_ms(unsigned ms) {
+    struct timespec left;
+    left.tv_sec = (time_t)(ms / 1000);
+    left.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
 oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t identity[OC_IDENTITY_WORDS], oc_error *err) {
     struct stat st;
     void *view;
@@ -312,14 +406,7 @@ oc_status oc_map_file(const char *path, void **map, size_t *size, uint64_t ident
         close(fd);
         return oc_fail(err, OC_ERR_IO, "%s: not a regular file", path);
     }
-    if (identity != NULL) {
-        identity[0] = (uint64_t)st.st_dev;
-        identity[1] = (uint64_t)st.st_ino;
-        identity[2] = (uint64_t)st.st_size;
-        identity[3] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-        identity[4] = (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec;
-        identity[5] = 1;
-    }
+    if (identity != NULL) identity_of(&st, identity);
     if (st.st_size == 0) {
         close(fd);
         return OC_OK;
@@ -506,22 +593,30 @@ int oc_first_bundle_below(const char *dir, const char *nearby, char *name, size_
 }
 #endif
 
-#ifdef _WIN32
 oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
                        oc_error *err) {
+    return oc_read_file_identity(path, alloc, limit, data, size, NULL, err);
+}
+
+#ifdef _WIN32
+oc_status oc_read_file_identity(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
+                                uint64_t identity[OC_IDENTITY_WORDS], oc_error *err) {
     HANDLE file;
     LARGE_INTEGER length;
+    BY_HANDLE_FILE_INFORMATION about;
     unsigned char *buffer;
     size_t got = 0;
     oc_status status;
     *data = NULL;
     *size = 0;
+    if (identity != NULL) memset(identity, 0, OC_IDENTITY_WORDS * sizeof *identity);
     file = open_to_read(path, err, &status);
     if (file == INVALID_HANDLE_VALUE) return status;
     if (!GetFileSizeEx(file, &length) || length.QuadPart < 0) {
         CloseHandle(file);
         return oc_fail(err, OC_ERR_IO, "%s: cannot read its size", path);
     }
+    if (identity != NULL && GetFileInformationByHandle(file, &about)) identity_of(&about, identity);
     if ((uint64_t)length.QuadPart > limit || (unsigned long long)length.QuadPart >= (unsigned long long)SIZE_MAX) {
         CloseHandle(file);
         return oc_fail(err, OC_ERR_TOO_LARGE, "%s: %lld bytes, over the limit of %llu", path, (long long)length.QuadPart,
@@ -548,20 +643,22 @@ oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, 
     return OC_OK;
 }
 #else
-oc_status oc_read_file(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
-                       oc_error *err) {
+oc_status oc_read_file_identity(const char *path, const oc_alloc *alloc, uint64_t limit, void **data, size_t *size,
+                                uint64_t identity[OC_IDENTITY_WORDS], oc_error *err) {
     struct stat st;
     unsigned char *buffer;
     size_t got = 0;
     int fd;
     *data = NULL;
     *size = 0;
+    if (identity != NULL) memset(identity, 0, OC_IDENTITY_WORDS * sizeof *identity);
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
     if (fd < 0) return oc_fail(err, OC_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return oc_fail(err, OC_ERR_IO, "%s: not a regular file", path);
     }
+    if (identity != NULL) identity_of(&st, identity);
     if ((uint64_t)st.st_size > limit || (unsigned long long)st.st_size >= (unsigned long long)SIZE_MAX) {
         close(fd);
         return oc_fail(err, OC_ERR_TOO_LARGE, "%s: %lld bytes, over the limit of %llu", path, (long long)st.st_size,

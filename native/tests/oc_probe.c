@@ -5,6 +5,10 @@
  *   oc-probe manifest FILE           open a bundle from manifest bytes alone
  *   oc-probe reader DIR [NAME...]    as bundle, through oc_reader callbacks (as an engine's pak
  *                                    reader would: the library sees no paths of this system)
+ *   oc-probe reopen DIR STOPFILE     open the bundle (and close it) again and again until STOPFILE
+ *                                    exists (a launcher's or hot reload's reopening during re-cooks):
+ *                                    one line, the opens that passed and failed, the first failures'
+ *                                    messages, the longest open in ms
  *   oc-probe time DIR NAME N         the library's own cost, no onnxruntime: medians of N rounds of
  *                                    opening the bundle with and without the sha256 pass, and of
  *                                    opening (parse, checks, decoding) and closing NAME's blob
@@ -12,6 +16,8 @@
  * OC_PROBE_SHORT_READS=N makes the reader return at most N bytes a call (the library reads on).
  * OC_PROBE_KEYS (hex Ed25519 public keys, comma-separated) makes bundle, reader and manifest require
  * a signature by one of them; OC_PROBE_SKIP_VERIFY (set) opens bundles with skip_verify.
+ * OC_PROBE_WAIT_FOR=FILE makes bundle wait, once the bundle is open (its line flushed), until FILE
+ * exists before it opens the blobs.
  *
  * Each line: {"input": ..., "status": "OC_OK" | "OC_ERR_...", "message": ..., plus what was read}.
  * Exit status 0 whatever the inputs: the statuses are the result. */
@@ -212,6 +218,44 @@ failed:
     return 1;
 }
 
+/* `oc-probe reopen`: oc_bundle_open_dir of `dir` (with OC_PROBE_KEYS) until `stop` exists; at least once. */
+static int reopen_until(const char *dir, const char *stop) {
+    unsigned char keys[8][32];
+    oc_bundle_options options;
+    char first[3][OC_MESSAGE_SIZE + 64];
+    long opened = 0, failed = 0;
+    double longest = 0;
+    int done = 0, i;
+    memset(&options, 0, sizeof options);
+    options.public_key_count = probe_keys(keys);
+    options.public_keys = &keys[0][0];
+    options.skip_verify = 1; /* the manifest and its signature: what a re-cook changes under a reader */
+    while (!done) {
+        oc_bundle *bundle = NULL;
+        oc_error err;
+        double t;
+        done = utf8_kind(stop) != 0; /* the writer had finished before this last open began */
+        memset(&err, 0, sizeof err);
+        t = now_ms();
+        if (oc_bundle_open_dir(dir, &options, &bundle, &err) == OC_OK) {
+            ++opened;
+        } else {
+            if (failed < 3) snprintf(first[failed], sizeof first[failed], "%s: %.1000s", oc_status_name(err.status), err.message);
+            ++failed;
+        }
+        t = now_ms() - t;
+        if (t > longest) longest = t;
+        oc_bundle_close(bundle);
+    }
+    printf("{\"opened\": %ld, \"failed\": %ld, \"longest_ms\": %.3f, \"messages\": [", opened, failed, longest);
+    for (i = 0; i < failed && i < 3; ++i) {
+        if (i) printf(", ");
+        json_text(first[i]);
+    }
+    printf("]}\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int i;
     oc_error err;
@@ -221,6 +265,7 @@ int main(int argc, char **argv) {
                         "(OC_PROBE_BYTES=FILE: bundle opens each NAME from FILE's bytes)\n");
         return 2;
     }
+    if (strcmp(argv[1], "reopen") == 0) return argc == 4 ? reopen_until(argv[2], argv[3]) : 2;
     if (strcmp(argv[1], "time") == 0) return argc == 5 ? time_library(argv[2], argv[3], atoi(argv[4])) : 2;
     if (strcmp(argv[1], "blob") == 0) {
         for (i = 2; i < argc; ++i) {
@@ -310,6 +355,15 @@ int main(int argc, char **argv) {
             printf("}");
         }
         printf("}\n");
+        if (status == OC_OK && opens_blobs && getenv("OC_PROBE_WAIT_FOR") != NULL) {
+            /* the test changes the bundle on disk between the open and the blobs' */
+            double until = now_ms() + 120e3;
+            fflush(stdout);
+            while (utf8_kind(getenv("OC_PROBE_WAIT_FOR")) == 0 && now_ms() < until) {
+                struct timespec pause = {0, 5000000L};
+                nanosleep(&pause, NULL);
+            }
+        }
         if (status == OC_OK && opens_blobs) {
             size_t m;
             int named = argc > 3;
