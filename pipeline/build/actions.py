@@ -304,9 +304,20 @@ def run_runtime_checks(
     return None
 
 
+def _under_coverage(report: dict[str, Any] | None, check: RuntimeCheck) -> str:
+    from pipeline.build.placement_check import coverage_failures
+
+    if report is None:
+        return ""
+    ran = replace(check, names=tuple(name for name in check.names if name in report["models"]))
+    below, _ = coverage_failures(report, ran)
+    return f"; and under their min_ep_coverage: {'; '.join(below)}" if below else ""
+
+
 def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[str, Any], int]:
     """The check's report, and how many of its models came from the cache."""
-    from pipeline.build.target_check import read_result, run_check
+    from pipeline.build.check_report import read_result
+    from pipeline.build.target_check import RuntimeCheckError, run_check
 
     keys = {name: _check_key(check, name) for name in check.names}
     models: dict[str, Any] = {}
@@ -330,7 +341,11 @@ def _checked_models(check: RuntimeCheck, cache: CookCache | None) -> tuple[dict[
             models[name], version, unchanged = passed, last.get("onnxruntime", version), unchanged + 1
     missing = tuple(name for name in check.names if name not in models)
     if missing:
-        report = run_check(replace(check, names=missing))  # raises if any model fails
+        try:
+            report = run_check(replace(check, names=missing))  # raises if any model fails
+        except RuntimeCheckError as exc:  # with the others' placements: one run says everything wrong
+            below = _under_coverage(exc.report, replace(check, names=missing))
+            raise RuntimeCheckError(str(exc) + below) from None
         version = report["onnxruntime"]
         for name in missing:
             models[name] = report["models"][name]

@@ -4,7 +4,6 @@ package registry does not have."""
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -54,27 +53,13 @@ def crashed_message(check: RuntimeCheck, returncode: int, stderr: str) -> str:
     )
 
 
-def the_others(check: RuntimeCheck, stderr: str) -> str:
-    """After a crash on one model, the check of the models after it, in a worker of their own (the
-    crash hid their failures until the next run): a sentence to add to the crash's."""
-    from dataclasses import replace
-
-    from pipeline.build.target_check import RuntimeCheckError, run_check
-
-    started = [
-        line.removeprefix(CHECKING_MODEL) for line in stderr.splitlines() if line.startswith(CHECKING_MODEL)
-    ]
-    rest = check.names[check.names.index(started[-1]) + 1 :] if started and started[-1] in check.names else ()
-    if not rest:
-        return ""
-    scratch = check.result_path.with_name(f".rest-{os.getpid()}.json")  # not the platform's report
-    try:
-        run_check(replace(check, names=rest, result_path=scratch))
-    except RuntimeCheckError as exc:
-        return f"\nand the models after it: {exc}"
-    finally:
-        scratch.unlink(missing_ok=True)
-    return f"\n(the {len(rest)} model(s) after it load and match)"
+def models_after_crash(check: RuntimeCheck, stderr: str) -> tuple[str, ...]:
+    """The models of ``check`` after the one its worker crashed on (none when it named none)."""
+    lines = stderr.splitlines()
+    started = [line.removeprefix(CHECKING_MODEL) for line in lines if line.startswith(CHECKING_MODEL)]
+    if not started or started[-1] not in check.names:
+        return ()
+    return tuple(check.names[check.names.index(started[-1]) + 1 :])
 
 
 _PIP_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.build.check_report import verified_versions
 from pipeline.build.placement_check import placements
 from pipeline.build.publish import drop_unlisted_entries, publish, retire
-from pipeline.build.target_check import verified_versions
 from pipeline.cook.budget import measured_variants, shrink_hint
 from pipeline.cook.key import BUNDLE_FORMAT, tool_versions
 from pipeline.errors import CookError

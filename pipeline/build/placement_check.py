@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.build.target_check import read_result
+from pipeline.build.check_report import read_result
 from pipeline.cook.job import RuntimeCheck
 from pipeline.layout import entry_path
 from pipeline.settings.advice import lower_level_helps, onnx_instead_for

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.build.check_messages import crashed_message, failed_message, no_such_version, the_others
+from pipeline.build.check_messages import crashed_message, failed_message, models_after_crash, no_such_version
 from pipeline.cook.job import RuntimeCheck
 from pipeline.cook.key import tool_versions
 from pipeline.errors import CookError
@@ -63,7 +63,12 @@ WORKER_START += "from pipeline.build.target_check_worker import main; sys.exit(m
 
 
 class RuntimeCheckError(CookError):
-    """A blob does not load or compute correctly in the target's onnxruntime, or no such runtime."""
+    """A blob does not load or compute correctly in the target's onnxruntime, or no such runtime;
+    ``report``: the check's report where it ran (what the models that passed did)."""
+
+    def __init__(self, problem: str, *, report: dict[str, Any] | None = None) -> None:
+        super().__init__(problem)
+        self.report = report
 
 
 def environment_dir(
@@ -348,9 +353,8 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             raise RuntimeCheckError(f"{check.platform}: the runtime check timed out") from None
     if done.returncode != 0:
-        raise RuntimeCheckError(
-            crashed_message(check, done.returncode, done.stderr) + the_others(check, done.stderr)
-        )
+        crashed = crashed_message(check, done.returncode, done.stderr)
+        raise RuntimeCheckError(crashed + _the_others(check, models_after_crash(check, done.stderr)))
     report = json.loads(done.stdout.strip().splitlines()[-1])
     if parse_version(report["onnxruntime"]) != parse_version(check.runtime_version):
         raise RuntimeCheckError(
@@ -359,34 +363,27 @@ def run_check(check: RuntimeCheck) -> dict[str, Any]:
             f"{environment_dir(check.runtimes_dir, check.runtime_version, installs)}"
         )
     failures = _failures(report, check)
-    if failures:  # and the others' placements, so that one run says everything wrong
-        from pipeline.build.placement_check import coverage_failures
-
-        below, _ = coverage_failures(
-            report, replace(check, names=tuple(n for n in check.names if n in report["models"]))
-        )
-        also = f"; and under their min_ep_coverage: {'; '.join(below)}" if below else ""
-        raise RuntimeCheckError(failed_message(check, report, failures) + also)
+    if failures:
+        raise RuntimeCheckError(failed_message(check, report, failures), report=report)
     write_json(check.result_path, report)
     return report
+
+
+def _the_others(check: RuntimeCheck, rest: tuple[str, ...]) -> str:
+    """After a crash on one model, the models after it, in a worker of their own (the crash hid their
+    failures until the next run): a sentence to add to the crash's."""
+    if not rest:
+        return ""
+    scratch = check.result_path.with_name(f".rest-{os.getpid()}.json")  # not the platform's report
+    try:
+        run_check(replace(check, names=rest, result_path=scratch))
+    except RuntimeCheckError as exc:
+        return f"\nand the models after it: {exc}"
+    finally:
+        scratch.unlink(missing_ok=True)
+    return f"\n(the {len(rest)} model(s) after it load and match)"
 
 
 def _failures(report: dict[str, Any], check: RuntimeCheck) -> list[str]:
     models = report["models"]
     return [f"{name}: {models[name]['error']}" for name in check.names if not models.get(name, {}).get("ok")]
-
-
-def verified_versions(result_path: Path, names: Sequence[str]) -> dict[str, str]:
-    """Model name -> the onnxruntime version a passed runtime check ran it on."""
-    report = read_result(result_path)
-    return {name: report["onnxruntime"] for name in names if report["models"].get(name, {}).get("ok")}
-
-
-def read_result(result_path: Path) -> dict[str, Any]:
-    """A runtime check's report as written (no models: never run)."""
-    if not result_path.is_file():
-        return {"models": {}}
-    try:
-        return json.loads(result_path.read_text(encoding="utf-8"))
-    except ValueError:
-        raise RuntimeCheckError(f"{result_path} is damaged; delete it and run the cook again") from None
