@@ -215,10 +215,11 @@ def _why(different: Sequence[str], stamp_file: Path) -> str:
     """``changed since the last cook``, unless every path was one the last cook did not write (a
     leftover of another format, or of settings since changed): then that, which is what it is."""
     try:
-        files = json.loads(stamp_file.read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        stamps = json.loads(stamp_file.read_text(encoding="utf-8"))
+        recorded = {*stamps["files"], *stamps.get("sources", {})}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "changed since the last cook"
-    if all(path not in files for path in different):
+    if all(path not in recorded for path in different):
         return "not written by the last cook (left by a cook of other settings)"
     return "changed since the last cook"
 

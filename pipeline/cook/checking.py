@@ -4,7 +4,7 @@ verification inputs (``feeds``), with the inputs kept for the runtime check."""
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -185,14 +185,18 @@ def _refuse_unreadable_outputs(job: CookJob, model: onnx.ModelProto) -> None:
     """A model with an output of such a type cannot be verified from Python: say so and how, before
     anything runs (it failed as 'onnxruntime cannot run the source model', advising sample inputs,
     which changed nothing)."""
-    odd = [
-        (value.name, onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type))
-        for value in model.graph.output
-        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type in _NO_NUMPY
-    ]
-    if not odd:
+
+    def odd(values: Iterable[onnx.ValueInfoProto]) -> list[tuple[str, str]]:
+        return [
+            (value.name, onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type))
+            for value in values
+            if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type in _NO_NUMPY
+        ]
+
+    outputs = odd(model.graph.output)
+    if not outputs or odd(model.graph.input):  # such inputs: their own refusal says it (inputs.py)
         return
-    named = ", ".join(f"{name!r} ({kind.lower()})" for name, kind in odd)
+    named = ", ".join(f"{name!r} ({kind.lower()})" for name, kind in outputs)
     settings_hint, _ = hints(job)
     raise VerifyError(
         f"cannot verify it: its output(s) {named} have a type onnxruntime's Python API cannot return as "
