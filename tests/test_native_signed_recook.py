@@ -230,3 +230,25 @@ def test_c_names_why_a_blob_file_is_missing(native: Path, tmp_path: Path) -> Non
     assert line["status"] == "OC_ERR_MANIFEST" and line["message"].startswith(str(blob)), line
     assert "is missing; re-run `onnx-cooker cook`" in line["message"], line
     assert "newer cook" not in line["message"] and "is gone" not in line["message"], line
+
+
+def test_c_keeps_a_bundle_opened_by_a_relative_path_after_a_change_of_working_folder(
+    native: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """As Bundle's root in Python: the folder is made absolute at the open, so a game's chdir between
+    opening the bundle and its blobs does not send the blob files' paths elsewhere."""
+    root = tiny_bundle(tmp_path / "game" / "bundle")
+    done = subprocess.run(
+        [native / "oc-probe", "bundle", "bundle", "tiny"],
+        cwd=root.parent,
+        env={**doit_env(), **SANITIZERS, "OC_PROBE_CHDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    opened, blob = (json.loads(line) for line in done.stdout.splitlines()[:2])
+    assert opened["status"] == "OC_OK", opened
+    assert blob["status"] == "OC_OK", blob

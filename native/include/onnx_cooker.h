@@ -240,7 +240,9 @@ typedef struct oc_bundle_options {
 } oc_bundle_options;
 
 /* Open the bundle in folder `dir` (its manifest.json) on the local file system; a path to the bundle's
- * manifest.json opens its folder's bundle, as the Python loader's open_bundle takes one. */
+ * manifest.json opens its folder's bundle, as the Python loader's open_bundle takes one. A relative
+ * `dir` is made absolute here, against the working folder of this call: a later chdir does not move
+ * the bundle. */
 OC_API oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out,
                                     oc_error *err);
 

@@ -599,7 +599,18 @@ done:
 
 static oc_status open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err);
 
+static oc_status open_dir_given(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err);
+
+/* The bundle keeps its folder absolute (as Bundle's root in Python): a later chdir of the game does not
+ * point its blob files elsewhere. A working folder that is gone leaves the path as given. */
 oc_status oc_bundle_open_dir(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
+    char *absolute = dir != NULL ? oc_absolute_path(dir) : NULL;
+    oc_status status = open_dir_given(absolute != NULL ? absolute : dir, options, out, err);
+    free(absolute);
+    return status;
+}
+
+static oc_status open_dir_given(const char *dir, const oc_bundle_options *options, oc_bundle **out, oc_error *err) {
     size_t n = dir ? strlen(dir) : 0, cut;
     oc_alloc alloc;
     char *folder;

@@ -208,6 +208,9 @@ oc_status oc_blob_name_file(oc_blob *blob, const char *path);
 int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]);
 /* The absolute, resolved form of `path` (malloc'd; free()), or NULL. */
 char *oc_real_path(const char *path);
+/* `path` made absolute against the working folder, links not resolved (Python's os.path.abspath
+ * without the normalization; malloc'd: free()), or NULL (no working folder, or out of memory). */
+char *oc_absolute_path(const char *path);
 /* Whether a folder below `dir` (not a hidden one) holds a manifest.json file: a build folder given for
  * one of its bundles. Then 1, with such a folder's name in `name` (`cap` bytes): with `nearby` NULL the
  * first in byte order; else the one nearest to `nearby` (a mistyped platform folder: at most a third

@@ -225,6 +225,8 @@ int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
     return now[0] == identity[0] && now[1] == identity[1];
 }
 
+char *oc_absolute_path(const char *path) { return oc_real_path(path); }
+
 /* The absolute form of a UTF-8 path, UTF-8 (links are not resolved: GetFullPathNameW). */
 char *oc_real_path(const char *path) {
     wchar_t *wide = oc_wide_path(path), *full;
@@ -447,6 +449,27 @@ int oc_same_file(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
 }
 
 char *oc_real_path(const char *path) { return realpath(path, NULL); }
+
+char *oc_absolute_path(const char *path) {
+    size_t cwd_size, path_size = strlen(path) + 1;
+    char *cwd, *out;
+    if (path[0] == '/') {
+        out = malloc(path_size);
+        if (out != NULL) memcpy(out, path, path_size);
+        return out;
+    }
+    cwd = getcwd(NULL, 0); /* a working folder removed since: NULL (ENOENT) */
+    if (cwd == NULL) return NULL;
+    cwd_size = strlen(cwd);
+    out = malloc(cwd_size + 1 + path_size);
+    if (out != NULL) {
+        memcpy(out, cwd, cwd_size);
+        out[cwd_size] = '/';
+        memcpy(out + cwd_size + 1, path, path_size);
+    }
+    free(cwd);
+    return out;
+}
 
 static void *thread_main(void *raw) {
     oc_thread_arg *arg = raw;

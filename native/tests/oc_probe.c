@@ -17,7 +17,8 @@
  * OC_PROBE_KEYS (hex Ed25519 public keys, comma-separated) makes bundle, reader and manifest require
  * a signature by one of them; OC_PROBE_SKIP_VERIFY (set) opens bundles with skip_verify.
  * OC_PROBE_WAIT_FOR=FILE makes bundle wait, once the bundle is open (its line flushed), until FILE
- * exists before it opens the blobs.
+ * exists before it opens the blobs. OC_PROBE_CHDIR=DIR makes bundle change its working folder to DIR
+ * between opening the bundle and opening its blobs (a game's chdir).
  *
  * Each line: {"input": ..., "status": "OC_OK" | "OC_ERR_...", "message": ..., plus what was read}.
  * Exit status 0 whatever the inputs: the statuses are the result. */
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "json_text.h"
 #include "onnx_cooker.h"
@@ -363,6 +365,11 @@ int main(int argc, char **argv) {
                 struct timespec pause = {0, 5000000L};
                 nanosleep(&pause, NULL);
             }
+        }
+        if (status == OC_OK && opens_blobs && getenv("OC_PROBE_CHDIR") != NULL && chdir(getenv("OC_PROBE_CHDIR")) != 0) {
+            fprintf(stderr, "oc-probe: cannot change the working folder to %s\n", getenv("OC_PROBE_CHDIR"));
+            oc_bundle_close(bundle);
+            return 1;
         }
         if (status == OC_OK && opens_blobs) {
             size_t m;
