@@ -419,6 +419,33 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie (its parent gone, not reaped yet) runs no more
 
 
+def test_cooks_doit_lost_track_of_keep_their_outputs_and_a_changed_model_still_cooks(tmp_path: Path) -> None:
+    """doit saves its records at the end of a run: a cook killed after some models were cooked (a CI
+    timeout, the OOM killer) ran every finished cook again, cooking anew without a cache. A cook whose
+    outputs are the files its stamps recorded at these paths, for the cook key its sources and
+    settings give now, keeps them; a model changed since is cooked."""
+    from tests.models import dense_model
+    from tests.test_dodo import cook as doit_cook
+
+    project = small_project(tmp_path / "game")
+    doit_cook(project)
+    blobs = {p.name: p.read_bytes() for p in (project / "build" / "android").glob("*.ocb")}
+    (project / "build" / ".doit.db").unlink()  # what a run killed before doit wrote its records leaves
+    onnx.save(
+        dense_model(8, 4, batch=1, seed=99, activation="Sigmoid", name="mlp"), project / "assets" / "mlp.onnx"
+    )
+    after = doit_cook(project)
+    kept = "(in place: the same outputs, this cook's by their stamps; `clean cook:android:net` (onnx-cooker"
+    assert after.stdout.count(kept) == 1, after.stdout
+    assert "cook:android:mlp" in after.ran and after.stdout.count("(in place") == 1, after.stdout
+    now = {p.name: p.read_bytes() for p in (project / "build" / "android").glob("*.ocb")}
+    net = [name for name in blobs if name.startswith("net.")]
+    assert net and all(now[name] == blobs[name] for name in net)  # net's blob as it was
+    assert now.keys() != blobs.keys()  # mlp's is another, of the changed model
+    again = doit_cook(project)
+    assert not any(task.startswith("cook:") for task in again.ran), again.stdout  # recorded now
+
+
 def test_a_moved_project_and_one_changed_model_redo_only_what_changed(tmp_path: Path) -> None:
     """doit's records name absolute paths: a project moved to another path ran every task again,
     each cook cooking anew; and one changed model re-ran the runtime check of every model. A cook

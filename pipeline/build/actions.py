@@ -57,8 +57,8 @@ def run_cook(job: CookJob, cache_config: CacheConfig | None = None) -> TaskFaile
 
     cache = CookCache(cache_config) if cache_config is not None else None
     miss = None
-    if (moved := _moved(job)) is not None:  # the folder moved: doit's records name the old paths
-        sys.stdout.write(f"{cook_line(moved)} (in place: the same outputs, at a new path)\n")
+    if (kept := _kept(job)) is not None:  # nothing changed that the cook depends on: doit lost track
+        sys.stdout.write(kept)
         return None
     try:
         if cache is not None and can_isolate():
@@ -98,11 +98,11 @@ def _import_the_cook() -> None:
     importlib.import_module("pipeline.build.run_job")
 
 
-def _moved(job: CookJob) -> dict[str, Any] | None:
-    from pipeline.build.outputs import moved_in_place
+def _kept(job: CookJob) -> str | None:
+    from pipeline.build.outputs import kept_line
 
     try:
-        return moved_in_place(job)
+        return kept_line(job)
     except CookError:
         return None  # cooked, which says what is wrong
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.build.stamps import hashed_sources, record, recorded_elsewhere, remembered_sources
+from pipeline.build.summary import cook_line
 from pipeline.cook.job import CookJob
 from pipeline.cook.key import cook_key, recipe_of
 from pipeline.farm.cache import Cached, CookCache
@@ -52,39 +53,67 @@ def from_cache(job: CookJob, cache: CookCache) -> tuple[dict[str, Any] | None, s
     return lookup(job, cache, key, known), key, known
 
 
-def moved_in_place(job: CookJob) -> dict[str, Any] | None:
-    """The entry of outputs this very cook already wrote, found at a new path: the project or its
-    build folder was moved (or the checkout sits at another path), so doit, whose records name
-    absolute paths, runs the task again. They count when the stamps recorded them under other paths,
-    every output is the file recorded under its name (sha256), and the entry's cook key is the one
-    the sources and settings give now; they are then recorded under the new paths. Else None (no
-    stamps, recorded at these paths already: doit ran the task for a change, which it cooks)."""
+def kept_outputs(job: CookJob) -> tuple[dict[str, Any], bool] | None:
+    """(entry, moved) of outputs this very cook already wrote, which doit runs the task for again
+    though nothing they depend on changed: the project or its build folder moved (moved: doit's
+    records name absolute paths), or doit never recorded the cook (a run killed before doit saved
+    its state at the end, `doit forget`, `-a`). They count when every output is the file the stamps
+    recorded (sha256; by name when moved, else by path) and the entry's cook key is the one the
+    sources and settings give now; they are then recorded again, under these paths. Else None (no
+    stamps, or a change of sources, settings or outputs: the cook runs)."""
     stamp_file = cook_stamps_path(job.platform_dir, job.asset.name)
     where = dests(job)
-    if not recorded_elsewhere(list(where.values()), stamp_file):
-        return None
     try:
-        stamps = json.loads(stamp_file.read_text(encoding="utf-8"))
-        recorded = {Path(path).name: state[3] for path, state in stamps["files"].items()}
+        files = json.loads(stamp_file.read_text(encoding="utf-8"))["files"]
         entry = json.loads(where["entry"].read_bytes())
-        digests = {role: file_sha256(path) for role, path in where.items()}
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        moved = recorded_elsewhere(list(where.values()), stamp_file)
+        if moved:
+            recorded = {
+                role: {Path(p).name: state[3] for p, state in files.items()}.get(path.name)
+                for role, path in where.items()
+            }
+        else:
+            recorded = {role: files[str(path)][3] for role, path in where.items() if str(path) in files}
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
-    if any(recorded.get(path.name) != digests[role] for role, path in where.items()):
+    if len(recorded) != len(where) or None in recorded.values():
         return None
-    sources = hashed_sources(job.asset)
+    # The key first: a change of sources or settings, what a re-run mostly is, hashes no output.
+    memo = digest_memo_dir(job.platform_dir.parent)
+    sources = remembered_sources(job.asset, memo) or hashed_sources(job.asset)
     if not sources or entry.get("cook_key") != cook_key(
         job.task_key, {Path(path).name: state[3] for path, state in sources.items()}
     ):
+        return None
+    try:
+        digests = {role: file_sha256(path) for role, path in where.items()}
+    except OSError:
+        return None
+    if digests != recorded:
         return None
     record(
         list(paths(job).values()),
         stamp_file,
         sources=sources,
         digests={where[role]: digest for role, digest in digests.items()},
-        memo_dir=digest_memo_dir(job.platform_dir.parent),
+        memo_dir=memo,
     )
-    return entry
+    return entry, moved
+
+
+def kept_line(job: CookJob) -> str | None:
+    """The cook's line for outputs it keeps (``kept_outputs``), else None."""
+    kept = kept_outputs(job)
+    if kept is None:
+        return None
+    entry, moved = kept
+    task = f"cook:{job.settings.platform}:{job.asset.name}"
+    why = (
+        "at a new path"
+        if moved
+        else f"this cook's by their stamps; `clean {task}` (onnx-cooker or doit) first to cook anew"
+    )
+    return f"{cook_line(entry)} (in place: the same outputs, {why})\n"
 
 
 def lookup(job: CookJob, cache: CookCache, key: str, sources: Stamps) -> dict[str, Any] | None:

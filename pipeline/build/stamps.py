@@ -226,7 +226,7 @@ def _why(different: Sequence[str], stamp_file: Path) -> str:
 
 def recorded_elsewhere(outputs: Sequence[Path], stamp_file: Path) -> bool:
     """Whether ``stamp_file`` recorded files, none of them at the paths of ``outputs``: the project
-    or its build folder moved since (``outputs.moved_in_place``)."""
+    or its build folder moved since (``outputs.kept_outputs``)."""
     try:
         files = json.loads(stamp_file.read_text(encoding="utf-8"))["files"]
         return bool(files) and not any(str(path) in files for path in outputs)
