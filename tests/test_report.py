@@ -3,6 +3,7 @@ progress line of `doit cook` under a pseudo-terminal."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -246,11 +247,33 @@ def _run_in_pty(project: Path) -> str:
 
 
 def test_a_live_progress_line_on_a_terminal_and_plain_lines_elsewhere(tmp_path: Path) -> None:
-    live = _run_in_pty(small_project(tmp_path / "tty"))
-    assert "[0/2 cooked]" in live and "[2/2 cooked]" in live and "elapsed" in live
+    project = small_project(tmp_path / "tty")
+    live = _run_in_pty(project)
+    assert "[0/2: 0 cooked, 0 up to date]" in live and "[2/2: 2 cooked, 0 up to date]" in live
+    assert "elapsed" in live
     # The line is cleared before doit's summary: the output ends on plain text, not on the line.
     after_last_clear = live.rsplit("\x1b[K", 1)[-1]
-    assert "cooked]" not in after_last_clear and after_last_clear.strip().startswith("report: ")
+    assert "up to date]" not in after_last_clear and after_last_clear.strip().startswith("report: ")
+    again = _run_in_pty(project)  # nothing changed: nothing is called cooked
+    assert "[2/2: 0 cooked, 2 up to date]" in again and " 1 cooked" not in again, again
     plain = doit(small_project(tmp_path / "pipe"), "cook")
-    assert "cooked]" not in plain.stdout and "\x1b[" not in plain.stdout
+    assert "up to date]" not in plain.stdout and "\x1b[" not in plain.stdout
     assert ".  cook:android:net" in plain.stdout  # doit's own lines, as before
+
+
+def test_the_estimate_of_an_incremental_cook_counts_only_the_tasks_that_cook(tmp_path: Path) -> None:
+    """One changed model among 149 up to date: the estimate multiplied the pace of real cooks by every
+    task left to check (about 38 minutes left of an 8 s cook); the share found up to date so far is
+    taken as the share of what is left."""
+    from pipeline.build.progress import CookReporter
+
+    reporter = CookReporter(io.StringIO(), {})
+    reporter.total, reporter.done, reporter.uptodate = 745, 176, 174
+    reporter.cook_seconds = [4.0, 4.0]  # the two that cooked, 4 s each
+    reporter.running = {"cook:ios:head_059": time.monotonic()}
+    left = reporter._left()
+    minutes, seconds = (int(part) for part in left.removeprefix(", about ").removesuffix(" left").split(":"))
+    assert 10 <= minutes * 60 + seconds <= 60, left  # 569 to check, 2 in 176 cooked: about 26 s
+    reporter.done = reporter.uptodate = 0  # nothing finished: no estimate yet
+    reporter.cook_seconds = []
+    assert reporter._left() == ""

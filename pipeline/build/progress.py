@@ -39,7 +39,8 @@ class CookReporter(ConsoleReporter):
         super().__init__(outstream, options)
         self.live = bool(getattr(outstream, "isatty", lambda: False)())
         self.total = 0
-        self.done = 0
+        self.done = 0  # cook tasks finished: cooked, failed, or found up to date
+        self.uptodate = 0
         self.running: dict[str, float] = {}
         self.cook_seconds: list[float] = []
         self.started = time.monotonic()
@@ -101,6 +102,8 @@ class CookReporter(ConsoleReporter):
 
     def skip_uptodate(self, task: Any) -> None:
         self.ran_any = True
+        if is_cook_task(task.name):
+            self.uptodate += 1
         if self.live:
             self._finished(task)
         else:
@@ -141,15 +144,22 @@ class CookReporter(ConsoleReporter):
         elapsed = time.monotonic() - self.started
         names = ", ".join(name.split(":", 1)[1] for name in list(self.running)[:3])
         more = f" +{len(self.running) - 3}" if len(self.running) > 3 else ""
-        left = ""
-        if self.cook_seconds and self.total > self.done:
-            # cook tasks still to run, at the average pace so far, as many at a time as now run
-            pace = sum(self.cook_seconds) / len(self.cook_seconds)
-            left = f", about {_clock(pace * (self.total - self.done) / max(len(self.running), 1))} left"
-        line = f"[{self.done}/{self.total} cooked] {names}{more} | {_clock(elapsed)} elapsed{left}"
+        line = f"[{self.done}/{self.total}: {self.done - self.uptodate} cooked, {self.uptodate} up to date] "
+        line += f"{names}{more} | {_clock(elapsed)} elapsed{self._left()}"
         width = _width()
         self.outstream.write(CLEAR + line[: width - 1] + "\r")
         self.outstream.flush()
+
+    def _left(self) -> str:
+        """``, about M:SS left``: the tasks still to check that will cook, as the share of those
+        checked so far that cooked (an incremental cook finds most up to date), at the average pace
+        of the cooks so far, as many at a time as now run; empty before a cook has finished."""
+        if not self.cook_seconds or self.total <= self.done:
+            return ""
+        pace = sum(self.cook_seconds) / len(self.cook_seconds)
+        share = (self.done - self.uptodate) / self.done
+        seconds = pace * (self.total - self.done) * share / max(len(self.running), 1)
+        return f", about {_clock(seconds)} left"
 
 
 class Failures:
