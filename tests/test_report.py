@@ -135,6 +135,30 @@ def test_a_failure_and_the_changes_since_the_last_cook_are_reported(tmp_path: Pa
     assert "<td>added</td><td>added</td>" in page and "<td>mlp</td><td>removed</td>" in page
 
 
+def test_the_changes_stay_those_of_the_last_cook_that_changed_a_bundle(tmp_path: Path) -> None:
+    """The report's changes were those since the previous page write: `onnx-cooker report`, a report
+    during a cook, or a cook that changed nothing (a CI retry) showed 'nothing changed'. They are now
+    the changes of the last cook that changed a bundle, until another cook changes one."""
+    from pipeline.report.html import write_report
+
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    onnx.save(mlp_model(), project / "assets" / "added.onnx")
+    assert doit(project, "cook").returncode == 0
+    report = project / "build" / "report.html"
+    added = "<td>android</td><td>added</td><td>added</td>"
+    assert added in report.read_text()
+    write_report(project / "build")  # onnx-cooker report: the page again, the same changes
+    assert added in report.read_text()
+    noop = doit(project, "cook")  # nothing to cook: the changes stay those of the cook before
+    assert noop.returncode == 0 and ".  cook:android:" not in noop.stdout, noop.stdout
+    assert added in report.read_text()
+    (project / "assets" / "added.onnx").unlink()
+    assert doit(project, "cook").returncode == 0  # a cook that changes a bundle moves the baseline
+    page = report.read_text()
+    assert added not in page and "<td>added</td><td>removed</td>" in page
+
+
 def test_a_cook_that_cannot_be_planned_still_ends_with_a_report_saying_so(tmp_path: Path) -> None:
     """A bad platform file fails the cook before anything runs (exit 3): the previous run's green
     report stayed, and a CI artifact showed a green report for a red build."""

@@ -124,7 +124,7 @@ class CookReporter(ConsoleReporter):
             from pipeline.build.tasks import ORPHANED_BUNDLES
             from pipeline.report.html import write_report
 
-            path = write_report(self.build, orphaned=ORPHANED_BUNDLES)
+            path = write_report(self.build, orphaned=ORPHANED_BUNDLES, after_cook=True)
             self.outstream.write(f"report: {path}\n")
         except Exception as exc:  # noqa: BLE001  the report never fails a cook
             self.outstream.write(f"warning: cannot write the cook report: {exc}\n")

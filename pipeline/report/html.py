@@ -7,10 +7,20 @@ import html
 import json
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pipeline.fsutil import atomic_write, write_json
 from pipeline.layout import REPORT_NAME
-from pipeline.report.model import SNAPSHOT_PATH, Change, Model, changes, read_build, read_failures, summary
+from pipeline.report.model import (
+    LAST_SEEN_PATH,
+    SNAPSHOT_PATH,
+    Change,
+    Model,
+    changes,
+    read_build,
+    read_failures,
+    summary,
+)
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}
@@ -106,7 +116,7 @@ def _changes_html(found: Sequence[Change], first: bool) -> str:
     if first:
         return "<p>First report of this build folder: nothing to compare with.</p>"
     if not found:
-        return "<p>Nothing changed since the previous cook.</p>"
+        return "<p>Nothing changed since the cook before.</p>"
     rows = "".join(
         f"<tr><td>{_e(c.platform)}</td><td>{_e(c.name)}</td><td>{_e(c.kind)}</td>"
         f"<td>{_e(c.why + (f'; {c.accuracy}' if c.accuracy else ''))}</td>"
@@ -133,7 +143,7 @@ def render(
         body.append(f"<h2>Failures ({len(failures)})</h2>")
         body += [f'<div class="fail"><b>{_e(f["task"])}</b>\n{_e(f["message"])}</div>' for f in failures]
     if not banner:
-        body += ["<h2>Changes since the previous cook</h2>", _changes_html(found, first)]
+        body += ["<h2>Changes of the last cook that changed a bundle</h2>", _changes_html(found, first)]
     for platform, models in platforms.items():
         ordered = sorted(models.values(), key=lambda m: -m.entry["blob_size"])
         total = sum(m.entry["blob_size"] for m in ordered)
@@ -195,19 +205,37 @@ def write_plan_failure(build: Path, problem: str) -> Path:
     return target
 
 
-def write_report(build: Path, orphaned: Collection[str] = ()) -> Path:
-    """``build/report.html`` from the build's manifests, step times, failures and previous report;
-    ``orphaned``: the bundles of platforms the project no longer has."""
+def write_report(build: Path, orphaned: Collection[str] = (), *, after_cook: bool = False) -> Path:
+    """``build/report.html`` from the build's manifests, step times, failures and the bundles before
+    the last cook that changed them; ``orphaned``: the bundles of platforms the project no longer has.
+
+    Its changes are those of the last cook that changed a bundle: a cook that changes nothing (a
+    CI retry, a no-op run) and a report written again (``after_cook`` False: ``onnx-cooker report``,
+    also during a cook) keep showing them, instead of "nothing changed". Only the end of a cook
+    (``after_cook``) moves the baseline, and only when the bundles differ from what its last
+    report saw."""
     platforms = read_build(build)
     current = summary(platforms)
-    snapshot = build / SNAPSHOT_PATH
-    first = not snapshot.is_file()
-    previous = {} if first else json.loads(snapshot.read_text(encoding="utf-8"))
-    page = render(platforms, changes(previous, current), first, read_failures(build), orphaned=orphaned)
+    baseline, last_seen = _read_json(build / SNAPSHOT_PATH), _read_json(build / LAST_SEEN_PATH)
+    if last_seen is None:  # a build folder from before last.json: the previous report's bundles
+        last_seen = baseline
+    first = last_seen is None
+    if not first and current != last_seen:
+        baseline = last_seen  # changed since the last cook's report: compare with what it saw
+    page = render(platforms, changes(baseline or {}, current), first, read_failures(build), orphaned=orphaned)
     target = build / REPORT_NAME
     atomic_write(target, page.encode())
-    write_json(snapshot, current)
+    if after_cook:
+        write_json(build / SNAPSHOT_PATH, baseline if baseline is not None else current)
+        write_json(build / LAST_SEEN_PATH, current)
     return target
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 # --- diff between two builds --------------------------------------------------------------------------

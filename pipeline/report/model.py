@@ -13,7 +13,10 @@ from pipeline.fsutil import write_json
 from pipeline.layout import REPORT_STATE_DIR, step_times_path
 from pipeline.runtime.constants import MANIFEST_NAME, Precision
 
+# What the report's changes compare against: the bundles before the last cook that changed them
 SNAPSHOT_PATH = Path(REPORT_STATE_DIR) / "previous.json"
+# The bundles as the last cook's report saw them: a cook that changes nothing keeps the baseline
+LAST_SEEN_PATH = Path(REPORT_STATE_DIR) / "last.json"
 FAILURES_DIR = Path(REPORT_STATE_DIR) / "failures"
 COOKING_STEPS = ("optimize and serialize",)  # a cook that ran these cooked; one that did not was a cache hit
 
