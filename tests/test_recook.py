@@ -577,6 +577,32 @@ def test_doit_records_the_cookers_sha256s_and_a_touched_source_is_not_cooked_aga
     assert ".  cook:android:net" not in again.stdout and "-- cook:android:net" in again.stdout
 
 
+def test_a_removed_asset_folder_leaves_no_empty_folders_or_stamps_behind(tmp_path: Path) -> None:
+    """Retiring deleted files only: a removed or renamed asset folder left its empty folder tree in
+    every bundle and in .entries/, and its models' stamps in .stamps/ for good."""
+    project = small_project(tmp_path / "p")
+    zone = project / "assets" / "world" / "zone1"
+    zone.mkdir(parents=True)
+    shutil.move(project / "assets" / "mlp.onnx", zone / "mlp.onnx")
+    assert doit(project, "cook").returncode == 0
+    platform_dir = project / "build" / "android"
+    assert (platform_dir / "world" / "zone1").is_dir() and (
+        platform_dir / ".stamps" / "cook" / "world"
+    ).is_dir()
+    shutil.rmtree(project / "assets" / "world")
+    assert doit(project, "cook").returncode == 0
+    for below in (".entries", ".stamps/cook", ".stamps/times"):
+        assert not (platform_dir / below / "world").exists(), below  # staged files and stamps go at once
+    assert (platform_dir / "world" / "zone1").is_dir()  # the blob stays for its grace
+    ledger = platform_dir / ".stamps" / "retired.json"
+    ledger.write_text(json.dumps({name: at - 3600 for name, at in json.loads(ledger.read_text()).items()}))
+    assert doit(project, "cook").returncode == 0
+    assert not (platform_dir / "world").exists()  # the blob went, and the folders it leaves empty
+    assert (platform_dir / "manifest.json").is_file() and (
+        platform_dir / ".stamps" / "cook" / "net.json"
+    ).is_file()
+
+
 def test_a_removed_models_blob_goes_after_its_grace_though_nothing_else_changes(tmp_path: Path) -> None:
     """Retired blobs were deleted only when a manifest was written again: after a model was removed,
     cooks that changed nothing kept its blob for good. The manifest task now runs once one is due."""

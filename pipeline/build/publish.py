@@ -119,6 +119,7 @@ def retire(platform_dir: Path, listed: Mapping[str, dict[str, Any]], now: float 
         since = ledger.get(relative, now)
         if now - since >= GRACE_SECONDS:
             path.unlink(missing_ok=True)
+            prune_empty_folders(path.parent, platform_dir)  # the last blob of a removed asset folder
         else:
             current[relative] = since
     write_json(ledger_path, current)
@@ -145,16 +146,38 @@ class NoRetirementDue:
 _STAGED_ENDS = (".json", ".verify.npz", ".applied.ort", *(f".{f}.{BLOB_SUFFIX}" for f in ("onnx", "ort")))
 
 
+# The per-model records under .stamps/ (pipeline/layout.py: cook stamps, step times, cache records)
+_MODEL_STAMPS = ("cook", "times", "cache")
+
+
 def drop_unlisted_entries(platform_dir: Path, listed: Collection[str]) -> None:
     """After the new manifest is in place: what cooks staged for models it does not list (a model
     removed from the assets, or from this platform) goes, else it stays on disk for good (the
-    staged blob is a hard link of the published one, which retiring then does not free)."""
+    staged blob is a hard link of the published one, which retiring then does not free); so do
+    their stamps, and the folders that leaves empty (a removed or renamed asset folder)."""
     staged = platform_dir / ENTRIES_DIR
-    for path in staged.rglob("*") if staged.is_dir() else ():
+    for path in sorted(staged.rglob("*")) if staged.is_dir() else ():
         relative = path.relative_to(staged).as_posix()
         end = next((end for end in _STAGED_ENDS if relative.endswith(end)), None)
         if end is not None and path.is_file() and relative.removesuffix(end) not in listed:
             path.unlink(missing_ok=True)
+            prune_empty_folders(path.parent, staged)
+    for kind in _MODEL_STAMPS:
+        stamps = platform_dir / STAMPS_DIR / kind
+        for path in sorted(stamps.rglob("*.json")) if stamps.is_dir() else ():
+            if path.relative_to(stamps).as_posix().removesuffix(".json") not in listed:
+                path.unlink(missing_ok=True)
+                prune_empty_folders(path.parent, stamps)
+
+
+def prune_empty_folders(folder: Path, root: Path) -> None:
+    """Remove ``folder`` and its parents up to ``root`` (kept) while they are empty."""
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone, or not ours to remove): the folders above are not empty
+            return
+        folder = folder.parent
 
 
 def remove_published(platform_dir: Path) -> None:
