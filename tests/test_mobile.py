@@ -326,7 +326,7 @@ def test_applied_variants_are_not_kept_and_untyped_models_refuse_a_typed_config(
 def test_a_usability_check_that_failed_says_why_in_the_summary() -> None:
     """onnxruntime's checker fails on some valid models (every node output a graph output): the end of
     the cook says so and why, not "takes 0/0 nodes in 0 partition(s): unknown"."""
-    from pipeline.build.actions import usability_lines
+    from pipeline.build.usability_lines import usability_lines
     from pipeline.cook.usability import _unknown
 
     failed = _unknown("ValueError: Run onnx.shape_inference first\nand more lines")
@@ -335,3 +335,26 @@ def test_a_usability_check_that_failed_says_why_in_the_summary() -> None:
         "  android:m: NnapiExecutionProvider: not measured (onnxruntime's usability checker failed: "
         "ValueError: Run onnx.shape_inference first)"
     ]
+
+
+def test_the_manifest_prints_usability_for_what_changed_and_counts_the_rest(tmp_path: Path) -> None:
+    """A one-model change in a large library printed the NNAPI usability of every model at every
+    cook (298 lines of 1,083 for 150 models): the models new or re-cooked get their lines, the
+    unchanged ones one line per EP counting their verdicts."""
+    from tests.models import dense_model
+    from tests.test_dodo import cook as doit_cook
+    from tests.test_reliability import small_project
+
+    project = small_project(tmp_path / "p")
+    first = doit_cook(project)
+    assert "android:net: NnapiExecutionProvider takes" in first.stdout, first.stdout
+    assert "android:mlp: NnapiExecutionProvider takes" in first.stdout
+    onnx.save(
+        dense_model(8, 4, batch=1, seed=99, activation="Sigmoid", name="mlp"), project / "assets" / "mlp.onnx"
+    )
+    second = doit_cook(project)
+    assert "android:mlp: NnapiExecutionProvider takes" in second.stdout, second.stdout
+    assert "android:net: NnapiExecutionProvider" not in second.stdout
+    (summary,) = [line for line in second.stdout.splitlines() if "unchanged model(s)" in line]
+    assert summary.startswith("  android: NnapiExecutionProvider, the 1 unchanged model(s): ")
+    assert summary.endswith("1 (each in build/report.html)"), summary

@@ -201,10 +201,12 @@ def run_manifest(
 ) -> TaskFailed | None:
     from pipeline.build.manifest import write_manifest
     from pipeline.build.signing import load_signing_key, replacing_signed_pair, write_signature
+    from pipeline.build.usability_lines import previous_models, usability_lines
     from pipeline.cook.opconfig import write_operator_configs
 
     try:
         key = load_signing_key(signing_key) if signing_key else None  # first: the signature follows at once
+        before = previous_models(platform_dir)
         with replacing_signed_pair(platform_dir):  # readers that meet the new manifest with the old
             path = write_manifest(  # signature (or none) read the pair again
                 platform_dir, platform, names, check_results, check_off_reason, max_bundle_bytes
@@ -227,7 +229,7 @@ def run_manifest(
             "disk space and permissions, then run the cook again"
         )
     lines = [f"{path}: {len(names)} model(s)", *(f"{config}: reduced-build operators" for config in configs)]
-    lines += usability_lines(platform, manifest["models"])
+    lines += usability_lines(platform, manifest["models"], before)
     sys.stdout.write("\n".join(lines) + "\n")
     return None
 
@@ -236,26 +238,6 @@ def manifest_outputs(platform_dir: Path, configs: Any, signing_key: Path | None)
     """The files a platform's manifest task writes."""
     names = [MANIFEST_NAME, *(Path(config).name for config in configs)]
     return [platform_dir / name for name in (*names, *((SIGNATURE_NAME,) if signing_key else ()))]
-
-
-def usability_lines(platform: str, models: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The end-of-cook summary: how much of each model the platform's NNAPI/CoreML EP would take."""
-    lines = []
-    for name, entry in sorted(models.items()):
-        for ep, report in entry.get("usability", {}).items():
-            if report.get("error"):  # not measured: say why, not "0/0 nodes"
-                lines.append(
-                    f"  {platform}:{name}: {ep}: not measured ({report['error'].splitlines()[0][:200]})"
-                )
-                continue
-            share = f"{report['supported_nodes']}/{report['nodes']} nodes"
-            line = f"  {platform}:{name}: {ep} takes {share} in {report['partitions']} partition(s): "
-            line += report["verdict"]
-            if report["verdict_if_shapes_fixed"] != report["verdict"]:
-                line += f" ({report['verdict_if_shapes_fixed']} with fixed_dims/fixed_shapes for "
-                line += f"{', '.join(report['dynamic_inputs'])})"
-            lines.append(line)
-    return lines
 
 
 def run_runtime_checks(
