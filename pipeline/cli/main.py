@@ -24,7 +24,9 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from pipeline.cli.pipes import Parser, Unread, flushed, output_failed, reader_left
 from pipeline.cli.project import ProjectError, find_project, load_project
 from pipeline.errors import CookError
 
@@ -57,7 +59,7 @@ writes one.
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="Cook ONNX models into verified per-platform bundles, and inspect them.",
         epilog=PROJECT_HELP + "\n" + ENVIRONMENT,
@@ -114,10 +116,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        code = _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:  # `onnx-cooker list --all | head`: the reader left, which is no error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return reader_left()  # quietly, 141 (pipes.py)
     except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of whatever was waiting
         print(
             f"\n{PROG}: interrupted; nothing half-written was published: run the same command again to "
@@ -125,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    return flushed(code)  # what init, keygen... printed may still be in stdout's buffer
 
 
 def _leading_options(argv: list[str]) -> int:
@@ -169,11 +171,13 @@ def _main(argv: list[str]) -> int:
             from pipeline.report.cli import main as report_main
 
             build = args.build or args.folder_build or _project(args).folders["build"]
-            return report_main([str(build)])
+            return report_main([str(build)], prog=f"{PROG} report")
         if args.command == "keygen":
             from pipeline.build.signing import main as signing_main
 
             return signing_main(["keygen", str(args.folder)])
+    except BrokenPipeError:  # the reader of our output left: main's to handle, not an error
+        raise
     except (CookError, OSError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -219,7 +223,7 @@ def _doit(args: argparse.Namespace) -> int:
         project = _project(args)
     except ProjectError:
         if command == "help":  # doit's help needs no project
-            return DoitMain(ModuleTaskLoader({})).run(["help", *rest])
+            return _listing(DoitMain(ModuleTaskLoader({})), ["help", *rest], args)
         raise
     env = project.environment(os.environ, Path.cwd())
     for key, variable in FOLDER_OPTIONS.items():  # the command line wins over both
@@ -232,18 +236,31 @@ def _doit(args: argparse.Namespace) -> int:
         if unmatched := _unmatched_patterns(rest, env, project.root, every_name=command == "info"):
             print(f"{PROG}: error: {unmatched}", file=sys.stderr)
             return 2
-    if command == "run":
-        return DoitMain(loader, config_filenames=()).run([command, *rest])
-    # doit catches a broken pipe itself and prints a traceback: its listings go through a buffer
+    if command == "run":  # doit's reporter writes to the `outfile` option's stream (stdout's)
+        out = Unread(sys.stdout)
+        with contextlib.redirect_stdout(out):  # and the planning's own lines to sys.stdout
+            code = DoitMain(loader, config_filenames=(), extra_config={"run": {"outfile": out}}).run(
+                [command, *rest]
+            )
+        return output_failed(out.error, code) if out.error else code
+    return _listing(DoitMain(loader, config_filenames=()), [command, *rest], args)
+
+
+def _listing(doit: Any, words: list[str], args: argparse.Namespace) -> int:
+    """doit's ``list``, ``info``, ``clean`` or ``help``, through a buffer: doit catches a closed pipe
+    itself and prints a traceback."""
     listing = io.StringIO()
     with contextlib.redirect_stdout(listing):
-        code = DoitMain(loader, config_filenames=()).run([command, *rest])
+        code = doit.run(words)
     text = listing.getvalue()
     if args.help and args.command == "cook":  # doit's help of `run`, as this command runs it
         text = re.sub(r"\S+ run \[TASK", f"{PROG} cook [TASK", text)  # doit names argv[0]
         text = re.sub(r"(even after a failure \[default:\s+)False\]", r"\1True in a cook]", text)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # what doit did (`clean`) is done: only its listing went unread
+        return reader_left(code)
     return code
 
 
@@ -253,8 +270,8 @@ def _unmatched_patterns(
     """Why a task pattern with ``*`` (``"cook:*:mnst"``) matches no cook task, else None: doit runs
     nothing for it and exits 0, so a typo would pass for a cook. Names without ``*`` are doit's to
     check ("Invalid parameter"), unless ``every_name`` (``info``, where doit has no check)."""
-    import difflib
     import fnmatch
+    import itertools
 
     from pipeline.build.tasks import cook_tasks
 
@@ -277,22 +294,45 @@ def _unmatched_patterns(
         return None
     for pattern in patterns:
         if not fnmatch.filter(names, pattern):
-            # each part without * replaced by the nearest name in that place (cook:*:mnst -> cook:*:mnist)
+            # each part without * replaced by the names it may mean in that place (cook:*:mnst ->
+            # cook:*:mnist; cook:*:face -> cook:*:characters/face, a model named by its file name)
             parts = pattern.split(":")
             known = [
                 {name.split(":")[i] for name in names if name.count(":") == len(parts) - 1}
                 for i in range(len(parts))
             ]
-            for i, part in enumerate(parts):
-                if "*" not in part and part not in known[i]:
-                    parts[i] = next(iter(difflib.get_close_matches(part, sorted(known[i]), n=1)), part)
-            near = ":".join(parts)
-            hint = f"; did you mean {near!r}?" if fnmatch.filter(names, near) else ""
+            choices = [
+                [part] if "*" in part or part in known[i] else _meant(part, known[i]) or [part]
+                for i, part in enumerate(parts)
+            ]
+            near = [":".join(c) for c in itertools.product(*choices) if fnmatch.filter(names, ":".join(c))]
+            shown = [repr(n) for n in near[:3]] + ([f"{len(near) - 3} more"] if len(near) > 3 else [])
+            said = " or ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
             return (
                 f"no cook task matches {pattern!r} (tasks are cook:<platform>:<model>; "
-                f"`{PROG} list --all` lists them){hint}"
+                f"`{PROG} list --all` lists them){f'; did you mean {said}?' if near else ''}"
             )
     return None
+
+
+def _meant(part: str, known: set[str]) -> list[str]:
+    """The names ``part`` of a task pattern may mean: those whose last path segment it names (a
+    model named by its file name: ``mlp_003`` for ``vision/mlp_003``; never a near miss among
+    others then), else those nearest to it or to its last segment (``difflib``'s ratio, at least
+    0.6; ties all), whole names and last segments alike (``big_56mv``: ``world/streaming/big_56mb``)."""
+    from difflib import SequenceMatcher
+
+    last = part.rsplit("/", 1)[-1]
+    same_file = sorted(name for name in known if name.rsplit("/", 1)[-1] == last)
+    if same_file:
+        return same_file
+    scores: dict[str, float] = {}
+    for name in known:
+        for key in {name, name.rsplit("/", 1)[-1]}:
+            score = max(SequenceMatcher(None, word, key).ratio() for word in {part, last})
+            scores[name] = max(scores.get(name, 0.0), score)
+    best = max(scores.values(), default=0.0)
+    return sorted(name for name, score in scores.items() if score == best) if best >= 0.6 else []
 
 
 def _parser_help(command: str) -> str:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlparse
 
 from pipeline.farm.housekeeping import (
@@ -99,12 +101,24 @@ def cache_root(given: str | None, env: Mapping[str, str]) -> Path:
     return path
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's ``--help`` drops its output's error (into a closed pipe: exit 0 unbuffered, 120 and
+    "Exception ignored" buffered): here it ends as any other output's (``_output_failed``)."""
+
+    def print_help(self, file: IO[str] | None = None) -> None:
+        try:
+            (file or sys.stdout).write(self.format_help())
+            (file or sys.stdout).flush()
+        except OSError as exc:
+            self.exit(_output_failed(exc, 0, self.prog))
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--cache", metavar="PATH", help=f"the cache folder (a path or file:///path; default: ${CACHE_ENV})"
     )
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog,
         description="Housekeeping for a folder cook cache (an S3 cache: use a bucket lifecycle rule).",
     )
@@ -268,6 +282,24 @@ def summary(found: Scan, plan: Plan, tally: Tally | None) -> str:
 # --- the command ---------------------------------------------------------------------------------
 
 
+def _output_failed(exc: OSError, code: int, prog: str) -> int:
+    """stdout failed: what is still printed goes to /dev/null (Python's recipe for SIGPIPE). A reader
+    that left (``stats | head``) is no error: 141, as for a command SIGPIPE ends (as ``onnx-cooker``
+    gives), where ``code`` (a failed prune's) says no failure; another error is one line, and 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+        pass
+    finally:
+        os.close(devnull)
+    if isinstance(exc, BrokenPipeError):
+        return code or 128 + getattr(signal, "SIGPIPE", 13)
+    if not code:
+        print(f"{prog}: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+    return code or EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, *, prog: str = PROG) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
@@ -276,32 +308,34 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         root = cache_root(args.cache, os.environ if env is None else env)
     except AdminError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _run(args, root)
+        lines, code = _run(args, root)
     except OSError as exc:  # an unreadable folder in the cache (vanished files are never an error)
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    try:  # printed once the work is done: a reader that leaves early changes nothing it did
+        print("\n".join(lines))
+        sys.stdout.flush()
+    except OSError as exc:
+        return _output_failed(exc, code, prog)
+    return code
 
 
-def _run(args: argparse.Namespace, root: Path) -> int:
+def _run(args: argparse.Namespace, root: Path) -> tuple[list[str], int]:
+    """What to print, and the exit status."""
     now = time.time()
     found = scan(root)
     if args.command == "stats":
-        print("\n".join(stats_lines(found, now)))
-        return 0
+        return stats_lines(found, now), 0
     plan = plan_prune(found, now, args.older_than, args.max_size)
     if args.dry_run:
-        for line in dry_run_lines(found, plan, now):
-            print(line)
-        print(summary(found, plan, None))
-        return 0
+        return [*dry_run_lines(found, plan, now), summary(found, plan, None)], 0
     tally = prune(found, plan, now)
     for failure in tally.failures:
         print(f"warning: {failure}", file=sys.stderr)
-    print(summary(found, plan, tally))
-    return EXIT_FAILED if tally.failures else 0
+    return [summary(found, plan, tally)], EXIT_FAILED if tally.failures else 0
 
 
 if __name__ == "__main__":

@@ -4,14 +4,29 @@ NEW`` compares two builds' bundles (a release diff, with a size gate for CI)."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from pipeline.fsutil import atomic_write
 from pipeline.report.html import render, write_report
 from pipeline.report.model import Change, changes, read_build, summary
 from pipeline.runtime.constants import MANIFEST_NAME
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's ``--help`` drops its output's error (into a closed pipe: exit 0 unbuffered, 120 and
+    "Exception ignored" buffered): here it ends as any other output's (``_output_failed``)."""
+
+    def print_help(self, file: IO[str] | None = None) -> None:
+        try:
+            (file or sys.stdout).write(self.format_help())
+            (file or sys.stdout).flush()
+        except OSError as exc:
+            self.exit(_output_failed(exc, 0, self.prog))
 
 
 def diff_table(found: Sequence[Change], old: Mapping, new: Mapping) -> str:
@@ -44,10 +59,41 @@ def _percent(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage like 5%") from None
 
 
-def main(argv: Sequence[str] | None = None, *, prog: str = "python -m pipeline.report diff") -> int:
+def _say(text: str, code: int, prog: str) -> int:
+    """Print ``text`` and flush, here where stdout's failure can be told apart from others: ``code``,
+    or ``_output_failed``'s status."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        return _output_failed(exc, code, prog)
+    return code
+
+
+def _output_failed(exc: OSError, code: int, prog: str) -> int:
+    """stdout failed: what is still printed goes to /dev/null (Python's recipe for SIGPIPE). A reader
+    that left (``diff ... | head``) is no error: 141, as for a command SIGPIPE ends (as ``inspect``
+    gives), where ``code`` says no failure; another error (a full disk) is one line, and 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+        pass
+    finally:
+        os.close(devnull)
+    if isinstance(exc, BrokenPipeError):
+        return code or 128 + getattr(signal, "SIGPIPE", 13)
+    if not code:
+        print(f"{prog}: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+    return code or 1
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    """``prog``: the command as it was typed (``onnx-cooker diff``), for its help and errors."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["diff"]:
-        parser = argparse.ArgumentParser(prog=prog)
+        prog = prog or "python -m pipeline.report diff"
+        parser = _Parser(prog=prog)
         parser.add_argument("old", type=Path)
         parser.add_argument("new", type=Path)
         parser.add_argument("--html", type=Path, help="also write the diff as a self-contained page")
@@ -63,26 +109,23 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m pipeline.r
                 parser.error(f"{folder} holds no <platform>/{MANIFEST_NAME}: give two cooked build folders")
         old, new = summary(read_build(options.old)), summary(read_build(options.new))
         found = changes(old, new)
-        print(diff_table(found, old, new))
+        # The gate is decided apart from the table: its status never depends on the table being read
+        # (`diff ... --fail-if-grows 5% | head` in CI), and its FAIL lines go to stderr.
+        limit = options.fail_if_grows
+        grown = {} if limit is None else {p: g for p, g in _growth(old, new).items() if g > limit}
+        said = _say(diff_table(found, old, new), 0, prog)  # 141 where the reader left
         if options.html is not None:
             page = render(read_build(options.new), found, False, [], f"diff {options.old} -> {options.new}")
             atomic_write(options.html, page.encode())
-        if options.fail_if_grows is not None:
-            grown = {p: g for p, g in _growth(old, new).items() if g > options.fail_if_grows}
-            if grown:
-                for platform, growth in sorted(grown.items()):
-                    print(
-                        f"FAIL: {platform} grows by {growth:.1%}, over {options.fail_if_grows:.1%}",
-                        file=sys.stderr,
-                    )
-                return 1
-        return 0
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.report",
+        for platform, growth in sorted(grown.items()):
+            print(f"FAIL: {platform} grows by {growth:.1%}, over {limit:.1%}", file=sys.stderr)
+        return (1 if grown else 0) if limit is not None else said
+    prog = prog or "python -m pipeline.report"
+    parser = _Parser(
+        prog=prog,
         description="(Re)write BUILD/report.html. `python -m pipeline.report diff OLD_BUILD NEW_BUILD "
         "[--html FILE] [--fail-if-grows 5%]` compares two builds' bundles instead (see `diff --help`).",
     )
     parser.add_argument("build", type=Path)
     options = parser.parse_args(args)
-    print(write_report(options.build))
-    return 0
+    return _say(str(write_report(options.build)), 0, prog)
