@@ -36,6 +36,20 @@ from .loadpaths import BlobFile
 
 CHUNK = 4 << 20  # bytes read at a time from a stream that is not a plain file
 _SEALS = ("F_SEAL_WRITE", "F_SEAL_SHRINK", "F_SEAL_GROW")
+# Forks this process descends through: a blob's lock that another thread held at a fork is held by
+# no thread in the child, so each blob takes a new one there (docs/loader.md, "Forked processes").
+_forks = 0
+_renew = threading.Lock()
+
+
+def _forked() -> None:
+    global _forks, _renew
+    _forks += 1
+    _renew = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 class MemoryBlob:
@@ -60,7 +74,8 @@ class MemoryBlob:
         self._sealed = False
         self._closed = False
         self._kernel_sealed = False  # the memfd refuses writes: loads need not check it again
-        self._lock = threading.Lock()  # close() against a load taking its own descriptor
+        self._lock = threading.Lock()  # close() against a load taking its own descriptor (_guard)
+        self._forks = _forks
         if size and has_memfd():
             fd = os.memfd_create("onnx-cooker-blob", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
             try:
@@ -213,10 +228,18 @@ class MemoryBlob:
         raw content's CRC-32s, as from bytes."""
         return self._kernel_sealed
 
+    def _guard(self) -> threading.Lock:
+        """The blob's lock; a new one in a forked child, where the thread that held it is gone."""
+        if self._forks != _forks:
+            with _renew:
+                if self._forks != _forks:
+                    self._lock, self._forks = threading.Lock(), _forks
+        return self._lock
+
     def borrow(self) -> tuple[memoryview, BlobFile | None]:
         """For one load: a view of the sealed bytes and, with a memfd, a descriptor of its own (a
         duplicate: ``close`` cannot free the file under a load that names it; the caller closes it)."""
-        with self._lock:
+        with self._guard():
             if self._closed:
                 raise BundleError("this MemoryBlob was closed: read the blob again to load it")
             if not self._sealed:
@@ -233,7 +256,7 @@ class MemoryBlob:
     def close(self) -> None:
         """Let the blob go: what no session uses is freed now (its mapping, once no load or session
         holds a view of it; the memfd once onnxruntime's own mappings of it are gone)."""
-        with self._lock:
+        with self._guard():
             self._closed = True
             mapping, self._mapping, self._buffer = self._mapping, None, None
             if mapping is not None and not mapping.closed:
