@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
 from urllib.parse import urlparse
 
 from pipeline.farm.housekeeping import (
@@ -35,6 +33,7 @@ from pipeline.farm.housekeeping import (
     scan,
 )
 from pipeline.farm.store import CACHE_ENV, ROLES, folder_path, is_windows_drive  # standard library only too
+from pipeline.stdout import Parser, output_failed
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 PROG = "python -m pipeline.farm"
@@ -101,24 +100,12 @@ def cache_root(given: str | None, env: Mapping[str, str]) -> Path:
     return path
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's ``--help`` drops its output's error (into a closed pipe: exit 0 unbuffered, 120 and
-    "Exception ignored" buffered): here it ends as any other output's (``_output_failed``)."""
-
-    def print_help(self, file: IO[str] | None = None) -> None:
-        try:
-            (file or sys.stdout).write(self.format_help())
-            (file or sys.stdout).flush()
-        except OSError as exc:
-            self.exit(_output_failed(exc, 0, self.prog))
-
-
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--cache", metavar="PATH", help=f"the cache folder (a path or file:///path; default: ${CACHE_ENV})"
     )
-    parser = _Parser(
+    parser = Parser(
         prog=prog,
         description="Housekeeping for a folder cook cache (an S3 cache: use a bucket lifecycle rule).",
     )
@@ -282,24 +269,6 @@ def summary(found: Scan, plan: Plan, tally: Tally | None) -> str:
 # --- the command ---------------------------------------------------------------------------------
 
 
-def _output_failed(exc: OSError, code: int, prog: str) -> int:
-    """stdout failed: what is still printed goes to /dev/null (Python's recipe for SIGPIPE). A reader
-    that left (``stats | head``) is no error: 141, as for a command SIGPIPE ends (as ``onnx-cooker``
-    gives), where ``code`` (a failed prune's) says no failure; another error is one line, and 1."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
-        pass
-    finally:
-        os.close(devnull)
-    if isinstance(exc, BrokenPipeError):
-        return code or 128 + getattr(signal, "SIGPIPE", 13)
-    if not code:
-        print(f"{prog}: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
-    return code or EXIT_FAILED
-
-
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, *, prog: str = PROG) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
@@ -319,7 +288,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print("\n".join(lines))
         sys.stdout.flush()
     except OSError as exc:
-        return _output_failed(exc, code, prog)
+        return output_failed(exc, code, prog, error=EXIT_FAILED)
     return code
 
 

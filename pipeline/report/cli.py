@@ -4,29 +4,15 @@ NEW`` compares two builds' bundles (a release diff, with a size gate for CI)."""
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 from pipeline.fsutil import atomic_write
 from pipeline.report.html import render, write_report
 from pipeline.report.model import Change, changes, read_build, summary
 from pipeline.runtime.constants import MANIFEST_NAME
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse's ``--help`` drops its output's error (into a closed pipe: exit 0 unbuffered, 120 and
-    "Exception ignored" buffered): here it ends as any other output's (``_output_failed``)."""
-
-    def print_help(self, file: IO[str] | None = None) -> None:
-        try:
-            (file or sys.stdout).write(self.format_help())
-            (file or sys.stdout).flush()
-        except OSError as exc:
-            self.exit(_output_failed(exc, 0, self.prog))
+from pipeline.stdout import Parser, output_failed
 
 
 def diff_table(found: Sequence[Change], old: Mapping, new: Mapping) -> str:
@@ -61,31 +47,13 @@ def _percent(text: str) -> float:
 
 def _say(text: str, code: int, prog: str) -> int:
     """Print ``text`` and flush, here where stdout's failure can be told apart from others: ``code``,
-    or ``_output_failed``'s status."""
+    or ``pipeline.stdout.output_failed``'s status."""
     try:
         print(text)
         sys.stdout.flush()
     except OSError as exc:
-        return _output_failed(exc, code, prog)
+        return output_failed(exc, code, prog, error=1)
     return code
-
-
-def _output_failed(exc: OSError, code: int, prog: str) -> int:
-    """stdout failed: what is still printed goes to /dev/null (Python's recipe for SIGPIPE). A reader
-    that left (``diff ... | head``) is no error: 141, as for a command SIGPIPE ends (as ``inspect``
-    gives), where ``code`` says no failure; another error (a full disk) is one line, and 1."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
-        pass
-    finally:
-        os.close(devnull)
-    if isinstance(exc, BrokenPipeError):
-        return code or 128 + getattr(signal, "SIGPIPE", 13)
-    if not code:
-        print(f"{prog}: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
-    return code or 1
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
@@ -93,7 +61,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["diff"]:
         prog = prog or "python -m pipeline.report diff"
-        parser = _Parser(prog=prog)
+        parser = Parser(prog=prog)
         parser.add_argument("old", type=Path)
         parser.add_argument("new", type=Path)
         parser.add_argument("--html", type=Path, help="also write the diff as a self-contained page")
@@ -121,7 +89,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
             print(f"FAIL: {platform} grows by {growth:.1%}, over {limit:.1%}", file=sys.stderr)
         return (1 if grown else 0) if limit is not None else said
     prog = prog or "python -m pipeline.report"
-    parser = _Parser(
+    parser = Parser(
         prog=prog,
         description="(Re)write BUILD/report.html. `python -m pipeline.report diff OLD_BUILD NEW_BUILD "
         "[--html FILE] [--fail-if-grows 5%]` compares two builds' bundles instead (see `diff --help`).",
