@@ -603,6 +603,25 @@ def test_a_removed_asset_folder_leaves_no_empty_folders_or_stamps_behind(tmp_pat
     ).is_file()
 
 
+def test_blobs_an_older_cooker_staged_go_when_the_manifest_is_next_written(tmp_path: Path) -> None:
+    """A cooker of blob format 2 staged `.entries/<model>.<format>.zst`; after an upgrade no cook
+    writes those names again, and they stayed for good (the size of the old bundle)."""
+    from tests.models import dense_model
+
+    project = small_project(tmp_path / "p")
+    assert doit(project, "cook").returncode == 0
+    staged = project / "build" / "android" / ".entries"
+    old = [staged / "net.ort.zst", staged / "mlp.onnx.zst"]
+    for path in old:
+        path.write_bytes(b"a blob of format 2")
+    onnx.save(
+        dense_model(8, 4, batch=1, seed=99, activation="Sigmoid", name="mlp"), project / "assets" / "mlp.onnx"
+    )
+    assert doit(project, "cook").returncode == 0  # the manifest is written again
+    assert not any(path.exists() for path in old)
+    assert (staged / "net.json").is_file() and (staged / "mlp.json").is_file()
+
+
 def test_a_removed_models_blob_goes_after_its_grace_though_nothing_else_changes(tmp_path: Path) -> None:
     """Retired blobs were deleted only when a manifest was written again: after a model was removed,
     cooks that changed nothing kept its blob for good. The manifest task now runs once one is due."""

@@ -41,3 +41,19 @@ def test_added_removed_and_re_cooked_with_the_reason_and_the_accuracy_change() -
 def test_a_key_change_with_the_same_inputs_is_the_cookers_own() -> None:
     (change,) = changes({"p": {"m": model(1, "a")}}, {"p": {"m": model(1, "b")}})
     assert change.why == "the cooker's bundle format"
+
+
+def test_settings_a_newer_cooker_added_are_its_own_change_not_the_users() -> None:
+    """After an upgrade every model was 're-cooked: settings': the newer cooker resolves settings it
+    added (defaults the older manifests lack). Keys only one side has are the cooker's; a value
+    changed on a key both have is still the user's."""
+    old = model(1, "a")
+    upgraded = {**model(1, "b"), "settings": {"x": "a", "narrow_weights": True}}
+    (change,) = changes({"p": {"m": old}}, {"p": {"m": upgraded}})
+    assert change.why == "the cooker's bundle format"
+    tuned = {**model(1, "c"), "settings": {"x": "b", "narrow_weights": True}}
+    (change,) = changes({"p": {"m": old}}, {"p": {"m": tuned}})
+    assert change.why == "settings"
+    grown = {**model(1, "d"), "sources": {"m.onnx": "s", "m.onnx.data": "t"}}
+    (change,) = changes({"p": {"m": old}}, {"p": {"m": grown}})
+    assert change.why == "source"  # a source file added is a change of the sources

@@ -144,6 +144,8 @@ class NoRetirementDue:
 
 # What a cook stages for a model in .entries/ (pipeline/layout.py), by the end of its file name
 _STAGED_ENDS = (".json", ".verify.npz", ".applied.ort", *(f".{f}.{BLOB_SUFFIX}" for f in ("onnx", "ort")))
+# What older cookers staged there (blob format 2: `<model>.onnx.zst`), which no cook replaces now
+_OLD_STAGED_ENDS = tuple(f".{f}.{suffix}" for f in ("onnx", "ort") for suffix in OLD_BLOB_SUFFIXES)
 
 
 # The per-model records under .stamps/ (pipeline/layout.py: cook stamps, step times, cache records)
@@ -154,12 +156,14 @@ def drop_unlisted_entries(platform_dir: Path, listed: Collection[str]) -> None:
     """After the new manifest is in place: what cooks staged for models it does not list (a model
     removed from the assets, or from this platform) goes, else it stays on disk for good (the
     staged blob is a hard link of the published one, which retiring then does not free); so do
-    their stamps, and the folders that leaves empty (a removed or renamed asset folder)."""
+    their stamps, the folders that leaves empty (a removed or renamed asset folder), and the blobs
+    an older cooker staged in a format no cook writes now (after an upgrade)."""
     staged = platform_dir / ENTRIES_DIR
     for path in sorted(staged.rglob("*")) if staged.is_dir() else ():
         relative = path.relative_to(staged).as_posix()
         end = next((end for end in _STAGED_ENDS if relative.endswith(end)), None)
-        if end is not None and path.is_file() and relative.removesuffix(end) not in listed:
+        old = relative.endswith(_OLD_STAGED_ENDS)  # an older cooker's blob: none stages them now
+        if path.is_file() and (old or (end is not None and relative.removesuffix(end) not in listed)):
             path.unlink(missing_ok=True)
             prune_empty_folders(path.parent, staged)
     for kind in _MODEL_STAMPS:

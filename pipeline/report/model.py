@@ -149,6 +149,15 @@ def summary(platforms: Mapping[str, Mapping[str, Model]]) -> dict[str, dict[str,
     }
 
 
+def _differ(key: str, before: Any, after: Any) -> bool:
+    """Whether a recorded value changed. Settings are resolved in full, so keys only one side has are
+    the settings another version of the cooker knows (defaults it added or dropped), not the user's
+    change: they compare on the keys both have (an upgrade is 'the cooker's bundle format')."""
+    if key == "settings" and isinstance(before, Mapping) and isinstance(after, Mapping):
+        return any(before[key] != after[key] for key in before.keys() & after.keys())
+    return before != after
+
+
 def changes(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]]) -> list[Change]:
     found = []
     for platform in sorted(set(old) | set(new)):
@@ -169,7 +178,7 @@ def changes(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str,
                         ("settings", "settings"),
                         ("tool versions", "cooked_with"),
                     )
-                    if b.get(key) != a.get(key)
+                    if _differ(key, b.get(key), a.get(key))
                 ] or ["the cooker's bundle format"]
                 found.append(
                     Change(
