@@ -64,7 +64,8 @@ def kept_outputs(job: CookJob) -> tuple[dict[str, Any], bool] | None:
     stamp_file = cook_stamps_path(job.platform_dir, job.asset.name)
     where = dests(job)
     try:
-        files = json.loads(stamp_file.read_text(encoding="utf-8"))["files"]
+        stamps = json.loads(stamp_file.read_text(encoding="utf-8"))
+        files, sources_then = stamps["files"], stamps.get("sources", {})
         entry = json.loads(where["entry"].read_bytes())
         moved = recorded_elsewhere(list(where.values()), stamp_file)
         if moved:
@@ -74,10 +75,13 @@ def kept_outputs(job: CookJob) -> tuple[dict[str, Any], bool] | None:
             }
         else:
             recorded = {role: files[str(path)][3] for role, path in where.items() if str(path) in files}
+        then = {(Path(p).name if moved else p): state[0] for p, state in sources_then.items()}
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
     if len(recorded) != len(where) or None in recorded.values():
         return None
+    if any(_size(p) != then.get(p.name if moved else str(p)) for p in job.asset.source_files):
+        return None  # a source of another size: changed, which the cook finds without hashing it here
     # The key first: a change of sources or settings, what a re-run mostly is, hashes no output.
     memo = digest_memo_dir(job.platform_dir.parent)
     sources = remembered_sources(job.asset, memo) or hashed_sources(job.asset)
@@ -99,6 +103,13 @@ def kept_outputs(job: CookJob) -> tuple[dict[str, Any], bool] | None:
         memo_dir=memo,
     )
     return entry, moved
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def kept_line(job: CookJob) -> str | None:
