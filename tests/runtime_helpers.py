@@ -23,6 +23,7 @@ from onnx import numpy_helper
 import pipeline.runtime.header as header_module
 from pipeline.build.target_check import ensure_runtime
 from pipeline.cook.weights import externalize
+from pipeline.runtime import smallload
 from pipeline.runtime.compat import ort_format_version
 from pipeline.runtime.constants import LEGACY_BLOB_FORMAT_VERSION
 from pipeline.runtime.header import HEADER_MAGIC, SKIPPABLE_MAGIC, TRAILER_MAGIC, read_header
@@ -342,6 +343,7 @@ def fresh_header_cache(patch: Any) -> None:
     (``header._cached_header``), which the patch puts back with the constants."""
     fresh = functools.lru_cache(maxsize=64)(header_module._header_from_json)
     patch.setattr(header_module, "_cached_header", fresh)
+    smallload.forget()  # recipes of small blobs made under the real constants (smallload.py)
 
 
 INCOMPATIBLE_LOAD = (

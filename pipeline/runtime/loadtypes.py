@@ -79,3 +79,14 @@ class Prepared:
     # (mapping, start, length): weights onnxruntime reads in place from the loader's own mapping of
     # the blob file, whose pages can be let go while the session is built (pager.ExtentPager).
     own_pages: tuple[mmap.mmap, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """How a session was loaded (``load_info(session)``): the load path and whether its weights are
+    onnxruntime's own copy or the blob's bytes used in place."""
+
+    path: LoadPath
+    in_place: bool
+    providers: tuple[str, ...]
+    refused: str | None = None  # the faster path onnxruntime refused for this model first, and why

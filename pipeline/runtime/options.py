@@ -86,13 +86,19 @@ def check_provider_options(header: BlobHeader) -> None:
 
 
 def session_options_for(
-    header: BlobHeader, providers: Sequence[str], base: onnxruntime.SessionOptions | None = None
+    header: BlobHeader,
+    providers: Sequence[str],
+    base: onnxruntime.SessionOptions | None = None,
+    *,
+    check: bool = True,
 ) -> onnxruntime.SessionOptions:
     """Session options for this blob on these EPs: each EP's required options, saved optimizations.
 
-    A blob may not set the entries the load paths own (``UNSAFE_CONFIG_ENTRIES``).
+    A blob may not set the entries the load paths own (``UNSAFE_CONFIG_ENTRIES``). ``check=False``
+    skips the provider options' check, for a header whose options were checked (smallload.py).
     """
-    check_provider_options(header)
+    if check:
+        check_provider_options(header)
     options = base if base is not None else onnxruntime.SessionOptions()
     for ep in providers:
         try:

@@ -6,13 +6,12 @@ import logging
 import mmap
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import onnxruntime
 
 from .blob import DEFAULT_MAX_MODEL_SIZE, CheckedBlob, check_blob
 from .compat import format_version, incompatibility, parse_version
-from .devices import DeviceSelection, ProviderSpec, SessionPlan, _register, plan_for
+from .devices import DeviceSelection, ProviderSpec, _register, plan_for
 from .devices import choose_providers as choose_providers  # re-exported (tests, older callers)
 from .errors import IncompatibleRuntimeError, SessionCreateError
 from .header import BlobHeader
@@ -28,12 +27,14 @@ from .loadpaths import (
     prepare,
     why_not,
 )
+from .loadtypes import LoadInfo
 from .memblob import MemoryBlob
 from .options import mark_holding, refuse_holding
 from .options import session_options_for as session_options_for  # re-exported
 from .ortload import MEMORY_TENSOR_REFUSAL
 from .pager import create_session
 from .rawcheck import LOW_MEMORY_CHECK_FIRST_MIN, Background, whole_crcs
+from .smallload import COPIES, failure, remember, session_again, used_providers
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -56,17 +57,6 @@ def check_runtime(header: BlobHeader, installed: str = onnxruntime.__version__) 
             f"or newer, but {installed} is installed; upgrade onnxruntime to >= {format_version(needed)} "
             "or re-cook for this version (set runtime_version in the platform profile)"
         )
-
-
-@dataclass(frozen=True)
-class LoadInfo:
-    """How a session was loaded (``load_info(session)``): the load path and whether its weights are
-    onnxruntime's own copy or the blob's bytes used in place."""
-
-    path: LoadPath
-    in_place: bool
-    providers: tuple[str, ...]
-    refused: str | None = None  # the faster path onnxruntime refused for this model first, and why
 
 
 def load_info(session: onnxruntime.InferenceSession) -> LoadInfo | None:
@@ -133,6 +123,9 @@ def session_from_blob(
         return _memory_session(
             data, providers, session_options, max_model_size, threads, low_memory, report, load_path, extra
         )
+    defaults = providers is None and session_options is None and load_path is None and not any(extra)
+    if defaults and (session := session_again(data, max_model_size, low_memory, report)) is not None:
+        return session  # a small blob loaded before (smallload.py)
     checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=False)
     # The CRC-32s of raw content catch damage, not attacks (anyone can recompute them; hostile bytes
     # are refused by the layout checks above and by onnxruntime's own parsers): read them while
@@ -142,7 +135,10 @@ def session_from_blob(
     large_unpacked = low_memory and raw >= LOW_MEMORY_CHECK_FIRST_MIN[checked.header.model_format]
     if raw < defer_raw_check_min(onnxruntime.__version__) or large_unpacked:
         checked.check_raw()
-        return _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
+        session = _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
+        if defaults:
+            remember(checked, session, low_memory, max_model_size)
+        return session
     # Without prepacking, under LOW_MEMORY_CHECK_FIRST_MIN: every core beside the build. Else a thread
     # beside it: from 1.32, which lets go of the GIL, piece by piece, and the caller's thread takes
     # the pieces left once the session is made; before, in one zlib call per raw section: zlib lets go
@@ -260,7 +256,7 @@ def _session(
         header.name,
         plan.explanation,
         path.value,
-        "weights in place" if path.in_place else "onnxruntime copies the weights",
+        "weights in place" if path.in_place else COPIES,
     )
     fallback = prepared.fallback if load_path is None else None
     cleanup = list(prepared.cleanup)
@@ -310,15 +306,7 @@ def _session(
                 _REFUSED[_refusal_key(header)] = (refused, path)
             session = create_session(prepared.model, options, specs, None, low_memory)
     except Exception as exc:  # onnxruntime raises several unrelated types; keep our promise of one
-        lacks = incompatibility(str(exc), header.name, header.platform, onnxruntime.__version__)
-        if lacks is not None:
-            error = IncompatibleRuntimeError(lacks[1])
-            error.operator = lacks[0]  # the operator it has no kernel for, or the optimization's action
-            raise error from None
-        raise SessionCreateError(
-            f"onnxruntime {onnxruntime.__version__} could not create a session for model {header.name!r} "
-            f"({header.platform}, {header.model_format}, load path {path.value}): {exc}"
-        ) from None
+        raise failure(exc, header, path) from None
     finally:
         for undo in cleanup:
             undo()
@@ -334,40 +322,13 @@ def _session(
     # What onnxruntime uses in place must live as long as the session: the blob's views (and through
     # them the caller's buffer or the mapped file) go with it.
     session._onnx_cooker_keep = prepared.keep  # type: ignore[attr-defined]
-    info = LoadInfo(path, path.in_place, _used(plan, session, header.name), refused)
+    info = LoadInfo(path, path.in_place, used_providers(plan, session, header.name), refused)
     session._onnx_cooker_load = info  # type: ignore[attr-defined]
     return session
 
 
 class _Distrusted(Exception):
     """A session that was made, but may compute with bytes the loader never gave onnxruntime."""
-
-
-def _used(plan: SessionPlan, session: onnxruntime.InferenceSession, name: str) -> tuple[str, ...]:
-    """The session's EPs as onnxruntime made them (a policy's choice is logged: known only now). An
-    EP of a classic list that onnxruntime dropped (it only warns when an EP fails to initialize,
-    e.g. OpenVINO's device_type GPU where there is none) is an error: the CPU would run it all."""
-    used = tuple(session.get_providers())
-    if plan.providers is not None:
-        dropped = [ep for ep in plan.names if ep not in used]
-        if missing := [ep for ep in dropped if ep not in onnxruntime.get_available_providers()]:
-            raise SessionCreateError(
-                f"model {name!r}: {', '.join(missing)} is not in this onnxruntime package (onnxruntime "
-                f"{onnxruntime.__version__} offers {', '.join(onnxruntime.get_available_providers())}); "
-                "install a package built with it (onnxruntime-gpu: CUDA, TensorRT), or pass providers "
-                "it offers"
-            )
-        if dropped:
-            raise SessionCreateError(
-                f"model {name!r}: onnxruntime {onnxruntime.__version__} dropped {', '.join(dropped)} while "
-                "creating the session (see its warning: e.g. a provider option naming a device this "
-                f"machine lacks), leaving {', '.join(used)}; fix that EP's provider options, or pass "
-                "providers without it"
-            )
-        return plan.names
-    if plan.policy is not None:
-        log.info("%s: device policy %s chose %s", name, plan.policy, ", ".join(used))
-    return used
 
 
 # (cook key, model sha256, onnxruntime version) -> why onnxruntime refused an in-place door for that
