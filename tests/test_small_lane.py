@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime
 import pytest
 from runtime_helpers import CPU, make_blob, mutate, run_in_runtime, run_source, sample_input, write_bundle
 
@@ -42,8 +43,9 @@ def blob(request: pytest.FixtureRequest, models: dict[str, bytes]) -> bytes:
     return made
 
 
-def recipe_for(data: bytes | bytearray) -> bool:
-    return smallload.recall(data, DEFAULT_MAX_MODEL_SIZE, False) is not None
+def recipe_for(data: bytes | bytearray, providers: Any = None, low_memory: bool = False) -> bool:
+    """Whether a load of ``data`` with these arguments would take a recipe."""
+    return smallload.recall(data, smallload.asked(providers, low_memory, DEFAULT_MAX_MODEL_SIZE)) is not None
 
 
 def general_checks(load: Any) -> int:
@@ -134,13 +136,19 @@ def test_a_buffer_changed_in_place_after_its_first_load_is_refused_then_loads_on
     assert outcome(data) == first
 
 
-def test_loads_with_arguments_of_their_own_keep_no_recipe(blob: bytes) -> None:
-    session_from_blob(blob, providers=CPU)
-    session_from_blob(blob, load_path=load_info(session_from_blob(blob, providers=CPU)).path.value)
-    assert not recipe_for(blob)
+def test_a_recipe_is_for_the_arguments_it_was_made_with(blob: bytes) -> None:
+    options: dict[str, str] = {}
+    session_from_blob(blob, providers=[("CPUExecutionProvider", options)])
+    assert recipe_for(blob, [("CPUExecutionProvider", options)])
+    assert not recipe_for(blob) and not recipe_for(blob, CPU)
+    options["arena_extend_strategy"] = "kSameAsRequested"  # the caller's dict, changed: other arguments
+    assert not recipe_for(blob, [("CPUExecutionProvider", options)])
     session_from_blob(blob, low_memory=True)
-    assert not recipe_for(blob)  # a recipe is for the arguments it was made with
-    assert smallload.recall(blob, DEFAULT_MAX_MODEL_SIZE, True) is not None
+    assert recipe_for(blob, low_memory=True) and not recipe_for(blob)
+    smallload.forget()
+    session_from_blob(blob, session_options=onnxruntime.SessionOptions())
+    session_from_blob(blob, load_path=load_info(session_from_blob(blob, providers=iter(CPU))).path.value)
+    assert not smallload._recipes  # options of the caller's, a path asked for, providers not a list
 
 
 def test_a_bundles_small_blob_loaded_again_and_a_swapped_one(
@@ -179,7 +187,8 @@ LANE_IN_RUNTIME = (
     "for path in sys.argv[3:]:\n"
     "    blob = open(path, 'rb').read()\n"
     "    first = session_from_blob(blob)\n"
-    "    again = smallload.session_again(blob, DEFAULT_MAX_MODEL_SIZE, False, lambda s, d: None)\n"
+    "    args = smallload.asked(None, False, DEFAULT_MAX_MODEL_SIZE)\n"
+    "    again = smallload.session_again(blob, args, lambda s, d: None)\n"
     "    outputs = [s.run(None, {'x': x})[0] for s in (first, again or first)]\n"
     "    same = again is not None and np.array_equal(*outputs)\n"
     "    report['blobs'].append([load_info(first).path.value, same, load_info(again) == load_info(first)])\n"

@@ -33,7 +33,7 @@ from .loadpaths import BlobFile
 from .manifestfile import MAX_MANIFEST_SIZE, check_manifest, read_manifest, read_signed_manifest
 from .pager import PAGER_MIN, drop_mapped_weights
 from .session import Progress, load_info, no_progress, session_from_checked
-from .smallload import remember, session_again
+from .smallload import asked, remember, session_again
 from .trust import trusted_keys
 
 REBUILD = "re-run `onnx-cooker cook` to rebuild the bundle"
@@ -157,11 +157,11 @@ class Bundle:
             report("check", 1.0)
             report("decompress", 0.0)
             # a small blob read (not mapped) and loaded before with the same arguments (smallload.py)
-            lane = fd is None and not any((providers, session_options, load_path, ep_libraries, devices))
-            if lane:
-                check = lambda header: self._check_identity(name, entry, header, path)  # noqa: E731
-                if (again := session_again(data, max_model_size, low_memory, report, check)) is not None:
-                    return again
+            mine = any(x is not None for x in (fd, session_options, load_path, ep_libraries, devices))
+            lane = None if mine else asked(providers, low_memory, max_model_size)
+            check = lambda header: self._check_identity(name, entry, header, path)  # noqa: E731
+            if (again := session_again(data, lane, report, check)) is not None:
+                return again
             # open_bundle hashed this same file (unchanged since: same inode, size and change time):
             # its raw content needs no CRC pass again; zstd frames are checked as they decode anyway.
             # (A signed bundle's load just hashed these very bytes against the manifest.)
@@ -181,8 +181,8 @@ class Bundle:
                 ep_libraries=ep_libraries,
                 devices=devices,
             )
-            if lane:
-                remember(checked, session, low_memory, max_model_size)
+            if lane is not None:
+                remember(checked, session, asked(providers, low_memory, max_model_size, keep=True))
         except BundleError as exc:  # named by its file, as the checks here name it
             raise in_file(exc, path) from None
         finally:

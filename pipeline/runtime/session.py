@@ -34,7 +34,7 @@ from .options import session_options_for as session_options_for  # re-exported
 from .ortload import MEMORY_TENSOR_REFUSAL
 from .pager import create_session
 from .rawcheck import LOW_MEMORY_CHECK_FIRST_MIN, Background, whole_crcs
-from .smallload import COPIES, failure, remember, session_again, used_providers
+from .smallload import COPIES, asked, failure, remember, session_again, used_providers
 
 log = logging.getLogger("pipeline.runtime")
 
@@ -123,9 +123,12 @@ def session_from_blob(
         return _memory_session(
             data, providers, session_options, max_model_size, threads, low_memory, report, load_path, extra
         )
-    defaults = providers is None and session_options is None and load_path is None and not any(extra)
-    if defaults and (session := session_again(data, max_model_size, low_memory, report)) is not None:
-        return session  # a small blob loaded before (smallload.py)
+    # a small blob loaded before with equal arguments: its recipe (smallload.py)
+    lane = (
+        None if session_options or load_path or any(extra) else asked(providers, low_memory, max_model_size)
+    )
+    if (session := session_again(data, lane, report)) is not None:
+        return session
     checked = check_blob(data, max_model_size=max_model_size, threads=threads, check_raw=False)
     # The CRC-32s of raw content catch damage, not attacks (anyone can recompute them; hostile bytes
     # are refused by the layout checks above and by onnxruntime's own parsers): read them while
@@ -136,8 +139,8 @@ def session_from_blob(
     if raw < defer_raw_check_min(onnxruntime.__version__) or large_unpacked:
         checked.check_raw()
         session = _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
-        if defaults:
-            remember(checked, session, low_memory, max_model_size)
+        if lane is not None:
+            remember(checked, session, asked(providers, low_memory, max_model_size, keep=True))
         return session
     # Without prepacking, under LOW_MEMORY_CHECK_FIRST_MIN: every core beside the build. Else a thread
     # beside it: from 1.32, which lets go of the GIL, piece by piece, and the caller's thread takes

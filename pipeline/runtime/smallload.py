@@ -8,19 +8,21 @@ costs"). Every one of those steps is a function of the header's bytes, of the bl
 which EPs this onnxruntime offers, so their result is kept here, by the parsed header (header.py
 keeps one ``BlobHeader`` per distinct header bytes, up to 64), for at most ``MAX_RECIPES`` blobs.
 
-A recipe is kept after ``session_from_blob`` made a session along ``ort-bytes`` or ``onnx-inline``
-(a version-3 blob whose graph is its only section, in one frame of at most ``SMALL_FRAME``) with the
-blob's own EP list: no ``providers``, ``session_options``, ``devices``, ``ep_libraries`` or
-``load_path`` given. A later call with the same arguments, for a blob with the same header (its CRC
-checked) and length, while onnxruntime offers the same EP devices, checks the trailer and the graph
-(copied out, then its CRC-32 compared with the header's; or decoded, zstd comparing its content
-checksum) and, for an ONNX graph, its external references (proven.py keeps that verdict by the
-graph's bytes), then builds the session as the first load did. Anything else, damage included,
-goes the general way, which names what is wrong.
+A recipe is kept after ``session_from_blob`` or ``Bundle.session`` (a blob it reads, not maps) made
+a session along ``ort-bytes`` or ``onnx-inline`` (a version-3 blob whose graph is its only section,
+in one frame of at most ``SMALL_FRAME``), with the blob's own EP list or ``providers`` given as a
+list or tuple, and no ``session_options``, ``devices``, ``ep_libraries`` or ``load_path``. A later
+call with equal arguments, for a blob with the same header (its CRC checked) and length, while
+onnxruntime offers the same EP devices, checks the trailer and the graph (copied out, then its
+CRC-32 compared with the header's; or decoded, zstd comparing its content checksum) and, for an
+ONNX graph, its external references (proven.py keeps that verdict by the graph's bytes), then
+builds the session as the first load did. Anything else, damage included, goes the general way,
+which names what is wrong.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -72,8 +74,7 @@ class Recipe:
     path: LoadPath
     plan: SessionPlan
     eps: tuple[Any, ...] | None  # devices.ep_state() when it was planned
-    low_memory: bool
-    max_model_size: int
+    asked: tuple[Any, ...]  # the arguments it is for (``asked``), compared by value
     frame_head: bytes  # the first bytes of a zstd graph frame (its flags: a content checksum), as checked
 
 
@@ -82,16 +83,38 @@ _recipes: OrderedDict[int, Recipe] = OrderedDict()  # id(header) -> its recipe (
 _largest = [0]  # the largest blob a recipe is kept for: a larger one is not looked up
 
 
+def asked(
+    providers: Any, low_memory: bool, max_model_size: int, *, keep: bool = False
+) -> tuple[Any, ...] | None:
+    """The arguments of a load, as a recipe is kept for and looked up by (compared by value), or
+    None where none is: providers that are not a list or tuple of names and (name, options) pairs.
+    ``keep``: the provider options copied, so that a caller's later change to them is a change."""
+    if providers is None:
+        return (None, low_memory, max_model_size)
+    if not isinstance(providers, (list, tuple)):
+        return None
+    given = []
+    for spec in providers:
+        if isinstance(spec, str):
+            given.append(spec)
+        elif isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], dict):
+            given.append((spec[0], copy.deepcopy(spec[1]) if keep else spec[1]))
+        else:
+            return None
+    return (tuple(given), low_memory, max_model_size)
+
+
 def remember(
-    checked: CheckedBlob, session: onnxruntime.InferenceSession, low_memory: bool, max_model_size: int
+    checked: CheckedBlob, session: onnxruntime.InferenceSession, args: tuple[Any, ...] | None
 ) -> None:
-    """Keep the recipe of a load that just made ``session`` of ``checked`` with the blob's own EP
-    list, where the lane can replay it (the module's docstring)."""
+    """Keep the recipe of a load that just made ``session`` of ``checked`` with the arguments
+    ``args`` (``asked(..., keep=True)``), where the lane can replay it (the module's docstring)."""
     header = checked.header
     frames = header.frames
     info = getattr(session, "_onnx_cooker_load", None)
     if (
-        info is None
+        args is None
+        or info is None
         or info.refused is not None
         or info.path not in _LANE_PATHS
         or header.version < 3
@@ -102,7 +125,7 @@ def remember(
         or (frames[0].codec == "raw" and frames[0].prefix != 0)
     ):
         return
-    plan = plan_for(header, None, None, None)
+    plan = plan_for(header, args[0], None, None)
     if plan.providers is None or plan.devices or plan.policy is not None:
         return  # EP devices or a policy: onnxruntime's objects, not kept
     frame = frames[0]
@@ -115,8 +138,7 @@ def remember(
         info.path,
         plan,
         ep_state(),
-        low_memory,
-        max_model_size,
+        args,
         head if frame.codec == "zstd" else b"",
     )
     with _lock:
@@ -133,8 +155,10 @@ def header_start(checked: CheckedBlob) -> int:
     return lead.offset + lead.size if lead.offset == 0 else 0
 
 
-def recall(data: Any, max_model_size: int, low_memory: bool) -> tuple[Recipe, bytes] | None:
+def recall(data: Any, args: tuple[Any, ...] | None) -> tuple[Recipe, bytes] | None:
     """The recipe of a blob loaded before, and its graph checked, or None: the general way then."""
+    if args is None:
+        return None
     try:
         view = byte_view(data)
         if len(view) > _largest[0]:
@@ -144,13 +168,7 @@ def recall(data: Any, max_model_size: int, low_memory: bool) -> tuple[Recipe, by
         return None  # the general way says what is wrong
     with _lock:
         recipe = _recipes.get(id(header))
-    if (
-        recipe is None
-        or recipe.header is not header
-        or recipe.size != len(view)
-        or recipe.low_memory != low_memory
-        or recipe.max_model_size != max_model_size
-    ):
+    if recipe is None or recipe.header is not header or recipe.size != len(view) or recipe.asked != args:
         return None
     if _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE) != (TRAILER_MAGIC, recipe.header_start):
         return None
@@ -190,18 +208,19 @@ def _graph(view: memoryview, recipe: Recipe) -> bytes | None:
 
 def session_again(
     data: Any,
-    max_model_size: int,
-    low_memory: bool,
+    args: tuple[Any, ...] | None,
     report: Callable[[str, float], None],
     check: Callable[[BlobHeader], None] | None = None,
 ) -> onnxruntime.InferenceSession | None:
-    """A session of a small blob loaded before with the same arguments, along its recipe (``check``
-    first refuses its header, e.g. not the one a manifest lists), else None: the general way."""
-    found = recall(data, max_model_size, low_memory)
+    """A session of a small blob loaded before with equal arguments ``args`` (``asked``), along its
+    recipe (``check`` first refuses its header, e.g. not the one a manifest lists), else None: the
+    general way."""
+    found = recall(data, args)
     if found is None:
         return None
     recipe, graph = found
     header, plan, path = recipe.header, recipe.plan, recipe.path
+    low_memory = recipe.asked[1]
     if check is not None:
         check(header)
     options = session_options_for(header, plan.names, check=False)
