@@ -145,6 +145,8 @@ def test_a_recipe_is_for_the_arguments_it_was_made_with(blob: bytes) -> None:
     assert not recipe_for(blob, [("CPUExecutionProvider", options)])
     session_from_blob(blob, low_memory=True)
     assert recipe_for(blob, low_memory=True) and not recipe_for(blob)
+    session_from_blob(blob)  # a recipe per arguments: loads that alternate keep theirs
+    assert recipe_for(blob, low_memory=True) and recipe_for(blob)
     smallload.forget()
     session_from_blob(blob, session_options=onnxruntime.SessionOptions())
     session_from_blob(blob, load_path=load_info(session_from_blob(blob, providers=iter(CPU))).path.value)

@@ -182,7 +182,7 @@ class Bundle:
                 devices=devices,
             )
             if lane is not None:
-                remember(checked, session, asked(providers, low_memory, max_model_size, keep=True))
+                remember(checked, session, lane, providers)
         except BundleError as exc:  # named by its file, as the checks here name it
             raise in_file(exc, path) from None
         finally:

@@ -140,7 +140,7 @@ def session_from_blob(
         checked.check_raw()
         session = _session(checked, providers, session_options, low_memory, report, load_path, None, *extra)
         if lane is not None:
-            remember(checked, session, asked(providers, low_memory, max_model_size, keep=True))
+            remember(checked, session, lane, providers)
         return session
     # Without prepacking, under LOW_MEMORY_CHECK_FIRST_MIN: every core beside the build. Else a thread
     # beside it: from 1.32, which lets go of the GIL, piece by piece, and the caller's thread takes

@@ -28,7 +28,7 @@ import os
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,36 +79,40 @@ class Recipe:
 
 
 _lock = threading.Lock()
-_recipes: OrderedDict[int, Recipe] = OrderedDict()  # id(header) -> its recipe (which holds the header)
+# (id(header), asked(...)) -> the recipe of that blob for those arguments (it holds the header)
+_recipes: OrderedDict[tuple[int, tuple[Any, ...]], Recipe] = OrderedDict()
 _largest = [0]  # the largest blob a recipe is kept for: a larger one is not looked up
 
 
-def asked(
-    providers: Any, low_memory: bool, max_model_size: int, *, keep: bool = False
-) -> tuple[Any, ...] | None:
-    """The arguments of a load, as a recipe is kept for and looked up by (compared by value), or
-    None where none is: providers that are not a list or tuple of names and (name, options) pairs.
-    ``keep``: the provider options copied, so that a caller's later change to them is a change."""
+def asked(providers: Any, low_memory: bool, max_model_size: int) -> tuple[Any, ...] | None:
+    """The arguments of a load as a recipe is kept and looked up by: a hashable value (provider
+    options as sorted (key, ``repr(value)``) pairs, so that a caller's dict changed since is other
+    arguments), or None where no recipe is kept: providers that are not a list or tuple of names and
+    (name, options) pairs."""
     if providers is None:
         return (None, low_memory, max_model_size)
     if not isinstance(providers, (list, tuple)):
         return None
-    given = []
+    given: list[Any] = []
     for spec in providers:
         if isinstance(spec, str):
             given.append(spec)
         elif isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], dict):
-            given.append((spec[0], copy.deepcopy(spec[1]) if keep else spec[1]))
+            given.append((spec[0], tuple(sorted((str(k), repr(v)) for k, v in spec[1].items()))))
         else:
             return None
     return (tuple(given), low_memory, max_model_size)
 
 
 def remember(
-    checked: CheckedBlob, session: onnxruntime.InferenceSession, args: tuple[Any, ...] | None
+    checked: CheckedBlob,
+    session: onnxruntime.InferenceSession,
+    args: tuple[Any, ...] | None,
+    providers: Sequence[Any] | None,
 ) -> None:
     """Keep the recipe of a load that just made ``session`` of ``checked`` with the arguments
-    ``args`` (``asked(..., keep=True)``), where the lane can replay it (the module's docstring)."""
+    ``args`` (``asked``; ``providers`` as given), where the lane can replay it (the module's
+    docstring)."""
     header = checked.header
     frames = header.frames
     info = getattr(session, "_onnx_cooker_load", None)
@@ -125,7 +129,10 @@ def remember(
         or (frames[0].codec == "raw" and frames[0].prefix != 0)
     ):
         return
-    plan = plan_for(header, args[0], None, None)
+    try:
+        plan = plan_for(header, None if providers is None else copy.deepcopy(list(providers)), None, None)
+    except Exception:  # noqa: BLE001 - options that cannot be copied: no recipe, nothing else changes
+        return
     if plan.providers is None or plan.devices or plan.policy is not None:
         return  # EP devices or a policy: onnxruntime's objects, not kept
     frame = frames[0]
@@ -142,8 +149,8 @@ def remember(
         head if frame.codec == "zstd" else b"",
     )
     with _lock:
-        _recipes[id(header)] = recipe
-        _recipes.move_to_end(id(header))
+        _recipes[(id(header), args)] = recipe
+        _recipes.move_to_end((id(header), args))
         while len(_recipes) > MAX_RECIPES:
             _recipes.popitem(last=False)
         _largest[0] = max(r.size for r in _recipes.values())
@@ -167,7 +174,7 @@ def recall(data: Any, args: tuple[Any, ...] | None) -> tuple[Recipe, bytes] | No
     except (BundleError, TypeError):
         return None  # the general way says what is wrong
     with _lock:
-        recipe = _recipes.get(id(header))
+        recipe = _recipes.get((id(header), args))
     if recipe is None or recipe.header is not header or recipe.size != len(view) or recipe.asked != args:
         return None
     if _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE) != (TRAILER_MAGIC, recipe.header_start):
