@@ -159,6 +159,29 @@ def test_the_changes_stay_those_of_the_last_cook_that_changed_a_bundle(tmp_path:
     assert added not in page and "<td>added</td><td>removed</td>" in page
 
 
+def test_a_cook_says_once_why_a_bundle_another_onnx_cooker_wrote_cooks_again(tmp_path: Path) -> None:
+    """After an upgrade every model cooks again (the cook keys hold the bundle format) and doit says
+    nothing of why; the cook now names the platform and both formats, until the bundle is rewritten."""
+    from pipeline.cook.key import BUNDLE_FORMAT
+
+    project = small_project(tmp_path / "p")
+    first = doit(project, "cook")
+    assert first.returncode == 0 and "another onnx-cooker" not in first.stdout, first.stdout
+    manifest = project / "build" / "android" / "manifest.json"
+    older = {**json.loads(manifest.read_text()), "bundle_format": "blob3-manifest1-recipe11"}
+    manifest.write_text(json.dumps(older))  # as an older onnx-cooker left it
+    onnx.save(mlp_model(), project / "assets" / "added.onnx")
+    upgrade = doit(project, "cook")
+    line = (
+        "android: its bundle was cooked by another onnx-cooker (bundle format blob3-manifest1-recipe11; "
+        f"this one writes {BUNDLE_FORMAT}): every model of it cooks again, once"
+    )
+    assert upgrade.returncode == 0 and line in upgrade.stdout, upgrade.stdout
+    assert json.loads(manifest.read_text())["bundle_format"] == BUNDLE_FORMAT
+    again = doit(project, "cook")
+    assert again.returncode == 0 and "another onnx-cooker" not in again.stdout, again.stdout
+
+
 def test_a_cook_that_cannot_be_planned_still_ends_with_a_report_saying_so(tmp_path: Path) -> None:
     """A bad platform file fails the cook before anything runs (exit 3): the previous run's green
     report stayed, and a CI artifact showed a green report for a red build."""

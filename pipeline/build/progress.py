@@ -54,15 +54,17 @@ class CookReporter(ConsoleReporter):
         super().initialize(tasks, selected_tasks)
         selected = set(selected_tasks or ()) or {"cook"}
         # the cook tasks this run may execute: the selected ones, or those of a selected group
-        self.total = sum(
-            1
+        cooks = [
+            name
             for name in tasks
             if is_cook_task(name)
             and (name in selected or any(name.startswith(f"{group}:") for group in selected))
-        )
+        ]
+        self.total = len(cooks)
         from pipeline.report.model import clear_failures
 
         clear_failures(self.build)  # the report shows the failures of this run
+        self.write("".join(format_changes(self.build, {name.split(":")[1] for name in cooks})))
 
     def execute_task(self, task: Any) -> None:
         self.ran_any = True
@@ -270,6 +272,27 @@ class CacheTally:
 
         moved = f"{human_size(self.bytes_in)} in, {human_size(self.bytes_up)} up"
         return f"cook cache: {', '.join(parts)}; {moved}; about {_clock(self.saved_s)} of cooking saved"
+
+
+def format_changes(build: Path, platforms: set[str]) -> list[str]:
+    """A line for each platform whose bundle an onnx-cooker of another bundle format wrote: every
+    model of it cooks again (its cook keys hold the format), and doit would not say why."""
+    from pipeline.cook.key import BUNDLE_FORMAT
+
+    lines = []
+    for platform in sorted(platforms):
+        try:
+            manifest = json.loads((build / platform / "manifest.json").read_text(encoding="utf-8"))
+            written = manifest["bundle_format"]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # none yet, or not one to compare: the cook says what is wrong with it
+        if isinstance(written, str) and written != BUNDLE_FORMAT:
+            lines.append(
+                f"{platform}: its bundle was cooked by another onnx-cooker (bundle format {written}; this "
+                f"one writes {BUNDLE_FORMAT}): every model of it cooks again, once (docs/bundle-format.md, "
+                '"Upgrading onnx-cooker")\n'
+            )
+    return lines
 
 
 def _clock(seconds: float) -> str:
