@@ -69,6 +69,40 @@ def test_deduplicated_constants_cook_and_verify_for_every_platform(tmp_path: Pat
         assert cooked_facts(blob).missing_values == ()
 
 
+@pytest.mark.parametrize("setting", ["drop", "keep"])
+def test_initializers_a_source_lists_as_inputs_become_constants_unless_kept(
+    tmp_path: Path, setting: str
+) -> None:
+    """An IR>=4 model that lists its initializers as graph inputs (`keep_initializers_as_inputs`):
+    onnxruntime fuses no Conv+BatchNormalization over weights a caller may override, and warns on
+    every load. The cook makes them constants (recorded in `fallbacks`), unless the model keeps them."""
+    source = conv_bn_relu_model()
+    source.graph.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in source.graph.initializer
+    )
+    source.ir_version = 8
+    save(source, tmp_path / "assets", "overridable")
+    (tmp_path / "assets" / "overridable.cook.yaml").write_text(f"overridable_initializers: {setting}\n")
+    settings = shipped_settings("windows-dml", overridable_initializers=setting)
+    entry = cook(job_for(tmp_path / "assets", "overridable", settings, tmp_path / "build"))
+    assert all(output["ok"] for output in entry["verification"]["outputs"]), entry["verification"]
+    blob = blob_path(tmp_path / "build" / "windows-dml", "overridable", "onnx").read_bytes()
+    session = session_from_blob(blob, providers=CPU)
+    overridable = [value.name for value in session.get_overridable_initializers()]
+    repaired = [f for f in entry["fallbacks"] if "overridable_initializers" in f.get("used", {})]
+    ops = [node.op_type for node in onnx.load_from_string(decode_blob(blob)[1]).graph.node]
+    if setting == "drop":
+        assert overridable == [] and "BatchNormalization" not in ops, ops
+        assert repaired[0]["instead_of"] == {"overridable_initializers": 5}
+        assert "(w, scale, bias and 2 more)" in repaired[0]["why"]
+    else:
+        assert overridable == ["w", "scale", "bias", "mean", "var"] and not repaired
+        assert "BatchNormalization" in ops, ops  # what onnxruntime cannot fuse while they are inputs
+    feed = {"x": np.random.default_rng(4).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    want = onnxruntime.InferenceSession(source.SerializeToString(), providers=CPU).run(None, feed)[0]
+    np.testing.assert_allclose(session.run(None, feed)[0], want, rtol=1e-4, atol=1e-5)
+
+
 def test_a_cooked_model_with_its_initializers_stripped_is_refused_naming_them() -> None:
     """The seed thread's file: optimized for real, then its initializers gone (as DirectML took them)."""
     source = conv_bn_relu_model()

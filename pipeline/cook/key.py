@@ -31,8 +31,9 @@ from pipeline.runtime.constants import BLOB_FORMAT_VERSION, MANIFEST_VERSION
 # without the CPU EP's float32 islands around fp16 nodes (precisioncasts.py), int8 variants gated on
 # their int8 kernels too, and verification inputs: a recurrence's sequence_lens at its length, TopK's
 # k >= 1, strings from OneHotEncoder/TfIdfVectorizer tables, sizes where every output is empty or a
-# strided frontend leaves one step tried last
-RECIPE = 12
+# strided frontend leaves one step tried last; 13: initializers an IR>=4 source lists as graph inputs
+# made constants (overridable_initializers: drop)
+RECIPE = 13
 BUNDLE_FORMAT = f"blob{BLOB_FORMAT_VERSION}-manifest{MANIFEST_VERSION}-recipe{RECIPE}"
 ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu")
 

@@ -26,7 +26,7 @@ from pipeline.cook.precision import (
 from pipeline.cook.precision_gate import accuracy_gate, precision_variant
 from pipeline.cook.randomness import refuse_training_dropout
 from pipeline.cook.shapes import fix_shapes
-from pipeline.cook.source import SourceRead, load_source, read_sources
+from pipeline.cook.source import SourceRead, drop_initializer_inputs, load_source, read_sources
 from pipeline.cook.variant import cook_with_style_fallback
 from pipeline.fsutil import json_bytes
 from pipeline.layout import (
@@ -61,6 +61,26 @@ class Cooked:
     stamps: Stamps
 
 
+def overridable_repair(model: onnx.ModelProto, setting: str) -> list[dict[str, Any]]:
+    """``overridable_initializers: drop``: the model's initializers listed as inputs made constants,
+    as a ``fallbacks`` record (printed as one warning line), or nothing."""
+    if setting != "drop" or not (dropped := drop_initializer_inputs(model)):
+        return []
+    names = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
+    why = (
+        f"{len(dropped)} initializer(s) the source also lists as graph inputs ({names}) are constants of "
+        "the cooked model: onnxruntime folds and fuses no initializer a caller may override; set "
+        "overridable_initializers: keep in the model's .cook.yaml to keep them inputs"
+    )
+    return [
+        {
+            "used": {"overridable_initializers": 0},
+            "instead_of": {"overridable_initializers": len(dropped)},
+            "why": why,
+        }
+    ]
+
+
 def read_job_sources(job: CookJob, known: Stamps | None = None) -> Sources:
     """Read and hash the job's sources once (``known``: digests the cache lookup just computed, reused
     for files still in the state they were computed in; pipeline.cook.source.read_sources)."""
@@ -79,6 +99,7 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
         model = load_source(asset, read)
         read.release([asset.path, *asset.external_data])  # parsed: the bytes are not needed again
         fix_shapes(model, job.settings)
+        constants = overridable_repair(model, job.settings.overridable_initializers)
         if job.settings.verify:  # random outputs: nothing below could verify them
             refuse_training_dropout(job, model)
     source_model, precision = model, {"precision": job.settings.precision}
@@ -101,8 +122,8 @@ def cook_sources(job: CookJob, sources: Sources) -> Cooked:
     # weight read through DequantizeLinear pins no size the variant shows)
     sized_by = source_model if source_model is not reference else None
     variant = cook_with_style_fallback(job, model, read, key, reference, sized_by)
-    if repairs:
-        variant = replace(variant, fallbacks=[*repairs, *variant.fallbacks])
+    if repairs or constants:
+        variant = replace(variant, fallbacks=[*constants, *repairs, *variant.fallbacks])
     check_blob_budget(job, len(variant.blob), variant.weight_bytes)
     job, settings, blob = variant.job, variant.job.settings, variant.blob
     options = job.settings.to_dict()

@@ -327,6 +327,19 @@ def normalize(model: onnx.ModelProto) -> bool:
     return True
 
 
+def drop_initializer_inputs(model: onnx.ModelProto) -> list[str]:
+    """Make the initializers an IR>=4 model also lists as graph inputs (overridable: onnxruntime
+    neither folds nor fuses them) plain constants; the names dropped from the inputs (the
+    ``overridable_initializers`` setting, ``drop``). IR<4 models are ``normalize``'s."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    dropped = [value.name for value in model.graph.input if value.name in initializers]
+    if dropped:
+        kept = [value for value in model.graph.input if value.name not in initializers]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+    return dropped
+
+
 def import_default_opset(model: onnx.ModelProto) -> bool:
     """Give a model that imports no default-domain opset one (DEFAULT_OPSET_FOR_MODELS_WITHOUT_ONE).
 

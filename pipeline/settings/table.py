@@ -247,6 +247,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fixed_shapes", SHAPES, {},
             "whole input shapes fixed in the cooked model, e.g. `{images: [1, 3, 224, 224]}`",
             check=check_shapes),
+    Setting("overridable_initializers", TEXT, "drop",
+            "initializers the source also lists as graph inputs (IR 4 and later: inputs a caller may "
+            "override, as exporters wrote with `keep_initializers_as_inputs`): `drop` makes them constants "
+            "of the cooked model (onnxruntime folds and fuses no initializer a caller may override, e.g. "
+            "Conv+BatchNormalization, and warns on every load; the manifest lists only the inputs a game "
+            "feeds), recorded in the entry's `fallbacks`; `keep` leaves them overridable",
+            choices=("drop", "keep")),
     Setting("reduced_build", BOOL, False,
             "write `required_operators.config` for a reduced onnxruntime build (ORT format only)"),
     Setting("type_reduction", BOOL, False,
