@@ -110,10 +110,58 @@ def test_init_writes_a_project_and_overwrites_nothing(
     assert (tmp_path / "cook.toml").read_text() == before
 
 
-def _fresh_venv(where: Path) -> Path:
-    """A new virtual environment holding only the wheel built from this checkout; the wheel's
-    dependencies come from the test environment's site-packages, added by path (not as a site
-    folder: its editable install of this checkout stays inactive there)."""
+def test_version_names_what_every_cook_key_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import metadata
+
+    from pipeline.cook.key import BUNDLE_FORMAT
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"onnx-cooker {metadata.version('onnx-cooker')} (bundle format {BUNDLE_FORMAT}; ")
+    assert f"onnxruntime {metadata.version('onnxruntime')}" in line
+
+
+@pytest.mark.slow
+def test_the_sdist_holds_what_a_studio_builds_from_and_no_test_suite(tmp_path: Path) -> None:
+    """A studio holding only the released sdist builds the native loader from it (docs/native.md);
+    the test suite, which needs the repository's helpers and assets, stays out (it could not run)."""
+    import tarfile
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    (sdist,) = tmp_path.glob("onnx_cooker-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    for needed in (
+        "LICENSE",
+        "constraints.txt",
+        "platforms/android.yaml",
+        "native/build.sh",
+        "native/CMakeLists.txt",
+        "native/include/onnx_cooker.h",
+        "native/include/onnx_cooker.hpp",
+        "native/bindings/OnnxCooker.cs",
+        "native/src/blob.c",
+        "pipeline/runtime/session.py",
+    ):
+        assert needed in names, needed
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "native/out/"))]
+
+
+def _wheel(where: Path) -> Path:
+    """The wheel built from this checkout, in ``where/wheels``."""
     wheels = where / "wheels"
     subprocess.run(
         [
@@ -133,6 +181,14 @@ def _fresh_venv(where: Path) -> Path:
         capture_output=True,
     )
     (wheel,) = wheels.glob("onnx_cooker-*.whl")
+    return wheel
+
+
+def _fresh_venv(where: Path) -> Path:
+    """A new virtual environment holding only the wheel built from this checkout; the wheel's
+    dependencies come from the test environment's site-packages, added by path (not as a site
+    folder: its editable install of this checkout stays inactive there)."""
+    wheel = _wheel(where)
     env_dir = where / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
@@ -150,6 +206,49 @@ def _fresh_venv(where: Path) -> Path:
     ).stdout.strip()
     (Path(site) / "test-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     return python
+
+
+@pytest.mark.slow
+def test_init_finds_the_shipped_profiles_wherever_pip_put_the_wheel(tmp_path: Path) -> None:
+    """`pip install --target` (and `--user`, `--prefix`) put the profiles under that folder's
+    share/onnx-cooker, not the interpreter's: init looked only there and refused, saying to reinstall."""
+    target = tmp_path / "target"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(_wheel(tmp_path)),
+        ],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    assert sorted(p.name for p in (target / "share" / "onnx-cooker" / "platforms").glob("*.yaml"))
+    path = os.pathsep.join([str(target), sysconfig.get_path("purelib")])  # the wheel, then its dependencies
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            "import os, sys; sys.path[:0] = sys.argv[1].split(os.pathsep); "
+            "from pipeline.cli.main import main; sys.exit(main(['init', sys.argv[2]]))",
+            path,
+            str(tmp_path / "game"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    shipped = sorted(p.name for p in (REPO / "platforms").glob("*.yaml"))
+    assert sorted(p.name for p in (tmp_path / "game" / "platforms").glob("*.yaml")) == shipped
 
 
 @pytest.mark.slow

@@ -59,3 +59,21 @@ def test_bundle_format_page_names_the_current_bundle_format() -> None:
     from pipeline.cook.key import BUNDLE_FORMAT
 
     assert f"`{BUNDLE_FORMAT}`" in (REPO / "docs" / "bundle-format.md").read_text(encoding="utf-8")
+
+
+def test_the_tests_the_docs_cite_exist() -> None:
+    """docs/*.md cite tests as `test_x.py::test_name` (or `::test_name` after one): a renamed test
+    left five citations pointing at nothing in docs/reliability.md."""
+    defined = {
+        path.name: set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(encoding="utf-8"), re.M))
+        for path in (REPO / "tests").glob("test_*.py")
+    }
+    anywhere = set().union(*defined.values())
+    missing = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for file, name in re.findall(r"(test_\w+\.py)?::(test_\w+)", text):
+            known = defined.get(file, set()) if file else anywhere
+            if name not in known and not any(name.startswith(f"{k}[") for k in known):
+                missing.append(f"{page.relative_to(REPO)}: {file}::{name}")
+    assert missing == []

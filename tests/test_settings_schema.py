@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,15 @@ def test_the_shipped_platforms_table_lists_every_shipped_platform() -> None:
     listed = sorted(line.split("`")[1] for line in table.splitlines()[2:])
     platforms = SETTINGS_DOC_PATH.parent.parent / "platforms"
     assert listed == sorted(path.stem for path in platforms.glob("*.yaml"))
+
+
+def test_the_models_settings_paragraph_names_every_platform_only_key() -> None:
+    """docs/settings.md says which keys a model's .cook.yaml may not set; the list had fallen behind
+    the code's (runtime_package and max_bundle_bytes were missing)."""
+    from pipeline.settings.table import PLATFORM_ONLY_KEYS
+
+    text = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    paragraph = re.search(r"`<stem>\.cook\.yaml`: settings for this model:(.*?), plus", text, re.S)
+    assert paragraph is not None
+    named = set(re.findall(r"`(\w+)`", paragraph.group(1).split(";")[0]))
+    assert named == set(PLATFORM_ONLY_KEYS)

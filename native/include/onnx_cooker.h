@@ -127,10 +127,15 @@ typedef struct oc_blob_options {
 
 /* Options structs: zero-initialize them ({0} / memset) for the defaults, then set what you need. */
 
+/* Blob bytes at an address that is a multiple of this are used where they lie; elsewhere (a pak
+ * buffer at an odd offset) they are copied once into memory the blob owns (docs/native.md). */
+#define OC_BLOB_ALIGNMENT 8
+
 /* Check `size` bytes at `data` as a blob (header CRC, layout, extents within the blob, raw CRC-32s,
  * zstd frames decoded with their checksums) and keep them for the getters below.
- * BORROWS data: it must outlive *out and every session created from it. On failure *out is NULL.
- * options may be NULL (defaults). */
+ * BORROWS data: it must outlive *out and every session created from it (at an address that is not
+ * a multiple of OC_BLOB_ALIGNMENT it is copied and not read after the open). On failure *out is
+ * NULL. options may be NULL (defaults). */
 OC_API oc_status oc_blob_open_memory(const void *data, size_t size, const oc_blob_options *options,
                                      oc_blob **out, oc_error *err);
 

@@ -58,10 +58,9 @@ oc_status oc_vfail(oc_error *err, oc_status status, const char *format, va_list 
     "; a blob may not choose where an EP reads, writes or loads from: remove it from the platform's "          \
     "provider_options and re-cook, and have the game pass it itself (docs/settings.md)"
 
-/* Caller memory handed to the blob openers must start at this alignment (the largest scalar a tensor
- * or a flatbuffer table holds): bytes elsewhere are copied once into memory the blob owns
- * (oc_aligned_copy), so that onnxruntime never reads a weight misaligned in place. */
-#define OC_BLOB_ALIGNMENT 8
+/* Caller memory handed to the blob openers must start at OC_BLOB_ALIGNMENT (onnx_cooker.h: the
+ * largest scalar a tensor or a flatbuffer table holds): bytes elsewhere are copied once into memory
+ * the blob owns (oc_aligned_copy), so that onnxruntime never reads a weight misaligned in place. */
 /* `data` copied into a new allocation of `a` when it is not OC_BLOB_ALIGNMENT-aligned (*copy then
  * owns it; *copy NULL when no copy was needed). OC_ERR_OUT_OF_MEMORY when the copy cannot be made. */
 oc_status oc_aligned_copy(const oc_alloc *a, const void **data, size_t size, void **copy, oc_error *err);

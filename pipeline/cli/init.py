@@ -4,9 +4,9 @@ in a studio's project folder. Nothing is overwritten."""
 from __future__ import annotations
 
 import sysconfig
+from importlib import metadata
 from pathlib import Path
 
-import pipeline
 from pipeline.cli.project import PROJECT_FILE, ProjectError
 from pipeline.settings.docs import schema_text
 
@@ -32,16 +32,31 @@ build = "build"
 
 def shipped_platforms() -> Path:
     """The platform profiles this installation ships: the checkout's ``platforms/`` (an editable
-    install) or the copy a wheel installs under ``<prefix>/share/onnx-cooker/platforms``."""
-    checkout = Path(pipeline.__file__).resolve().parents[1] / "platforms"
-    if checkout.is_dir():
+    install), else the copy the wheel installed as data files under ``share/onnx-cooker/platforms``
+    of the prefix pip installed it to (a venv, ``--user``, ``--prefix``: three folders above the
+    package's site folder; ``--target``: the target folder itself), or where its installed files'
+    record puts them, or under the interpreter's default data folder."""
+    package = Path(__file__).resolve().parents[1]  # pipeline/
+    checkout = package.parent / "platforms"
+    if checkout.is_dir() and (package.parent / "pyproject.toml").is_file():
         return checkout
-    installed = Path(sysconfig.get_path("data")) / "share" / "onnx-cooker" / "platforms"
-    if installed.is_dir():
-        return installed
+    shared = Path("share", "onnx-cooker", "platforms")
+    candidates = [folder / shared for folder in (package.parent, *list(package.parent.parents)[:3])]
+    try:
+        files = metadata.distribution("onnx-cooker").files or []
+    except metadata.PackageNotFoundError:
+        files = []
+    candidates += [
+        Path(str(f.locate())).parent for f in files if f.match("share/onnx-cooker/platforms/*.yaml")
+    ]
+    candidates.append(Path(sysconfig.get_path("data")) / shared)
+    for folder in dict.fromkeys(candidates):
+        if any(folder.glob("*.yaml")):
+            return folder
     raise ProjectError(
-        f"the shipped platform profiles are missing ({checkout} and {installed} do not exist); "
-        "reinstall onnx-cooker"
+        f"the shipped platform profiles are missing (looked in {checkout} and under "
+        f"{', '.join(str(c) for c in dict.fromkeys(candidates))}); reinstall onnx-cooker "
+        "(`pip install --force-reinstall onnx-cooker`)"
     )
 
 

@@ -58,6 +58,20 @@ writes one.
 """
 
 
+def _versions_line() -> str:
+    """onnx-cooker's version and what else goes into every cook key (a build agent's check)."""
+    from importlib import metadata
+
+    from pipeline.cook.key import BUNDLE_FORMAT, tool_versions
+
+    try:
+        own = metadata.version("onnx-cooker")
+    except metadata.PackageNotFoundError:  # a checkout on the path, not installed
+        own = "(not installed)"
+    tools = ", ".join(f"{name} {version}" for name, version in tool_versions().items())
+    return f"{PROG} {own} (bundle format {BUNDLE_FORMAT}; {tools})"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog=PROG,
@@ -65,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=PROJECT_HELP + "\n" + ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    versions = _versions_line()
+    parser.add_argument("--version", action="version", version=versions, help="the versions cooks depend on")
     parser.add_argument(
         "--project", type=Path, help="the project file (or its folder); default: found from here upward"
     )
