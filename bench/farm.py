@@ -112,7 +112,7 @@ def _download(server_env: dict[str, str], prefix: str, folder: Path) -> tuple[fl
     import os
     import threading
 
-    from pipeline.farm.s3_store import _s3_client
+    from onnx_cooker.farm.s3_store import _s3_client
 
     os.environ.update(server_env)
     client = _s3_client()
@@ -149,8 +149,8 @@ def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str
     import os
     import tempfile
 
-    from pipeline.farm.cache import CookCache
-    from pipeline.farm.store import ROLES, CacheConfig
+    from onnx_cooker.farm.cache import CookCache
+    from onnx_cooker.farm.store import ROLES, CacheConfig
 
     os.environ.update(server_env)
     times = []
@@ -173,7 +173,7 @@ def _hit_cost(project: Path, build: str, server_env: dict[str, str], prefix: str
 
 def _roles(platform_dir: Path, name: str, model_format: str) -> list[str]:
     """The roles a cook of ``name`` wrote into ``platform_dir`` (what its cache entry holds)."""
-    from pipeline.layout import applied_variant_path, blob_path, entry_path, verify_data_path
+    from onnx_cooker.layout import applied_variant_path, blob_path, entry_path, verify_data_path
 
     paths = {
         "blob": blob_path(platform_dir, name, model_format),
@@ -212,7 +212,7 @@ def _converter(project: Path, workdir: Path, round_: int) -> float:
 
 def _step_times(build: Path) -> dict[str, float]:
     """Wall seconds per cook step, summed over every cook of ``build``, and the runtime checks."""
-    from pipeline.layout import STAMPS_DIR, check_times_path
+    from onnx_cooker.layout import STAMPS_DIR, check_times_path
 
     totals: dict[str, float] = {}
     for times in build.glob(f"*/{STAMPS_DIR}/times/**/*.json"):

@@ -2,12 +2,12 @@
 
 The seed's studio saw an ORT file "clearly running on CPU" when a GPU EP was asked for. This cooks
 the example assets and the bench models (bench/models.py) for ``windows-dml`` (ONNX) and ``android``
-(ORT format) with the real ``doit``, then loads each blob through ``pipeline.runtime`` with the
+(ORT format) with the real ``doit``, then loads each blob through ``onnx_cooker.runtime`` with the
 GPU device that onnxruntime's plugin-EP API offers (``ep_libraries`` + ``devices``, the loader's
 Windows ML path; by default onnxruntime's WebGPU plugin EP, ``onnxruntime-ep-webgpu``, which needs
 onnxruntime >= 1.31), and records per blob:
 
-- where the nodes run (``pipeline.build.placement``: the assignment record for ONNX, the profiler for
+- where the nodes run (``onnx_cooker.build.placement``: the assignment record for ONNX, the profiler for
   ORT format, as the runtime check measures it), so an ORT-format blob whose nodes stay on the CPU
   shows as such;
 - its outputs against the CPU EP's (max abs and max relative error);
@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import onnxruntime
 
-from pipeline.build.placement import measure
-from pipeline.runtime import session_from_blob
-from pipeline.runtime.loadpaths import LoadPath
+from onnx_cooker.build.placement import measure
+from onnx_cooker.runtime import session_from_blob
+from onnx_cooker.runtime.loadpaths import LoadPath
 
 from . import models
 from .machine import describe

@@ -2,8 +2,8 @@
 interpreter has (the bench's own, or a target's isolated environment: bench/loading.py starts it).
 Imports only the loader (from the folder given first), onnxruntime, numpy and the standard library.
 
-    python -I bench/load_worker.py <folder holding pipeline/> times <cases.json> <repeats> [variant,...]
-    python -I bench/load_worker.py <folder holding pipeline/> memory <case JSON> <variant>
+    python -I bench/load_worker.py <folder holding onnx_cooker/> times <cases.json> <repeats> [variant,...]
+    python -I bench/load_worker.py <folder holding onnx_cooker/> memory <case JSON> <variant>
 
 Variants: the source file; the blob's bytes; a ``MemoryBlob`` of it (read from its file into a
 sealed memfd, untimed, as a game reads an archive); the bundle; each blob variant also with
@@ -29,7 +29,7 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
-from pipeline.runtime import MemoryBlob, load_info, open_bundle, session_from_blob  # noqa: E402
+from onnx_cooker.runtime import MemoryBlob, load_info, open_bundle, session_from_blob  # noqa: E402
 
 CPU = ["CPUExecutionProvider"]
 VARIANTS = (

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.build.target_check import ensure_runtime
-from pipeline.runtime import unpack_blob
+from onnx_cooker.build.target_check import ensure_runtime
+from onnx_cooker.runtime import unpack_blob
 
 from . import models
 from .machine import describe
@@ -97,8 +97,8 @@ def worker(python: Path, scratch: Path, *args: str) -> dict[str, Any]:
     """bench/load_worker.py in ``python``'s environment, with the loader copied beside it."""
     package = scratch / "loader"
     if not package.is_dir():
-        shutil.copytree(REPO / "pipeline" / "runtime", package / "pipeline" / "runtime")
-        shutil.copy2(REPO / "pipeline" / "__init__.py", package / "pipeline" / "__init__.py")
+        shutil.copytree(REPO / "onnx_cooker" / "runtime", package / "onnx_cooker" / "runtime")
+        shutil.copy2(REPO / "onnx_cooker" / "__init__.py", package / "onnx_cooker" / "__init__.py")
     done = subprocess.run(
         [str(python), "-I", str(WORKER), str(package), *args], capture_output=True, text=True, check=False
     )
@@ -259,7 +259,7 @@ def render(results: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "A **MemoryBlob** (`pipeline.runtime.MemoryBlob.read`: the blob read from its file into a sealed "
+        "A **MemoryBlob** (`onnx_cooker.runtime.MemoryBlob.read`: the blob read from its file into a sealed "
         "memfd and checked then, untimed, as a game reads its archive; onnxruntime maps it in place like a "
         "blob file) against the file, and the same with `low_memory`:",
         "",

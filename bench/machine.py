@@ -60,10 +60,10 @@ def commit() -> str:
 
     try:
         head = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--", "dodo.py", "pipeline", "platforms")
+        dirty = git("status", "--porcelain", "--", "dodo.py", "onnx_cooker", "platforms")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return f"{head} (pipeline/dodo.py/platforms with uncommitted changes)" if dirty else head
+    return f"{head} (onnx_cooker/dodo.py/platforms with uncommitted changes)" if dirty else head
 
 
 def describe() -> dict[str, str]:

@@ -16,11 +16,11 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from pipeline.layout import blob_path, verify_data_path
-from pipeline.runtime import read_header, session_from_blob, unpack_blob
-from pipeline.runtime.frames import decode_into
-from pipeline.runtime.header import MAX_HEADER_SIZE
-from pipeline.runtime.writer import Weights, encode_blob
+from onnx_cooker.layout import blob_path, verify_data_path
+from onnx_cooker.runtime import read_header, session_from_blob, unpack_blob
+from onnx_cooker.runtime.frames import decode_into
+from onnx_cooker.runtime.header import MAX_HEADER_SIZE
+from onnx_cooker.runtime.writer import Weights, encode_blob
 
 from . import models
 from .probe import LOAD_FAILED as PROBE_LOAD_FAILED
@@ -28,7 +28,7 @@ from .project import REPO, BenchError, Run, doit, replicate_examples
 from .timing import interleaved, interleaved_phases, median
 
 CPU = ["CPUExecutionProvider"]
-# A platform's optimization_level as onnxruntime's option (as pipeline/cook/optimize.py maps it).
+# A platform's optimization_level as onnxruntime's option (as onnx_cooker/cook/optimize.py maps it).
 LEVELS = {
     "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
@@ -538,7 +538,7 @@ def probe(mode: str, path: Path, *args: str, project: Path, allow_error: bool = 
     )
     completed = subprocess.run(
         [sys.executable, "-m", "bench.probe", mode, str(path), *args],
-        cwd=project,  # first on sys.path: its pipeline/ wins over the repository's
+        cwd=project,  # first on sys.path: its onnx_cooker/ wins over the repository's
         env=env,
         capture_output=True,
         text=True,

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.build.target_check import runtime_library
+from onnx_cooker.build.target_check import runtime_library
 
 from . import models
 from .machine import describe

@@ -53,7 +53,7 @@ def _failure(log: str, name: str) -> str:
 def _load_ms(project: Path, precision: str, entries: dict, rounds: int) -> dict[str, float]:
     import onnxruntime
 
-    from pipeline.runtime import session_from_blob
+    from onnx_cooker.runtime import session_from_blob
 
     onnxruntime.set_default_logger_severity(3)
     blobs = {

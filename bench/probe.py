@@ -30,7 +30,7 @@ import numpy  # noqa: F401  (part of the baseline: the loader imports it)
 import onnxruntime
 import zstandard  # noqa: F401
 
-import pipeline.runtime as runtime
+import onnx_cooker.runtime as runtime
 
 CPU = ["CPUExecutionProvider"]
 MODES = (

@@ -15,7 +15,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "assets"
-PROJECT_FILES = ("dodo.py", "pipeline", "platforms")
+PROJECT_FILES = ("dodo.py", "onnx_cooker", "platforms")
 
 
 class BenchError(Exception):
@@ -31,7 +31,7 @@ NOT_BENCHED = {
 
 
 def copy_project(dest: Path) -> Path:
-    """``dodo.py``, ``pipeline/`` and ``platforms/`` (less ``NOT_BENCHED``) copied into ``dest`` (assets
+    """``dodo.py``, ``onnx_cooker/`` and ``platforms/`` (less ``NOT_BENCHED``) copied into ``dest`` (assets
     and builds go beside)."""
     dest.mkdir(parents=True, exist_ok=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", *(f"{name}.yaml" for name in NOT_BENCHED))
@@ -149,7 +149,7 @@ def replicate_examples(dest: Path, count: int) -> list[str]:
     Every copy keeps its external data, sample inputs and settings file beside it, under a new name
     (``set03/mnist``), so each is a distinct model to doit. Returns the model names.
     """
-    from pipeline.settings.assets import discover  # standard library only
+    from onnx_cooker.settings.assets import discover  # standard library only
 
     examples = discover(EXAMPLES)
     names = []

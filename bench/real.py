@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from pipeline.build.target_check import ensure_runtime
-from pipeline.layout import verify_data_path
+from onnx_cooker.build.target_check import ensure_runtime
+from onnx_cooker.layout import verify_data_path
 
 from .loading import VERSIONS, worker
 from .machine import describe

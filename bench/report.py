@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeline.runtime.frames import RAW_CRC_PIECE
+from onnx_cooker.runtime.frames import RAW_CRC_PIECE
 
 from .measure import (
     FRESH_COPY,

@@ -2,7 +2,7 @@
 sources, and how far broken models are: the evidence for the verification's default rule.
 
 Every model the project can make or has is cooked for every shipped platform (its optimization level
-and style, through ``pipeline.build.run_job.cook``, tolerances opened so that every figure is recorded):
+and style, through ``onnx_cooker.build.run_job.cook``, tolerances opened so that every figure is recorded):
 
 - **standard**: ResNet-50, ViT-B/16 and a BERT-base encoder (``bench/standard.py``: transformers
   architectures, seeded weights, torch's dynamo exporter, opset 18);
@@ -38,15 +38,15 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.cook.compare import NOISE_CAP, NOISE_FACTOR, OF_RANGE_FACTOR, compare
-from pipeline.cook.inputs import load_inputs, synthesize_inputs
-from pipeline.cook.job import CookJob
-from pipeline.cook.verify import rounding_noise
-from pipeline.errors import CookError
-from pipeline.settings.assets import discover
-from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
-from pipeline.settings.table import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_VERIFY_SCALE
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook.compare import NOISE_CAP, NOISE_FACTOR, OF_RANGE_FACTOR, compare
+from onnx_cooker.cook.inputs import load_inputs, synthesize_inputs
+from onnx_cooker.cook.job import CookJob
+from onnx_cooker.cook.verify import rounding_noise
+from onnx_cooker.errors import CookError
+from onnx_cooker.settings.assets import discover
+from onnx_cooker.settings.resolve import load_model_settings, load_platforms, resolve
+from onnx_cooker.settings.table import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_VERIFY_SCALE
 
 from . import models, standard
 from .machine import describe
@@ -248,7 +248,7 @@ def render(
         "",
         "Figures per output: `max_abs` and `max_rel` elementwise; `of_range` = max |error| / max |source "
         "output|; `rel_l2` = ||error|| / ||source output||; `1 - cosine`. **Correct cooks**: the cook's own "
-        "verification (the blob through `pipeline.runtime` against the source run by onnxruntime with "
+        "verification (the blob through `onnx_cooker.runtime` against the source run by onnxruntime with "
         "optimizations off) for every shipped platform, tolerances opened so that every figure is kept.",
         "",
         "## Correct cooks (largest, and 99th percentile, over all outputs)",
@@ -331,7 +331,7 @@ def _rule(
         "rtol/atol turn the second and third branches off. Where a cooked model fails on synthesized "
         "inputs that the source itself is ill-conditioned on (one float32 step up on every input moves "
         "its outputs past the fixed bounds), the cook verifies again on floats uniform in [0, 1) "
-        "(pipeline/cook/conditioning.py); so it does, before comparing, where an output of the source "
+        "(onnx_cooker/cook/conditioning.py); so it does, before comparing, where an output of the source "
         "is NaN all over on them.",
         "",
     ]

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 # What happened to one case on one platform. A case whose baseline fails gets no platform outcomes.
-PASS = "pass"  # cooked, loaded by pipeline.runtime, every data set within the case's tolerances
+PASS = "pass"  # cooked, loaded by onnx_cooker.runtime, every data set within the case's tolerances
 REFUSED = "refused"  # the platform cannot take the model (runtime too old, ORT format): correct
 COOK_FAIL = "cook-fail"  # the cook raised a CookError (checker, optimize, guard, verification)
 CRASH = "crash"  # the cook raised something that is not a CookError, or the worker died
-LOAD_FAIL = "load-fail"  # the blob was written but pipeline.runtime cannot load or run it
+LOAD_FAIL = "load-fail"  # the blob was written but onnx_cooker.runtime cannot load or run it
 MISMATCH = "mismatch"  # the cooked model runs but its outputs differ from the case's references
 WRONG_ACCEPT = "wrong-accept"  # cooked although the platform cannot take the model
 RUNTIME_FAIL = "runtime-fail"  # passed here, but fails in the exact onnxruntime the platform ships

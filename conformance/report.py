@@ -26,9 +26,10 @@ Every case of the ONNX backend test suite that ships with the `onnx` package
 (CPU, default options) against its reference outputs: that is the **baseline**; a case whose
 baseline fails (an operator or type this onnxruntime does not implement, or outputs outside the
 tolerance) does not count against the cooker. Every case that passes its baseline is then cooked
-for every platform in `platforms/` through the same code as `doit cook` (`pipeline.build.run_job.cook` on the
+for every platform in `platforms/` through the same code as `doit cook`
+(`onnx_cooker.build.run_job.cook` on the
 model in an assets folder, with the case's inputs as `<name>.inputs.npz`, so the cook's own
-verification runs on them), its blob is loaded by `pipeline.runtime.session_from_blob` on the CPU
+verification runs on them), its blob is loaded by `onnx_cooker.runtime.session_from_blob` on the CPU
 and its outputs are compared with the case's reference outputs with the case's tolerances (onnx's
 rtol 1e-3, atol 1e-7 for every case of these kinds), as onnx's own backend runner compares them.
 Then every platform's passing blobs go through the platform's runtime check (the exact onnxruntime
@@ -89,7 +90,7 @@ def _runtime_checks(summary: Summary) -> str:
         "## Runtime check",
         "",
         "After the cooks, every platform's passing blobs run in the exact onnxruntime the platform "
-        "ships (`pipeline.build.target_check.run_check`, as `doit cook` does; an isolated environment per "
+        "ships (`onnx_cooker.build.target_check.run_check`, as `doit cook` does; an isolated environment per "
         "version).",
         "",
     ]

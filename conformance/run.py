@@ -28,8 +28,8 @@ from typing import Any
 import onnx
 import onnxruntime
 
-from pipeline.build.config import folders
-from pipeline.settings.resolve import Platform, load_platforms
+from onnx_cooker.build.config import folders
+from onnx_cooker.settings.resolve import Platform, load_platforms
 
 from . import outcome
 from .cases import KINDS, load_cases, materialize

@@ -1,7 +1,7 @@
 """After the cooks: every platform's passing blobs run in the exact onnxruntime the platform ships.
 
 This is the runtime check ``doit cook`` runs after a platform's cooks
-(``pipeline.build.target_check.run_check``,
+(``onnx_cooker.build.target_check.run_check``,
 an isolated environment per onnxruntime version, cached like doit's, in the user's cache folder). It
 fails a whole platform at once, so the models that fail are found by bisection: a few more checks
 when something fails, none when nothing does.
@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from pipeline.build.target_check import ensure_runtime, run_check
-from pipeline.cook.downgrade import downgrade, limits_of
-from pipeline.cook.job import RuntimeCheck
-from pipeline.errors import CookError
-from pipeline.layout import runtime_check_path
-from pipeline.runtime.compat import parse_version
-from pipeline.settings.resolve import Platform, resolve
+from onnx_cooker.build.target_check import ensure_runtime, run_check
+from onnx_cooker.cook.downgrade import downgrade, limits_of
+from onnx_cooker.cook.job import RuntimeCheck
+from onnx_cooker.errors import CookError
+from onnx_cooker.layout import runtime_check_path
+from onnx_cooker.runtime.compat import parse_version
+from onnx_cooker.settings.resolve import Platform, resolve
 
 from . import outcome
 from .cases import Case

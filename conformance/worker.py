@@ -1,10 +1,10 @@
 """One conformance case, end to end: baseline with plain onnxruntime, then a cook per platform.
 
 The cook goes through the same code path as ``doit cook``: the model and its inputs are written to an
-assets folder, found by ``pipeline.settings.assets.discover``, resolved with
-``pipeline.settings.resolve.resolve`` and
-cooked by ``pipeline.build.run_job.cook``, whose own verification runs on the case's inputs
-(``<name>.inputs.npz``). The blob is then loaded with ``pipeline.runtime.session_from_blob`` and
+assets folder, found by ``onnx_cooker.settings.assets.discover``, resolved with
+``onnx_cooker.settings.resolve.resolve`` and
+cooked by ``onnx_cooker.build.run_job.cook``, whose own verification runs on the case's inputs
+(``<name>.inputs.npz``). The blob is then loaded with ``onnx_cooker.runtime.session_from_blob`` and
 compared with the case's reference outputs.
 """
 
@@ -26,15 +26,15 @@ import onnx
 import onnxruntime
 import yaml
 
-from pipeline.build.run_job import cook
-from pipeline.cook.facts import default_opset, onnx_facts, ort_facts
-from pipeline.cook.job import CookJob
-from pipeline.cook.source import FIRST_IR_WITHOUT_INITIALIZER_INPUTS
-from pipeline.errors import CookError
-from pipeline.runtime import BundleError, decode_blob, session_from_blob
-from pipeline.runtime.compat import min_runtime_for, parse_version
-from pipeline.settings.assets import discover
-from pipeline.settings.resolve import CookSettings, Platform, load_model_settings, resolve
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook.facts import default_opset, onnx_facts, ort_facts
+from onnx_cooker.cook.job import CookJob
+from onnx_cooker.cook.source import FIRST_IR_WITHOUT_INITIALIZER_INPUTS
+from onnx_cooker.errors import CookError
+from onnx_cooker.runtime import BundleError, decode_blob, session_from_blob
+from onnx_cooker.runtime.compat import min_runtime_for, parse_version
+from onnx_cooker.settings.assets import discover
+from onnx_cooker.settings.resolve import CookSettings, Platform, load_model_settings, resolve
 
 from . import outcome
 from .cases import Case

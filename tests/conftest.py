@@ -15,7 +15,7 @@ from tests.models import mixed_weights_model, tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
 # What `doit cook` reads; build/ is never copied, so a copy always starts from nothing cooked.
-PROJECT_PARTS = ("dodo.py", "pipeline", "platforms", "assets")
+PROJECT_PARTS = ("dodo.py", "onnx_cooker", "platforms", "assets")
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
@@ -32,7 +32,7 @@ def mlp_expected(mlp: Any) -> np.ndarray:
 
 
 def copy_project(dest: Path) -> Path:
-    """Copy dodo.py, pipeline/, platforms/ and assets/ of this repository into ``dest``."""
+    """Copy dodo.py, onnx_cooker/, platforms/ and assets/ of this repository into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     for part in PROJECT_PARTS:
         source = REPO / part

@@ -2,7 +2,7 @@
 that applies to each blob of a case folder, from memory and from the blob file, outputs compared,
 in-place claims proven. Imports only the copied runtime loader, numpy and the standard library.
 
-    python -I load_path_probe.py <folder with the copied pipeline/> <case folder>
+    python -I load_path_probe.py <folder with the copied onnx_cooker/> <case folder>
 
 Prints one JSON object: {"onnxruntime": version, "cases": {case: {"auto": {...}, "paths": {...}}}}.
 """
@@ -22,11 +22,11 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
-from pipeline.runtime import session_from_blob  # noqa: E402
-from pipeline.runtime.blob import check_blob  # noqa: E402
-from pipeline.runtime.errors import BundleError  # noqa: E402
-from pipeline.runtime.loadpaths import BlobFile, LoadPath, choose_load_path, why_not  # noqa: E402
-from pipeline.runtime.session import load_info, session_from_checked  # noqa: E402
+from onnx_cooker.runtime import session_from_blob  # noqa: E402
+from onnx_cooker.runtime.blob import check_blob  # noqa: E402
+from onnx_cooker.runtime.errors import BundleError  # noqa: E402
+from onnx_cooker.runtime.loadpaths import BlobFile, LoadPath, choose_load_path, why_not  # noqa: E402
+from onnx_cooker.runtime.session import load_info, session_from_checked  # noqa: E402
 
 CPU = ["CPUExecutionProvider"]
 

@@ -20,15 +20,15 @@ import onnx
 import onnxruntime
 from onnx import numpy_helper
 
-import pipeline.runtime.header as header_module
-from pipeline.build.target_check import ensure_runtime
-from pipeline.cook.weights import externalize
-from pipeline.runtime import smallload
-from pipeline.runtime.compat import ort_format_version
-from pipeline.runtime.constants import LEGACY_BLOB_FORMAT_VERSION
-from pipeline.runtime.header import HEADER_MAGIC, SKIPPABLE_MAGIC, TRAILER_MAGIC, read_header
-from pipeline.runtime.sections import EXTENT_ALIGNMENT, WEIGHT_ALIGNMENT
-from pipeline.runtime.writer import Weights, encode_blob, encode_blob_v1, encode_blob_v2
+import onnx_cooker.runtime.header as header_module
+from onnx_cooker.build.target_check import ensure_runtime
+from onnx_cooker.cook.weights import externalize
+from onnx_cooker.runtime import smallload
+from onnx_cooker.runtime.compat import ort_format_version
+from onnx_cooker.runtime.constants import LEGACY_BLOB_FORMAT_VERSION
+from onnx_cooker.runtime.header import HEADER_MAGIC, SKIPPABLE_MAGIC, TRAILER_MAGIC, read_header
+from onnx_cooker.runtime.sections import EXTENT_ALIGNMENT, WEIGHT_ALIGNMENT
+from onnx_cooker.runtime.writer import Weights, encode_blob, encode_blob_v1, encode_blob_v2
 from tests.models import IN_FEATURES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def split_weights(model: onnx.ModelProto, name: str = "mlp") -> tuple[bytes, Weights]:
-    """``pipeline.cook.weights.externalize`` on a copy of ``model``: the graph bytes and its weights."""
+    """``onnx_cooker.cook.weights.externalize`` on a copy of ``model``: the graph bytes and its weights."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return externalize(copy, name)
@@ -316,13 +316,13 @@ def run_in_runtime(
     extras: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run ``python -I <args>`` in the own environment of ``package`` ``version`` (and ``extras``, e.g.
-    a plugin EP's package) with a copy of the loader in ``work/pipeline`` (passed as the first
+    a plugin EP's package) with a copy of the loader in ``work/onnx_cooker`` (passed as the first
     argument after ``args[0]``'s script or ``-c`` code); the JSON object its last line prints,
     checked to come from that onnxruntime version."""
     profile = REPO / "platforms" / "windows-dml.yaml"
     python = ensure_runtime(version, RUNTIMES_CACHE, profile, package=package, extras=extras)
-    shutil.copytree(REPO / "pipeline" / "runtime", work / "pipeline" / "runtime")
-    shutil.copy2(REPO / "pipeline" / "__init__.py", work / "pipeline" / "__init__.py")
+    shutil.copytree(REPO / "onnx_cooker" / "runtime", work / "onnx_cooker" / "runtime")
+    shutil.copy2(REPO / "onnx_cooker" / "__init__.py", work / "onnx_cooker" / "__init__.py")
     head = 2 if args[0] == "-c" else 1
     done = subprocess.run(
         [str(python), "-I", *args[:head], str(work), *args[head:]],
@@ -348,7 +348,7 @@ def fresh_header_cache(patch: Any) -> None:
 
 INCOMPATIBLE_LOAD = (
     "import json, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
-    "from pipeline.runtime import session_from_blob, IncompatibleRuntimeError\n"
+    "from onnx_cooker.runtime import session_from_blob, IncompatibleRuntimeError\n"
     "try:\n"
     "    session_from_blob(open(sys.argv[2], 'rb').read()); raised = None\n"
     "except IncompatibleRuntimeError as exc:\n"

@@ -1,4 +1,4 @@
-"""The cooking processes keep freed memory for reuse (pipeline.build.allocator): glibc then serves a big
+"""The cooking processes keep freed memory for reuse (onnx_cooker.build.allocator): glibc then serves a big
 buffer from memory a previous buffer used, instead of a fresh mmap faulted in page by page."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build.allocator import ALLOCATOR_ENV, CHILD_ENV, tune_allocator
+from onnx_cooker.build.allocator import ALLOCATOR_ENV, CHILD_ENV, tune_allocator
 
 # A fresh process: 64 MiB allocated after the tuning (or not); how many more bytes glibc mmapped.
 PROBE = textwrap.dedent(
     """
     import ctypes, sys
-    from pipeline.build.allocator import tune_allocator
+    from onnx_cooker.build.allocator import tune_allocator
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -73,7 +73,7 @@ def test_an_unknown_choice_is_one_warning_and_the_system_allocator(
 
 
 def test_a_machine_short_of_memory_is_read_from_meminfo() -> None:
-    from pipeline.build.allocator import memory_short
+    from onnx_cooker.build.allocator import memory_short
 
     assert memory_short("MemTotal:       1000 kB\nMemFree: 10 kB\nMemAvailable:    200 kB\n")
     assert not memory_short("MemTotal:       1000 kB\nMemAvailable:    300 kB\n")
@@ -85,7 +85,7 @@ RELEASE_PROBE = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pipeline.build import allocator
+    from onnx_cooker.build import allocator
 
     def rss() -> int:
         return int(Path("/proc/self/statm").read_text().split()[1]) * 4096

@@ -1,6 +1,6 @@
-"""The shape of the code (docs/architecture.md): the layers of ``pipeline/`` as pyproject.toml's
+"""The shape of the code (docs/architecture.md): the layers of ``onnx_cooker/`` as pyproject.toml's
 import-linter contracts state them, no import circle anywhere in the tree, no module of
-``pipeline/`` over 400 lines, few modules left at the top, and a docstring on every subpackage
+``onnx_cooker/`` over 400 lines, few modules left at the top, and a docstring on every subpackage
 saying what it is and what it may import."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_the_layer_contracts_hold() -> None:
     done = _lint_imports(REPO)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "2 kept, 0 broken" in done.stdout
-    assert '"pipeline.cli",' in (REPO / "pyproject.toml").read_text()  # the command sits on top
+    assert '"onnx_cooker.cli",' in (REPO / "pyproject.toml").read_text()  # the command sits on top
 
 
 LAYERS = "build orchestrates cook, farm and report"
@@ -46,17 +46,19 @@ LIGHT_LOADER = "the loader games ship imports no cooking dependency"
     ("module", "line", "contract"),
     [
         # the loader reaching up into the build layer
-        ("pipeline/runtime/constants.py", "import pipeline.build.tasks", LAYERS),
+        ("onnx_cooker/runtime/constants.py", "import onnx_cooker.build.tasks", LAYERS),
         # two packages of one layer
-        ("pipeline/report/model.py", "import pipeline.farm.cache", LAYERS),
+        ("onnx_cooker/report/model.py", "import onnx_cooker.farm.cache", LAYERS),
         # a cooking dependency in the loader games ship
-        ("pipeline/runtime/errors.py", "import yaml", LIGHT_LOADER),
+        ("onnx_cooker/runtime/errors.py", "import yaml", LIGHT_LOADER),
     ],
 )
 def test_an_import_against_a_contract_breaks_it(
     module: str, line: str, contract: str, tmp_path: Path
 ) -> None:
-    shutil.copytree(REPO / "pipeline", tmp_path / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "onnx_cooker", tmp_path / "onnx_cooker", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     target = tmp_path / module
     target.write_text(target.read_text() + f"\n{line}  # noqa\n")
@@ -103,7 +105,7 @@ def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
 
 
 def test_no_import_circle_in_the_whole_tree() -> None:
-    graph = grimp.build_graph("pipeline", "conformance", "bench", "tests", include_external_packages=False)
+    graph = grimp.build_graph("onnx_cooker", "conformance", "bench", "tests", include_external_packages=False)
     assert len(graph.modules) > 100
     assert _cycles(graph) == []
 
@@ -122,16 +124,16 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 def test_no_module_of_pipeline_is_over_400_lines() -> None:
     sizes = {
         path.relative_to(REPO).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
-        for path in (REPO / "pipeline").rglob("*.py")
+        for path in (REPO / "onnx_cooker").rglob("*.py")
     }
     assert len(sizes) > 40
     assert {path: lines for path, lines in sizes.items() if lines > MAX_LINES} == {}
 
 
 def test_few_modules_at_the_top_and_each_subpackage_says_what_it_is() -> None:
-    top = sorted(path.name for path in (REPO / "pipeline").glob("*.py") if path.name != "__init__.py")
+    top = sorted(path.name for path in (REPO / "onnx_cooker").glob("*.py") if path.name != "__init__.py")
     assert len(top) <= MAX_TOP_MODULES, top
-    packages = sorted(path.parent for path in (REPO / "pipeline").glob("*/__init__.py"))
+    packages = sorted(path.parent for path in (REPO / "onnx_cooker").glob("*/__init__.py"))
     assert len(packages) >= 5
     for package in packages:
         doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))

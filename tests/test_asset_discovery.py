@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.build.plan import strict_from_env
-from pipeline.errors import ModelError, ProfileError
-from pipeline.runtime import decode_blob
-from pipeline.runtime.constants import MANIFEST_NAME
-from pipeline.settings.assets import discover, survey
+from onnx_cooker.build.plan import strict_from_env
+from onnx_cooker.errors import ModelError, ProfileError
+from onnx_cooker.runtime import decode_blob
+from onnx_cooker.runtime.constants import MANIFEST_NAME
+from onnx_cooker.settings.assets import discover, survey
 from tests.test_dodo import (
     PLATFORMS,
     TRACEBACK,

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build.run_job import cook
-from pipeline.cook.job import CookJob
-from pipeline.errors import CookError
-from pipeline.farm.cache import CookCache, _index_name, _object_name, entry_digest
-from pipeline.farm.folder_store import FolderStore
-from pipeline.farm.s3_store import S3_ATTEMPTS, S3Store
-from pipeline.farm.store import CacheConfig, CacheError, config_from_env
-from pipeline.layout import blob_path, cache_record_path, entry_path
-from pipeline.settings.assets import discover
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook.job import CookJob
+from onnx_cooker.errors import CookError
+from onnx_cooker.farm.cache import CookCache, _index_name, _object_name, entry_digest
+from onnx_cooker.farm.folder_store import FolderStore
+from onnx_cooker.farm.s3_store import S3_ATTEMPTS, S3Store
+from onnx_cooker.farm.store import CacheConfig, CacheError, config_from_env
+from onnx_cooker.layout import blob_path, cache_record_path, entry_path
+from onnx_cooker.settings.assets import discover
 from tests.models import RNG_SEED, conv_bn_relu_model, dense_model, mlp_model
 from tests.s3server import S3Server, s3_server
 from tests.test_cook import save, shipped_settings
@@ -110,8 +110,8 @@ def test_a_second_build_folder_gets_the_same_outputs_from_the_cache_without_cook
     entry = cook(job(assets, first), cooking)
     assert not cooking.hit and cooking.notes == []
 
-    import pipeline.cook.run as cook_run
-    import pipeline.cook.variant as cook_variant
+    import onnx_cooker.cook.run as cook_run
+    import onnx_cooker.cook.variant as cook_variant
 
     def no_cooking(*args: object, **kwargs: object) -> None:
         raise AssertionError("a cache hit must not optimize anything")
@@ -582,7 +582,7 @@ def test_cache_hits_need_neither_the_cooks_modules_nor_a_child_and_a_miss_still_
     """A warm cache's `doit cook` imports no onnx, onnxruntime or torch (seconds a process): each hit
     is looked up and put in place in doit's own process. A miss is cooked in a forked child as
     before, and keeps what the lookup measured."""
-    from pipeline.layout import step_times_path
+    from onnx_cooker.layout import step_times_path
 
     cache = {"COOK_CACHE": str(tmp_path / "cache")}
     first = agent(tmp_path, "first")
@@ -592,7 +592,7 @@ def test_cache_hits_need_neither_the_cooks_modules_nor_a_child_and_a_miss_still_
     assert hits.returncode == 0, hits.stdout + hits.stderr
     assert hits.stdout.count("(from the cook cache)") == 3, hits.stdout
     imported = imported_modules(hits.stderr)
-    assert "pipeline.build.outputs" in imported  # the import log covers the workers that ran the hits
+    assert "onnx_cooker.build.outputs" in imported  # the import log covers the workers that ran the hits
     heavy = {"onnx", "onnxruntime", "torch"}
     assert not heavy & imported, sorted(heavy & imported)
     assert models_of(second) == models_of(first)
@@ -612,7 +612,7 @@ def test_cache_hits_need_neither_the_cooks_modules_nor_a_child_and_a_miss_still_
 def test_a_fresh_agent_hashes_each_source_once_not_once_per_platform(tmp_path: Path) -> None:
     """On a fresh agent, the first platform's hit hashes the model's sources; the other platforms'
     hits take those digests (the files are unchanged since) and never read the sources."""
-    from pipeline.layout import step_times_path
+    from onnx_cooker.layout import step_times_path
 
     assets, first = project(tmp_path, "first")
     platforms = ("windows-dml", "console")
@@ -666,7 +666,7 @@ def test_a_forked_cook_makes_its_own_s3_client_and_leaves_the_parents_connection
     the caller's business and stays."""
     import os
 
-    from pipeline.farm import s3_store
+    from onnx_cooker.farm import s3_store
 
     for key, value in server.env().items():
         monkeypatch.setenv(key, value)
@@ -700,7 +700,7 @@ def test_s3_objects_stream_both_ways_and_big_ones_go_up_in_parts(
     parts of S3's 5 MiB minimum); either way it comes back whole, with the sha256 of its bytes."""
     import hashlib
 
-    import pipeline.farm.s3_store as s3_store_module
+    import onnx_cooker.farm.s3_store as s3_store_module
 
     monkeypatch.setattr(s3_store_module, "S3_SINGLE_PUT_LIMIT", 6 << 20)
     monkeypatch.setattr(s3_store_module, "S3_PART_BYTES", 5 << 20)
@@ -751,7 +751,7 @@ def test_a_folder_cache_on_the_builds_file_system_shares_files_by_hard_link_and_
 
 
 def test_folder_urls_name_the_folder_on_every_system() -> None:
-    from pipeline.farm.store import folder_path
+    from onnx_cooker.farm.store import folder_path
 
     assert folder_path("file:///mnt/share/cook%20cache") == Path("/mnt/share/cook cache")
     assert folder_path("file:///C:/cook-cache") == Path("C:/cook-cache")
@@ -763,8 +763,8 @@ def test_folder_urls_name_the_folder_on_every_system() -> None:
 def test_a_miss_caused_only_by_other_tool_versions_says_so(
     tmp_path: Path, server: S3Server, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipeline.build.outputs import from_cache
-    from pipeline.cook import key
+    from onnx_cooker.build.outputs import from_cache
+    from onnx_cooker.cook import key
 
     assets, first = project(tmp_path, "first")
     make = cache_maker(backend, tmp_path, server, "v1")

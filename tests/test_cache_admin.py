@@ -1,5 +1,6 @@
-"""Housekeeping for folder cook caches (``python -m pipeline.farm stats|prune``): real files in a
-temporary folder, laid out with ``pipeline.farm.cache``'s own names, their last uses set with ``os.utime``."""
+"""Housekeeping for folder cook caches (``python -m onnx_cooker.farm stats|prune``): real files in a
+temporary folder, laid out with ``onnx_cooker.farm.cache``'s own names, their last uses set with
+``os.utime``."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.farm.admin import human_size, main, parse_duration, parse_size
-from pipeline.farm.cache import _check_name, _index_name, _object_name, entry_digest
-from pipeline.farm.housekeeping import plan_prune, prune, scan
+from onnx_cooker.farm.admin import human_size, main, parse_duration, parse_size
+from onnx_cooker.farm.cache import _check_name, _index_name, _object_name, entry_digest
+from onnx_cooker.farm.housekeeping import plan_prune, prune, scan
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = 86400.0
@@ -66,7 +67,7 @@ def put_orphan(root: Path, key: str, size: int, seconds: float) -> Path:
 
 
 def put_temp(folder: Path, name: str, size: int, seconds: float) -> Path:
-    """A writer's temp file (``pipeline.fsutil.temp_beside``'s pattern), last written ``seconds`` ago."""
+    """A writer's temp file (``onnx_cooker.fsutil.temp_beside``'s pattern), last written ``seconds`` ago."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f".{name}.4242.0123456789ab.tmp"
     path.write_bytes(b"t" * size)
@@ -361,7 +362,7 @@ def test_python_m_pipeline_farm_stats(cache: Path) -> None:
     """The command as users type it, in a fresh interpreter that imports neither onnx nor numpy."""
     put_entry(cache, "one", {"blob": 1234, "entry": 56}, days=2)
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "pipeline.farm", "stats", "--cache", str(cache)],
+        [sys.executable, "-X", "importtime", "-m", "onnx_cooker.farm", "stats", "--cache", str(cache)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -371,5 +372,5 @@ def test_python_m_pipeline_farm_stats(cache: Path) -> None:
     assert f"cook cache: {cache}\nentries: 1, objects 1.29 kB (1290 bytes)\n" in done.stdout
     assert "(2 days ago)" in done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "pipeline.farm.admin" in imported
+    assert "onnx_cooker.farm.admin" in imported
     assert not imported & {"onnx", "onnxruntime", "numpy"}

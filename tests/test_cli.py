@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli.main import main
-from pipeline.cli.project import ProjectError, find_project, load_project
+from onnx_cooker.cli.main import main
+from onnx_cooker.cli.project import ProjectError, find_project, load_project
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIMES_CACHE = REPO / ".pytest_cache" / "runtimes"  # the target onnxruntimes the other tests use
@@ -113,7 +113,7 @@ def test_init_writes_a_project_and_overwrites_nothing(
 def test_version_names_what_every_cook_key_holds(capsys: pytest.CaptureFixture[str]) -> None:
     from importlib import metadata
 
-    from pipeline.cook.key import BUNDLE_FORMAT
+    from onnx_cooker.cook.key import BUNDLE_FORMAT
 
     with pytest.raises(SystemExit) as done:
         main(["--version"])
@@ -154,7 +154,7 @@ def test_the_sdist_holds_what_a_studio_builds_from_and_no_test_suite(tmp_path: P
         "native/include/onnx_cooker.hpp",
         "native/bindings/OnnxCooker.cs",
         "native/src/blob.c",
-        "pipeline/runtime/session.py",
+        "onnx_cooker/runtime/session.py",
     ):
         assert needed in names, needed
     assert not [n for n in names if n.startswith(("tests/", "bench/", "native/out/"))]
@@ -237,7 +237,7 @@ def test_init_finds_the_shipped_profiles_wherever_pip_put_the_wheel(tmp_path: Pa
             "-I",
             "-c",
             "import os, sys; sys.path[:0] = sys.argv[1].split(os.pathsep); "
-            "from pipeline.cli.main import main; sys.exit(main(['init', sys.argv[2]]))",
+            "from onnx_cooker.cli.main import main; sys.exit(main(['init', sys.argv[2]]))",
             path,
             str(tmp_path / "game"),
         ],
@@ -267,7 +267,7 @@ def test_a_wheel_in_a_fresh_venv_cooks_a_studio_tree_from_its_root_and_from_a_su
         )
 
     where = subprocess.run(
-        [str(python), "-c", "import pipeline; print(pipeline.__file__)"],
+        [str(python), "-c", "import onnx_cooker; print(onnx_cooker.__file__)"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -378,7 +378,7 @@ def test_info_of_a_task_that_does_not_exist_is_an_error_with_the_near_name(
 def test_help_lists_commands_variables_and_doit_options() -> None:
     def run(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", *args],
+            [sys.executable, "-m", "onnx_cooker.cli", *args],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -396,14 +396,14 @@ def test_help_lists_commands_variables_and_doit_options() -> None:
     assert "True in a cook]" in cook  # the cook's own default, not doit's
     assert "prune" in run("cache", "--help") and "--fail-if-grows" in run("diff", "--help")
     report = subprocess.run(
-        [sys.executable, "-m", "pipeline.report", "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "onnx_cooker.report", "--help"], capture_output=True, text=True, timeout=60
     )
     assert "diff OLD_BUILD NEW_BUILD" in " ".join(report.stdout.split())  # wrapped by argparse
 
 
 def test_a_listing_cut_short_by_its_reader_is_no_error() -> None:
     done = subprocess.run(
-        f"{sys.executable} -m pipeline.cli list --all | head -1",
+        f"{sys.executable} -m onnx_cooker.cli list --all | head -1",
         shell=True,
         cwd=REPO,
         capture_output=True,
@@ -418,7 +418,7 @@ def test_folder_options_win_over_the_file_and_the_variables(tmp_path: Path) -> N
     root = _tree(tmp_path / "game", pyproject=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("COOK_")} | {"COOK_BUILD_DIR": "from-env"}
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "--build", "../elsewhere", "list", "--all"],
+        [sys.executable, "-m", "onnx_cooker.cli", "--build", "../elsewhere", "list", "--all"],
         cwd=root / "tools",
         env=env | {"PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -449,7 +449,7 @@ def test_a_misspelled_cook_variable_is_named_with_the_one_meant(tmp_path: Path) 
 def test_the_variables_the_cooker_reads_are_the_documented_ones() -> None:
     import re
 
-    from pipeline.build.config import VARIABLES
+    from onnx_cooker.build.config import VARIABLES
 
     tables = "".join(
         (REPO / "docs" / page).read_text(encoding="utf-8") for page in ("cooking.md", "build-farms.md")

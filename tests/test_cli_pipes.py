@@ -1,4 +1,4 @@
-"""The ``onnx-cooker`` commands (and ``python -m pipeline.report`` / ``pipeline.farm``) writing into a
+"""The ``onnx-cooker`` commands (and ``python -m onnx_cooker.report`` / ``onnx_cooker.farm``) writing into a
 pipe whose reader left early (``| head``, ``| true``), run for real in subprocesses: no error message,
 no traceback, status 141 as for a command SIGPIPE ends (as ``inspect`` does), a failure's own status
 kept, and a size gate's verdict whether or not its table was read; and the "did you mean" of a task
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 RUNTIMES = Path(os.environ.get("COOK_RUNTIMES_DIR") or REPO / ".pytest_cache" / "runtimes")
 MODEL = REPO / "assets" / "mnist.onnx"
 COOKER = Path(sys.executable).with_name("onnx-cooker")  # the console script, as a studio runs it
-CLI = [str(COOKER)] if COOKER.is_file() else [sys.executable, "-m", "pipeline.cli"]
+CLI = [str(COOKER)] if COOKER.is_file() else [sys.executable, "-m", "onnx_cooker.cli"]
 COOKER_LINE = shlex.join(CLI)
 PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell shows for a command that SIGPIPE ended
 # Python's stdout into a pipe is block-buffered, unless PYTHONUNBUFFERED is set: both are checked.
@@ -104,12 +104,12 @@ def game(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_size_gate_fails_into_a_closed_pipe_and_says_why_on_stderr(game: Path, buffered: bool) -> None:
     """Every platform grows by half (two models -> three): ``--fail-if-grows 5%`` fails, read or not.
     Before: ``onnx-cooker diff ... | true`` exited 0 without its FAIL lines (or 120), and
-    ``python -m pipeline.report diff ... | true`` died of a BrokenPipeError traceback."""
+    ``python -m onnx_cooker.report diff ... | true`` died of a BrokenPipeError traceback."""
     gate = ["diff", "old", "build", "--fail-if-grows", "5%"]
     read = subprocess.run([*CLI, *gate], cwd=game, env=_env(buffered), capture_output=True, text=True)
     assert read.returncode == 1 and read.stderr.startswith("FAIL: android grows by 5"), read.stderr
     assert "android" in read.stdout
-    for args in ([*CLI, *gate], [sys.executable, "-m", "pipeline.report", *gate]):
+    for args in ([*CLI, *gate], [sys.executable, "-m", "onnx_cooker.report", *gate]):
         done = into_closed_pipe(args, game, buffered)
         assert (done.returncode, done.stderr) == (1, read.stderr)
     for reader in ("true", "head -1"):
@@ -119,7 +119,7 @@ def test_a_size_gate_fails_into_a_closed_pipe_and_says_why_on_stderr(game: Path,
 
 @BUFFERING
 def test_a_size_gate_that_passes_into_a_closed_pipe_exits_0(game: Path, buffered: bool) -> None:
-    for args in ([*CLI, "diff"], [sys.executable, "-m", "pipeline.report", "diff"]):
+    for args in ([*CLI, "diff"], [sys.executable, "-m", "onnx_cooker.report", "diff"]):
         done = into_closed_pipe([*args, "old", "build", "--fail-if-grows", "60%"], game, buffered)
         assert (done.returncode, done.stderr) == (0, "")
 
@@ -145,23 +145,23 @@ COMMANDS = {
 @BUFFERING
 def test_every_command_into_a_closed_pipe_stops_quietly_with_141(game: Path, buffered: bool) -> None:
     """Before: ``list``, ``info`` and ``help`` exited 2 with "Broken pipe", ``cache stats`` 1 with
-    "python -m pipeline.farm: error: [Errno 32] Broken pipe", ``cook`` 3 with doit's traceback,
+    "python -m onnx_cooker.farm: error: [Errno 32] Broken pipe", ``cook`` 3 with doit's traceback,
     ``--help`` 120 with "Exception ignored" when buffered."""
     (game / "cache").mkdir(exist_ok=True)
     commands = {name: [*CLI, *args] for name, args in COMMANDS.items()}
-    commands["python -m pipeline.report diff"] = [
+    commands["python -m onnx_cooker.report diff"] = [
         sys.executable,
         "-m",
-        "pipeline.report",
+        "onnx_cooker.report",
         "diff",
         "old",
         "build",
     ]
-    commands["python -m pipeline.report"] = [sys.executable, "-m", "pipeline.report", "build"]
-    commands["python -m pipeline.farm stats"] = [
+    commands["python -m onnx_cooker.report"] = [sys.executable, "-m", "onnx_cooker.report", "build"]
+    commands["python -m onnx_cooker.farm stats"] = [
         sys.executable,
         "-m",
-        "pipeline.farm",
+        "onnx_cooker.farm",
         "stats",
         "--cache",
         "cache",
@@ -232,13 +232,13 @@ def test_cache_errors_name_the_command_as_it_was_typed(game: Path) -> None:
         done.stderr
     )
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.farm", "stats", "--cache", "no-such-cache"],
+        [sys.executable, "-m", "onnx_cooker.farm", "stats", "--cache", "no-such-cache"],
         cwd=game,
         env=_env(),
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 2 and done.stderr.startswith("python -m pipeline.farm: error:"), done.stderr
+    assert done.returncode == 2 and done.stderr.startswith("python -m onnx_cooker.farm: error:"), done.stderr
 
 
 # --- D4: "did you mean" for a model named by its file name --------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.cook.compare import compare
+from onnx_cooker.cook.compare import compare
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -130,7 +130,7 @@ def test_a_failure_onnxruntime_itself_explains_names_the_verify_scale_that_passe
     """The source moves 0.45% under onnxruntime's default optimizations (beyond the noise cap) and the
     blob as much: the message names a verify_scale, and compare passes the blob with it. An output
     that is zero in the source (relative errors infinite) gets no suggestion and no crash."""
-    from pipeline.cook.verify import failure_message
+    from onnx_cooker.cook.verify import failure_message
 
     rng = np.random.default_rng(3)
     want = rng.standard_normal(256).astype(np.float32)
@@ -175,7 +175,7 @@ def test_an_output_not_comparable_element_by_element_says_how_it_differs(
     """It read "max abs inf" (OpenVINO returned (0, 8) against the source's (1, 8), and the runtime
     check said only that); now the shapes, lengths or kinds, in the verification's and the runtime
     check's messages."""
-    from pipeline.cook.verify import differences
+    from onnx_cooker.cook.verify import differences
 
     (result,) = compare({"y": want}, {"y": got}, 1e-3, 1e-4)
     assert not result.ok and result.worst == why

@@ -1,5 +1,5 @@
 """Synthesized inputs a model is ill-conditioned on verify nothing: the cook then verifies on floats
-uniform in [0, 1), or says that only sample inputs can verify the model (pipeline/cook/conditioning.py).
+uniform in [0, 1), or says that only sample inputs can verify the model (onnx_cooker/cook/conditioning.py).
 
 The models here amplify a value's last bit a millionfold (``sin(1e6 * v)``), as a deep net driven
 far outside its training range by normal floats does (a ZEISS segmenter from PyPI: activations of 1e4,
@@ -17,12 +17,12 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.build.summary import cook_line
-from pipeline.cook.conditioning import UNIT_FLOATS, input_swing, nudged
-from pipeline.errors import VerifyError
-from pipeline.layout import blob_path, verify_data_path
-from pipeline.runtime import session_from_blob
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.cook.conditioning import UNIT_FLOATS, input_swing, nudged
+from onnx_cooker.errors import VerifyError
+from onnx_cooker.layout import blob_path, verify_data_path
+from onnx_cooker.runtime import session_from_blob
 from tests.models import RNG_SEED, model_of
 from tests.test_cook import job_for, save, shipped_settings
 from tests.test_model_classes import cook_unconfigured
@@ -202,7 +202,7 @@ def test_an_output_no_inputs_make_finite_fails_naming_it_and_the_fix(tmp_path: P
 
 
 def test_an_infinite_output_is_an_answer_not_a_domain_error() -> None:
-    from pipeline.cook.conditioning import nonfinite_outputs
+    from onnx_cooker.cook.conditioning import nonfinite_outputs
 
     outputs = {
         "empty_max": np.full((2, 3), -np.inf, np.float32),  # ReduceMax of an empty set

@@ -1,7 +1,7 @@
 """A 4-bit quantized model (onnxruntime's ``MatMulNBits``, how local LLMs ship) cooked for targets
 older than the cook's onnxruntime: its optimizers write ``weight_prepacked=0`` on each such node,
 which onnxruntime 1.24.4 refuses; the cook drops attributes at their defaults on onnxruntime's own
-operators (pipeline/cook/defaults.py, docs/design.md "Newer models, older runtimes")."""
+operators (onnx_cooker/cook/defaults.py, docs/design.md "Newer models, older runtimes")."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import onnxruntime
 import pytest
 from onnx import helper
 
-from pipeline.build.run_job import cook
-from pipeline.build.target_check import RuntimeCheckError
-from pipeline.cook.defaults import drop_default_attributes
-from pipeline.layout import blob_path
-from pipeline.runtime import decode_blob, session_from_blob
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.target_check import RuntimeCheckError
+from onnx_cooker.cook.defaults import drop_default_attributes
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import decode_blob, session_from_blob
 from tests.test_cook import job_for, save, shipped_settings
 from tests.test_native import native, ort_library, run_native  # noqa: F401
 from tests.test_target_check import OLD_RUNTIME, check_for, run_check
@@ -160,7 +160,7 @@ def test_without_the_drop_the_older_target_refuses_the_blob(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the drop prevents: the same cook with it turned off fails the runtime check in 1.24.4."""
-    from pipeline.cook import optimize
+    from onnx_cooker.cook import optimize
 
     monkeypatch.setattr(optimize, "drop_default_attributes", lambda model: [])
     _, _, version = cook_gpt2(tmp_path, "windows-dml")

@@ -15,18 +15,18 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.build.summary import cook_line
-from pipeline.cook import guard as guard_module
-from pipeline.cook.facts import onnx_facts, ort_facts
-from pipeline.cook.job import CookJob
-from pipeline.cook.optimize import optimize
-from pipeline.cook.source import load_source, normalize
-from pipeline.errors import GuardError, ModelError, ProfileError, VerifyError
-from pipeline.layout import blob_path, entry_path
-from pipeline.runtime import check_blob, decode_blob, session_from_blob
-from pipeline.settings.assets import discover
-from pipeline.settings.resolve import CookSettings, load_platforms, resolve
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.cook import guard as guard_module
+from onnx_cooker.cook.facts import onnx_facts, ort_facts
+from onnx_cooker.cook.job import CookJob
+from onnx_cooker.cook.optimize import optimize
+from onnx_cooker.cook.source import load_source, normalize
+from onnx_cooker.errors import GuardError, ModelError, ProfileError, VerifyError
+from onnx_cooker.layout import blob_path, entry_path
+from onnx_cooker.runtime import check_blob, decode_blob, session_from_blob
+from onnx_cooker.settings.assets import discover
+from onnx_cooker.settings.resolve import CookSettings, load_platforms, resolve
 from tests.models import RNG_SEED, conv_bn_relu_model, mlp_model, model_of, relu_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -568,7 +568,7 @@ def test_a_model_that_stays_too_big_fails_naming_the_sizes_and_the_settings(tmp_
 def qdq_attention_model(tmp_path: Path) -> Path:
     """A small attention stack quantized to QDQ int8 by onnxruntime's quantize_static: its saved
     runtime optimizations (QDQ selector records) cannot be replayed by onnxruntime 1.32."""
-    from pipeline.cook.precision import quantize_qdq
+    from onnx_cooker.cook.precision import quantize_qdq
 
     rng = np.random.default_rng(RNG_SEED)
     width, seq = 64, 8
@@ -677,7 +677,7 @@ def test_fp16_model_from_onnxruntimes_converter_cooks(tmp_path: Path, platform: 
 def test_platforms_share_the_sources_reference_outputs(tmp_path: Path) -> None:
     """The source is run once per model and inputs, not once per platform: the second platform's cook
     reads the remembered outputs (shown by remembering wrong ones: its verification then fails)."""
-    from pipeline.layout import reference_memo_dir
+    from onnx_cooker.layout import reference_memo_dir
 
     assets, build = tmp_path / "assets", tmp_path / "build"
     save(mlp_model(), assets, "net")
@@ -783,7 +783,7 @@ def test_manifest_signatures_write_every_type_as_onnxruntime_names_it() -> None:
     """A classifier's ZipMap output was "Unknown type sequence_type" in the manifest (and so in
     `inspect` and the C library's signatures): every type is now written as onnxruntime's
     ``NodeArg.type`` writes it."""
-    from pipeline.cook.run import io_signature
+    from onnx_cooker.cook.run import io_signature
 
     scalar = helper.make_tensor_type_proto(TensorProto.FLOAT, [])
     kinds = {

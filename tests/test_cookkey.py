@@ -7,7 +7,7 @@ import json
 import pickle
 from pathlib import Path
 
-from pipeline.cook import key as cookkey
+from onnx_cooker.cook import key as cookkey
 from tests.models import mlp_model
 from tests.test_cook import job_for, save, shipped_settings
 

@@ -1,5 +1,5 @@
 """session_from_blob reads the CRC-32s of large raw content while onnxruntime builds the session
-(pipeline/runtime/loadpaths.py, DEFER_RAW_CHECK_MIN): damage is still refused, with the same
+(onnx_cooker/runtime/loadpaths.py, DEFER_RAW_CHECK_MIN): damage is still refused, with the same
 ChecksumMismatchError, and it wins over onnxruntime's own refusal of the damaged bytes."""
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ import onnxruntime
 import pytest
 from runtime_helpers import CPU, make_blob, make_weighted_blob, to_ort_format
 
-from pipeline.runtime import load_info, session_from_blob
-from pipeline.runtime.blob import check_blob
-from pipeline.runtime.constants import ModelFormat
-from pipeline.runtime.errors import ChecksumMismatchError
-from pipeline.runtime.header import read_header
-from pipeline.runtime.loadpaths import (
+from onnx_cooker.runtime import load_info, session_from_blob
+from onnx_cooker.runtime.blob import check_blob
+from onnx_cooker.runtime.constants import ModelFormat
+from onnx_cooker.runtime.errors import ChecksumMismatchError
+from onnx_cooker.runtime.header import read_header
+from onnx_cooker.runtime.loadpaths import (
     DEFER_RAW_CHECK_MIN,
     DEFER_RAW_CHECK_MIN_GIL_HELD,
     LoadPath,
     defer_raw_check_min,
     why_not,
 )
-from pipeline.runtime.rawcheck import LOW_MEMORY_CHECK_FIRST_MIN
+from onnx_cooker.runtime.rawcheck import LOW_MEMORY_CHECK_FIRST_MIN
 from tests.models import large_matmul_model
 
 ROWS, COLUMNS = 1024, 1536  # 6 MiB of float32 weights: over DEFER_RAW_CHECK_MIN
@@ -174,8 +174,8 @@ def test_the_whole_content_crc_is_combined_from_the_pieces_and_damage_still_name
     against a CRC-32 combined from the header's piece CRC-32s (zlib's crc32_combine arithmetic)."""
     import zlib
 
-    from pipeline.runtime.frames import RAW_CRC_PIECE
-    from pipeline.runtime.rawcheck import whole_crcs
+    from onnx_cooker.runtime.frames import RAW_CRC_PIECE
+    from onnx_cooker.runtime.rawcheck import whole_crcs
 
     rows, columns = 2048, 2560  # 20 MiB: two whole pieces and a short last one
     assert rows * columns * 4 > 2 * RAW_CRC_PIECE and (rows * columns * 4) % RAW_CRC_PIECE
@@ -206,7 +206,7 @@ def test_the_crc_of_a_concatenation_is_combined_from_the_parts_crcs(length: int)
     of n), against zlib on the concatenated bytes, for piece lengths up to a whole piece."""
     import zlib
 
-    from pipeline.runtime.rawcheck import _multmodp, _x8nmodp
+    from onnx_cooker.runtime.rawcheck import _multmodp, _x8nmodp
 
     rng = np.random.default_rng(length)
     head, tail = rng.bytes(1000), rng.bytes(length)

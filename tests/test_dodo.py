@@ -30,11 +30,11 @@ import yaml
 from onnx import TensorProto, numpy_helper
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
-from pipeline.build.stamps import known_sha256
-from pipeline.layout import digest_memo_dir
-from pipeline.runtime import decode_blob, open_bundle, unpack_blob
-from pipeline.settings.assets import discover
-from pipeline.settings.table import DEFAULTS
+from onnx_cooker.build.stamps import known_sha256
+from onnx_cooker.layout import digest_memo_dir
+from onnx_cooker.runtime import decode_blob, open_bundle, unpack_blob
+from onnx_cooker.settings.assets import discover
+from onnx_cooker.settings.table import DEFAULTS
 from tests.models import large_matmul_model
 
 # Every test here runs the real doit in a subprocess.
@@ -781,7 +781,7 @@ def test_settings_that_do_not_resolve_are_all_reported_before_cooking(project: P
 
 
 def test_a_cook_line_names_the_model_not_its_staging_file_and_explains_a_larger_blob() -> None:
-    from pipeline.build.summary import cook_line
+    from onnx_cooker.build.summary import cook_line
 
     entry = {
         "name": "vision/detector",

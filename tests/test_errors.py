@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import CookError, GuardError, ProfileError, VerifyError
+from onnx_cooker.errors import CookError, GuardError, ProfileError, VerifyError
 
 
 def test_context_is_data_and_formatted_once() -> None:
@@ -38,8 +38,8 @@ def test_context_survives_pickling_as_doits_parallel_runner_does() -> None:
 
 
 def test_a_model_without_a_platform_names_the_file_and_the_model(tmp_path: Path) -> None:
-    from pipeline.cook.source import load_source
-    from pipeline.settings.assets import discover
+    from onnx_cooker.cook.source import load_source
+    from onnx_cooker.settings.assets import discover
 
     (tmp_path / "broken.onnx").write_bytes(b"not a protobuf at all")
     (asset,) = discover(tmp_path)

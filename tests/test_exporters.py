@@ -21,9 +21,9 @@ import onnxruntime
 import pytest
 import torch
 
-from pipeline.build.run_job import cook
-from pipeline.layout import blob_path
-from pipeline.runtime import session_from_blob
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import session_from_blob
 from tests.test_cook import SHIPPED_PLATFORMS, job_for, shipped_settings
 
 # torch exports and quantizers, each model cooked for every platform: tens of seconds.
@@ -237,7 +237,7 @@ def quantize(kind: str, source: Path, target: Path, shape: tuple[int, ...]) -> N
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from pipeline.cook.precision import quantize_qdq
+    from onnx_cooker.cook.precision import quantize_qdq
 
     target.parent.mkdir(parents=True, exist_ok=True)
     inline = target.with_name("float.onnx")  # the tool loses a .onnx.data file kept beside the model

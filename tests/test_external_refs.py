@@ -1,4 +1,4 @@
-"""External-data references in a blob's graph (pipeline/runtime/onnxrefs.py): only the weights the
+"""External-data references in a blob's graph (onnx_cooker/runtime/onnxrefs.py): only the weights the
 loader supplies may be named; anything else is refused with a BundleError before onnxruntime sees
 the graph, on every load path. The wire-format reader agrees with the onnx package."""
 
@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights
 
-from pipeline.runtime import CorruptBlobError, SessionCreateError, session_from_blob
-from pipeline.runtime.errors import BundleError
-from pipeline.runtime.onnxrefs import check_references, external_refs, rewrite_locations
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime import CorruptBlobError, SessionCreateError, session_from_blob
+from onnx_cooker.runtime.errors import BundleError
+from onnx_cooker.runtime.onnxrefs import check_references, external_refs, rewrite_locations
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import dense_model
 
 ONNX_PATHS = ("onnx-file-buffers", "onnx-shared-initializers", "onnx-external-initializers")
@@ -61,7 +61,7 @@ def _set_location(location: str):
 def _applicable(path: str) -> bool:
     import onnxruntime
 
-    from pipeline.runtime.compat import parse_version
+    from onnx_cooker.runtime.compat import parse_version
 
     return path != "onnx-file-buffers" or parse_version(onnxruntime.__version__) >= (1, 32, 0)
 
@@ -323,7 +323,7 @@ def test_check_and_rewrite_decides_and_writes_as_the_check_then_the_rewrite() ->
     every parity case it accepts and refuses what check_references does, with the same message
     unless the bytes are malformed (then the walk that meets the damage first names it), and
     writes what rewrite_locations writes."""
-    from pipeline.runtime.onnxrefs import check_and_rewrite
+    from onnx_cooker.runtime.onnxrefs import check_and_rewrite
 
     compared = refused = 0
     for label, data, file, tensors in _parity_cases():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fsutil import STALE_TEMP_SECONDS, atomic_write, remove_stale_temps
+from onnx_cooker.fsutil import STALE_TEMP_SECONDS, atomic_write, remove_stale_temps
 
 
 def test_written_file_gets_umask_permissions_not_private_ones(tmp_path: Path) -> None:

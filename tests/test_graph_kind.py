@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from runtime_helpers import make_blob, to_ort_format
 
-from pipeline.runtime import session_from_blob, unpack_blob
-from pipeline.runtime.errors import ChecksumMismatchError, CorruptBlobError
+from onnx_cooker.runtime import session_from_blob, unpack_blob
+from onnx_cooker.runtime.errors import ChecksumMismatchError, CorruptBlobError
 from tests.models import tiny_model
 from tests.test_native import _probe_blobs, native  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""The graph checks of the header-weight load paths (pipeline/runtime/graphcheck.py): proven from
+"""The graph checks of the header-weight load paths (onnx_cooker/runtime/graphcheck.py): proven from
 the main graph's initializers and a byte scan where the bytes allow it, by the walk of every node
 where they do not, with the walk's verdicts. The refusals themselves, end to end through
 ``session_from_blob``, are in tests/test_external_refs.py."""
@@ -13,9 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import split_weights
 
-from pipeline.runtime import graphcheck
-from pipeline.runtime.errors import CorruptBlobError
-from pipeline.runtime.graphcheck import (
+from onnx_cooker.runtime import graphcheck
+from onnx_cooker.runtime.errors import CorruptBlobError
+from onnx_cooker.runtime.graphcheck import (
     _NAME_KEY,
     _defined_once,
     _fields_holding,
@@ -25,8 +25,8 @@ from pipeline.runtime.graphcheck import (
     check_header_tensors,
     check_weight_graph,
 )
-from pipeline.runtime.onnxrefs import check_references, read_entry
-from pipeline.runtime.protowire import fields, occurrences
+from onnx_cooker.runtime.onnxrefs import check_references, read_entry
+from onnx_cooker.runtime.protowire import fields, occurrences
 from tests.models import conv_bn_relu_model, dense_model
 
 REDEFINED = "is defined again outside the main graph's initializers"

@@ -24,11 +24,11 @@ import zstandard
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import make_blob, to_ort_format
 
-from pipeline.build.run_job import cook
-from pipeline.cook.job import CookJob
-from pipeline.errors import CookError, ModelError, ProfileError
-from pipeline.settings.assets import discover
-from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook.job import CookJob
+from onnx_cooker.errors import CookError, ModelError, ProfileError
+from onnx_cooker.settings.assets import discover
+from onnx_cooker.settings.resolve import load_model_settings, load_platforms, resolve
 from tests.models import matmul_model, model_of, with_symbolic_batch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def save_with_external_data(folder: Path, name: str, **entries: str) -> Path:
 
 
 def job_for(assets: Path, name: str, build: Path, platform: str = "windows-dml") -> CookJob:
-    """The job doit would run for (platform, model), built the way ``pipeline.build.plan`` builds it."""
+    """The job doit would run for (platform, model), built the way ``onnx_cooker.build.plan`` builds it."""
     asset = next(a for a in discover(assets) if a.name == name)
     platforms = load_platforms(REPO / "platforms", {})
     overrides = load_model_settings(asset.settings_path, [p.name for p in platforms])
@@ -109,26 +109,26 @@ _CHILD = textwrap.dedent(
     limit = int(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     from pathlib import Path
-    from pipeline.errors import CookError
+    from onnx_cooker.errors import CookError
     request = json.loads(sys.argv[2])
     what = request["what"]
     try:
         if what == "load_source":
-            from pipeline.settings.assets import discover
-            from pipeline.cook.source import load_source
+            from onnx_cooker.settings.assets import discover
+            from onnx_cooker.cook.source import load_source
             assets = discover(Path(request["assets"]))
             load_source(next(a for a in assets if a.name == request["name"]))
         elif what == "load_platforms":
-            from pipeline.settings.resolve import load_platforms
+            from onnx_cooker.settings.resolve import load_platforms
             load_platforms(Path(request["path"]), {})
         elif what == "load_model_settings":
-            from pipeline.settings.resolve import load_model_settings
+            from onnx_cooker.settings.resolve import load_model_settings
             load_model_settings(Path(request["path"]), ["target"])
         elif what == "cook":
-            from pipeline.settings.assets import discover
-            from pipeline.build.run_job import cook
-            from pipeline.cook.job import CookJob
-            from pipeline.settings.resolve import load_model_settings, load_platforms, resolve
+            from onnx_cooker.settings.assets import discover
+            from onnx_cooker.build.run_job import cook
+            from onnx_cooker.cook.job import CookJob
+            from onnx_cooker.settings.resolve import load_model_settings, load_platforms, resolve
             asset = next(a for a in discover(Path(request["assets"])) if a.name == request["name"])
             platforms = load_platforms(Path(request["platforms"]), {})
             platform = next(p for p in platforms if p.name == request["platform"])
@@ -740,7 +740,7 @@ def test_doit_cook_refuses_an_escaping_asset_with_one_message_per_platform(proje
     assert run.returncode != 0, output
     assert TRACEBACK not in output
     platforms = sorted(p.stem for p in (project / "platforms").glob("*.yaml"))
-    # the message once (pipeline/build/progress.py), then a line for each other platform
+    # the message once (onnx_cooker/build/progress.py), then a line for each other platform
     blocks = re.findall(
         r"^TaskFailed - taskid:cook:([^:\n]+):escape\n(.*?)(?:\n\n|\Z)", output, re.MULTILINE | re.DOTALL
     )

@@ -1,4 +1,4 @@
-"""pipeline/isolate.py: work run in a forked child comes back (its result, its exception), and a child
+"""onnx_cooker/isolate.py: work run in a forked child comes back (its result, its exception), and a child
 that a native crash ends comes back as a Crash naming the signal and the last step it started. Each
 case runs in a fresh interpreter: only a process with no other Python thread forks, and a pytest
 worker has its own threads."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# isolation forks on Linux only (pipeline/isolate.py: no fork on Windows, macOS's Objective-C runtime)
+# isolation forks on Linux only (onnx_cooker/isolate.py: no fork on Windows, macOS's Objective-C runtime)
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cooks fork on Linux only")
 
 
@@ -37,8 +37,8 @@ def in_fresh_python(code: str, **env: str) -> dict:
 PRELUDE = """
     import json, os, signal, threading, time
     import numpy as np
-    from pipeline.isolate import Crash, can_isolate, run_isolated
-    from pipeline.steptimes import step
+    from onnx_cooker.isolate import Crash, can_isolate, run_isolated
+    from onnx_cooker.steptimes import step
 """
 
 

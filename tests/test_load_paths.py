@@ -1,4 +1,4 @@
-"""Every load path (pipeline/runtime/loadpaths.py) in every onnxruntime a shipped platform targets:
+"""Every load path (onnx_cooker/runtime/loadpaths.py) in every onnxruntime a shipped platform targets:
 each loads and matches the source, each claim of "weights in place" is shown true (the caller's
 buffer zeroed, or the mapped file rewritten, after the session was made: the outputs follow; a
 sealed memfd by memory), a copying path shown to copy, and the loader picks the path its
@@ -16,7 +16,7 @@ import onnx
 import pytest
 from runtime_helpers import HEADER_DEFAULTS, make_weighted_blob, run_in_runtime, run_source, to_ort_format
 
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import (
     conv_bn_relu_model,
     dense_model,
@@ -174,8 +174,8 @@ def test_weights_optimizers_read_skip_the_shared_door_before_it_is_tried(version
     int8 conv kernels among them, still try the shared door first (the choice, made in this process
     for ``version``; that onnxruntime refuses or accepts the door for these models is
     tests/test_native.py's)."""
-    from pipeline.runtime.blob import check_blob
-    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, optimizers_read_weights
+    from onnx_cooker.runtime.blob import check_blob
+    from onnx_cooker.runtime.loadpaths import LoadPath, choose_load_path, optimizers_read_weights
 
     conv = conv_bn_relu_model()
     int8 = conv_bn_relu_model()
@@ -203,7 +203,7 @@ REMEMBER_PROBE = """
 import json, logging, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from pipeline.runtime import load_info, session_from_blob
+from onnx_cooker.runtime import load_info, session_from_blob
 
 class Lines(logging.Handler):
     def __init__(self):
@@ -212,7 +212,7 @@ class Lines(logging.Handler):
     def emit(self, record):
         self.lines.append(record.getMessage())
 
-log = logging.getLogger("pipeline.runtime")
+log = logging.getLogger("onnx_cooker.runtime")
 log.setLevel(logging.INFO)
 heard = Lines()
 log.addHandler(heard)

@@ -24,8 +24,8 @@ import onnxruntime
 import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, REPO, split_weights, write_bundle
 
-from pipeline.build.signing import keygen, sign
-from pipeline.runtime import (
+from onnx_cooker.build.signing import keygen, sign
+from onnx_cooker.runtime import (
     BundleError,
     BundleReplacedError,
     ManifestError,
@@ -36,9 +36,9 @@ from pipeline.runtime import (
     open_bundle,
     session_from_blob,
 )
-from pipeline.runtime.constants import SIGNATURE_NAME, SIGNING_NAME
-from pipeline.runtime.manifestfile import SETTLE_SECONDS
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime.constants import SIGNATURE_NAME, SIGNING_NAME
+from onnx_cooker.runtime.manifestfile import SETTLE_SECONDS
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import dense_model, mlp_model
 
 X = np.random.default_rng(5).standard_normal((1, 1024)).astype(np.float32)
@@ -84,7 +84,9 @@ def signed_cook(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
     project = root / "project"
     project.mkdir()
     shutil.copy2(REPO / "dodo.py", project / "dodo.py")
-    shutil.copytree(REPO / "pipeline", project / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "onnx_cooker", project / "onnx_cooker", ignore=shutil.ignore_patterns("__pycache__")
+    )
     (project / "platforms").mkdir()
     shutil.copy2(REPO / "platforms" / "android.yaml", project / "platforms" / "android.yaml")
     (project / "assets").mkdir()
@@ -103,13 +105,13 @@ def signed_cook(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
     return project, private, public
 
 
-# The manifest task's own code (pipeline.build.actions.run_manifest: publish, manifest, signature,
+# The manifest task's own code (onnx_cooker.build.actions.run_manifest: publish, manifest, signature,
 # operator configs) run again and again, each time with a changed entry: a new manifest and signature.
 REPUBLISH = textwrap.dedent(
     """
     import contextlib, io, json, sys
     from pathlib import Path
-    from pipeline.build.actions import run_manifest
+    from onnx_cooker.build.actions import run_manifest
     platform_dir, key, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     entry = platform_dir / ".entries" / "mlp.json"
     data = json.loads(entry.read_text())
@@ -329,12 +331,12 @@ def test_an_empty_provider_list_is_refused_not_reported_as_no_ep(tmp_path: Path)
     assert load_info(session_from_blob(data)).providers == ("CPUExecutionProvider",)
 
 
-# --- D4: python -m pipeline.runtime --------------------------------------------------------------
+# --- D4: python -m onnx_cooker.runtime --------------------------------------------------------------
 
 
 def _cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", *args],
+        [sys.executable, "-m", "onnx_cooker.runtime", *args],
         cwd=REPO,
         capture_output="stdout" not in kwargs,
         stderr=subprocess.PIPE if "stdout" in kwargs else None,

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from runtime_helpers import make_weighted_blob, run_in_runtime, run_source
 
-from pipeline.runtime import (
+from onnx_cooker.runtime import (
     BlobTooLargeError,
     BundleError,
     ChecksumMismatchError,
@@ -44,7 +44,7 @@ import io, json, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 import numpy as np, onnxruntime
-from pipeline.runtime import MemoryBlob, load_info, session_from_blob
+from onnx_cooker.runtime import MemoryBlob, load_info, session_from_blob
 
 MEMFD = "memfd:onnx-cooker-blob"
 

@@ -12,16 +12,16 @@ import pytest
 from onnxruntime.tools import reduced_build_config_parser
 
 import ort_flatbuffers_py.fbs as fbs  # isort: skip
-from pipeline import layout
-from pipeline.build.run_job import cook
-from pipeline.cook import opconfig
-from pipeline.cook.job import CookJob
-from pipeline.cook.optimize import session_options
-from pipeline.cook.usability import usability
-from pipeline.errors import ModelError
-from pipeline.layout import applied_variant_path, blob_path
-from pipeline.runtime import decode_blob
-from pipeline.runtime.session import session_options_for
+from onnx_cooker import layout
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook import opconfig
+from onnx_cooker.cook.job import CookJob
+from onnx_cooker.cook.optimize import session_options
+from onnx_cooker.cook.usability import usability
+from onnx_cooker.errors import ModelError
+from onnx_cooker.layout import applied_variant_path, blob_path
+from onnx_cooker.runtime import decode_blob
+from onnx_cooker.runtime.session import session_options_for
 from tests.models import conv_bn_relu_model, int4_model, mlp_model, with_symbolic_batch
 from tests.test_cook import job_for, save, settings_for, shipped_settings
 
@@ -36,9 +36,9 @@ def ort_operators(data: bytes) -> set[tuple[str, str]]:
 def applied_variant(job: CookJob) -> bytes:
     """The model with its saved optimizations applied, as the cook makes it to list its operators (the
     cook keeps that file only when the operator lists in its entry lack types)."""
-    from pipeline.cook.optimize import optimize
-    from pipeline.cook.shapes import fix_shapes
-    from pipeline.cook.source import load_source
+    from onnx_cooker.cook.optimize import optimize
+    from onnx_cooker.cook.shapes import fix_shapes
+    from onnx_cooker.cook.source import load_source
 
     model = load_source(job.asset)
     fix_shapes(model, job.settings)
@@ -292,9 +292,9 @@ def test_applied_variants_are_not_kept_and_untyped_models_refuse_a_typed_config(
     """The entries' operator lists cover the applied variants, so their files (as big as the model) are
     neither kept nor cached. A model whose types onnxruntime's processor cannot name (int4) gets a
     config without types; with type reduction, a clear error naming it, as onnxruntime's tool gives."""
-    from pipeline.errors import CookError
-    from pipeline.farm.cache import CookCache
-    from pipeline.farm.store import CacheConfig
+    from onnx_cooker.errors import CookError
+    from onnx_cooker.farm.cache import CookCache
+    from onnx_cooker.farm.store import CacheConfig
 
     assets = tmp_path / "assets"
     save(int4_model(), assets, "quant")
@@ -326,8 +326,8 @@ def test_applied_variants_are_not_kept_and_untyped_models_refuse_a_typed_config(
 def test_a_usability_check_that_failed_says_why_in_the_summary() -> None:
     """onnxruntime's checker fails on some valid models (every node output a graph output): the end of
     the cook says so and why, not "takes 0/0 nodes in 0 partition(s): unknown"."""
-    from pipeline.build.usability_lines import usability_lines
-    from pipeline.cook.usability import _unknown
+    from onnx_cooker.build.usability_lines import usability_lines
+    from onnx_cooker.cook.usability import _unknown
 
     failed = _unknown("ValueError: Run onnx.shape_inference first\nand more lines")
     lines = usability_lines("android", {"m": {"usability": {"NnapiExecutionProvider": failed}}})

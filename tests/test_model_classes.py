@@ -16,11 +16,11 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.build.summary import cook_line
-from pipeline.errors import ModelError, VerifyError
-from pipeline.layout import blob_path
-from pipeline.runtime import session_from_blob
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.errors import ModelError, VerifyError
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import session_from_blob
 from tests.models import RNG_SEED, model_of, word_ids_model
 from tests.test_cook import job_for, save, shipped_settings
 
@@ -321,7 +321,7 @@ def test_a_symbolic_dim_a_weight_sizes_is_given_that_size(tmp_path: Path, platfo
 def test_the_weights_that_size_a_free_dim_are_found_through_axis_moves() -> None:
     """MatMul (the input's last axis), Gemm (transA/transB), Conv (channels times groups), RNNs (the
     feature axis), through Unsqueeze and Transpose; two weights that disagree leave the dim free."""
-    from pipeline.cook.axiswalk import pinned_sizes
+    from onnx_cooker.cook.axiswalk import pinned_sizes
 
     rng = np.random.default_rng(RNG_SEED)
 
@@ -418,7 +418,7 @@ def test_words_a_table_looks_up_are_drawn_from_its_keys(tmp_path: Path) -> None:
     """Synthesized strings were "0" and "1": a LabelEncoder whose keys are words missed them all, so
     a blob with a wrong table (every value 9) verified. The words are now the table's keys (followed
     back through a StringNormalizer) and one word out of it, for its default."""
-    from pipeline.cook.inputs import looked_up_words, synthesize_inputs
+    from onnx_cooker.cook.inputs import looked_up_words, synthesize_inputs
 
     model = word_ids_model(["cat", "dog", "emu"], [16])
     normalize = helper.make_node(
@@ -712,7 +712,7 @@ def test_a_dim_named_by_an_expression_is_computed_from_the_others(tmp_path: Path
 
 
 def test_dim_expressions_as_exporters_write_them() -> None:
-    from pipeline.cook.dims import bound_sizes, dim_size, expression_names, unsized_dims
+    from onnx_cooker.cook.dims import bound_sizes, dim_size, expression_names, unsized_dims
 
     assert expression_names("past_sequence_length + 1") == ["past_sequence_length"]
     assert expression_names("past_sequence_length + sequence_length") == [
@@ -769,7 +769,7 @@ def test_a_model_with_random_operators_verifies_in_every_target_version(tmp_path
 def test_an_optional_float16_input_gets_its_float32_sample_cast() -> None:
     """An fp16 variant's optional(tensor(float16)) input takes the fp32 source's sample cast, as a
     plain float16 input does (onnxruntime refuses float32 there)."""
-    from pipeline.cook.inputs import as_input_types
+    from onnx_cooker.cook.inputs import as_input_types
 
     optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT16, [2]))
     graph = helper.make_graph([], "g", [helper.make_value_info("opt", optional)], [])

@@ -13,16 +13,16 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.cook import guard as guard_module
-from pipeline.cook.downgrade import NEWEST_IR_KNOWN, TYPES_SINCE_IR, Limits, downgrade, limits_of
-from pipeline.cook.facts import onnx_facts, ort_facts
-from pipeline.cook.optimize import optimize
-from pipeline.cook.source import read_sources
-from pipeline.cook.variant import cook_variant
-from pipeline.errors import GuardError, ModelError, VerifyError
-from pipeline.layout import blob_path
-from pipeline.runtime import decode_blob, session_from_blob
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook import guard as guard_module
+from onnx_cooker.cook.downgrade import NEWEST_IR_KNOWN, TYPES_SINCE_IR, Limits, downgrade, limits_of
+from onnx_cooker.cook.facts import onnx_facts, ort_facts
+from onnx_cooker.cook.optimize import optimize
+from onnx_cooker.cook.source import read_sources
+from onnx_cooker.cook.variant import cook_variant
+from onnx_cooker.errors import GuardError, ModelError, VerifyError
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import decode_blob, session_from_blob
 from tests.models import (
     conv_bn_relu_model,
     mlp_model,
@@ -490,7 +490,7 @@ def test_an_fp16_model_whose_branches_read_one_value_cooks_for_onnx_platforms(
 
 def test_subgraph_names_are_made_unique_only_where_they_repeat_and_within_their_scope() -> None:
     """Names a nested graph defines itself keep their uses; its uses of a renamed outer value follow."""
-    from pipeline.cook.ssa import unique_subgraph_names
+    from onnx_cooker.cook.ssa import unique_subgraph_names
 
     inner = helper.make_graph(
         [helper.make_node("Neg", ["t"], ["u"]), helper.make_node("Add", ["u", "t"], ["v"])],

@@ -17,11 +17,11 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.build.summary import cook_line
-from pipeline.cook.narrow import NARROW_MIN_BYTES, narrow_weights
-from pipeline.layout import blob_path
-from pipeline.runtime import session_from_blob
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.cook.narrow import NARROW_MIN_BYTES, narrow_weights
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import session_from_blob
 from tests.models import RNG_SEED, model_of
 from tests.test_cook import job_for, save, shipped_settings
 

@@ -20,9 +20,9 @@ import pytest
 from filelock import FileLock
 from runtime_helpers import make_blob, split_blob, write_bundle
 
-from pipeline.build.target_check import runtime_library
-from pipeline.runtime import errors as py_errors
-from pipeline.runtime import open_bundle, read_header, unpack_blob
+from onnx_cooker.build.target_check import runtime_library
+from onnx_cooker.runtime import errors as py_errors
+from onnx_cooker.runtime import open_bundle, read_header, unpack_blob
 from tests.test_dodo import doit, feeds_for, run_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ SANITIZERS = {
     "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=86",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87",
 }
-# The Python loader's exception for each status of the C library (pipeline/runtime/errors.py).
+# The Python loader's exception for each status of the C library (onnx_cooker/runtime/errors.py).
 STATUS_OF = {
     py_errors.NotABlobError: "OC_ERR_NOT_A_BLOB",
     py_errors.TruncatedBlobError: "OC_ERR_TRUNCATED",
@@ -1275,7 +1275,7 @@ def test_signed_bundles_open_only_with_a_trusted_key(native: Path, tmp_path: Pat
 
     from cryptography.hazmat.primitives import serialization
 
-    from pipeline.build.signing import keygen
+    from onnx_cooker.build.signing import keygen
     from tests.test_reliability import small_project
 
     project = small_project(tmp_path / "project")
@@ -1544,7 +1544,7 @@ def test_an_operator_onnxruntime_has_no_kernel_for_gets_the_python_loaders_messa
 ) -> None:
     """OC_ERR_INCOMPATIBLE_RUNTIME with the Python loader's words (compat.no_kernel_message) where
     onnxruntime has no kernel for an operator of the blob, in each target version."""
-    from pipeline.runtime.compat import no_kernel_message
+    from onnx_cooker.runtime.compat import no_kernel_message
     from tests.test_runtime_session import image_decoder_model
 
     path = tmp_path / "decoder.ocb"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import make_blob, to_ort_format
 
-from pipeline.runtime import session_from_blob
+from onnx_cooker.runtime import session_from_blob
 from tests.models import tiny_model
 from tests.test_native import VERSIONS, native, ort_library, run_native  # noqa: F401
 
@@ -94,7 +94,7 @@ def test_an_engines_appender_puts_its_ep_on_the_sessions_options(
 def test_the_model_is_the_one_the_appender_was_asked_for(tmp_path: Path) -> None:
     """The blob the test gives test_ep_appender is what it says: a free batch named "batch", the EP
     preferred with its options (so a first_dim of 1 above can only come from the appender)."""
-    from pipeline.runtime import read_header
+    from onnx_cooker.runtime import read_header
 
     blob = _blob("onnx", tmp_path)
     header, _ = read_header(blob)

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from runtime_helpers import RUNTIMES_CACHE, make_blob, run_source, sample_input, write_bundle
 
-from pipeline.build.target_check import ensure_runtime
-from pipeline.runtime import DEVICE_POLICIES as POLICIES
-from pipeline.runtime import SessionCreateError, plan_session
+from onnx_cooker.build.target_check import ensure_runtime
+from onnx_cooker.runtime import DEVICE_POLICIES as POLICIES
+from onnx_cooker.runtime import SessionCreateError, plan_session
 from tests.models import tiny_model
 from tests.test_native import native, run_native  # noqa: F401  (native: the shared build fixture)
 

@@ -16,8 +16,8 @@ import pytest
 from filelock import FileLock
 
 from bench.real import fetch, write_assets
-from pipeline.layout import verify_data_path
-from pipeline.runtime import open_bundle
+from onnx_cooker.layout import verify_data_path
+from onnx_cooker.runtime import open_bundle
 from tests.test_dodo import doit, run_session
 from tests.test_native import PLATFORMS, VERSIONS, OcRun, native, ort_library  # noqa: F401
 

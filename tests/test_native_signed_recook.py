@@ -17,24 +17,24 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from runtime_helpers import make_blob, write_bundle
 
-from pipeline.build.signing import keygen
-from pipeline.runtime.constants import SIGNATURE_NAME, SIGNING_NAME
+from onnx_cooker.build.signing import keygen
+from onnx_cooker.runtime.constants import SIGNATURE_NAME, SIGNING_NAME
 from tests.models import tiny_model
 from tests.test_dodo import doit, doit_env
 from tests.test_loader_probe_fixes import signed_late
 from tests.test_native import SANITIZERS, native, run_native  # noqa: F401
 from tests.test_reliability import small_project
 
-SETTLE_SECONDS = 2.0  # bundle.c's SETTLE_NS, pipeline/runtime/manifestfile.py's SETTLE_SECONDS
+SETTLE_SECONDS = 2.0  # bundle.c's SETTLE_NS, onnx_cooker/runtime/manifestfile.py's SETTLE_SECONDS
 
-# The manifest task's own code (pipeline.build.actions.run_manifest: manifest, signature, operator
+# The manifest task's own code (onnx_cooker.build.actions.run_manifest: manifest, signature, operator
 # configs) run again and again, each time with a changed entry: a new manifest and signature; then
 # the stop file the C prober waits for.
 REPUBLISH = textwrap.dedent(
     """
     import contextlib, io, json, sys
     from pathlib import Path
-    from pipeline.build.actions import run_manifest
+    from onnx_cooker.build.actions import run_manifest
     platform_dir, key, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     stop = Path(sys.argv[4])
     names = sorted(p.stem for p in (platform_dir / ".entries").glob("*.json"))

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 from runtime_helpers import make_blob, to_ort_format
 
-from pipeline.runtime import session_from_blob
+from onnx_cooker.runtime import session_from_blob
 from tests.test_native import VERSIONS, native, ort_library, run_native  # noqa: F401
 
 CPU = ["CPUExecutionProvider"]

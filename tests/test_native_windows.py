@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from pipeline.runtime import open_bundle, unpack_blob
+from onnx_cooker.runtime import open_bundle, unpack_blob
 from tests.test_dodo import feeds_for, run_session
 from tests.test_native import (  # noqa: F401  (bundles, native: fixtures shared with the Linux tests)
     VERSIONS,

@@ -16,17 +16,17 @@ import onnxruntime
 import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights, write_bundle
 
-from pipeline.runtime import CorruptBlobError, load_info, open_bundle
-from pipeline.runtime.compat import parse_version
-from pipeline.runtime.errors import SessionCreateError
-from pipeline.runtime.loadpaths import (
+from onnx_cooker.runtime import CorruptBlobError, load_info, open_bundle
+from onnx_cooker.runtime.compat import parse_version
+from onnx_cooker.runtime.errors import SessionCreateError
+from onnx_cooker.runtime.loadpaths import (
     FILE_BUFFERS_SINCE,
     MAPPED_WEIGHTS_MIN,
     BlobFile,
     _still_the_checked_file,
 )
-from pipeline.runtime.pager import can_page
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime.pager import can_page
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import conv_bn_relu_model, dense_model
 
 X = np.random.default_rng(8).standard_normal((1, 1024)).astype(np.float32)
@@ -170,7 +170,7 @@ def test_a_graph_whose_dims_outgrow_the_header_cannot_read_past_its_tensor(tmp_p
 
 
 def test_references_get_the_blob_file_its_offsets_and_the_header_lengths() -> None:
-    from pipeline.runtime.onnxrefs import rewrite_locations
+    from onnx_cooker.runtime.onnxrefs import rewrite_locations
 
     def external(name: str, entries: dict[str, str]) -> onnx.TensorProto:
         tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=[2])
@@ -201,8 +201,8 @@ def test_a_signed_bundle_never_lets_onnxruntime_reopen_the_blob_by_name(tmp_path
     be those bytes, not a file opened again by name later."""
     from cryptography.hazmat.primitives import serialization
 
-    from pipeline.build.signing import keygen, sign
-    from pipeline.runtime.constants import SIGNATURE_NAME
+    from onnx_cooker.build.signing import keygen, sign
+    from onnx_cooker.runtime.constants import SIGNATURE_NAME
 
     blob, expected = onnx_blob(outputs=MAPPED_WEIGHTS_MIN // (1024 * 4))
     root = write_bundle(tmp_path / "bundle", {"net": ("onnx", blob)})
@@ -222,8 +222,8 @@ def test_a_signed_bundle_never_lets_onnxruntime_reopen_the_blob_by_name(tmp_path
 
 
 def test_only_proven_onnxruntime_versions_resolve_the_blob_by_name(tmp_path: Path) -> None:
-    from pipeline.runtime.blob import check_blob
-    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, why_not
+    from onnx_cooker.runtime.blob import check_blob
+    from onnx_cooker.runtime.loadpaths import LoadPath, choose_load_path, why_not
 
     blob, _ = onnx_blob(outputs=MAPPED_WEIGHTS_MIN // (1024 * 4))
     checked = check_blob(blob)
@@ -243,8 +243,8 @@ def test_before_1_32_a_bundle_maps_what_the_shared_door_would_refuse(tmp_path: P
     onnx-mapped at any size, with prepacking on. An MLP's small weights, whose door opens, are
     shared from the loader's mapping as from bytes; from 64 MiB (MAPPED_WEIGHTS_MIN) they are mapped
     too. From bytes, with prepacking off, from a signed bundle and from 1.32 the choice is unchanged."""
-    from pipeline.runtime.blob import check_blob
-    from pipeline.runtime.loadpaths import LoadPath, choose_load_path, optimizers_read_weights
+    from onnx_cooker.runtime.blob import check_blob
+    from onnx_cooker.runtime.loadpaths import LoadPath, choose_load_path, optimizers_read_weights
 
     mlp = check_blob(onnx_blob()[0])  # 2 MB
     graph, weights = split_weights(conv_bn_relu_model(), "net")

@@ -1,4 +1,4 @@
-"""The ORT-format weight walk (pipeline/runtime/ortweights.py) and ``ort-shared-initializers``: where
+"""The ORT-format weight walk (onnx_cooker/runtime/ortweights.py) and ``ort-shared-initializers``: where
 onnxruntime wrote each weight in its flatbuffer, which weights may be shared (a name a subgraph also
 uses may not), hostile flatbuffers, the memfd's holes, and what happens when something reads them (a
 real plugin EP that compiles weights from the graph, ggml)."""
@@ -19,13 +19,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import HEADER_DEFAULTS, run_in_runtime, run_source, to_ort_format
 
-from pipeline.runtime import SessionCreateError, load_info, session_from_blob
-from pipeline.runtime.blob import tensor_view
-from pipeline.runtime.compat import parse_version
-from pipeline.runtime.files import held, memfd_unit, memfd_without
-from pipeline.runtime.loadpaths import ORT_SHARED_VERSIONS
-from pipeline.runtime.ortweights import MIN_SHARED_WEIGHT, share_weights, shareable_weights
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime import SessionCreateError, load_info, session_from_blob
+from onnx_cooker.runtime.blob import tensor_view
+from onnx_cooker.runtime.compat import parse_version
+from onnx_cooker.runtime.files import held, memfd_unit, memfd_without
+from onnx_cooker.runtime.loadpaths import ORT_SHARED_VERSIONS
+from onnx_cooker.runtime.ortweights import MIN_SHARED_WEIGHT, share_weights, shareable_weights
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import model_of
 
 CPU = ["CPUExecutionProvider"]
@@ -366,8 +366,8 @@ GGML_PROBE = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
     import numpy as np, onnxruntime, onnxruntime_ggml
-    from pipeline.runtime import SessionCreateError, load_info, session_from_blob
-    from pipeline.runtime import loadpaths, session as loader_session
+    from onnx_cooker.runtime import SessionCreateError, load_info, session_from_blob
+    from onnx_cooker.runtime import loadpaths, session as loader_session
 
     folder = Path(sys.argv[2])
     blob = (folder / "wide.ocb").read_bytes()
@@ -453,7 +453,7 @@ def test_an_ep_that_reads_the_graphs_copy_of_the_weights_never_computes_with_the
 
 
 def _counting_memfds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    from pipeline.runtime import ortweights
+    from onnx_cooker.runtime import ortweights
 
     written: list[int] = []
     real = ortweights.memfd_without
@@ -500,7 +500,7 @@ def test_a_kept_memfd_whose_hole_was_read_is_never_used_again(
 ) -> None:
     """A read of a hole gives it a page of zeros, which would hide the next read: the kept memfd is
     dropped and a new one written."""
-    from pipeline.runtime import ortweights
+    from onnx_cooker.runtime import ortweights
 
     written = _counting_memfds(monkeypatch)
     ort_model = to_ort_format(typed_model().SerializeToString(), tmp_path)
@@ -519,7 +519,7 @@ def test_a_kept_memfd_whose_hole_was_read_is_never_used_again(
 
 
 def test_kept_memfds_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.runtime import ortweights
+    from onnx_cooker.runtime import ortweights
 
     monkeypatch.setattr(ortweights, "_KEPT", type(ortweights._KEPT)())
     fds = []
@@ -548,7 +548,7 @@ def test_kept_memfds_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_kept_memfds_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.runtime import ortweights
+    from onnx_cooker.runtime import ortweights
 
     monkeypatch.setattr(ortweights, "_KEPT", type(ortweights._KEPT)())
     monkeypatch.setattr(ortweights, "_KEPT_TOTAL", 10_000)
@@ -561,7 +561,7 @@ def test_kept_memfds_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def _kept_weights(size: int) -> list:
-    from pipeline.runtime import ortweights
+    from onnx_cooker.runtime import ortweights
 
     return ortweights._KEPT[size].weights
 

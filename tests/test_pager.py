@@ -1,5 +1,5 @@
 """Bundle.session lets go of the pages onnxruntime's mapping of an ORT blob file holds while the
-session is built (pipeline/runtime/pager.py), in each onnxruntime that maps ORT files (1.28.0 and
+session is built (onnx_cooker/runtime/pager.py), in each onnxruntime that maps ORT files (1.28.0 and
 1.32.0; 1.24.4 reads them, "ort-file", and has no mapping to page).
 
 Measured in the target's own environment, from ``/proc/self/smaps``: the resident pages of the
@@ -32,8 +32,8 @@ from runtime_helpers import (
     write_bundle,
 )
 
-from pipeline.runtime import SessionCreateError, load_info, open_bundle, pager
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime import SessionCreateError, load_info, open_bundle, pager
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import dense_model, large_matmul_model, matmul_stack_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,8 +47,8 @@ PROBE = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import numpy as np
     import onnxruntime
-    from pipeline.runtime import load_info, open_bundle
-    from pipeline.runtime import pager
+    from onnx_cooker.runtime import load_info, open_bundle
+    from onnx_cooker.runtime import pager
 
     root, pager_on = Path(sys.argv[2]), sys.argv[3] == "1"
     if not pager_on:
@@ -163,7 +163,7 @@ def test_an_ep_that_fails_is_an_error_not_a_silent_retry_on_the_cpu(
 
 
 def test_only_onnxruntimes_own_mapping_of_the_whole_file_is_ever_claimed() -> None:
-    from pipeline.runtime.pager import _onnxruntimes
+    from onnx_cooker.runtime.pager import _onnxruntimes
 
     size = 10_000
     found = [
@@ -183,8 +183,8 @@ PEAK_PROBE = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import numpy as np
     import onnxruntime
-    from pipeline.runtime import load_info, open_bundle
-    from pipeline.runtime import pager
+    from onnx_cooker.runtime import load_info, open_bundle
+    from onnx_cooker.runtime import pager
 
     root, pager_on = Path(sys.argv[2]), sys.argv[3] == "1"
     if not pager_on:
@@ -315,7 +315,7 @@ def test_a_hashed_onnx_blob_file_is_mapped_without_faulting_it_all_in(tmp_path: 
     15 MB blob cost each load about 1 ms), and populated where the checks read it all (a blob not
     hashed at start-up) and for a small ORT blob (measured faster so). Read from the resident size
     of the loader's mapping right after it is made (``Bundle._load``), before anything reads it."""
-    from pipeline.runtime.blob import DEFAULT_MAX_MODEL_SIZE
+    from onnx_cooker.runtime.blob import DEFAULT_MAX_MODEL_SIZE
 
     source = matmul_stack_model(512, 4, seed=3)  # 4 MB of weights: over SMALL_BLOB, under PAGER_MIN
     graph, weights = split_weights(source, "net")

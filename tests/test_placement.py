@@ -16,11 +16,11 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.placement_check import coverage_failures, placement_lines
-from pipeline.build.run_job import cook
-from pipeline.build.target_check import RuntimeCheckError, run_check
-from pipeline.cook.job import RuntimeCheck
-from pipeline.layout import entry_path, runtime_check_path
+from onnx_cooker.build.placement_check import coverage_failures, placement_lines
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.target_check import RuntimeCheckError, run_check
+from onnx_cooker.cook.job import RuntimeCheck
+from onnx_cooker.layout import entry_path, runtime_check_path
 from tests.models import conv_bn_relu_model, model_of
 from tests.runtime_helpers import CPU, RUNTIMES_CACHE, make_blob, to_ort_format
 from tests.test_cook import job_for, shipped_settings
@@ -214,7 +214,7 @@ def test_an_ep_that_fails_to_create_fails_the_check(tmp_path: Path) -> None:
     platform_dir = platform_of(tmp_path / "both", {"nchwc": nchwc, "scaler": scaler})
     check = check_of(platform_dir, ["nchwc", "scaler"], "onnxruntime-openvino", OPENVINO_VERSION,
                      min_coverage=(("scaler", 0.9),))  # fmt: skip
-    from pipeline.build.actions import run_runtime_checks
+    from onnx_cooker.build.actions import run_runtime_checks
 
     for name, blob in (("nchwc", nchwc), ("scaler", scaler)):  # as a cook writes them: the check's key
         entry = entry_path(platform_dir, name)
@@ -467,7 +467,7 @@ def test_a_difference_in_results_in_the_target_runtime_names_the_atol(tmp_path: 
     """Where the target's onnxruntime computes a model differently from the cook's (an fp16 model off
     by one ulp in 1.24): the check names the `atol` that accepts it, not an older opset. Here the cook's
     stored outputs are moved by 0.003 to stand for the other onnxruntime's results."""
-    from pipeline.layout import verify_data_path
+    from onnx_cooker.layout import verify_data_path
 
     assets = tmp_path / "assets"
     assets.mkdir()
@@ -492,7 +492,7 @@ def test_the_advised_atol_is_a_float_yaml_reads_and_accepts_the_difference(max_a
     `2e-05` as text), and that number must accept the difference it was made for."""
     import yaml
 
-    from pipeline.settings.advice import tolerance_for
+    from onnx_cooker.settings.advice import tolerance_for
 
     line = tolerance_for("ios", max_abs, "m")
     assert line is not None and line.endswith(" in m.cook.yaml")
@@ -533,8 +533,8 @@ def test_an_fp16_model_ships_its_fp16_nodes_not_the_cpu_eps_float32_islands(
     """The cook's CPU EP ran the fp16 nodes in float32 between Casts, and the blob kept them: DirectML
     ran every fp16 MatMul in float32, and OpenVINO left the model on the CPU (0 of its nodes, where
     the source ran wholly on OpenVINO). The blob holds the source's fp16 nodes and weights now."""
-    from pipeline.cook.precisioncasts import PREFIX
-    from pipeline.runtime import decode_blob
+    from onnx_cooker.cook.precisioncasts import PREFIX
+    from onnx_cooker.runtime import decode_blob
 
     source = fp16_mlp()
     settings = shipped_settings(platform, optimization_level=level)

@@ -1,5 +1,5 @@
 """Plugin execution providers (onnxruntime >= 1.22, Windows ML's API): ``ep_libraries``, ``devices``
-and the blob header's ``device_policy`` (pipeline/runtime/devices.py).
+and the blob header's ``device_policy`` (onnx_cooker/runtime/devices.py).
 
 A real plugin EP runs here: onnxruntime-ggml 0.2.0 (onnxruntime 1.30.0), in its own environment
 (``run_in_runtime``). Its library registers on the CPU device; it takes whole MLP and 1-D conv
@@ -27,7 +27,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import make_blob, repack, run_source, sample_input, write_bundle
 
-from pipeline.runtime import (
+from onnx_cooker.runtime import (
     DEVICE_POLICIES,
     CorruptBlobError,
     SessionCreateError,
@@ -36,7 +36,7 @@ from pipeline.runtime import (
     register_ep_libraries,
     session_from_blob,
 )
-from pipeline.runtime.header import read_header
+from onnx_cooker.runtime.header import read_header
 from tests.models import model_of, tiny_model
 
 CPU = "CPUExecutionProvider"
@@ -212,7 +212,7 @@ def test_devices_and_policies_on_the_cpu_eps_device(caplog: pytest.LogCaptureFix
     expected = run_source(source, x)
     blob = make_blob(source, "onnx", name="tiny")
     policy_blob = make_blob(source, "onnx", name="tiny", device_policy="prefer_cpu")
-    with caplog.at_level(logging.INFO, logger="pipeline.runtime"):
+    with caplog.at_level(logging.INFO, logger="onnx_cooker.runtime"):
         by_pairs = session_from_blob(blob, devices=[(CPU, "CPU")])
         by_policy = session_from_blob(blob, devices="max_efficiency")
         by_header = session_from_blob(policy_blob)
@@ -220,7 +220,7 @@ def test_devices_and_policies_on_the_cpu_eps_device(caplog: pytest.LogCaptureFix
         assert session.get_providers() == [CPU]
         assert load_info(session).providers == (CPU,)
         np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-6)
-    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.runtime"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "onnx_cooker.runtime"]
     assert any(line.startswith(f"tiny: using {CPU} on CPU (vendor 0x") for line in lines)
     assert any("device policy max_efficiency (given by the caller)" in line for line in lines)
     assert any("device policy prefer_cpu (from the blob header)" in line for line in lines)
@@ -251,15 +251,15 @@ PROBE = textwrap.dedent(
     import numpy as np
     import onnxruntime
     import onnxruntime_ggml
-    from pipeline.runtime import SessionCreateError, load_info, open_bundle, register_ep_libraries
-    from pipeline.runtime import session_from_blob
+    from onnx_cooker.runtime import SessionCreateError, load_info, open_bundle, register_ep_libraries
+    from onnx_cooker.runtime import session_from_blob
 
     cases = Path(sys.argv[2])
     lines = []
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())
-    logging.getLogger("pipeline.runtime").addHandler(handler)
-    logging.getLogger("pipeline.runtime").setLevel(logging.INFO)
+    logging.getLogger("onnx_cooker.runtime").addHandler(handler)
+    logging.getLogger("onnx_cooker.runtime").setLevel(logging.INFO)
     library = {onnxruntime_ggml.EP_NAME: onnxruntime_ggml.library_path()}
     report = {"onnxruntime": onnxruntime.__version__, "ep_name": onnxruntime_ggml.EP_NAME}
 

@@ -14,12 +14,12 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.manifest import write_manifest
-from pipeline.build.run_job import cook
-from pipeline.build.summary import cook_line
-from pipeline.errors import CookError, GuardError, ModelError, VerifyError
-from pipeline.layout import blob_path
-from pipeline.runtime import session_from_blob
+from onnx_cooker.build.manifest import write_manifest
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.errors import CookError, GuardError, ModelError, VerifyError
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import session_from_blob
 from tests.models import conv_bn_relu_model, transformer_block_model
 from tests.test_cook import SHIPPED_PLATFORMS, job_for, save, shipped_settings
 
@@ -158,7 +158,7 @@ def test_a_bundle_over_its_budget_writes_no_manifest_and_names_the_biggest_model
     assert not (platform_dir / "manifest.json").exists()
     assert write_manifest(platform_dir, "windows-dml", ["m"], max_bundle_bytes=entry["blob_size"]).is_file()
     shown = subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", "inspect", str(platform_dir)],
+        [sys.executable, "-m", "onnx_cooker.runtime", "inspect", str(platform_dir)],
         capture_output=True,
         text=True,
     )
@@ -170,7 +170,7 @@ def test_inspect_shows_the_precision_and_its_accuracy(tmp_path: Path) -> None:
     platform_dir = tmp_path / "build" / "windows-dml"
     write_manifest(platform_dir, "windows-dml", ["m"])
     shown = subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", "inspect", str(platform_dir)],
+        [sys.executable, "-m", "onnx_cooker.runtime", "inspect", str(platform_dir)],
         capture_output=True,
         text=True,
     )
@@ -226,7 +226,7 @@ def test_a_variant_passes_the_runtime_check_in_the_targets_exact_onnxruntime(tmp
 
 
 def test_the_gate_refuses_a_variant_that_overflows_to_inf_or_nan() -> None:
-    from pipeline.cook.precision import accuracy, gate
+    from onnx_cooker.cook.precision import accuracy, gate
 
     source = {"y": np.array([[1.0, 70000.0], [2.0, 3.0]], np.float32)}
     overflowed = {"y": np.array([[1.0, np.inf], [2.0, np.nan]], np.float32)}  # fp16 tops out at 65504
@@ -241,7 +241,7 @@ def test_the_gate_refuses_a_variant_that_overflows_to_inf_or_nan() -> None:
 def _qdq_weight_scales(blob: bytes) -> list[int]:
     """Sizes of the scales of the QDQ weights' DequantizeLinear nodes in a cooked ONNX blob
     (1 per tensor, one per output channel when per channel)."""
-    from pipeline.runtime import unpack_blob
+    from onnx_cooker.runtime import unpack_blob
 
     unpacked = unpack_blob(blob)
     model = onnx.load_from_string(bytes(unpacked.model))
@@ -308,7 +308,7 @@ def test_fp16_can_ship_fp16_inputs_and_outputs(tmp_path: Path) -> None:
 def test_wrong_converter_options_are_refused_with_the_choices(
     tmp_path: Path, options: dict, message: str
 ) -> None:
-    from pipeline.settings.resolve import load_platforms
+    from onnx_cooker.settings.resolve import load_platforms
 
     (tmp_path / "platforms").mkdir()
     (tmp_path / "platforms" / "target.yaml").write_text(f"precision_options: {json.dumps(options)}\n")
@@ -422,7 +422,7 @@ def test_a_source_a_precision_cannot_convert_is_refused_with_the_per_model_fix(
 def test_the_gate_reads_tied_scores_and_zipmap_outputs_as_numbers() -> None:
     """All-equal scores (argmax breaks the tie by rounding) read as 0% top-1 agreement, and a
     classifier's ZipMap output (a list of maps) differed whenever a score was rounded."""
-    from pipeline.cook.precision import accuracy
+    from onnx_cooker.cook.precision import accuracy
 
     tied = np.ones((1, 5), np.float32)
     flipped = tied.copy()
@@ -479,8 +479,8 @@ def test_an_int8_variant_verifies_against_the_int8_kernels_a_game_runs(tmp_path:
     QDQ pairs as int8 kernels: it failed its own verification against the variant's unoptimized
     (float) run, with advice to loosen verify_scale. It verifies against the default level now, and
     the runtime check accepts either computation (OpenVINO's EP computes the float one)."""
-    from pipeline.build.target_check_worker import check_model
-    from pipeline.layout import verify_data_path
+    from onnx_cooker.build.target_check_worker import check_model
+    from onnx_cooker.layout import verify_data_path
 
     entry = cook_at(tmp_path, tiny_vit(), "windows-dml", precision="int8-static")
     (output,) = entry["verification"]["outputs"]
@@ -513,7 +513,7 @@ def test_the_accuracy_gate_of_an_int8_variant_holds_the_computation_further_from
     kernels at onnxruntime's default level, what a game's CPU session runs); the gate measured only
     the first. On these images the kernels are further from the fp32 source: a gate between the two
     passed the variant before."""
-    from pipeline.layout import verify_data_path
+    from onnx_cooker.layout import verify_data_path
 
     save(tiny_vit(), tmp_path / "assets", "m")
     images = (3 * np.random.default_rng(3).standard_normal((2, 3, 32, 32))).astype(np.float32)

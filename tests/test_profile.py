@@ -1,4 +1,5 @@
-"""Tests for pipeline.settings.resolve: platform files, per-model settings, the cascade, the settings key."""
+"""Tests for onnx_cooker.settings.resolve: platform files, per-model settings, the cascade, the settings
+key."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.errors import CookError, ProfileError
-from pipeline.settings.docs import SCHEMA_LINE
-from pipeline.settings.eprules import EP_RULES
-from pipeline.settings.resolve import (
+from onnx_cooker.errors import CookError, ProfileError
+from onnx_cooker.settings.docs import SCHEMA_LINE
+from onnx_cooker.settings.eprules import EP_RULES
+from onnx_cooker.settings.resolve import (
     CookSettings,
     Platform,
     ep_domains,
@@ -26,7 +27,7 @@ from pipeline.settings.resolve import (
     load_platforms,
     resolve,
 )
-from pipeline.settings.table import DEFAULTS
+from onnx_cooker.settings.table import DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "platforms"
@@ -120,7 +121,7 @@ def test_a_consoles_own_ep_names_pass_where_slips_of_onnxruntimes_do_not(platfor
 
 def test_profile_imports_only_stdlib_and_yaml() -> None:
     code = (
-        "import sys, pipeline.settings.resolve; "
+        "import sys, onnx_cooker.settings.resolve; "
         "print(sorted({'onnx', 'onnxruntime', 'numpy', 'doit'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -800,7 +801,7 @@ def test_a_short_runtime_version_is_that_version_point_zero(tmp_path: Path) -> N
     """`runtime_version: "1.28"` (the form the cooker's own message offers) is 1.28.0, as pip's
     `==1.28` reads it: the same environment as "1.28.0" and the same cook key, where it made a second
     180 MB environment beside the cached 1.28.0 (and failed offline)."""
-    from pipeline.build.target_check import environment_dir
+    from onnx_cooker.build.target_check import environment_dir
 
     short = resolve(load_one(tmp_path / "a", 'runtime_version: "1.28"\n'), {}, {})
     full = resolve(load_one(tmp_path / "b", 'runtime_version: "1.28.0"\n'), {}, {})

@@ -1,4 +1,4 @@
-"""Graphs the reference checks accepted are not walked again (pipeline/runtime/proven.py): only a
+"""Graphs the reference checks accepted are not walked again (onnx_cooker/runtime/proven.py): only a
 graph of the very same bytes, checked against the same header, skips the walk; a refusal is never
 kept; the store stays bounded."""
 
@@ -10,8 +10,8 @@ import pytest
 from runtime_helpers import CPU
 from test_external_refs import _set_location, _weighted
 
-from pipeline.runtime import CorruptBlobError, load_info, loadpaths, proven, session_from_blob
-from pipeline.runtime.compat import parse_version
+from onnx_cooker.runtime import CorruptBlobError, load_info, loadpaths, proven, session_from_blob
+from onnx_cooker.runtime.compat import parse_version
 
 # the check each ONNX path with weights runs, as loadpaths calls it
 CHECKS = {

@@ -56,7 +56,7 @@ def test_every_relative_link_in_the_docs_and_bench_results_resolves() -> None:
 
 
 def test_bundle_format_page_names_the_current_bundle_format() -> None:
-    from pipeline.cook.key import BUNDLE_FORMAT
+    from onnx_cooker.cook.key import BUNDLE_FORMAT
 
     assert f"`{BUNDLE_FORMAT}`" in (REPO / "docs" / "bundle-format.md").read_text(encoding="utf-8")
 

@@ -21,7 +21,7 @@ import onnxruntime
 import pytest
 
 from bench.real import fetch, write_assets
-from pipeline.runtime import open_bundle
+from onnx_cooker.runtime import open_bundle
 from tests.realmodels import bare_project, cook_all
 from tests.test_dodo import run_session
 

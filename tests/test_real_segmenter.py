@@ -21,8 +21,8 @@ import onnxruntime
 import pytest
 
 from bench.real import fetch
-from pipeline.cook.conditioning import UNIT_FLOATS
-from pipeline.runtime import open_bundle
+from onnx_cooker.cook.conditioning import UNIT_FLOATS
+from onnx_cooker.runtime import open_bundle
 from tests.realmodels import bare_project, cook_all
 
 PACKAGE = ("pypi", "napari-czann-segment==0.1.2")

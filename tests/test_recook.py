@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.runtime import BundleReplacedError, ChecksumMismatchError, open_bundle
+from onnx_cooker.runtime import BundleReplacedError, ChecksumMismatchError, open_bundle
 from tests.models import int4_model
 from tests.test_reliability import REPO, TRACEBACK, doit, small_project
 
@@ -132,10 +132,10 @@ def test_source_rewritten_with_the_same_size_and_mtime_is_cooked_again(tmp_path:
 
 
 def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path, monkeypatch) -> None:
-    from pipeline.build.run_job import cook
-    from pipeline.build.stamps import OutputsIntact
-    from pipeline.cook import variant as cook_module
-    from pipeline.layout import cook_stamps_path
+    from onnx_cooker.build.run_job import cook
+    from onnx_cooker.build.stamps import OutputsIntact
+    from onnx_cooker.cook import variant as cook_module
+    from onnx_cooker.layout import cook_stamps_path
     from tests.models import mlp_model
     from tests.test_cook import job_for, save, shipped_settings
 
@@ -161,7 +161,7 @@ def test_source_changed_during_the_cook_is_cooked_again_next_time(tmp_path: Path
         != hashlib.sha256(source.read_bytes()).hexdigest()
     )
     # ...so the task is not up to date: the next `doit cook` cooks the new bytes.
-    from pipeline.build.tasks import cook_targets
+    from onnx_cooker.build.tasks import cook_targets
 
     check = OutputsIntact("cook:android:net", cook_targets(job), cook_stamps_path(job.platform_dir, "net"))
     assert check() is False
@@ -270,7 +270,7 @@ def test_edited_manifest_is_written_again(tmp_path: Path) -> None:
 
 READER = r"""
 import sys, time
-from pipeline.runtime import BundleError, open_bundle
+from onnx_cooker.runtime import BundleError, open_bundle
 folder, seconds = sys.argv[1], float(sys.argv[2])
 opened = failed = 0
 errors = []
@@ -336,7 +336,7 @@ def test_partly_failed_cook_keeps_the_previous_bundle_loadable(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_bundle_opened_before_a_recook_works_then_says_it_was_replaced(tmp_path: Path) -> None:
-    from pipeline.build import publish
+    from onnx_cooker.build import publish
 
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -389,7 +389,7 @@ def test_published_blob_unpacks_with_the_stock_tool_recipe_and_the_cli(tmp_path:
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
     blob = published(project, "net")
-    cli = [sys.executable, "-m", "pipeline.runtime"]
+    cli = [sys.executable, "-m", "onnx_cooker.runtime"]
     shown = subprocess.run([*cli, "inspect", str(blob)], capture_output=True, text=True, cwd=REPO, check=True)
     recipe = shown.stdout.split("# unpack with stock tools:\n")[1]
     (tmp_path / "stock").mkdir()
@@ -438,8 +438,8 @@ def test_read_only_build_folder_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_all_nan_sample_inputs_are_refused(tmp_path: Path) -> None:
-    from pipeline.build.run_job import cook as cook_one
-    from pipeline.errors import VerifyError
+    from onnx_cooker.build.run_job import cook as cook_one
+    from onnx_cooker.errors import VerifyError
     from tests.models import mlp_model
     from tests.test_cook import job_for, save, shipped_settings
 
@@ -524,8 +524,8 @@ MESSAGES = {
 
 @pytest.mark.parametrize("case", sorted(MESSAGES))
 def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
-    from pipeline.build.run_job import cook as cook_one
-    from pipeline.errors import CookError
+    from onnx_cooker.build.run_job import cook as cook_one
+    from onnx_cooker.errors import CookError
     from tests.test_cook import job_for, save, shipped_settings
 
     model, inputs, expected = MESSAGES[case]
@@ -541,7 +541,7 @@ def test_errors_say_the_cause_and_the_fix(case: str, tmp_path: Path) -> None:
 
 
 def test_digest_checker_uses_a_remembered_sha256_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
-    from pipeline.build.stamps import DigestChecker, file_state, remember
+    from onnx_cooker.build.stamps import DigestChecker, file_state, remember
 
     memo = tmp_path / "memo"
     source = tmp_path / "model.onnx"

@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 import pytest
 
-from pipeline.build.signing import keygen
-from pipeline.runtime import ChecksumMismatchError, SignatureError, decode_blob, open_bundle
+from onnx_cooker.build.signing import keygen
+from onnx_cooker.runtime import ChecksumMismatchError, SignatureError, decode_blob, open_bundle
 from tests.models import conv_bn_relu_model, large_matmul_model, mlp_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ def small_project(root: Path) -> Path:
     """The project's code with two tiny models and one platform: fast to cook, small on disk."""
     root.mkdir(parents=True)
     shutil.copy2(REPO / "dodo.py", root / "dodo.py")
-    shutil.copytree(REPO / "pipeline", root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "onnx_cooker", root / "onnx_cooker", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "platforms").mkdir()
     shutil.copy2(REPO / "platforms" / "android.yaml", root / "platforms" / "android.yaml")
     (root / "assets").mkdir()
@@ -300,7 +300,7 @@ def test_a_model_that_crashes_onnxruntime_fails_alone_with_its_fix(tmp_path: Pat
 def test_a_runtime_check_that_crashes_onnxruntime_names_the_model(tmp_path: Path) -> None:
     """The runtime check's worker runs every model of a platform in one process of the target's
     onnxruntime: a segfault there names the model it was on and what to do, not a stderr tail."""
-    from pipeline.build.target_check import RuntimeCheckError, run_check
+    from onnx_cooker.build.target_check import RuntimeCheckError, run_check
     from tests.runtime_helpers import make_blob
     from tests.test_placement import check_of, platform_of
 
@@ -381,7 +381,7 @@ def _parallel_cook_under_way(project: Path, **popen: Any) -> tuple[subprocess.Po
     started (its workers are there), and the lines it printed until then."""
     (project / "cook.toml").write_text("")  # onnx-cooker's project file: the defaults
     cook = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "cook", "-n", "2"],
+        [sys.executable, "-m", "onnx_cooker.cli", "cook", "-n", "2"],
         cwd=project,
         env=env(),
         stdout=subprocess.PIPE,

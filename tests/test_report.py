@@ -139,7 +139,7 @@ def test_the_changes_stay_those_of_the_last_cook_that_changed_a_bundle(tmp_path:
     """The report's changes were those since the previous page write: `onnx-cooker report`, a report
     during a cook, or a cook that changed nothing (a CI retry) showed 'nothing changed'. They are now
     the changes of the last cook that changed a bundle, until another cook changes one."""
-    from pipeline.report.html import write_report
+    from onnx_cooker.report.html import write_report
 
     project = small_project(tmp_path / "p")
     assert doit(project, "cook").returncode == 0
@@ -162,7 +162,7 @@ def test_the_changes_stay_those_of_the_last_cook_that_changed_a_bundle(tmp_path:
 def test_a_cook_says_once_why_a_bundle_another_onnx_cooker_wrote_cooks_again(tmp_path: Path) -> None:
     """After an upgrade every model cooks again (the cook keys hold the bundle format) and doit says
     nothing of why; the cook now names the platform and both formats, until the bundle is rewritten."""
-    from pipeline.cook.key import BUNDLE_FORMAT
+    from onnx_cooker.cook.key import BUNDLE_FORMAT
 
     project = small_project(tmp_path / "p")
     first = doit(project, "cook")
@@ -237,7 +237,7 @@ def test_diff_names_added_removed_and_changed_models_and_gates_growth(tmp_path: 
     (new / "assets" / "net.cook.yaml").write_text("compression_level: 1\n")  # a changed setting
     assert doit(new, "cook").returncode == 0
 
-    command = [sys.executable, "-m", "pipeline.report", "diff", str(old / "build"), str(new / "build")]
+    command = [sys.executable, "-m", "onnx_cooker.report", "diff", str(old / "build"), str(new / "build")]
     shown = subprocess.run([*command, "--html", str(tmp_path / "diff.html")], capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     lines = {tuple(line.split()[:3]) for line in shown.stdout.splitlines()}
@@ -312,7 +312,7 @@ def test_the_estimate_of_an_incremental_cook_counts_only_the_tasks_that_cook(tmp
     """One changed model among 149 up to date: the estimate multiplied the pace of real cooks by every
     task left to check (about 38 minutes left of an 8 s cook); the share found up to date so far is
     taken as the share of what is left."""
-    from pipeline.build.progress import CookReporter
+    from onnx_cooker.build.progress import CookReporter
 
     reporter = CookReporter(io.StringIO(), {})
     reporter.total, reporter.done, reporter.uptodate = 745, 176, 174

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.report.model import changes
+from onnx_cooker.report.model import changes
 
 
 def model(

@@ -1,4 +1,4 @@
-"""The blob format (pipeline/runtime/blob.py, header.py): generic header checks, stock-tool
+"""The blob format (onnx_cooker/runtime/blob.py, header.py): generic header checks, stock-tool
 compatibility, every failure mode; legacy version-1 blobs, which the loader still reads. The
 version-2 frame layout is tested in tests/test_runtime_blob_v2.py."""
 
@@ -37,11 +37,15 @@ from runtime_helpers import (
     split_blob,
 )
 
-from pipeline.runtime import compat
-from pipeline.runtime.__main__ import model_file_name, stock_unpack_commands
-from pipeline.runtime.blob import decode_blob
-from pipeline.runtime.constants import BLOB_FORMAT_VERSION, LEGACY_BLOB_FORMAT_VERSION, V2_BLOB_FORMAT_VERSION
-from pipeline.runtime.errors import (
+from onnx_cooker.runtime import compat
+from onnx_cooker.runtime.__main__ import model_file_name, stock_unpack_commands
+from onnx_cooker.runtime.blob import decode_blob
+from onnx_cooker.runtime.constants import (
+    BLOB_FORMAT_VERSION,
+    LEGACY_BLOB_FORMAT_VERSION,
+    V2_BLOB_FORMAT_VERSION,
+)
+from onnx_cooker.runtime.errors import (
     BlobTooLargeError,
     BundleError,
     ChecksumMismatchError,
@@ -51,7 +55,7 @@ from pipeline.runtime.errors import (
     TruncatedBlobError,
     UnsupportedBlobVersionError,
 )
-from pipeline.runtime.header import (
+from onnx_cooker.runtime.header import (
     HEADER_MAGIC,
     MAX_HEADER_SIZE,
     READABLE_VERSIONS,
@@ -60,7 +64,7 @@ from pipeline.runtime.header import (
     BlobHeader,
     read_header,
 )
-from pipeline.runtime.session import session_from_blob
+from onnx_cooker.runtime.session import session_from_blob
 
 FORMATS = ("onnx", "ort")
 ZSTD_FRAME_MAGIC = 0xFD2FB528
@@ -167,7 +171,7 @@ def test_header_to_dict_is_what_the_header_frame_holds(
 def test_the_stock_tool_recipe_writes_the_model(
     fmt: str, version: int, any_blobs: dict[int, dict[str, bytes]], models: dict[str, bytes], tmp_path: Path
 ) -> None:
-    """What ``python -m pipeline.runtime inspect`` prints to unpack a blob with stock tools (zstd, head,
+    """What ``python -m onnx_cooker.runtime inspect`` prints to unpack a blob with stock tools (zstd, head,
     tail) gives the model file, for every readable version."""
     packed = tmp_path / f"model.{fmt}.ocb"
     packed.write_bytes(any_blobs[version][fmt])

@@ -1,4 +1,4 @@
-"""Blob format version 2 (pipeline/runtime/blob.py, header.py, sections.py, frames.py): the header,
+"""Blob format version 2 (onnx_cooker/runtime/blob.py, header.py, sections.py, frames.py): the header,
 then graph frames (zstd) and weights frames (zstd, or raw content in skippable frames); its layout,
 round trips, stock-tool compatibility, damage in any one frame, and headers that lie.
 
@@ -48,23 +48,23 @@ from runtime_helpers import (
 )
 from runtime_helpers import make_blob_v2 as make_blob
 
-import pipeline.runtime.blob as blob_module
-import pipeline.runtime.frames as frames_module
-import pipeline.runtime.sections as sections_module
-import pipeline.runtime.writer as writer_module
-from pipeline.runtime import open_bundle
-from pipeline.runtime.blob import Unpacked, decode_blob, unpack_blob
-from pipeline.runtime.constants import V2_BLOB_FORMAT_VERSION
-from pipeline.runtime.errors import (
+import onnx_cooker.runtime.blob as blob_module
+import onnx_cooker.runtime.frames as frames_module
+import onnx_cooker.runtime.sections as sections_module
+import onnx_cooker.runtime.writer as writer_module
+from onnx_cooker.runtime import open_bundle
+from onnx_cooker.runtime.blob import Unpacked, decode_blob, unpack_blob
+from onnx_cooker.runtime.constants import V2_BLOB_FORMAT_VERSION
+from onnx_cooker.runtime.errors import (
     BlobTooLargeError,
     BundleError,
     ChecksumMismatchError,
     CorruptBlobError,
     TruncatedBlobError,
 )
-from pipeline.runtime.frames import RAW_CRC_PIECE, RAW_MAGIC, RAW_PREFIX_SIZE, crc_count
-from pipeline.runtime.header import HEADER_MAGIC, SKIPPABLE_MAGIC, read_header
-from pipeline.runtime.sections import (
+from onnx_cooker.runtime.frames import RAW_CRC_PIECE, RAW_MAGIC, RAW_PREFIX_SIZE, crc_count
+from onnx_cooker.runtime.header import HEADER_MAGIC, SKIPPABLE_MAGIC, read_header
+from onnx_cooker.runtime.sections import (
     MAX_FRAMES,
     RAW_UNLESS_GAIN,
     TENSOR_DTYPES,
@@ -72,9 +72,9 @@ from pipeline.runtime.sections import (
     TensorRef,
     WeightsInfo,
 )
-from pipeline.runtime.session import session_from_blob
-from pipeline.runtime.writer import Weights
-from pipeline.runtime.writer import encode_blob_v2 as encode_blob
+from onnx_cooker.runtime.session import session_from_blob
+from onnx_cooker.runtime.writer import Weights
+from onnx_cooker.runtime.writer import encode_blob_v2 as encode_blob
 
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 SMALL_FRAME = 4096  # FRAME_CONTENT_SIZE in the tests that want many frames
@@ -145,7 +145,8 @@ def pseudo_model(size: int, seed: int = 3) -> bytes:
 
 
 def weights_of(arrays: dict[str, np.ndarray], codec: str = "auto", file: str = "w.onnx.data") -> Weights:
-    """A weights section as ``pipeline.cook.weights.externalize`` lays one out: tensors at 64-byte offsets."""
+    """A weights section as ``onnx_cooker.cook.weights.externalize`` lays one out: tensors at 64-byte
+    offsets."""
     pieces, tensors, offset = [], [], 0
     for name, array in arrays.items():
         pad = -offset % WEIGHT_ALIGNMENT
@@ -1297,7 +1298,7 @@ def test_damaged_raw_weights_are_caught_by_their_crc_and_in_a_bundle_by_the_blob
 def test_incompressible_graph_frames_are_stored_raw_without_the_platforms_level() -> None:
     """A float-weight frame is judged by a fast probe (not compressed at the platform's level) and
     stored raw; a structured frame is compressed at the platform's level."""
-    from pipeline.runtime import writer as blob_module
+    from onnx_cooker.runtime import writer as blob_module
 
     rng = np.random.default_rng(3)
     floats = (rng.standard_normal(1 << 18) * 0.02).astype(np.float32).tobytes()  # one 1 MiB frame

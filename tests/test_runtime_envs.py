@@ -20,9 +20,9 @@ import platformdirs
 import pytest
 from filelock import FileLock
 
-from pipeline.build import target_check
-from pipeline.build.config import folders
-from pipeline.build.target_check import (
+from onnx_cooker.build import target_check
+from onnx_cooker.build.config import folders
+from onnx_cooker.build.target_check import (
     READY_NAME,
     RuntimeCheckError,
     ensure_runtime,
@@ -30,7 +30,7 @@ from pipeline.build.target_check import (
     lock_path,
     sweep_stale_staging,
 )
-from pipeline.fsutil import STALE_TEMP_SECONDS
+from onnx_cooker.fsutil import STALE_TEMP_SECONDS
 from tests.models import relu_model
 from tests.test_cook import save
 from tests.test_dodo import doit_env
@@ -43,7 +43,7 @@ TIMEOUT = 600  # seconds; only guards against a hang
 CALLER = """
 import sys, time
 from pathlib import Path
-from pipeline.build.target_check import ensure_runtime
+from onnx_cooker.build.target_check import ensure_runtime
 runtimes, ready, go = (Path(arg) for arg in sys.argv[1:4])
 ready.touch()
 while not go.exists():

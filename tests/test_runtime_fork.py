@@ -2,7 +2,7 @@
 workers (``multiprocessing``'s default start method on Linux before Python 3.14) must be able to
 load blobs in every child. The loader's lasting threads (the decoding pool, the CRC helper) do not
 exist in a child, and a lock another thread held at the fork would be held there for good; each is
-made anew in the child (pipeline/runtime/frames.py, pager.py, proven.py)."""
+made anew in the child (onnx_cooker/runtime/frames.py, pager.py, proven.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import onnxruntime
 import pytest
 from runtime_helpers import CPU, make_weighted_blob
 
-from pipeline.runtime import pager as pager_module
-from pipeline.runtime import session_from_blob
-from pipeline.runtime.header import read_header
+from onnx_cooker.runtime import pager as pager_module
+from onnx_cooker.runtime import session_from_blob
+from onnx_cooker.runtime.header import read_header
 from tests.models import large_matmul_model
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only; Windows spawns")
@@ -115,7 +115,7 @@ def test_a_file_lock_held_by_another_thread_at_the_fork_is_free_in_the_child(tmp
 def test_the_proven_graphs_lock_held_at_the_fork_is_free_in_the_child() -> None:
     """A thread that held ``proven``'s lock at the fork never releases it in the child: a load of an
     ONNX blob there (whose graph check goes through it) waited for ever without the reset."""
-    from pipeline.runtime import proven
+    from onnx_cooker.runtime import proven
 
     status = _in_child_while_held(
         lambda: proven._lock, lambda: proven.proven("k", b"graph", ("f",), lambda: True)
@@ -149,7 +149,7 @@ def test_a_memory_blobs_lock_held_at_the_fork_is_free_in_the_child(blobs: dict) 
     """A thread loading from a MemoryBlob holds its lock for a moment (the memfd's duplicate): a fork
     then left the lock held in the child, whose loads from that blob waited for ever (16-31 children
     in 40 hung, forking while two threads loaded). Each blob takes a new lock in a forked child."""
-    from pipeline.runtime import MemoryBlob
+    from onnx_cooker.runtime import MemoryBlob
 
     blob, x, expected = blobs["raw"]
     memory = MemoryBlob.copy(blob)

@@ -1,6 +1,6 @@
 """Hostile input to the loader's parsers: blob headers and bundle manifests, fuzzed with hypothesis.
 
-Whatever the bytes, ``pipeline.runtime`` raises a ``BundleError`` subclass or succeeds, and what it
+Whatever the bytes, ``onnx_cooker.runtime`` raises a ``BundleError`` subclass or succeeds, and what it
 accepts is exactly what the cooker wrote: never another model, never a file outside the bundle folder.
 Memory stays bounded by what the header declares (and by the limit), and nothing hangs. Damaged
 blobs without weights are fuzzed in tests/test_runtime_blob.py; here the header JSON (of legacy
@@ -48,9 +48,9 @@ from runtime_helpers import (
     write_bundle,
 )
 
-import pipeline.runtime.frames as frames_module
-import pipeline.runtime.sections as sections_module
-from pipeline.runtime import (
+import onnx_cooker.runtime.frames as frames_module
+import onnx_cooker.runtime.sections as sections_module
+from onnx_cooker.runtime import (
     BlobTooLargeError,
     BundleError,
     ChecksumMismatchError,
@@ -64,11 +64,11 @@ from pipeline.runtime import (
     session_from_blob,
     unpack_blob,
 )
-from pipeline.runtime.constants import BLOB_FORMAT_VERSION, LEGACY_BLOB_FORMAT_VERSION
-from pipeline.runtime.frames import RAW_CRC_PIECE, RAW_PREFIX_SIZE, crc_count
-from pipeline.runtime.header import READABLE_VERSIONS
-from pipeline.runtime.sections import TENSOR_DTYPES
-from pipeline.runtime.writer import Weights
+from onnx_cooker.runtime.constants import BLOB_FORMAT_VERSION, LEGACY_BLOB_FORMAT_VERSION
+from onnx_cooker.runtime.frames import RAW_CRC_PIECE, RAW_PREFIX_SIZE, crc_count
+from onnx_cooker.runtime.header import READABLE_VERSIONS
+from onnx_cooker.runtime.sections import TENSOR_DTYPES
+from onnx_cooker.runtime.writer import Weights
 from tests.models import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1108,7 +1108,7 @@ def run_children(code: str, *runs: list[str], limit: int | None = None) -> list[
 
 USE_BUNDLE = """
     import sys
-    from pipeline.runtime import BundleError, open_bundle
+    from onnx_cooker.runtime import BundleError, open_bundle
     try:
         bundle = open_bundle(sys.argv[1], verify=sys.argv[2] == "verify")
         bundle.read_blob(sys.argv[3])

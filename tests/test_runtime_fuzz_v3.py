@@ -29,17 +29,17 @@ from runtime_helpers import (
     write_bundle,
 )
 
-from pipeline.runtime import BundleError, open_bundle, session_from_blob, unpack_blob
-from pipeline.runtime.errors import (
+from onnx_cooker.runtime import BundleError, open_bundle, session_from_blob, unpack_blob
+from onnx_cooker.runtime.errors import (
     BlobTooLargeError,
     ChecksumMismatchError,
     CorruptBlobError,
     TruncatedBlobError,
 )
-from pipeline.runtime.frames import crc_count
-from pipeline.runtime.header import TRAILER_MAGIC, read_header
-from pipeline.runtime.sections import EXTENT_ALIGNMENT
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime.frames import crc_count
+from onnx_cooker.runtime.header import TRAILER_MAGIC, read_header
+from onnx_cooker.runtime.sections import EXTENT_ALIGNMENT
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import dense_model
 from tests.test_runtime_fuzz import mutations  # the v2 suite's damage: flip, insert, delete, cut
 

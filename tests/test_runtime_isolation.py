@@ -41,12 +41,12 @@ CHILD = textwrap.dedent(
         else:
             raise SystemExit("the import blocker does not work")
 
-    if mode == "vendored":  # the folder copied into a game's own package: no `pipeline` at all
+    if mode == "vendored":  # the folder copied into a game's own package: no `onnx_cooker` at all
         sys.meta_path.insert(0, Blocker())
-        COOKING_ONLY = (*COOKING_ONLY, "pipeline")
+        COOKING_ONLY = (*COOKING_ONLY, "onnx_cooker")
         import game.onnx_loader as loader
     else:
-        import pipeline.runtime as loader
+        import onnx_cooker.runtime as loader
 
     def leaked():
         return sorted(name for name in sys.modules if name.partition(".")[0] in COOKING_ONLY)
@@ -110,11 +110,11 @@ def run_child(blob: Path, npz: Path, mode: str, cwd: Path, path: Path) -> None:
 def test_the_loader_folder_copied_into_a_games_package_runs_alone(
     fmt: str, cooked: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
-    """docs/loader.md, "Shipping the loader": `pipeline/runtime/` copied as `game/onnx_loader/` (its
-    imports are relative) runs with neither the cooker nor any package named `pipeline` importable."""
+    """docs/loader.md, "Shipping the loader": `onnx_cooker/runtime/` copied as `game/onnx_loader/` (its
+    imports are relative) runs with neither the cooker nor any package named `onnx_cooker` importable."""
     import shutil
 
-    shutil.copytree(REPO / "pipeline" / "runtime", tmp_path / "game" / "onnx_loader",
+    shutil.copytree(REPO / "onnx_cooker" / "runtime", tmp_path / "game" / "onnx_loader",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     (tmp_path / "game" / "__init__.py").write_text("")
     run_child(*cooked[fmt], "vendored", tmp_path, tmp_path)

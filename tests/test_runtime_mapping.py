@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, REPO, split_weights, to_ort_format, write_bundle
 
-from pipeline.runtime import load_info, open_bundle, session_from_blob
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime import load_info, open_bundle, session_from_blob
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import dense_model
 
 X = np.random.default_rng(5).standard_normal((1, 1024)).astype(np.float32)
@@ -96,7 +96,7 @@ def test_a_mapped_blob_truncated_in_place_kills_the_process_as_documented(fmt: s
     script = textwrap.dedent(
         f"""
         import numpy as np
-        from pipeline.runtime import open_bundle
+        from onnx_cooker.runtime import open_bundle
         from pathlib import Path
         root = Path({str(root)!r})
         session = open_bundle(root).session("net", providers=["CPUExecutionProvider"], low_memory=True)
@@ -117,8 +117,8 @@ def test_small_ort_models_take_the_byte_path_and_large_ones_are_mapped_or_shared
     """Below SMALL_ORT_MODEL onnxruntime's own copy is cheaper than a mapping (measured, loadpaths.py)."""
     import onnxruntime
 
-    from pipeline.runtime.compat import parse_version
-    from pipeline.runtime.loadpaths import ORT_SHARED_VERSIONS, SMALL_ORT_MODEL
+    from onnx_cooker.runtime.compat import parse_version
+    from onnx_cooker.runtime.loadpaths import ORT_SHARED_VERSIONS, SMALL_ORT_MODEL
 
     small = dense_model(64, 32, batch=1, seed=2, name="small")
     blob = encode_blob(
@@ -151,7 +151,7 @@ def test_session_from_blob_takes_an_mmap_and_uses_it_in_place(tmp_path: Path) ->
     session = session_from_blob(mapping, providers=CPU, low_memory=True)
     assert load_info(session).in_place
     np.testing.assert_allclose(session.run(None, {"x": X})[0], expected, rtol=1e-4, atol=1e-4)
-    from pipeline.runtime.header import read_header
+    from onnx_cooker.runtime.header import read_header
 
     frame = next(f for f in read_header(mapping)[0].frames if f.section == "weights")
     mapping[frame.data_offset : frame.data_offset + frame.content_size] = bytes(frame.content_size)

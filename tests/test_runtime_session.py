@@ -1,4 +1,4 @@
-"""Sessions from blobs (pipeline/runtime/session.py), bundles (bundle.py) and the inspect CLI."""
+"""Sessions from blobs (onnx_cooker/runtime/session.py), bundles (bundle.py) and the inspect CLI."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from runtime_helpers import (
     write_bundle,
 )
 
-from pipeline.runtime import open_bundle
-from pipeline.runtime.__main__ import stock_unpack_commands
-from pipeline.runtime.blob import decode_blob
-from pipeline.runtime.errors import (
+from onnx_cooker.runtime import open_bundle
+from onnx_cooker.runtime.__main__ import stock_unpack_commands
+from onnx_cooker.runtime.blob import decode_blob
+from onnx_cooker.runtime.errors import (
     BundleError,
     ChecksumMismatchError,
     IncompatibleRuntimeError,
@@ -36,8 +36,13 @@ from pipeline.runtime.errors import (
     SessionCreateError,
     UnknownModelError,
 )
-from pipeline.runtime.header import read_header
-from pipeline.runtime.session import check_runtime, choose_providers, session_from_blob, session_options_for
+from onnx_cooker.runtime.header import read_header
+from onnx_cooker.runtime.session import (
+    check_runtime,
+    choose_providers,
+    session_from_blob,
+    session_options_for,
+)
 from tests.models import tiny_model
 
 DML = "DmlExecutionProvider"
@@ -247,11 +252,11 @@ def test_default_providers_log_the_choice_and_every_skipped_ep(
     blob = make_blob(models["onnx"], "onnx", name="upscaler", execution_providers=[DML, XNNPACK, CPU_EP])
     expected, skipped = choose_providers([DML, XNNPACK, CPU_EP], onnxruntime.get_available_providers())
 
-    with caplog.at_level(logging.INFO, logger="pipeline.runtime"):
+    with caplog.at_level(logging.INFO, logger="onnx_cooker.runtime"):
         session = session_from_blob(blob)
 
     assert session.get_providers() == expected
-    records = [r for r in caplog.records if r.name == "pipeline.runtime"]
+    records = [r for r in caplog.records if r.name == "onnx_cooker.runtime"]
     assert len(records) == 1
     message = records[0].getMessage()
     assert message.startswith(f"upscaler: using {', '.join(expected)}")
@@ -269,7 +274,7 @@ def test_explicit_providers_override_the_blob(
         execution_providers=[DML, CPU_EP],
         ep_session_options={DML: {"enable_mem_pattern": False}},
     )
-    with caplog.at_level(logging.INFO, logger="pipeline.runtime"):
+    with caplog.at_level(logging.INFO, logger="onnx_cooker.runtime"):
         session = session_from_blob(blob, providers=[(CPU_EP, {})])
 
     assert session.get_providers() == [CPU_EP]
@@ -408,9 +413,9 @@ def test_missing_manifest(tmp_path: Path) -> None:
 def test_the_command_line_names_a_missing_path_and_the_bundle_meant(
     bundle_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`python -m pipeline.runtime inspect/unpack` of a path that is not there: one line saying so,
+    """`python -m onnx_cooker.runtime inspect/unpack` of a path that is not there: one line saying so,
     with the bundle folder beside it that a typo missed, not a bare errno."""
-    from pipeline.runtime.__main__ import main as runtime_main
+    from onnx_cooker.runtime.__main__ import main as runtime_main
 
     assert runtime_main(["inspect", str(bundle_dir.parent / "andriod")]) == 1
     assert runtime_main(["unpack", str(bundle_dir / "nope.ocb"), str(bundle_dir.parent / "out")]) == 1
@@ -509,11 +514,11 @@ def test_a_missing_kernel_is_not_retried_along_the_copying_path(tmp_path: Path) 
     blob.write_bytes(make_weighted_blob(model, "raw", name="decoder", platform="windows-dml")[0])
     code = (
         "import json, logging, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
-        "from pipeline.runtime import session_from_blob, IncompatibleRuntimeError\n"
+        "from onnx_cooker.runtime import session_from_blob, IncompatibleRuntimeError\n"
         "records = []\n"
         "handler = logging.Handler(); handler.emit = lambda r: records.append(r.getMessage())\n"
-        "logging.getLogger('pipeline.runtime').addHandler(handler)\n"
-        "logging.getLogger('pipeline.runtime').setLevel(logging.INFO)\n"
+        "logging.getLogger('onnx_cooker.runtime').addHandler(handler)\n"
+        "logging.getLogger('onnx_cooker.runtime').setLevel(logging.INFO)\n"
         "try:\n"
         "    session_from_blob(open(sys.argv[2], 'rb').read()); raised = None\n"
         "except IncompatibleRuntimeError as exc:\n"
@@ -752,13 +757,13 @@ def test_oversized_blob_declaration_is_refused_before_reading(bundle_dir: Path) 
         open_bundle(bundle_dir)  # at start-up the file's real size already disagrees
 
 
-# --- python -m pipeline.runtime inspect -----------------------------------------------------------
+# --- python -m onnx_cooker.runtime inspect -----------------------------------------------------------
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", *args],
+        [sys.executable, "-m", "onnx_cooker.runtime", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -842,7 +847,7 @@ def test_a_buffer_that_is_not_one_run_of_bytes_is_a_type_error_saying_what_to_pa
 ) -> None:
     """A strided view or a list is a programming error: a TypeError naming what a blob is, not
     memoryview's own "casts are restricted to C-contiguous views"; a numpy uint8 array is a blob."""
-    from pipeline.runtime import MemoryBlob, unpack_blob
+    from onnx_cooker.runtime import MemoryBlob, unpack_blob
 
     blob = make_blob(models["onnx"], "onnx")
     strided = memoryview(bytearray(blob + blob))[::2]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from runtime_helpers import run_in_runtime, write_bundle
 
-from pipeline.runtime.header import read_header
+from onnx_cooker.runtime.header import read_header
 from tests.test_load_paths import VERSIONS, _cases
 
 THREADS, LOADS = 8, 24  # loads per thread
@@ -26,7 +26,7 @@ import json, random, sys, threading
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 import numpy as np, onnxruntime
-from pipeline.runtime import MemoryBlob, load_info, open_bundle, session_from_blob
+from onnx_cooker.runtime import MemoryBlob, load_info, open_bundle, session_from_blob
 
 folder, threads, loads = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 cases = json.loads((folder / "cases.json").read_text())
@@ -106,8 +106,8 @@ def test_a_task_on_the_loaders_pool_that_opens_a_bundle_runs_inline(case_folder:
     """``run_parallel`` called on one of the pool's own threads (``open_bundle`` checks its blobs on
     the pool) runs its tasks inline: waiting there for tasks queued behind itself hung on two
     cores, and every later load of the process with it."""
-    from pipeline.runtime import open_bundle
-    from pipeline.runtime.frames import run_parallel
+    from onnx_cooker.runtime import open_bundle
+    from onnx_cooker.runtime.frames import run_parallel
 
     opened: list[object] = []
 

@@ -16,8 +16,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.summary import cook_line
-from pipeline.layout import verify_data_path
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.layout import verify_data_path
 from tests.models import RNG_SEED, model_of, tanh_loop_body, transformer_block_model
 from tests.test_model_classes import cook_unconfigured
 
@@ -160,7 +160,7 @@ def test_models_that_quantize_activations_dynamically_stay_at_one(tmp_path: Path
     """A scale computed from the whole tensor moves every value a step where one value rounds the other
     way: at 16, traceforge's int8 decoder (PyPI) verified against its default-level run and then
     differed by 16.7 in onnxruntime 1.24.4. Such models keep the sizes they verified at before."""
-    from pipeline.cook.feeds import quantizes_dynamically
+    from onnx_cooker.cook.feeds import quantizes_dynamically
 
     model = dynamic_int8_model()
     assert quantizes_dynamically(model) and not quantizes_dynamically(attention_model())
@@ -173,7 +173,7 @@ def test_ids_a_gather_only_reads_are_drawn_across_its_table(tmp_path: Path) -> N
     """Token ids were drawn as 0 and 1: two rows of an embedding table, so a blob whose other rows
     were wrong verified. Ids that only a Gather from a constant table reads (and Shape, which reads
     no value) are now drawn across its rows; ids read otherwise too stay 0 and 1."""
-    from pipeline.cook.inputs import gathered_rows
+    from onnx_cooker.cook.inputs import gathered_rows
     from tests.test_model_classes import embedding_model
 
     model = embedding_model()  # ids [batch, seq] -> Gather(table [32, 8]) -> mean
@@ -223,7 +223,7 @@ def loop_model(body_scale: float = 1.0) -> onnx.ModelProto:
 def test_a_loops_trip_count_input_is_verified_where_the_body_runs(tmp_path: Path) -> None:
     """A trip count given as a graph input was drawn as 0 or 1, like any integer: the body ran once
     at most (here: never), and a blob with wrong body weights verified. It is now LOOP_TRIPS."""
-    from pipeline.cook.inputs import LOOP_TRIPS
+    from onnx_cooker.cook.inputs import LOOP_TRIPS
 
     model, wrong = loop_model(), loop_model(body_scale=1.5)
     entry = cook_unconfigured(model, "loop", "android", tmp_path)

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from runtime_helpers import make_blob
 
-from pipeline.runtime import session_from_blob
-from pipeline.runtime.constants import (
+from onnx_cooker.runtime import session_from_blob
+from onnx_cooker.runtime.constants import (
     SAFE_CONFIG_ENTRIES,
     SAFE_CONFIG_PREFIXES,
     UNSAFE_CONFIG_ENTRIES,
     UNSAFE_PROVIDER_OPTION_WORDS,
 )
-from pipeline.runtime.errors import SessionCreateError
+from onnx_cooker.runtime.errors import SessionCreateError
 from tests.models import tiny_model
 from tests.test_native import REPO, VERSIONS, native, ort_library, run_native  # noqa: F401
 

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from pipeline.errors import ProfileError
-from pipeline.settings.docs import (
+from onnx_cooker.errors import ProfileError
+from onnx_cooker.settings.docs import (
     SCHEMA_LINE,
     SCHEMA_PATH,
     SETTINGS_DOC_PATH,
@@ -26,12 +26,12 @@ from pipeline.settings.docs import (
     settings_table,
     yaml_text,
 )
-from pipeline.settings.resolve import CookSettings, Platform, load_platforms
-from pipeline.settings.table import AS_ABOVE, COOK_SETTINGS, DEFAULTS, PLATFORM_SETTINGS, SETTINGS
+from onnx_cooker.settings.resolve import CookSettings, Platform, load_platforms
+from onnx_cooker.settings.table import AS_ABOVE, COOK_SETTINGS, DEFAULTS, PLATFORM_SETTINGS, SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "platforms").glob("*.yaml"))
-REGENERATE = "regenerate with `python -m pipeline.settings.docs --write`"
+REGENERATE = "regenerate with `python -m onnx_cooker.settings.docs --write`"
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def test_frozen_classes_get_their_fields_from_the_table() -> None:
         "settings",
         "origins",
     ]
-    assert CookSettings.__module__ == Platform.__module__ == "pipeline.settings.resolve"
+    assert CookSettings.__module__ == Platform.__module__ == "onnx_cooker.settings.resolve"
 
 
 def test_the_shipped_platforms_table_lists_every_shipped_platform() -> None:
@@ -181,7 +181,7 @@ def test_the_shipped_platforms_table_lists_every_shipped_platform() -> None:
 def test_the_models_settings_paragraph_names_every_platform_only_key() -> None:
     """docs/settings.md says which keys a model's .cook.yaml may not set; the list had fallen behind
     the code's (runtime_package and max_bundle_bytes were missing)."""
-    from pipeline.settings.table import PLATFORM_ONLY_KEYS
+    from onnx_cooker.settings.table import PLATFORM_ONLY_KEYS
 
     text = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
     paragraph = re.search(r"`<stem>\.cook\.yaml`: settings for this model:(.*?), plus", text, re.S)

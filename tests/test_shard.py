@@ -1,12 +1,12 @@
-"""Splitting a cook across agents (pipeline.farm.shard, COOK_SHARD): a deterministic, balanced share."""
+"""Splitting a cook across agents (onnx_cooker.farm.shard, COOK_SHARD): a deterministic, balanced share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.build.plan import _passes, _shard_share
-from pipeline.farm.shard import Shard, assign
-from pipeline.farm.store import CacheConfig
+from onnx_cooker.build.plan import _passes, _shard_share
+from onnx_cooker.farm.shard import Shard, assign
+from onnx_cooker.farm.store import CacheConfig
 from tests.models import mlp_model
 from tests.test_cook import job_for, save, shipped_settings
 

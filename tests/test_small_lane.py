@@ -1,4 +1,4 @@
-"""A small blob loaded again takes its recipe (pipeline/runtime/smallload.py): the same session, log
+"""A small blob loaded again takes its recipe (onnx_cooker/runtime/smallload.py): the same session, log
 line, progress and load info as its first load, and the same refusal as a fresh process for every
 damaged or swapped blob."""
 
@@ -14,9 +14,9 @@ import onnxruntime
 import pytest
 from runtime_helpers import CPU, make_blob, mutate, run_in_runtime, run_source, sample_input, write_bundle
 
-from pipeline.runtime import load_info, open_bundle, session_from_blob, smallload
-from pipeline.runtime.blob import DEFAULT_MAX_MODEL_SIZE, check_blob
-from pipeline.runtime.errors import BundleError, ChecksumMismatchError
+from onnx_cooker.runtime import load_info, open_bundle, session_from_blob, smallload
+from onnx_cooker.runtime.blob import DEFAULT_MAX_MODEL_SIZE, check_blob
+from onnx_cooker.runtime.errors import BundleError, ChecksumMismatchError
 
 # (model format, writer arguments): the three ways a small graph is stored
 LAYOUTS = {
@@ -82,7 +82,7 @@ def test_a_small_blob_loaded_again_builds_the_same_session_from_its_recipe(
     for _ in range(2):
         heard: list[tuple[str, float]] = []
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="pipeline.runtime"):
+        with caplog.at_level(logging.INFO, logger="onnx_cooker.runtime"):
             session = session_from_blob(
                 blob, progress=lambda stage, done, into=heard: into.append((stage, done))
             )
@@ -182,8 +182,8 @@ def test_a_bundles_small_blob_loaded_again_and_a_swapped_one(
 
 LANE_IN_RUNTIME = (
     "import json, sys; sys.path.insert(0, sys.argv[1]); import onnxruntime, numpy as np\n"
-    "from pipeline.runtime import session_from_blob, load_info, smallload\n"
-    "from pipeline.runtime.blob import DEFAULT_MAX_MODEL_SIZE\n"
+    "from onnx_cooker.runtime import session_from_blob, load_info, smallload\n"
+    "from onnx_cooker.runtime.blob import DEFAULT_MAX_MODEL_SIZE\n"
     "report = {'onnxruntime': onnxruntime.__version__, 'blobs': []}\n"
     "x = np.load(sys.argv[2])\n"
     "for path in sys.argv[3:]:\n"

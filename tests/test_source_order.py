@@ -7,7 +7,7 @@ import random
 import onnx
 from onnx import TensorProto, helper
 
-from pipeline.cook.source import sort_nodes
+from onnx_cooker.cook.source import sort_nodes
 from tests.models import model_of
 
 

@@ -15,9 +15,9 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.summary import cook_line
-from pipeline.cook.axiswalk import pinned_sizes, spatial_dims
-from pipeline.layout import verify_data_path
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.cook.axiswalk import pinned_sizes, spatial_dims
+from onnx_cooker.layout import verify_data_path
 from tests.models import RNG_SEED, model_of
 from tests.test_model_classes import cook_unconfigured
 

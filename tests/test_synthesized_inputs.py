@@ -23,10 +23,10 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.build.summary import cook_line
-from pipeline.errors import CookError
-from pipeline.layout import verify_data_path
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.summary import cook_line
+from onnx_cooker.errors import CookError
+from onnx_cooker.layout import verify_data_path
 from tests.models import RNG_SEED, model_of
 from tests.test_cook import job_for, shipped_settings
 from tests.test_model_classes import cook_unconfigured
@@ -250,7 +250,7 @@ def tfidf_model(pool: list[str]) -> onnx.ModelProto:
 
 
 def test_strings_a_tfidf_vectorizer_counts_are_its_words() -> None:
-    from pipeline.cook.inputs import looked_up_words, synthesize_inputs
+    from onnx_cooker.cook.inputs import looked_up_words, synthesize_inputs
 
     pool = ["brown", "cat", "dog", "fox", "mat", "quick"]
     model = tfidf_model(pool)

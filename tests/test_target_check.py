@@ -12,13 +12,13 @@ from pathlib import Path
 import onnx
 import pytest
 
-from pipeline.build.manifest import write_manifest
-from pipeline.build.run_job import cook
-from pipeline.build.target_check import RuntimeCheckError, ensure_runtime, environment_dir, run_check
-from pipeline.cook.job import RuntimeCheck
-from pipeline.errors import ProfileError
-from pipeline.layout import runtime_check_path
-from pipeline.settings.resolve import load_platforms
+from onnx_cooker.build.manifest import write_manifest
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.build.target_check import RuntimeCheckError, ensure_runtime, environment_dir, run_check
+from onnx_cooker.cook.job import RuntimeCheck
+from onnx_cooker.errors import ProfileError
+from onnx_cooker.layout import runtime_check_path
+from onnx_cooker.settings.resolve import load_platforms
 from tests.models import conv_bn_relu_model, large_matmul_model, relu_model
 from tests.test_cook import job_for, save, shipped_settings
 
@@ -193,7 +193,7 @@ def test_runtime_versions_older_than_the_oldest_supported_are_refused(tmp_path: 
 
 
 def test_environment_folders_get_the_umasks_mode_for_a_shared_cache(tmp_path: Path) -> None:
-    from pipeline.build.target_check import make_staging
+    from onnx_cooker.build.target_check import make_staging
 
     old = os.umask(0o002)  # a group-shared cache
     try:
@@ -204,8 +204,8 @@ def test_environment_folders_get_the_umasks_mode_for_a_shared_cache(tmp_path: Pa
 
 
 def test_stale_staging_folders_of_killed_builds_are_swept(tmp_path: Path) -> None:
-    from pipeline.build.target_check import sweep_stale_staging
-    from pipeline.fsutil import STALE_TEMP_SECONDS
+    from onnx_cooker.build.target_check import sweep_stale_staging
+    from onnx_cooker.fsutil import STALE_TEMP_SECONDS
 
     stale = tmp_path / ".onnxruntime-1.24.4-py311.abc123"
     live = tmp_path / ".onnxruntime-1.28.0-py311.def456"

@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from runtime_helpers import CPU, HEADER_DEFAULTS, run_in_runtime, to_ort_format, write_bundle
 
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import RNG_SEED
 from tests.test_model_classes import cook_unconfigured
 from tests.test_native import native, oc_run_matches_source, ort_library, run_native  # noqa: F401
@@ -73,11 +73,11 @@ import json, mmap, os, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import numpy as np, onnxruntime
-from pipeline.runtime import load_info, session_from_blob
-from pipeline.runtime.blob import check_blob
-from pipeline.runtime.errors import SessionCreateError
-from pipeline.runtime.loadpaths import BlobFile
-from pipeline.runtime.session import session_from_checked
+from onnx_cooker.runtime import load_info, session_from_blob
+from onnx_cooker.runtime.blob import check_blob
+from onnx_cooker.runtime.errors import SessionCreateError
+from onnx_cooker.runtime.loadpaths import BlobFile
+from onnx_cooker.runtime.session import session_from_checked
 
 folder = Path(sys.argv[2])
 with np.load(folder / "io.npz") as data:

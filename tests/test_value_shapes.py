@@ -1,4 +1,4 @@
-"""Named dimensions for the memory planner of onnxruntime before 1.32 (pipeline/cook/valueshapes.py)."""
+"""Named dimensions for the memory planner of onnxruntime before 1.32 (onnx_cooker/cook/valueshapes.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import onnx
 import onnxruntime
 import pytest
 
-from pipeline.build.run_job import cook
-from pipeline.cook.ortschema import fbs
-from pipeline.cook.valueshapes import BIG_INITIALIZER, for_inference, wants_value_shapes, with_value_shapes
-from pipeline.layout import blob_path
-from pipeline.runtime import decode_blob
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook.ortschema import fbs
+from onnx_cooker.cook.valueshapes import BIG_INITIALIZER, for_inference, wants_value_shapes, with_value_shapes
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import decode_blob
 from tests.models import conv_bn_relu_model, dynamic_image_model, with_symbolic_batch
 from tests.runtime_helpers import run_in_runtime
 from tests.test_cook import job_for, save, shipped_settings
@@ -164,7 +164,7 @@ def test_the_cook_names_them_for_the_platforms_onnxruntime_only(
     np.savez(tmp_path / "x.npz", *images)
     code = (
         "import sys, json, numpy as np; sys.path.insert(0, sys.argv[1]); import onnxruntime\n"
-        "from pipeline.runtime import session_from_blob\n"
+        "from onnx_cooker.runtime import session_from_blob\n"
         "s = session_from_blob(open(sys.argv[2], 'rb').read(), providers=['CPUExecutionProvider'])\n"
         "xs = np.load(sys.argv[4])\n"
         "np.savez(sys.argv[3], *[s.run(None, {'x': xs[k]})[0] for k in sorted(xs.files) * 2])\n"
@@ -186,7 +186,7 @@ def test_the_cook_names_them_for_the_platforms_onnxruntime_only(
 def test_a_model_over_the_proto_limit_is_named_too(tmp_path: Path) -> None:
     """The cook's path for models over protobuf's limit (here lowered to 1 MiB) names them as well:
     inference reads the weights' shapes only."""
-    from pipeline.cook.large import is_large
+    from onnx_cooker.cook.large import is_large
 
     model = dynamic_image_model(stages=9, width=64)
     assert is_large(model)

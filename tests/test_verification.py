@@ -13,11 +13,11 @@ from onnx import numpy_helper
 from runtime_helpers import make_blob
 
 from bench.standard import STANDARD, export
-from pipeline.build.run_job import cook
-from pipeline.cook.inputs import load_inputs
-from pipeline.cook.verify import reference_outputs, verify
-from pipeline.errors import VerifyError
-from pipeline.settings.table import DEFAULT_VERIFY_SCALE
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook.inputs import load_inputs
+from onnx_cooker.cook.verify import reference_outputs, verify
+from onnx_cooker.errors import VerifyError
+from onnx_cooker.settings.table import DEFAULT_VERIFY_SCALE
 from tests.models import conv_bn_relu_model, mlp_model, transformer_block_model
 from tests.test_cook import job_for, save, shipped_settings
 from tests.test_target_check import OLD_RUNTIME, check_for, run_check
@@ -182,7 +182,7 @@ def test_the_outputs_a_selection_computes_are_found_in_graphs_subgraphs_and_func
     local function; not an output beside it."""
     from onnx import TensorProto, helper
 
-    from pipeline.cook.verify import selection_outputs
+    from onnx_cooker.cook.verify import selection_outputs
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
     k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])

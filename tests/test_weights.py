@@ -15,12 +15,12 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.build.run_job import cook
-from pipeline.cook.weights import AUTO_EXTERNAL_BYTES, MIN_EXTERNAL_TENSOR, externalize, wants_external
-from pipeline.layout import blob_path
-from pipeline.runtime import BundleError, read_header, session_from_blob, unpack_blob
-from pipeline.runtime.sections import WEIGHT_ALIGNMENT
-from pipeline.settings.resolve import ProfileError
+from onnx_cooker.build.run_job import cook
+from onnx_cooker.cook.weights import AUTO_EXTERNAL_BYTES, MIN_EXTERNAL_TENSOR, externalize, wants_external
+from onnx_cooker.layout import blob_path
+from onnx_cooker.runtime import BundleError, read_header, session_from_blob, unpack_blob
+from onnx_cooker.runtime.sections import WEIGHT_ALIGNMENT
+from onnx_cooker.settings.resolve import ProfileError
 from tests.models import model_of
 from tests.test_cook import job_for, save, settings_for, shipped_settings
 
@@ -177,7 +177,7 @@ def test_android_cook_keeps_ort_weights_inline_and_loads(tmp_path: Path) -> None
 
 
 def _blob_of(model: onnx.ModelProto, codec: str) -> bytes:
-    from pipeline.runtime.writer import Weights, encode_blob
+    from onnx_cooker.runtime.writer import Weights, encode_blob
 
     graph, weights = externalize(onnx.ModelProto.FromString(model.SerializeToString()), "net")
     return encode_blob(
@@ -220,7 +220,7 @@ def test_session_keeps_its_weights_alive_after_the_caller_drops_the_blob(codec: 
 
 @pytest.mark.parametrize("threads", [1, 2, 8])
 def test_any_thread_count_gives_the_same_model(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.runtime import writer as blob_module
+    from onnx_cooker.runtime import writer as blob_module
 
     monkeypatch.setattr(blob_module, "FRAME_CONTENT_SIZE", 4096)  # many frames
     blob = _blob_of(mlp(), "zstd")
@@ -242,7 +242,7 @@ def test_unpack_command_writes_a_model_and_weights_file_onnxruntime_loads(tmp_pa
     path = tmp_path / "net.onnx.zst"
     path.write_bytes(_blob_of(mlp(), "zstd"))
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", "unpack", str(path), str(tmp_path / "out")],
+        [sys.executable, "-m", "onnx_cooker.runtime", "unpack", str(path), str(tmp_path / "out")],
         capture_output=True,
         text=True,
         check=False,
@@ -289,7 +289,7 @@ def test_a_weights_file_that_is_no_plain_file_name_is_refused_and_nothing_writte
     path.parent.mkdir()
     path.write_bytes(blob)
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", "unpack", str(path), str(tmp_path / "in" / "out")],
+        [sys.executable, "-m", "onnx_cooker.runtime", "unpack", str(path), str(tmp_path / "in" / "out")],
         capture_output=True,
         text=True,
         check=False,
@@ -338,7 +338,7 @@ def test_unpack_refuses_a_model_name_that_makes_no_plain_file_name(
     path = tmp_path / "net.onnx.ocb"
     path.write_bytes(repack(_blob_of(mlp(), "raw"), name=name))
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", "unpack", str(path), str(tmp_path / "out")],
+        [sys.executable, "-m", "onnx_cooker.runtime", "unpack", str(path), str(tmp_path / "out")],
         capture_output=True,
         text=True,
         check=False,
@@ -354,7 +354,7 @@ def unpack_with_stock_tools(blob: bytes, file_name: str, tmp_path: Path) -> Path
     path = tmp_path / file_name
     path.write_bytes(blob)
     shown = subprocess.run(
-        [sys.executable, "-m", "pipeline.runtime", "inspect", str(path)],
+        [sys.executable, "-m", "onnx_cooker.runtime", "inspect", str(path)],
         capture_output=True,
         text=True,
         check=True,
@@ -378,7 +378,7 @@ def test_inspect_prints_stock_commands_that_unpack_a_loadable_pair(codec: str, t
 
 @pytest.fixture
 def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
-    from pipeline.cook import large
+    from onnx_cooker.cook import large
 
     monkeypatch.setattr(large, "PROTO_LIMIT", 1 << 20)
     monkeypatch.setattr(large, "GRAPH_ROOM", 0)
@@ -388,7 +388,7 @@ def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
 def test_model_over_the_proto_limit_cooks_for_onnx_with_external_weights(
     tmp_path: Path, small_limit: int
 ) -> None:
-    from pipeline.cook.large import is_large
+    from onnx_cooker.cook.large import is_large
 
     model = mlp()
     assert is_large(model)
@@ -410,7 +410,7 @@ def test_model_over_the_proto_limit_cooks_for_onnx_with_external_weights(
 def test_model_over_the_proto_limit_for_ort_names_its_size_and_the_settings_to_change(
     tmp_path: Path, small_limit: int
 ) -> None:
-    from pipeline.errors import ModelError
+    from onnx_cooker.errors import ModelError
 
     assets = tmp_path / "assets"
     save(mlp(), assets, "net")
@@ -436,7 +436,7 @@ def test_model_over_the_proto_limit_for_ort_names_its_size_and_the_settings_to_c
 
 
 def test_model_over_the_proto_limit_with_inline_weights_is_refused(tmp_path: Path, small_limit: int) -> None:
-    from pipeline.errors import ModelError
+    from onnx_cooker.errors import ModelError
 
     assets = tmp_path / "assets"
     save(mlp(), assets, "net")
@@ -451,7 +451,7 @@ def test_model_over_the_proto_limit_with_inline_weights_is_refused(tmp_path: Pat
 
 
 def test_ort_graph_of_float_weights_is_stored_raw_first_and_unpacks_with_stock_tools(tmp_path: Path) -> None:
-    from pipeline.runtime.writer import encode_blob
+    from onnx_cooker.runtime.writer import encode_blob
 
     model = onnx.ModelProto.FromString(mlp(layers=4, width=512).SerializeToString())
     ort_path = tmp_path / "net.ort"

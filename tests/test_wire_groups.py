@@ -1,6 +1,6 @@
 """Groups (wire types 3 and 4) in a blob's graph. No ONNX field is a group, but protobuf's parser,
 the one inside onnxruntime, keeps one as an unknown field and skips it, whatever field number it
-carries; the loader's wire-format walks (pipeline/runtime/protowire.py) must skip it the same way:
+carries; the loader's wire-format walks (onnx_cooker/runtime/protowire.py) must skip it the same way:
 a graph onnxruntime accepts is not refused as malformed, and a field inside a group (a weight's
 name, a "location") is nothing to the checks, as it is nothing to onnxruntime. A group protobuf
 refuses (left open, closed by another number, nested too deep) is refused as malformed."""
@@ -15,17 +15,17 @@ import onnxruntime
 import pytest
 from runtime_helpers import CPU, HEADER_DEFAULTS, split_weights
 
-from pipeline.runtime import CorruptBlobError, session_from_blob
-from pipeline.runtime.compat import parse_version
-from pipeline.runtime.onnxrefs import (
+from onnx_cooker.runtime import CorruptBlobError, session_from_blob
+from onnx_cooker.runtime.compat import parse_version
+from onnx_cooker.runtime.onnxrefs import (
     check_and_rewrite,
     check_references,
     external_refs,
     read_tensor,
     rewrite_locations,
 )
-from pipeline.runtime.protowire import MAX_GROUPS, fields
-from pipeline.runtime.writer import encode_blob
+from onnx_cooker.runtime.protowire import MAX_GROUPS, fields
+from onnx_cooker.runtime.writer import encode_blob
 from tests.models import dense_model
 from tests.test_graphcheck import _field, _varint
 

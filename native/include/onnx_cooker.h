@@ -1,7 +1,7 @@
 /*
  * onnx_cooker.h - read onnx-cooker bundles and blobs, and create onnxruntime sessions from them.
  *
- * The native counterpart of the Python loader (pipeline/runtime/): a game opens a cooked bundle
+ * The native counterpart of the Python loader (onnx_cooker/runtime/): a game opens a cooked bundle
  * (a folder holding manifest.json and one blob per model) or a single blob held in memory, checks
  * it, and either takes the model's bytes and session recipe to create sessions its own way
  * ("unpack" level), or lets this library create the OrtSession through the onnxruntime C API
@@ -60,7 +60,7 @@ extern "C" {
 #define OC_BLOB_FORMAT_VERSION 3
 #define OC_MANIFEST_VERSION 1
 
-/* The same causes as the Python loader's BundleError subclasses (pipeline/runtime/errors.py). */
+/* The same causes as the Python loader's BundleError subclasses (onnx_cooker/runtime/errors.py). */
 typedef enum oc_status {
     OC_OK = 0,
     OC_ERR_INVALID_ARGUMENT = 1,     /* a NULL pointer or a bad value from the caller */
@@ -403,7 +403,7 @@ OC_API const char *oc_load_path_name(oc_load_path path);
 
 /* ---------------------------------------------------------------------------------------------
  * Plugin execution providers (onnxruntime >= 1.22, Windows ML's EP API), as the Python loader's
- * ep_libraries and devices (pipeline/runtime/devices.py, docs/loader.md). The library asks
+ * ep_libraries and devices (onnx_cooker/runtime/devices.py, docs/loader.md). The library asks
  * onnxruntime for C API 22 besides 21: where it is not served (onnxruntime 1.21), a policy or
  * device pairs fall back to the classic EP list (pairs by EP name) and the explanation says so.
  * ------------------------------------------------------------------------------------------- */

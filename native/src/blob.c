@@ -1,5 +1,5 @@
 /* blob.c - check and decode a version-3 blob (docs/bundle-format.md), the C twin of
- * pipeline/runtime/header.py, sections.py and blob.py: the same checks in the same order, the same
+ * onnx_cooker/runtime/header.py, sections.py and blob.py: the same checks in the same order, the same
  * causes. */
 #include <limits.h>
 #include <stdio.h>

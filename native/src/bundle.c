@@ -1,5 +1,5 @@
 /* bundle.c - a cooked bundle: manifest.json, its models, and their blobs (docs/bundle-format.md,
- * "manifest.json"), as pipeline/runtime/bundle.py reads them. */
+ * "manifest.json"), as onnx_cooker/runtime/bundle.py reads them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 #define MAX_HEADER_SIZE (16ull << 20)
 #define SMALL_BLOB (1u << 20)
 /* A signed pair that does not verify while a cook replaces it is read again (read_signed_pair):
- * every POLL_MS, for at most SETTLE_NS (pipeline/runtime/manifestfile.py's SETTLE_SECONDS). */
+ * every POLL_MS, for at most SETTLE_NS (onnx_cooker/runtime/manifestfile.py's SETTLE_SECONDS). */
 #define SETTLE_NS 2000000000ull
 #define POLL_MS 5u
 
@@ -524,7 +524,7 @@ static int still(const char *path, const uint64_t identity[OC_IDENTITY_WORDS]) {
  * place. A pair that does not verify is read again, every POLL_MS for at most SETTLE_NS, while the
  * marker is there or either file is no longer the one read (device, inode, size, times); anything
  * else (an edited manifest, a foreign signature) fails at once, and a pair still failing at the
- * deadline fails as it is: a signature is never waived (pipeline/runtime/manifestfile.py). */
+ * deadline fails as it is: a signature is never waived (onnx_cooker/runtime/manifestfile.py). */
 static oc_status read_signed_pair(const char *dir, const char *manifest_path, const oc_bundle_options *options,
                                   const oc_alloc *alloc, void **text, size_t *size, oc_error *err) {
     char *sig_path = path_in(alloc, dir, "manifest.json.sig");

@@ -1,6 +1,6 @@
 /* devices.c - which EPs and devices a session gets: the classic provider list, or (onnxruntime
  * 1.22+, Windows ML's API) plugin EPs chosen by device or policy. A pure decision from plain data,
- * line for line plan_session of pipeline/runtime/devices.py, explanation and messages included
+ * line for line plan_session of onnx_cooker/runtime/devices.py, explanation and messages included
  * (tests/test_native_plugin_eps.py runs both on the same cases). */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* devices.h - which EPs and devices a session gets (devices.c: a pure decision from plain data, as
- * plan_session in pipeline/runtime/devices.py), and the onnxruntime side of plugin EPs (plugin_eps.c:
+ * plan_session in onnx_cooker/runtime/devices.py), and the onnxruntime side of plugin EPs (plugin_eps.c:
  * libraries registered per OrtEnv, the EP devices offered, the plan put on session options).
  * Internal: the library's sources and its tests only. */
 #ifndef OC_DEVICES_H

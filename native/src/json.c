@@ -39,7 +39,7 @@ static int valid_utf8(const unsigned char *s, size_t length) {
 
 /* Whether text[0..length) holds the escape \u0000: cJSON would write the NUL it stands for into a
  * string and every reader of it would stop there, while Python reads the whole string; both loaders
- * refuse such a text (pipeline/runtime/header.py, load_json). */
+ * refuse such a text (onnx_cooker/runtime/header.py, load_json). */
 static int holds_nul_escape(const char *text, size_t length) {
     static const char escape[] = "\\u0000";
     size_t i;

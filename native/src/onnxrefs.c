@@ -1,6 +1,6 @@
 /* onnxrefs.c - refuse external-data references in an ONNX graph that the loader does not supply.
  *
- * The C port of check_references in pipeline/runtime/onnxrefs.py: the same walk of the protobuf
+ * The C port of check_references in onnx_cooker/runtime/onnxrefs.py: the same walk of the protobuf
  * wire format (onnx.proto's field numbers below), the same rules in the same order, the same
  * messages (prefixed "model 'name': "). An ONNX tensor may say that its bytes live in another file
  * (data_location EXTERNAL and/or external_data entries: location, offset, length); onnxruntime
@@ -292,7 +292,7 @@ next:
     }
     /* A key is read as protobuf's ReadTag reads it (up to five bytes added in 32-bit arithmetic; the
      * older ReadVarint32, up to ten): its low 32 bits. A key padded with a high bit set (ea 80 80 80
-     * 10 for external_data) is that field to onnxruntime, so it must be here (pipeline/runtime/
+     * 10 for external_data) is that field to onnxruntime, so it must be here (onnx_cooker/runtime/
      * protowire.py). */
     key &= 0xFFFFFFFFu;
     f->wire = (unsigned)(key & 7);

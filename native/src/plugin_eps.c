@@ -1,6 +1,6 @@
 /* plugin_eps.c - plugin execution providers through onnxruntime's C API 22 (Windows ML's EP API):
  * libraries registered once per OrtEnv, the EP devices onnxruntime offers, the decision of
- * devices.c made for a blob and put on session options (pipeline/runtime/devices.py's twin). */
+ * devices.c made for a blob and put on session options (onnx_cooker/runtime/devices.py's twin). */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif

@@ -1,8 +1,8 @@
 /* recipe.c - what of a blob's session recipe the library lets onnxruntime see. A blob comes from a
  * file: it may ask only for what changes how a session computes, never for a file, folder,
  * library or memory address onnxruntime or an EP would read, create, write or load. The Python
- * loader holds the same lists and words (pipeline/runtime/constants.py), and says the same
- * (pipeline/runtime/options.py); tests/test_session_option_refusals.py compares them. */
+ * loader holds the same lists and words (onnx_cooker/runtime/constants.py), and says the same
+ * (onnx_cooker/runtime/options.py); tests/test_session_option_refusals.py compares them. */
 #include <string.h>
 
 #include "internal.h"

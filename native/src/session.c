@@ -1,5 +1,5 @@
 /* session.c - onnxruntime through its C API: load the library at run time, and create a session
- * from a checked blob with the blob's recipe, as pipeline/runtime/session.py does. */
+ * from a checked blob with the blob's recipe, as onnx_cooker/runtime/session.py does. */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -646,7 +646,7 @@ static void remember_refusal(uint64_t key, const char *why) {
  * build a CPU session, refusing the shared-initializer door after a try a first load pays in full:
  * float32 4-D weights (Conv kernels: Conv+BatchNormalization fusion, the NCHWc layout) and float16
  * or bfloat16 weights of any rank (Casts the CPU EP puts around its few 16-bit kernels, folded at
- * load). Such blobs skip the door (pipeline/runtime/loadpaths.py, optimizers_read_weights, has the
+ * load). Such blobs skip the door (onnx_cooker/runtime/loadpaths.py, optimizers_read_weights, has the
  * measurements). */
 static int optimizers_read_weights(const oc_blob *blob) {
     size_t i;

@@ -1,4 +1,4 @@
-"""Compare native/src/onnxrefs.c (oc_check_references) with pipeline/runtime/onnxrefs.py
+"""Compare native/src/onnxrefs.c (oc_check_references) with onnx_cooker/runtime/onnxrefs.py
 (check_references) on real ONNX models, hostile variants of them and thousands of mutations.
 
     cd /work/main && . .venv/bin/activate && python native/tests/onnxrefs_cases.py [--binary PATH]
@@ -29,8 +29,8 @@ from onnx import TensorProto, helper, numpy_helper
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.runtime.errors import CorruptBlobError  # noqa: E402
-from pipeline.runtime.onnxrefs import check_references  # noqa: E402
+from onnx_cooker.runtime.errors import CorruptBlobError  # noqa: E402
+from onnx_cooker.runtime.onnxrefs import check_references  # noqa: E402
 
 MODEL_NAME = "vision/detector"
 FILE = "weights.onnx.data"
