@@ -58,6 +58,18 @@ writes one.
 """
 
 
+class _Version(argparse.Action):
+    """``--version``: the line is worked out only when asked for (package metadata costs every
+    command's start a few milliseconds)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(_versions_line() + "\n")
+        parser.exit()
+
+
 def _versions_line() -> str:
     """onnx-cooker's version and what else goes into every cook key (a build agent's check)."""
     from importlib import metadata
@@ -79,8 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=PROJECT_HELP + "\n" + ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    versions = _versions_line()
-    parser.add_argument("--version", action="version", version=versions, help="the versions cooks depend on")
+    parser.add_argument("--version", action=_Version, help="the versions every cook key holds, and exit")
     parser.add_argument(
         "--project", type=Path, help="the project file (or its folder); default: found from here upward"
     )

@@ -294,14 +294,14 @@ def failure(exc: Exception, header: BlobHeader, path: LoadPath) -> BundleError:
     )
 
 
-def _forget_in_child() -> None:
+def _new_lock_in_child() -> None:
     """A forked child: a thread that held the lock at the fork never releases it there."""
     global _lock
     _lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def forget() -> None:
